@@ -1,0 +1,28 @@
+"""Errors that reach the user: what is wrong and how to fix it, with the exit code of DESIGN.md §5."""
+
+from __future__ import annotations
+
+EXIT_OK = 0
+EXIT_FAILED = 1  # some host failed or was unreachable
+EXIT_USAGE = 2  # invalid input or a missing prerequisite, found before anything changed
+EXIT_INTERRUPTED = 130
+
+
+class SparkclusterError(Exception):
+    """An error with a fix. Raised for problems found before or while changing things; never a traceback."""
+
+    def __init__(self, message: str, fix: str = "", exit_code: int = EXIT_FAILED) -> None:
+        super().__init__(message)
+        self.message = message
+        self.fix = fix
+        self.exit_code = exit_code
+
+    def __str__(self) -> str:
+        return f"{self.message}\n  fix: {self.fix}" if self.fix else self.message
+
+
+class UsageError(SparkclusterError):
+    """Bad input or a missing prerequisite: nothing was changed (exit 2)."""
+
+    def __init__(self, message: str, fix: str = "") -> None:
+        super().__init__(message, fix, exit_code=EXIT_USAGE)

@@ -1,0 +1,5 @@
+"""`sparkcluster sim`: a simulated DGX Spark cluster on this machine (root, network namespaces, real sshd)."""
+
+from .cluster import SimCluster, UpOptions
+
+__all__ = ["SimCluster", "UpOptions"]

@@ -1,0 +1,419 @@
+"""A simulated N-Spark cluster on this machine: create it, power hosts off and on, reset their disks, remove it.
+
+Each host is a network namespace with a Spark's NIC names, its own mount/UTS/IPC/PID namespaces over a
+copy-on-write overlay of `/`, a real OpenSSH sshd as PID 1 and, optionally, its own Docker engine
+(reference/sim-cluster.md, reference/sim-docker.md).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import shutil
+import subprocess
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+import yaml
+
+from ..errors import SparkclusterError, UsageError
+from . import hardware, hostproc, netns, prerequisites
+from .state import ClusterState, HostState, existing_names, locked, sim_root
+from .topology import HostSpec, Subnets, Topology, build_topology
+
+DEFAULT_NAME = "sim"
+DEFAULT_DRIVER = "590.48.01"
+DEFAULT_LAN_RATE = "750mbit"  # ~1/20 of what a veth carries here, as 10 GbE is to the 200 Gb/s QSFP link
+DEFAULT_USER = "spark"
+DEFAULT_UID = 1500
+HOST_FILES = resources.files("sparkcluster.sim") / "host"
+
+
+@dataclass(frozen=True)
+class UpOptions:
+    count: int
+    name: str = DEFAULT_NAME
+    drivers: tuple[str, ...] = (DEFAULT_DRIVER,)
+    port0_hosts: frozenset[str] = frozenset()
+    docker: bool = True
+    lan_rate: str = DEFAULT_LAN_RATE
+    user: str = DEFAULT_USER
+    ssh_mesh: bool = True
+
+
+class SimCluster:
+    def __init__(self, state: ClusterState) -> None:
+        self.state = state
+        self.topology: Topology = build_topology(
+            state.name, state.count, Subnets(state.k), state.drivers, frozenset(state.port0_hosts)
+        )
+
+    # ---- paths -------------------------------------------------------------------------------------
+    @property
+    def dir(self) -> Path:
+        return self.state.dir
+
+    @property
+    def inventory_path(self) -> Path:
+        return self.dir / "inventory.yml"
+
+    @property
+    def client_key(self) -> Path:
+        return self.dir / "client_ed25519"
+
+    @property
+    def known_hosts(self) -> Path:
+        return self.dir / "known_hosts"
+
+    def host_dir(self, host: HostSpec) -> Path:
+        return self.dir / "hosts" / host.name
+
+    def host(self, name: str) -> HostSpec:
+        for h in self.topology.hosts:
+            if h.name == name:
+                return h
+        names = ", ".join(h.name for h in self.topology.hosts)
+        raise UsageError(f"cluster {self.state.name!r} has no host {name!r}", f"use one of: {names}")
+
+    # ---- lifecycle ---------------------------------------------------------------------------------
+    @classmethod
+    def load(cls, name: str = DEFAULT_NAME) -> SimCluster:
+        try:
+            return cls(ClusterState.load(name))
+        except FileNotFoundError:
+            known = ", ".join(existing_names()) or "none"
+            raise UsageError(f"no simulated cluster named {name!r} (existing: {known})",
+                             "create one with `sparkcluster sim up 2`") from None
+
+    @classmethod
+    def up(cls, opts: UpOptions) -> SimCluster:
+        """Create and boot a cluster. All input is checked before anything is created; on a failure
+        half-way, everything created so far is removed again."""
+        _validate(opts)
+        prerequisites.check(opts.docker)
+        with locked():
+            if (sim_root() / opts.name / "cluster.json").exists():
+                raise UsageError(f"a simulated cluster named {opts.name!r} already exists",
+                                 f"remove it with `sparkcluster sim down {opts.name}` or pick another --name")
+            state = ClusterState(
+                name=opts.name, count=opts.count, k=_free_block(), drivers=list(opts.drivers),
+                port0_hosts=sorted(opts.port0_hosts), docker=opts.docker, lan_rate=opts.lan_rate,
+                user=opts.user, uid=DEFAULT_UID, ssh_mesh=opts.ssh_mesh,
+            )
+            state.dir.mkdir(parents=True)
+            state.save()  # from here on, `sim down` can find and remove whatever exists
+            cluster = cls(state)
+            try:
+                cluster._prepare_files()
+                netns.create(cluster.topology, opts.lan_rate)
+                cluster._open_forwarding()
+            except BaseException:
+                cluster.down()
+                raise
+        try:
+            cluster._boot_all()
+            cluster.write_inventory()
+            state.status = "up"
+            state.save()
+        except BaseException:
+            cluster.down()
+            raise
+        return cluster
+
+    def down(self) -> None:
+        """Remove every process, mount, namespace, interface, cgroup, rule and file of this cluster."""
+        with ThreadPoolExecutor(max_workers=max(1, len(self.topology.hosts))) as pool:
+            list(pool.map(self._power_off, self.topology.hosts))
+        leftovers = netns.destroy(self.topology)
+        self._close_forwarding()
+        if leftovers:
+            raise SparkclusterError(f"could not remove {', '.join(leftovers)}", "check `ip netns pids NAME` for stray processes")
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def power_off(self, name: str) -> None:
+        self._power_off(self.host(name))
+        self.state.hosts[name] = HostState()
+        self.state.save()
+
+    def boot(self, name: str) -> None:
+        host = self.host(name)
+        if self.is_running(host):
+            raise UsageError(f"{name} is already running", f"power it off first: `sparkcluster sim power-off {name}`")
+        self._boot(host)
+        self.state.save()
+
+    def reset(self, name: str) -> None:
+        """Power off, give the host a fresh disk (its writes and its Docker images are dropped), boot."""
+        host = self.host(name)
+        self._power_off(host)
+        for sub in ("upper", "work", "docker-data"):
+            shutil.rmtree(self.host_dir(host) / sub, ignore_errors=True)
+        self._boot(host)
+        self.state.save()
+
+    def is_running(self, host: HostSpec) -> bool:
+        pid = self.state.hosts.get(host.name, HostState()).pid1
+        return bool(pid) and os.path.exists(f"/proc/{pid}") and hostproc.children(self.state.hosts[host.name].unshare_pid) == [pid]
+
+    def exec_in(self, name: str, argv: list[str], **kwargs) -> subprocess.CompletedProcess:
+        host = self.host(name)
+        if not self.is_running(host):
+            raise UsageError(f"{name} is powered off", f"boot it: `sparkcluster sim boot {name}`")
+        return hostproc.exec_in(self.state.hosts[name].pid1, argv, **kwargs)
+
+    def ssh_argv(self, name: str, user: str | None = None, via: str = "mgmt") -> list[str]:
+        """The OpenSSH command line that logs into a host with the cluster's key and strict host keys."""
+        host = self.host(name)
+        address = host.mgmt_ip if via == "mgmt" else host.fabric_ips[0]
+        return [
+            "ssh", "-F", "/dev/null", "-i", str(self.client_key), "-o", "IdentitiesOnly=yes", "-o", "BatchMode=yes",
+            "-o", f"UserKnownHostsFile={self.known_hosts}", "-o", "StrictHostKeyChecking=yes",
+            f"{user or self.state.user}@{address}",
+        ]
+
+    def write_inventory(self) -> None:
+        """An inventory in sparkcluster's own format, usable as is: `sparkcluster bootstrap <this file>`."""
+        doc = {
+            "name": self.state.name,
+            "vars": {
+                "user": self.state.user,
+                "key": str(self.client_key),
+                "known_hosts": str(self.known_hosts),
+            },
+            "hosts": {
+                h.name: {"address": h.mgmt_ip, "role": "head" if h.index == 1 else "worker"}
+                for h in self.topology.hosts
+            },
+        }
+        header = f"# Simulated DGX Spark cluster {self.state.name!r}, written by `sparkcluster sim up`.\n"
+        tmp = self.inventory_path.with_suffix(".tmp")
+        tmp.write_text(header + yaml.safe_dump(doc, sort_keys=False))
+        tmp.replace(self.inventory_path)
+
+    def describe(self) -> dict:
+        return {
+            "name": self.state.name,
+            "status": self.state.status,
+            "inventory": str(self.inventory_path),
+            "key": str(self.client_key),
+            "known_hosts": str(self.known_hosts),
+            "docker": self.state.docker,
+            "lan_rate": self.state.lan_rate,
+            "subnets": {"lan": str(self.topology.subnets.lan), "fabric": [str(n) for n in self.topology.subnets.fabric]},
+            "hosts": [
+                {
+                    "name": h.name,
+                    "running": self.is_running(h),
+                    "mgmt_ip": h.mgmt_ip,
+                    "fabric_ips": list(h.fabric_ips),
+                    "cabled_port": h.cabled_port,
+                    "driver": h.driver_version,
+                    "netns": h.netns,
+                }
+                for h in self.topology.hosts
+            ],
+        }
+
+    # ---- internals ---------------------------------------------------------------------------------
+    def _prepare_files(self) -> None:
+        d = self.dir
+        _keygen(self.client_key, "sparkcluster-sim-client")
+        if self.state.ssh_mesh:
+            _keygen(d / "mesh_ed25519", "sparkcluster-sim-mesh")
+        for name in ("boot.sh", "sshd_config", "runc-capfilter"):
+            (d / name).write_bytes((HOST_FILES / name).read_bytes())
+        os.chmod(d / "runc-capfilter", 0o755)
+        # The lab dir is read by the hosts through their lower layer: the login user needs to traverse it.
+        os.chmod(d, 0o755)
+        self.state.docker_runtime = str(d / "runc-capfilter") if _capabilities_restricted() else ""
+        self.state.storage_driver = "vfs" if _fs_type(d) == "overlayfs" else "overlay2"
+        known, hosts_lines = [], []
+        for host in self.topology.hosts:
+            hd = self.host_dir(host)
+            hd.mkdir(parents=True)
+            _keygen(hd / "ssh_host_ed25519_key", f"root@{host.name}")
+            pub = (hd / "ssh_host_ed25519_key.pub").read_text().split()[:2]
+            names = [host.name, f"{host.name}-fabric", f"{host.name}-fabric2", *host.addresses]
+            known.append(f"{','.join(names)} {' '.join(pub)}")
+            hosts_lines += [f"{host.mgmt_ip}\t{host.name}", f"{host.fabric_ips[0]}\t{host.name}-fabric",
+                            f"{host.fabric_ips[1]}\t{host.name}-fabric2"]
+        self.known_hosts.write_text("\n".join(known) + "\n")
+        base_hosts = "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n"
+        (d / "etc-hosts").write_text(base_hosts + "\n".join(hosts_lines) + "\n")
+        self.state.save()
+
+    def _seed_disk(self, host: HostSpec) -> None:
+        """Files the host's hardware provides, written into its upper layer before every boot (a reset
+        disk gets them back); stale /tmp is dropped, as a real boot clears it."""
+        hd = self.host_dir(host)
+        upper = hd / "upper"
+        shutil.rmtree(upper / "tmp", ignore_errors=True)
+        _write_into_upper(upper, "/" + hardware.HARDWARE_JSON, hardware.hardware_json(self.state.name, host).encode(), 0o644)
+        for tool in hardware.EMULATORS:
+            _write_into_upper(upper, f"/usr/local/bin/{tool}", (HOST_FILES / tool).read_bytes(), 0o755)
+        ib = hd / "sys-infiniband"
+        shutil.rmtree(ib, ignore_errors=True)
+        ib.mkdir()
+        hardware.write_infiniband_tree(host, ib)
+
+    def _boot_env(self, host: HostSpec) -> dict[str, str]:
+        return {
+            "SIM_LAB": str(self.dir),
+            "SIM_HOST_DIR": str(self.host_dir(host)),
+            "SIM_HOSTNAME": host.name,
+            "SIM_USER": self.state.user,
+            "SIM_UID": str(self.state.uid),
+            "SIM_DOCKER": "1" if self.state.docker else "0",
+            "SIM_DOCKER_RUNTIME": self.state.docker_runtime,
+            "SIM_STORAGE_DRIVER": self.state.storage_driver,
+            "SIM_CGROUP_PARENT": self._cgroup_parent(host),
+        }
+
+    def _cgroup_parent(self, host: HostSpec) -> str:
+        return f"sparkcluster-{self.state.name}-{host.name}"
+
+    def _start(self, host: HostSpec) -> int:
+        self._seed_disk(host)
+        hd = self.host_dir(host)
+        pid = hostproc.start(host.netns, self.dir / "boot.sh", self._boot_env(host), hd / "boot.log")
+        self.state.hosts[host.name] = HostState(unshare_pid=pid)
+        return pid
+
+    def _await(self, host: HostSpec) -> None:
+        st = self.state.hosts[host.name]
+        st.pid1 = hostproc.wait_ready(st.unshare_pid, host.mgmt_ip, self.host_dir(host) / "boot.log", host.name)
+
+    def _boot(self, host: HostSpec) -> None:
+        self._start(host)
+        self.state.save()
+        self._await(host)
+
+    def _boot_all(self) -> None:
+        for host in self.topology.hosts:
+            self._start(host)
+        self.state.save()
+        with ThreadPoolExecutor(max_workers=len(self.topology.hosts)) as pool:
+            list(pool.map(self._await, self.topology.hosts))
+        self.state.save()
+
+    def _power_off(self, host: HostSpec) -> None:
+        st = self.state.hosts.get(host.name)
+        if st:
+            hostproc.power_off(st.unshare_pid, self.host_dir(host))
+        _remove_cgroups(self._cgroup_parent(host))
+
+    def _open_forwarding(self) -> None:
+        """Where a Docker engine of this machine set FORWARD to DROP with bridge netfilter on, frames between
+        our hosts would be dropped: accept them on our bridges only, and remember the rules to undo them."""
+        nf = Path("/proc/sys/net/bridge/bridge-nf-call-iptables")
+        if not (nf.exists() and nf.read_text().strip() == "1" and shutil.which("iptables")):
+            return
+        policy = subprocess.run(["iptables", "-S", "FORWARD"], capture_output=True, text=True).stdout
+        if "-P FORWARD DROP" not in policy:
+            return
+        for bridge in self.topology.bridges:
+            rule = ["FORWARD", "-i", bridge, "-o", bridge, "-j", "ACCEPT"]
+            subprocess.run(["iptables", "-I", *rule], check=True)
+            self.state.forward_rules.append(rule)
+        self.state.save()
+
+    def _close_forwarding(self) -> None:
+        for rule in self.state.forward_rules:
+            subprocess.run(["iptables", "-D", *rule], capture_output=True)
+        self.state.forward_rules = []
+
+
+def _validate(opts: UpOptions) -> None:
+    if not opts.name.replace("-", "").isalnum() or len(opts.name) > 20:
+        raise UsageError(f"invalid cluster name {opts.name!r}", "use up to 20 letters, digits and dashes")
+    for driver in opts.drivers:
+        parts = driver.split(".")
+        if not (2 <= len(parts) <= 3 and all(p.isdigit() for p in parts)):
+            raise UsageError(f"invalid driver version {driver!r}", "give it as nvidia-smi prints it, e.g. 580.95.05 or 590.44")
+    if not opts.lan_rate[:-4].replace(".", "").isdigit() or not opts.lan_rate.endswith(("kbit", "mbit", "gbit")):
+        raise UsageError(f"invalid LAN rate {opts.lan_rate!r}", "give a tc rate such as 750mbit or 1gbit")
+    try:
+        build_topology(opts.name, opts.count, Subnets(100), list(opts.drivers), opts.port0_hosts)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+
+
+def _free_block() -> int:
+    """The first block k (>= 100) whose three /24s overlap nothing on this machine or in another cluster."""
+    used = netns.used_networks()
+    taken = set()
+    for name in existing_names():
+        try:
+            taken.add(ClusterState.load(name).k)
+        except (OSError, ValueError, TypeError):
+            continue
+    for k in range(100, 255):
+        if k in taken:
+            continue
+        if not any(net.overlaps(u) for net in Subnets(k).all() for u in used):
+            return k
+    raise SparkclusterError("no free subnets left for a simulated cluster", "remove one with `sparkcluster sim down NAME`")
+
+
+def _keygen(path: Path, comment: str) -> None:
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(path)], check=True)
+
+
+def _write_into_upper(upper: Path, path: str, content: bytes, mode: int) -> None:
+    """Write a file into an overlay's upper layer. Parent dirs copy the mode and owner of the real ones:
+    an upper dir's attributes win in the merged view, and a 0700 /usr/local would break every login."""
+    target = upper / path.lstrip("/")
+    missing = []
+    parent = target.parent
+    while not parent.exists():
+        missing.append(parent)
+        parent = parent.parent
+    for d in reversed(missing):
+        d.mkdir()
+        real = Path("/") / d.relative_to(upper)
+        if real.exists():
+            st = real.stat()
+            os.chmod(d, st.st_mode & 0o7777)
+            os.chown(d, st.st_uid, st.st_gid)
+        else:
+            os.chmod(d, 0o755)
+    tmp = target.with_name(target.name + ".sim-tmp")
+    tmp.write_bytes(content)
+    os.chmod(tmp, mode)
+    tmp.replace(target)
+
+
+def _capabilities_restricted() -> bool:
+    """True where root lacks capabilities (this CI kind lacks CAP_SYS_RESOURCE): `--privileged` then needs
+    the runc wrapper."""
+    last = int(Path("/proc/sys/kernel/cap_last_cap").read_text())
+    status = Path("/proc/self/status").read_text()
+    mask = int(next(line for line in status.splitlines() if line.startswith("CapBnd:")).split()[1], 16)
+    full = (1 << (last + 1)) - 1
+    return mask & full != full
+
+
+def _fs_type(path: Path) -> str:
+    return subprocess.run(["stat", "-f", "-c", "%T", str(path)], capture_output=True, text=True).stdout.strip()
+
+
+def _remove_cgroups(parent: str) -> None:
+    """dockerd creates <controller>/.../<parent>/<container> dirs; they outlive the host. Remove them."""
+    root = Path("/sys/fs/cgroup")
+    if not root.is_dir():
+        return
+    for dirpath, dirnames, _ in os.walk(root, topdown=True):
+        depth = len(Path(dirpath).relative_to(root).parts)
+        if parent in dirnames:
+            found = Path(dirpath) / parent
+            for sub, _, _ in sorted(os.walk(found), key=lambda t: -len(t[0])):
+                try:
+                    os.rmdir(sub)
+                except OSError:
+                    pass
+            dirnames.remove(parent)
+        if depth >= 3:
+            dirnames.clear()

@@ -1,0 +1,87 @@
+"""What cannot exist on a CPU machine, emulated at the hardware boundary for one simulated Spark.
+
+The emulators themselves (nvidia-smi, ibdev2netdev, ethtool, the NVIDIA container hook) are small scripts in
+host/; this module renders the data they read: /etc/sparkcluster-sim/hardware.json and a
+/sys/class/infiniband tree shaped like the mlx5 driver's (reference/spark-captures.md).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+import json
+from pathlib import Path
+
+from .topology import HostSpec, Nic
+
+GPU_NAME = "NVIDIA GB10"
+GB10_COMPUTE_CAP = "12.1"
+HARDWARE_JSON = "etc/sparkcluster-sim/hardware.json"
+EMULATORS = ("nvidia-smi", "ibdev2netdev", "ethtool", "nvidia-container-runtime-hook")
+
+
+def gpu_uuid(cluster: str, host: str) -> str:
+    digest = hashlib.sha256(f"{cluster}/{host}".encode()).hexdigest()
+    return f"GPU-{digest[:8]}-{digest[8:12]}-{digest[12:16]}-{digest[16:20]}-{digest[20:32]}"
+
+
+def hardware_doc(cluster: str, host: HostSpec) -> dict:
+    return {
+        "gpu": {
+            "name": GPU_NAME,
+            "driver_version": host.driver_version,
+            "compute_cap": GB10_COMPUTE_CAP,
+            "uuid": gpu_uuid(cluster, host.name),
+            "pci_bus_id": "0000000F:01:00.0",
+        },
+        "nics": [
+            {"netdev": n.netdev, "hca": n.hca, "cabled": n.cabled, "speed_mbps": n.speed_mbps} for n in host.nics
+        ],
+    }
+
+
+def hardware_json(cluster: str, host: HostSpec) -> str:
+    return json.dumps(hardware_doc(cluster, host), indent=2) + "\n"
+
+
+def _link_local_gid(mac: str) -> str:
+    """fe80::/64 with the EUI-64 of the MAC, as the kernel derives the RoCE default GID."""
+    octets = [int(x, 16) for x in mac.split(":")]
+    octets[0] ^= 0x02
+    eui = octets[:3] + [0xFF, 0xFE] + octets[3:]
+    groups = [f"{eui[i]:02x}{eui[i + 1]:02x}" for i in range(0, 8, 2)]
+    return ":".join(["fe80", "0000", "0000", "0000", *groups])
+
+
+def _ipv4_gid(address: ipaddress.IPv4Address) -> str:
+    """IPv4-mapped GID, e.g. 192.168.177.11 -> 0000:...:ffff:c0a8:b10b."""
+    packed = address.packed
+    return f"0000:0000:0000:0000:0000:ffff:{packed[0]:02x}{packed[1]:02x}:{packed[2]:02x}{packed[3]:02x}"
+
+
+def gid_table(nic: Nic) -> list[tuple[str, str]]:
+    """(gid, type) by index: 0/1 link-local RoCE v1/v2; 2/3 the IPv4-mapped pair when the port has an address."""
+    gids = [(_link_local_gid(nic.mac), "IB/RoCE v1"), (_link_local_gid(nic.mac), "RoCE v2")]
+    if nic.address is not None:
+        gids += [(_ipv4_gid(nic.address.ip), "IB/RoCE v1"), (_ipv4_gid(nic.address.ip), "RoCE v2")]
+    return gids
+
+
+def write_infiniband_tree(host: HostSpec, root: Path) -> None:
+    """Render /sys/class/infiniband for the host's four RDMA devices into `root` (bind-mounted read-only)."""
+    for nic in host.nics:
+        if nic.hca is None:
+            continue
+        dev = root / nic.hca
+        port = dev / "ports" / "1"
+        for sub in ("gids", "gid_attrs/types", "gid_attrs/ndevs"):
+            (port / sub).mkdir(parents=True, exist_ok=True)
+        (dev / "device" / "net" / nic.netdev).mkdir(parents=True, exist_ok=True)
+        (dev / "node_type").write_text("1: CA\n")
+        (port / "state").write_text("4: ACTIVE\n" if nic.cabled else "1: DOWN\n")
+        (port / "phys_state").write_text("5: LinkUp\n" if nic.cabled else "3: Disabled\n")
+        (port / "link_layer").write_text("Ethernet\n")
+        for index, (gid, kind) in enumerate(gid_table(nic)):
+            (port / "gids" / str(index)).write_text(gid + "\n")
+            (port / "gid_attrs" / "types" / str(index)).write_text(kind + "\n")
+            (port / "gid_attrs" / "ndevs" / str(index)).write_text(nic.netdev + "\n")

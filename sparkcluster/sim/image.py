@@ -1,0 +1,139 @@
+"""A registry-free container image for the simulated cluster (nothing can be pulled here).
+
+The rootfs is assembled from this machine's own binaries: bash and core tools, Debian's python3 with its
+standard library, and every shared library they load (found with ldd). It is written as a tar and handed
+to `docker import` inside a simulated host.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+import shutil
+import subprocess
+import tarfile
+import time
+from pathlib import Path
+
+from ..errors import SparkclusterError
+from .state import sim_root
+
+DEFAULT_TAG = "vllm-node"
+TOOLS = (
+    "bash", "sh", "env", "cat", "ls", "sleep", "ps", "hostname", "mkdir", "rm", "id", "true", "false", "echo",
+    "grep", "sed", "tail", "head", "cp", "mv", "ln", "chmod", "touch", "wc", "tr", "cut", "sort", "uname",
+    "kill", "ip", "ss", "python3", "python3.11",
+)
+PYTHON_STDLIB = Path("/usr/lib/python3.11")
+STDLIB_SKIP = {"test", "idlelib", "tkinter", "ensurepip", "lib2to3", "turtledemo", "__pycache__"}
+PASSWD = "root:x:0:0:root:/root:/bin/bash\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"
+GROUP = "root:x:0:\nnogroup:x:65534:\n"
+IMPORT_CHANGES = ("WORKDIR /workspace", "ENV PATH=/usr/local/bin:/usr/bin:/bin", 'CMD ["bash"]')
+
+
+def tar_path(tag: str) -> Path:
+    return sim_root() / "images" / (re.sub(r"[^A-Za-z0-9_.-]", "_", tag) + ".tar")
+
+
+def build(tag: str = DEFAULT_TAG, rebuild: bool = False) -> Path:
+    """Write the rootfs tar for `tag` (cached; about 1 s to build) and return its path."""
+    out = tar_path(tag)
+    if out.exists() and not rebuild:
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    files = _closure([_which(t) for t in TOOLS] + list(PYTHON_STDLIB.glob("lib-dynload/*.so")))
+    tmp = out.with_suffix(".partial")
+    with tarfile.open(tmp, "w") as tar:
+        added: set[str] = set()
+        for d, mode in (("workspace", 0o755), ("tmp", 0o1777), ("root", 0o700), ("etc", 0o755),
+                        ("proc", 0o755), ("sys", 0o755), ("dev", 0o755), ("usr/local/bin", 0o755)):
+            _add_dir(tar, d, mode, added)
+        for name, text in (("etc/passwd", PASSWD), ("etc/group", GROUP), ("etc/hostname", "vllm-node\n")):
+            _add_bytes(tar, name, text.encode(), 0o644)
+        for path in sorted(files):
+            _add_with_links(tar, Path(path), added)
+        for dirpath, dirnames, filenames in os.walk(PYTHON_STDLIB):
+            dirnames[:] = [d for d in dirnames if d not in STDLIB_SKIP]
+            for f in filenames:
+                _add_with_links(tar, Path(dirpath) / f, added)
+    tmp.replace(out)  # a half-written tar never looks like a finished image
+    return out
+
+
+def _which(tool: str) -> str:
+    path = shutil.which(tool, path="/usr/bin:/bin:/usr/sbin:/sbin")
+    if not path:
+        raise SparkclusterError(f"cannot build the test image: {tool} is not installed on this machine")
+    return path
+
+
+def _closure(paths: list) -> set[str]:
+    """The files plus every shared library (and the loader) they need, by ldd."""
+    out = {str(p) for p in paths}
+    for p in paths:
+        result = subprocess.run(["ldd", str(p)], capture_output=True, text=True)
+        for line in result.stdout.splitlines():
+            m = re.search(r"(/\S+) \(0x", line)
+            if m:
+                out.add(m.group(1))
+    return out
+
+
+def _add_dir(tar: tarfile.TarFile, name: str, mode: int, added: set[str]) -> None:
+    parts = Path(name).parts
+    for i in range(1, len(parts) + 1):
+        sub = "/".join(parts[:i])
+        if sub not in added:
+            info = tarfile.TarInfo(sub)
+            info.type, info.mode, info.mtime = tarfile.DIRTYPE, mode, int(time.time())
+            tar.addfile(info)
+            added.add(sub)
+
+
+def _add_bytes(tar: tarfile.TarFile, name: str, data: bytes, mode: int) -> None:
+    info = tarfile.TarInfo(name)
+    info.size, info.mode, info.mtime = len(data), mode, int(time.time())
+    tar.addfile(info, io.BytesIO(data))
+
+
+def _add_with_links(tar: tarfile.TarFile, path: Path, added: set[str]) -> None:
+    """Add `path` as the image sees it: every symlink on the way (merged /usr: /lib -> usr/lib) is added
+    as a symlink, and its target too, so the loader finds files under their usual names."""
+    current = Path("/")
+    for part in path.parts[1:]:
+        current = current / part
+        name = str(current)[1:]
+        if name in added:
+            if current.is_symlink():
+                target = Path(os.path.normpath(current.parent / os.readlink(current)))
+                _add_with_links(tar, target, added)
+                current = target
+            continue
+        if current.is_symlink():
+            added.add(name)
+            link = os.readlink(current)
+            info = tarfile.TarInfo(name)
+            info.type, info.linkname = tarfile.SYMTYPE, link
+            tar.addfile(info)
+            target = Path(os.path.normpath(current.parent / link))
+            _add_with_links(tar, target, added)
+            current = target
+        elif current.is_dir():
+            _add_dir(tar, name, current.stat().st_mode & 0o7777, added)
+        elif current.is_file():
+            added.add(name)
+            tar.add(str(current), arcname=name, recursive=False)
+
+
+def import_into(cluster, host_names: list[str], tag: str, tar: Path) -> None:
+    """`docker import` the rootfs tar as `tag` inside each named host (as its own engine sees it)."""
+    argv = ["docker", "import", *[a for c in IMPORT_CHANGES for a in ("-c", c)], "-", tag]
+    for name in host_names:
+        with open(tar, "rb") as stdin:
+            result = cluster.exec_in(name, argv, stdin=stdin, capture_output=True, text=False)
+        if result.returncode != 0:
+            raise SparkclusterError(
+                f"docker import on {name} failed: {result.stderr.decode(errors='replace').strip()}",
+                "is the cluster up with Docker? (`sparkcluster sim up N` without --no-docker)",
+            )

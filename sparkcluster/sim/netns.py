@@ -1,0 +1,117 @@
+"""Network plumbing of a simulated cluster: bridges, namespaces, veths, addresses, the LAN rate limit.
+
+Commands are built as data (pure functions, unit-tested) and run through `ip -batch` / `tc -batch`.
+Nothing here ever adds a default route: the simulated hosts can reach each other and this machine's
+bridge addresses, and nothing else.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import subprocess
+import time
+from collections.abc import Iterable
+
+from .topology import MGMT_NETDEV, HostSpec, Topology
+
+# tbf needs a bucket of at least rate/HZ; 256 KiB holds bursts at any rate we use without shaping jitter.
+TBF_BURST = "256kb"
+TBF_LATENCY = "50ms"
+
+
+def root_batch(topo: Topology) -> list[str]:
+    """`ip -batch` lines for the root namespace: bridges with the runner's address, namespaces, veths."""
+    lines = []
+    for bridge, address in topo.bridges.items():
+        mtu = 1500 if bridge.endswith("lan") else 9000
+        lines += [f"link add {bridge} mtu {mtu} type bridge", f"addr add {address} dev {bridge}", f"link set {bridge} up"]
+    for host in topo.hosts:
+        lines.append(f"netns add {host.netns}")
+        for nic in host.nics:
+            # MTU on both ends: with only the inner end at 9000, jumbo frames fail with ENOBUFS.
+            lines.append(
+                f"link add {nic.root_end} mtu {nic.mtu} type veth peer name {nic.netdev} "
+                f"mtu {nic.mtu} address {nic.mac} netns {host.netns}"
+            )
+            if nic.cabled:
+                lines.append(f"link set {nic.root_end} master {nic.bridge} up")
+            # An unplugged cable: the root end stays down, so the host sees no carrier.
+    return lines
+
+
+def host_batch(host: HostSpec) -> list[str]:
+    """`ip -n NS -batch` lines inside one host: loopback up, cabled ports addressed and up."""
+    lines = ["link set lo up"]
+    for nic in host.nics:
+        if nic.cabled:
+            lines += [f"addr add {nic.address} dev {nic.netdev}", f"link set {nic.netdev} up"]
+    return lines
+
+
+def lan_shaping(topo: Topology, rate: str) -> tuple[list[str], dict[str, list[str]]]:
+    """tc lines limiting the management link in both directions: (root-namespace lines, per-netns lines)."""
+    qdisc = f"root tbf rate {rate} burst {TBF_BURST} latency {TBF_LATENCY}"
+    root_lines = [f"qdisc add dev {h.nic(MGMT_NETDEV).root_end} {qdisc}" for h in topo.hosts]
+    host_lines = {h.netns: [f"qdisc add dev {MGMT_NETDEV} {qdisc}"] for h in topo.hosts}
+    return root_lines, host_lines
+
+
+def run_batch(tool: str, lines: Iterable[str], netns: str | None = None) -> None:
+    argv = [tool] + (["-n", netns] if netns else []) + ["-batch", "-"]
+    text = "\n".join(lines) + "\n"
+    result = subprocess.run(argv, input=text, capture_output=True, text=True)
+    if result.returncode != 0:
+        where = f" in {netns}" if netns else ""
+        raise RuntimeError(f"`{' '.join(argv)}`{where} failed: {result.stderr.strip()}")
+
+
+def create(topo: Topology, lan_rate: str) -> None:
+    run_batch("ip", root_batch(topo))
+    for host in topo.hosts:
+        run_batch("ip", host_batch(host), host.netns)
+    root_lines, host_lines = lan_shaping(topo, lan_rate)
+    run_batch("tc", root_lines)
+    for netns, lines in host_lines.items():
+        run_batch("tc", lines, netns)
+
+
+def destroy(topo: Topology, timeout: float = 10.0) -> list[str]:
+    """Delete namespaces (their veth ends go with them) and bridges. Returns what could not be removed."""
+    for host in topo.hosts:
+        if host.netns in list_netns():
+            subprocess.run(["ip", "netns", "del", host.netns], capture_output=True)
+    # The kernel tears a namespace's veths down asynchronously: wait for the root ends to vanish.
+    ends = {nic.root_end for h in topo.hosts for nic in h.nics}
+    deadline = time.monotonic() + timeout
+    while ends & set(list_links()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    for link in [*topo.bridges, *sorted(ends)]:
+        subprocess.run(["ip", "link", "del", link], capture_output=True)
+    ours = {h.netns for h in topo.hosts} | set(topo.bridges) | ends
+    return sorted(f"netns {n}" for n in ours & set(list_netns())) + sorted(
+        f"link {n}" for n in ours & set(list_links())
+    )
+
+
+def list_netns() -> list[str]:
+    out = subprocess.run(["ip", "-j", "netns", "list"], capture_output=True, text=True).stdout.strip()
+    return [entry["name"] for entry in json.loads(out)] if out else []
+
+
+def list_links() -> list[str]:
+    out = subprocess.run(["ip", "-j", "link", "show"], capture_output=True, text=True, check=True).stdout
+    return [link["ifname"] for link in json.loads(out)]
+
+
+def used_networks() -> list[ipaddress.IPv4Network]:
+    """Every IPv4 network this machine already has an address in or a route to (the default route excluded)."""
+    addrs = json.loads(subprocess.run(["ip", "-j", "-4", "addr"], capture_output=True, text=True, check=True).stdout)
+    routes = json.loads(subprocess.run(["ip", "-j", "-4", "route"], capture_output=True, text=True, check=True).stdout)
+    nets = [
+        ipaddress.IPv4Network(f"{info['local']}/{info['prefixlen']}", strict=False)
+        for link in addrs
+        for info in link.get("addr_info", [])
+    ]
+    nets += [ipaddress.IPv4Network(r["dst"], strict=False) for r in routes if r.get("dst") not in (None, "default")]
+    return nets

@@ -1,0 +1,22 @@
+"""How a simulated cluster looks in the terminal."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+
+def cluster(console: Console, doc: dict) -> None:
+    title = f"simulated cluster [bold]{doc['name']}[/bold] ({doc['status']}, docker {'on' if doc['docker'] else 'off'})"
+    table = Table(title=title, title_justify="left")
+    for column in ("host", "power", "management (enP7s7)", "QSFP twins", "port", "driver"):
+        table.add_column(column)
+    for h in doc["hosts"]:
+        table.add_row(
+            h["name"], "on" if h["running"] else "[red]off[/red]", h["mgmt_ip"], " ".join(h["fabric_ips"]),
+            str(h["cabled_port"]), h["driver"],
+        )
+    console.print(table)
+    console.print(f"inventory:   {doc['inventory']}")
+    console.print(f"ssh key:     {doc['key']}")
+    console.print(f"known_hosts: {doc['known_hosts']}")
