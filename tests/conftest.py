@@ -1,0 +1,29 @@
+"""Shared fixtures: a session-scoped simulated cluster built with the same code as `sparkcluster sim`."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from sparkcluster.sim import SimCluster, UpOptions
+from tests.helpers import SESSION_DRIVERS, SESSION_HOSTS, require_sim, unique_name
+
+
+@pytest.fixture(scope="session")
+def cluster() -> Iterator[SimCluster]:
+    """Three Sparks with a Docker engine each; spark-2 runs a 580 driver. Tests that change a host's
+    disk or processes must use `fresh_host` (or restore what they changed)."""
+    require_sim(docker=True)
+    c = SimCluster.up(UpOptions(count=SESSION_HOSTS, name=unique_name("session"), drivers=SESSION_DRIVERS))
+    try:
+        yield c
+    finally:
+        c.down()
+
+
+@pytest.fixture
+def fresh_host(cluster: SimCluster) -> Iterator[str]:
+    """spark-3, reset to a fresh disk after the test, whatever the test did to it."""
+    yield "spark-3"
+    cluster.reset("spark-3")

@@ -1,0 +1,38 @@
+"""Helpers shared by the tests: the simulator's prerequisites and running commands on simulated hosts."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+import pytest
+
+from sparkcluster.errors import UsageError
+from sparkcluster.sim import SimCluster, prerequisites
+
+# CI sets this so that a machine without the simulator's prerequisites fails loudly instead of skipping.
+REQUIRE_SIM = os.environ.get("SPARKCLUSTER_REQUIRE_SIM") == "1"
+SESSION_HOSTS = 3
+SESSION_DRIVERS = ("590.48.01", "580.95.05", "590.44.01")
+
+
+def require_sim(docker: bool = True) -> None:
+    try:
+        prerequisites.check(docker)
+    except UsageError as e:
+        if REQUIRE_SIM:
+            pytest.fail(f"simulated cluster unavailable: {e}")
+        pytest.skip(f"simulated cluster unavailable: {e.message}")
+
+
+def unique_name(tag: str) -> str:
+    return f"t{os.getpid() % 100000}-{tag}"
+
+
+def ssh(cluster: SimCluster, host: str, command: str, user: str | None = None, via: str = "mgmt",
+        check: bool = True) -> subprocess.CompletedProcess:
+    """Run `command` on a simulated host with the real OpenSSH client, the cluster's key and strict host keys."""
+    result = subprocess.run(cluster.ssh_argv(host, user, via) + [command], capture_output=True, text=True, timeout=60)
+    if check and result.returncode != 0:
+        raise AssertionError(f"ssh {host} {command!r} exited {result.returncode}: {result.stderr.strip()}")
+    return result

@@ -1,0 +1,117 @@
+import ipaddress
+
+import pytest
+
+from sparkcluster.sim.hardware import _ipv4_gid, gid_table, hardware_doc, write_infiniband_tree
+from sparkcluster.sim.netns import host_batch, lan_shaping, root_batch
+from sparkcluster.sim.topology import MGMT_NETDEV, Subnets, build_topology
+
+
+def topo(count=2, **kw):
+    return build_topology("lab", count, Subnets(120), kw.pop("drivers", ["590.48.01"]), **kw)
+
+
+def test_hosts_get_spark_names_and_eugr_style_addresses():
+    t = topo(3)
+    assert [h.name for h in t.hosts] == ["spark-1", "spark-2", "spark-3"]
+    assert [h.mgmt_ip for h in t.hosts] == ["192.168.120.11", "192.168.120.12", "192.168.120.13"]
+    assert t.hosts[0].fabric_ips == ("10.120.0.11", "10.120.1.11")
+
+
+def test_each_host_has_the_spark_nics_with_the_cabled_twins_on_separate_subnets():
+    h = topo().hosts[0]
+    assert [n.netdev for n in h.nics] == [MGMT_NETDEV, "enp1s0f0np0", "enP2p1s0f0np0", "enp1s0f1np1", "enP2p1s0f1np1"]
+    cabled = [n for n in h.nics if n.hca and n.cabled]
+    assert [(n.netdev, n.hca) for n in cabled] == [("enp1s0f1np1", "rocep1s0f1"), ("enP2p1s0f1np1", "roceP2p1s0f1")]
+    a, b = (n.address.network for n in cabled)
+    assert a != b
+    assert all(n.mtu == 9000 for n in cabled)
+    assert h.nic(MGMT_NETDEV).mtu == 1500
+
+
+def test_port0_cabling_moves_the_addresses_to_port_0_twins():
+    t = topo(2, port0_hosts=frozenset({"spark-2"}))
+    h2 = t.hosts[1]
+    assert h2.cabled_port == 0
+    assert {n.netdev for n in h2.nics if n.cabled and n.hca} == {"enp1s0f0np0", "enP2p1s0f0np0"}
+    assert h2.fabric_ips == ("10.120.0.12", "10.120.1.12")  # same wire, different port names
+
+
+def test_drivers_one_for_all_or_one_per_host():
+    assert [h.driver_version for h in topo(2, drivers=["580.95.05"]).hosts] == ["580.95.05"] * 2
+    assert [h.driver_version for h in topo(2, drivers=["580.95.05", "590.44"]).hosts] == ["580.95.05", "590.44"]
+    with pytest.raises(ValueError, match="one per host"):
+        topo(3, drivers=["1.2", "3.4"])
+
+
+@pytest.mark.parametrize("count", [0, 201])
+def test_host_count_bounds(count):
+    with pytest.raises(ValueError):
+        topo(count)
+
+
+def test_unknown_port0_host_is_rejected():
+    with pytest.raises(ValueError, match="spark-9"):
+        topo(2, port0_hosts=frozenset({"spark-9"}))
+
+
+def test_root_namespace_names_fit_the_kernel_limit_even_for_large_clusters():
+    t = build_topology("x" * 20, 200, Subnets(254), ["590.48.01"])
+    names = [*t.bridges, *(n.root_end for h in t.hosts for n in h.nics)]
+    assert max(len(n) for n in names) <= 15
+    assert len(set(names)) == len(names)
+
+
+def test_network_commands_never_add_a_route_and_set_jumbo_mtu_on_both_veth_ends():
+    t = topo(2)
+    lines = root_batch(t) + [l for h in t.hosts for l in host_batch(h)]
+    assert not any("route" in l for l in lines)
+    fabric = [l for l in lines if "peer name enp1s0f1np1" in l]
+    assert fabric and all(l.count("mtu 9000") == 2 for l in fabric)
+    # every bridge carries the runner's address, so fabric traffic from here never follows the default route
+    assert sum(l.startswith("addr add") and "dev sc120" in l for l in root_batch(t)) == 3
+    # the unplugged port's twins are created but never brought up
+    assert not any("enp1s0f0np0" in l for h in t.hosts for l in host_batch(h))
+
+
+def test_lan_shaping_limits_both_directions_of_every_management_link():
+    t = topo(2)
+    root_lines, host_lines = lan_shaping(t, "750mbit")
+    assert root_lines == [f"qdisc add dev {h.nic(MGMT_NETDEV).root_end} root tbf rate 750mbit burst 256kb latency 50ms"
+                          for h in t.hosts]
+    assert all(lines == ["qdisc add dev enP7s7 root tbf rate 750mbit burst 256kb latency 50ms"]
+               for lines in host_lines.values())
+
+
+def test_ipv4_mapped_gid_matches_the_captured_spark_format():
+    # reference/spark-captures.md: 192.168.177.11 -> 0000:0000:0000:0000:0000:ffff:c0a8:b10b
+    assert _ipv4_gid(ipaddress.IPv4Address("192.168.177.11")) == "0000:0000:0000:0000:0000:ffff:c0a8:b10b"
+
+
+def test_gid_table_has_roce_v2_ipv4_entry_only_on_addressed_ports():
+    h = topo().hosts[0]
+    up = h.nic("enp1s0f1np1")
+    down = h.nic("enp1s0f0np0")
+    assert [kind for _, kind in gid_table(up)] == ["IB/RoCE v1", "RoCE v2", "IB/RoCE v1", "RoCE v2"]
+    assert gid_table(up)[3][0].endswith(":0a78:000b")  # 10.120.0.11
+    assert len(gid_table(down)) == 2
+    assert gid_table(up)[0][0].startswith("fe80:0000:0000:0000:")
+
+
+def test_infiniband_tree_shape(tmp_path):
+    h = topo().hosts[0]
+    write_infiniband_tree(h, tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["roceP2p1s0f0", "roceP2p1s0f1", "rocep1s0f0", "rocep1s0f1"]
+    assert (tmp_path / "rocep1s0f1/ports/1/state").read_text() == "4: ACTIVE\n"
+    assert (tmp_path / "rocep1s0f0/ports/1/state").read_text() == "1: DOWN\n"
+    assert [p.name for p in (tmp_path / "rocep1s0f1/device/net").iterdir()] == ["enp1s0f1np1"]
+    assert (tmp_path / "roceP2p1s0f1/ports/1/gid_attrs/types/3").read_text() == "RoCE v2\n"
+
+
+def test_hardware_doc_is_a_gb10_with_the_hosts_driver():
+    doc = hardware_doc("lab", topo(2, drivers=["580.95.05", "590.44"]).hosts[1])
+    assert doc["gpu"]["name"] == "NVIDIA GB10"
+    assert doc["gpu"]["driver_version"] == "590.44"
+    assert doc["gpu"]["compute_cap"] == "12.1"
+    speeds = {n["netdev"]: n["speed_mbps"] for n in doc["nics"]}
+    assert speeds["enp1s0f1np1"] == 200000 and speeds["enP7s7"] == 10000
