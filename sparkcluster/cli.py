@@ -59,7 +59,8 @@ def cmd_sim_list(args: argparse.Namespace) -> int:
     clusters = [SimCluster.load(n).describe() for n in existing_names()]
     if args.json:
         _print_json(clusters)
-    elif not clusters:
+        return EXIT_OK
+    if not clusters:
         console.print("no simulated clusters (create one with `sparkcluster sim up 2`)")
     for doc in clusters:
         sim_render.cluster(console, doc)

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# One-time set-up of a fresh Debian/Ubuntu machine for sparkcluster and its simulated cluster (idempotent).
+# Installs the system packages the simulator needs and a virtual environment in .venv with sparkcluster.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+APT_PACKAGES=(openssh-server openssh-client sudo docker.io iproute2 iputils-ping util-linux procps rsync python3 python3-venv)
+missing=()
+for pkg in "${APT_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+  SUDO=$([ "$(id -u)" = 0 ] && echo "" || echo sudo)
+  echo "setup: installing ${missing[*]}"
+  $SUDO apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+
+if [ ! -x .venv/bin/python ]; then
+  python3 -m venv .venv
+fi
+.venv/bin/python -m pip install -q --disable-pip-version-check --upgrade "pip>=24" "setuptools>=68" wheel
+.venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test]'
+echo "setup: ready ($(.venv/bin/sparkcluster --version))"

@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Runs the whole test suite (unit tests, and integration tests on simulated clusters; needs root).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+./scripts/setup.sh
+# Simulated-cluster tests fail instead of skipping when the machine cannot run them.
+export SPARKCLUSTER_REQUIRE_SIM="${SPARKCLUSTER_REQUIRE_SIM:-1}"
+set +e
+.venv/bin/python -m pytest "$@"
+status=$?
+set -e
+if [ "$status" -eq 5 ]; then
+  echo "test.sh: pytest collected no tests; that is a failure" >&2
+  exit 1
+fi
+exit "$status"
