@@ -3,15 +3,24 @@
 from __future__ import annotations
 
 import argparse
+import getpass
 import json
 import os
 import sys
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 
 from rich.console import Console
 
 from . import __version__
-from .errors import EXIT_INTERRUPTED, EXIT_OK, SparkclusterError, UsageError
+from .errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, SparkclusterError, UsageError
+from .events import RunFinished
+from .facts import HostFacts, gather
+from .inventory import Inventory, find_inventory, load_inventory
+from .playbook import Playbook, load_playbook
+from .report import facts_table, make_reporter
+from .runner import DEFAULT_FORKS, Runner
+from .transport import Transport, Unreachable
 from .sim import render as sim_render
 from .sim.cluster import DEFAULT_DRIVER, DEFAULT_LAN_RATE, DEFAULT_NAME, DEFAULT_USER, SimCluster, UpOptions
 
@@ -21,6 +30,79 @@ err_console = Console(stderr=True)
 
 def _print_json(doc: object) -> None:
     print(json.dumps(doc, indent=2))
+
+
+# ---- inventory, transports ------------------------------------------------------------------------
+def _inventory(args: argparse.Namespace) -> Inventory:
+    path, reason = find_inventory(getattr(args, "inventory_arg", None) or args.inventory)
+    if not getattr(args, "json", False):
+        err_console.print(f"inventory: {path} ({reason})", highlight=False)
+    inventory = load_inventory(path)
+    if args.limit:
+        inventory = inventory.limit([n.strip() for n in args.limit.split(",") if n.strip()])
+    return inventory
+
+
+def _transports(inventory: Inventory, args: argparse.Namespace) -> dict[str, Transport]:
+    # Asked once, fed to sudo on stdin; never in argv, logs or --json.
+    password = getpass.getpass("BECOME (sudo) password: ") if getattr(args, "ask_become_pass", False) else None
+    return {h.name: Transport(h, trust_new_host_keys=args.trust_new_host_keys, sudo_password=password)
+            for h in inventory.hosts}
+
+
+# ---- facts, run -----------------------------------------------------------------------------------
+def cmd_facts(args: argparse.Namespace) -> int:
+    inventory = _inventory(args)
+    transports = _transports(inventory, args)
+    gathered: dict[str, HostFacts | Unreachable] = {}
+
+    def one(name: str) -> None:
+        try:
+            gathered[name] = gather(transports[name])
+        except Unreachable as e:
+            gathered[name] = e
+        finally:
+            transports[name].close()
+
+    with ThreadPoolExecutor(max_workers=min(args.forks, len(transports))) as pool:
+        list(pool.map(one, transports))
+    if args.json:
+        _print_json({name: ({"unreachable": v.message, "fix": v.fix} if isinstance(v, Unreachable) else v.to_json())
+                     for name, v in ((h.name, gathered[h.name]) for h in inventory.hosts)})
+    else:
+        for h in inventory.hosts:
+            value = gathered[h.name]
+            if isinstance(value, Unreachable):
+                console.print(f"[bold magenta]unreachable[/] {h.name} ({h.address}): {value.message}\n  fix: {value.fix}",
+                              highlight=False)
+            else:
+                facts_table(console, h.name, h.address, value)
+    return EXIT_FAILED if any(isinstance(v, Unreachable) for v in gathered.values()) else EXIT_OK
+
+
+def _extra_vars(pairs: list[str]) -> dict[str, str]:
+    out = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.isidentifier():
+            raise UsageError(f"-e {pair!r} is not KEY=VALUE", "e.g. -e min_driver=590.44")
+        out[key] = value
+    return out
+
+
+def run_playbook(playbook: Playbook, inventory: Inventory, args: argparse.Namespace,
+                 extra_vars: dict[str, object] | None = None) -> RunFinished:
+    reporter = make_reporter(console, json_output=args.json, show_diff=args.diff, out=sys.stdout)
+    runner = Runner(inventory, playbook, reporter, check=args.check, forks=args.forks,
+                    transports=_transports(inventory, args), extra_vars=extra_vars)
+    return runner.run()
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    playbook = load_playbook(args.playbook)  # all input is validated before any connection
+    extra = _extra_vars(args.extra_vars or [])
+    inventory = _inventory(args)
+    return run_playbook(playbook, inventory, args, extra).exit_code
 
 
 # ---- sim ------------------------------------------------------------------------------------------
@@ -120,6 +202,32 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"sparkcluster {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def connecting(p: argparse.ArgumentParser, inventory_positional: bool = True) -> argparse.ArgumentParser:
+        if inventory_positional:
+            p.add_argument("inventory_arg", nargs="?", metavar="INVENTORY", help="inventory file")
+        p.add_argument("-i", "--inventory", help="inventory file (else $SPARKCLUSTER_INVENTORY, ./inventory.yml, "
+                                                  "then the one the last bootstrap used)")
+        p.add_argument("--limit", help="comma-separated hosts or groups to act on")
+        p.add_argument("--forks", type=int, default=DEFAULT_FORKS, help=f"hosts in parallel (default {DEFAULT_FORKS})")
+        p.add_argument("--trust-new-host-keys", action="store_true",
+                       help="accept and record host keys not yet in known_hosts (never a changed key)")
+        p.add_argument("--json", action="store_true", help="machine-readable output")
+        return p
+
+    def changing(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+        p.add_argument("--check", action="store_true", help="show what would change; change nothing")
+        p.add_argument("--diff", action="store_true", help="show the changes made to files")
+        p.add_argument("--ask-become-pass", "-K", action="store_true", help="ask once for the sudo password")
+        return p
+
+    facts = connecting(commands.add_parser("facts", help="gather and show each host's facts"))
+    facts.set_defaults(func=cmd_facts)
+
+    run = changing(connecting(commands.add_parser("run", help="run a playbook"), inventory_positional=False))
+    run.add_argument("playbook", help="playbook file")
+    run.add_argument("-e", "--extra-vars", action="append", metavar="KEY=VALUE", help="a variable for templates")
+    run.set_defaults(func=cmd_run)
 
     sim = commands.add_parser("sim", help="a simulated Spark cluster on this machine (needs root)")
     sim_cmds = sim.add_subparsers(dest="sim_command", required=True, metavar="SIM_COMMAND")

@@ -1,0 +1,168 @@
+"""YAML playbooks -> Plays of Steps. Validated before any connection; arguments are Jinja2 templates
+rendered per host at run time with StrictUndefined (a missing variable is an error, never "")."""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import typing
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import jinja2
+import yaml
+
+from .errors import UsageError
+from .steps import REGISTRY, Step
+
+LINE = "__line__"
+PLAY_KEYS = {"name", "hosts", "require", "gather_facts", "steps"}
+
+
+class _LineLoader(yaml.SafeLoader):
+    """Records the line of every mapping, so errors can say file:line."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+        mapping = super().construct_mapping(node, deep=deep)
+        mapping[LINE] = node.start_mark.line + 1
+        return mapping
+
+
+@dataclass(frozen=True)
+class StepCall:
+    step: type[Step]
+    args: dict[str, Any]  # raw values; strings are templates
+    line: int
+
+    @property
+    def name(self) -> str:
+        return self.step.name
+
+
+@dataclass(frozen=True)
+class Play:
+    name: str
+    hosts: str  # all | head | workers | a group name | a host name
+    steps: tuple[StepCall, ...]
+    require_all: bool = False  # tensor parallelism needs every GPU: one failed host stops the run
+    gather_facts: bool = True
+
+
+@dataclass(frozen=True)
+class Playbook:
+    path: str
+    name: str
+    plays: tuple[Play, ...]
+
+
+def bundled(name: str) -> Path:
+    """A playbook shipped inside the package (playbooks/NAME.yml)."""
+    return Path(str(resources.files("sparkcluster.playbooks") / f"{name}.yml"))
+
+
+def load_playbook(path: str | Path) -> Playbook:
+    where = str(path)
+    try:
+        text = Path(path).read_text()
+    except FileNotFoundError:
+        raise UsageError(f"{where}: no such playbook", "check the path") from None
+    try:
+        doc = yaml.load(text, Loader=_LineLoader)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        line = f":{mark.line + 1}" if mark else ""
+        raise UsageError(f"{where}{line}: invalid YAML: {getattr(e, 'problem', e)}", "fix the YAML syntax") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("plays"), list) or not doc["plays"]:
+        raise UsageError(f"{where}: a playbook is a mapping with a non-empty `plays:` list",
+                         "see playbooks/*.yml in the package for examples")
+    plays = tuple(_play(where, raw) for raw in doc["plays"])
+    return Playbook(where, str(doc.get("name", Path(path).stem)), plays)
+
+
+def _play(where: str, raw: Any) -> Play:
+    if not isinstance(raw, dict):
+        raise UsageError(f"{where}: each play is a mapping with name, hosts and steps")
+    line = raw.get(LINE, 0)
+    _no_unknown(where, line, raw, PLAY_KEYS, "play")
+    require = raw.get("require", "none")
+    if require not in ("all", "none"):
+        raise UsageError(f"{where}:{line}: require must be 'all' or 'none', not {require!r}")
+    steps = raw.get("steps")
+    if not isinstance(steps, list) or not steps:
+        raise UsageError(f"{where}:{line}: play {raw.get('name', '?')!r} has no steps", "add a `steps:` list")
+    return Play(str(raw.get("name", "play")), str(raw.get("hosts", "all")),
+                tuple(_step(where, s) for s in steps), require == "all", bool(raw.get("gather_facts", True)))
+
+
+def _step(where: str, raw: Any) -> StepCall:
+    if not isinstance(raw, dict) or len([k for k in raw if k != LINE]) != 1:
+        raise UsageError(f"{where}: each step is `- domain.resource: {{args}}`")
+    line = raw[LINE]
+    name = next(k for k in raw if k != LINE)
+    if name not in REGISTRY:
+        raise UsageError(f"{where}:{line}: unknown step {name!r}{_did_you_mean(name, REGISTRY)}",
+                         f"known steps: {', '.join(sorted(REGISTRY))}")
+    step = REGISTRY[name]
+    args = raw[name] or {}
+    if not isinstance(args, dict):
+        raise UsageError(f"{where}:{line}: the arguments of {name} must be a mapping")
+    fields = step.arg_fields()
+    _no_unknown(where, line, args, set(fields), f"{name} argument")
+    missing = [f for f, spec in fields.items()
+               if spec.default is dataclasses.MISSING and spec.default_factory is dataclasses.MISSING and f not in args]
+    if missing:
+        raise UsageError(f"{where}:{line}: {name} needs {', '.join(missing)}")
+    return StepCall(step, {k: v for k, v in args.items() if k != LINE}, line)
+
+
+def _no_unknown(where: str, line: int, raw: dict, known: set[str], what: str) -> None:
+    for key in raw:
+        if key != LINE and key not in known:
+            raise UsageError(f"{where}:{line}: unknown {what} {key!r}{_did_you_mean(key, known)}",
+                             f"use one of: {', '.join(sorted(known))}")
+
+
+def _did_you_mean(word: str, choices: typing.Iterable[str]) -> str:
+    close = difflib.get_close_matches(word, list(choices), n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+# ---- per-host rendering ---------------------------------------------------------------------------
+_JINJA = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False)
+
+
+def render(value: Any, context: dict[str, Any]) -> Any:
+    if isinstance(value, str):
+        return _JINJA.from_string(value).render(context) if ("{{" in value or "{%" in value) else value
+    if isinstance(value, list):
+        return [render(v, context) for v in value]
+    if isinstance(value, dict):
+        return {k: render(v, context) for k, v in value.items() if k != LINE}
+    return value
+
+
+def build_args(call: StepCall, context: dict[str, Any]) -> Any:
+    """Render the call's arguments for one host and check them against the step's Args types."""
+    try:
+        values = render(call.args, context)
+    except jinja2.UndefinedError as e:
+        raise UsageError(f"line {call.line}: {call.name}: {e.message}",
+                         "define it in the inventory's vars or pass it with -e NAME=VALUE") from None
+    except jinja2.TemplateError as e:
+        raise UsageError(f"line {call.line}: {call.name}: template error: {e}", "fix the template") from None
+    hints = typing.get_type_hints(call.step.Args)
+    for key, value in values.items():
+        hint = hints[key]
+        if typing.get_origin(hint) is tuple:
+            if isinstance(value, str):
+                value = [value]
+            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                raise UsageError(f"line {call.line}: {call.name} {key} must be a list of strings")
+            values[key] = tuple(value)
+        elif hint is bool and not isinstance(value, bool):
+            raise UsageError(f"line {call.line}: {call.name} {key} must be true or false, not {value!r}")
+        elif hint is str and not isinstance(value, str):
+            values[key] = str(value)
+    return call.step.Args(**values)

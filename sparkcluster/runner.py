@@ -1,0 +1,206 @@
+"""Runs a playbook: plays in order (each a barrier), hosts in parallel inside a play, steps in order per host.
+
+For each step: check() -> Plan; a no-op is `ok`; otherwise apply() (unless --check) and check() again,
+which must now be a no-op (`changed`), or the step failed to converge. A failure is data on the event,
+never an exception crossing a thread. Unreachable hosts drop out of the rest of the run.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Mapping
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from typing import Any
+
+from .errors import UsageError
+from .events import (
+    Event, Failure, HostRecap, PlayFinished, PlayStarted, RunFinished, RunStarted, StepFinished, StepStarted,
+)
+from .facts import HostFacts, gather
+from .inventory import Host, Inventory
+from .playbook import Play, Playbook, StepCall, build_args
+from .steps import HostContext, StepFailed
+from .transport import Transport, Unreachable
+
+DEFAULT_FORKS = 16
+
+
+class Runner:
+    def __init__(
+        self,
+        inventory: Inventory,
+        playbook: Playbook,
+        emit: Callable[[Event], None],
+        *,
+        check: bool = False,
+        forks: int = DEFAULT_FORKS,
+        transports: Mapping[str, Transport] | None = None,
+        extra_vars: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.inventory = inventory
+        self.playbook = playbook
+        self.emit = emit
+        self.check = check
+        self.forks = max(1, forks)
+        self.transports = dict(transports or {h.name: Transport(h) for h in inventory.hosts})
+        self.extra_vars = dict(extra_vars or {})
+        self.facts: dict[str, HostFacts] = {}
+        self.recap = {h.name: HostRecap() for h in inventory.hosts}
+        self.failures: dict[str, Failure] = {}
+        self.down: set[str] = set()  # failed or unreachable: no further steps
+        self._cancel = threading.Event()
+        self._lock = threading.Lock()
+
+    # ---- public ------------------------------------------------------------------------------------
+    def run(self) -> RunFinished:
+        start = time.monotonic()
+        self.emit(RunStarted(self.playbook.name, tuple(h.name for h in self.inventory.hosts), self.check))
+        stopped_by = None
+        interrupted = False
+        try:
+            for play in self.playbook.plays:
+                hosts = self._select(play)
+                if play.require_all and any(h.name in self.down for h in hosts):
+                    stopped_by = play.name
+                    break
+                self._run_play(play, [h for h in hosts if h.name not in self.down])
+                if play.require_all and any(h.name in self.down for h in hosts):
+                    self.emit(PlayFinished(play.name, stopped_run=True))
+                    stopped_by = play.name
+                    break
+                self.emit(PlayFinished(play.name))
+        except KeyboardInterrupt:
+            interrupted = True
+            self._cancel.set()
+        finally:
+            for transport in self.transports.values():
+                transport.close()
+        result = RunFinished(self.recap, interrupted, stopped_by, time.monotonic() - start, dict(self.failures))
+        self.emit(result)
+        return result
+
+    # ---- plays -------------------------------------------------------------------------------------
+    def _select(self, play: Play) -> list[Host]:
+        selector = play.hosts
+        if selector == "all":
+            return list(self.inventory.hosts)
+        if selector == "head":
+            return [self.inventory.head]
+        if selector == "workers":
+            return list(self.inventory.workers)
+        chosen = [h for h in self.inventory.hosts if selector in h.groups or h.name == selector]
+        if not chosen:
+            raise UsageError(f"play {play.name!r} targets {selector!r}, which matches no host or group",
+                             "use all, head, workers, a group or a host name")
+        return chosen
+
+    def _run_play(self, play: Play, hosts: list[Host]) -> None:
+        self.emit(PlayStarted(play.name, tuple(h.name for h in hosts)))
+        if play.gather_facts:
+            self._parallel(hosts, self._gather)
+            hosts = [h for h in hosts if h.name not in self.down]
+        self._parallel(hosts, lambda host: self._run_steps(play, host))
+
+    def _parallel(self, hosts: list[Host], work: Callable[[Host], None]) -> None:
+        """Run `work` per host on up to `forks` threads; Ctrl-C stops waiting and cancels what has not started."""
+        if not hosts:
+            return
+        pool = ThreadPoolExecutor(max_workers=min(self.forks, len(hosts)))
+        futures: set[Future] = {pool.submit(work, h) for h in hosts}
+        try:
+            while futures:
+                _, futures = wait(futures, timeout=0.2, return_when=FIRST_COMPLETED)
+        except KeyboardInterrupt:
+            self._cancel.set()
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+        pool.shutdown(wait=True)
+
+    # ---- per host ----------------------------------------------------------------------------------
+    def _gather(self, host: Host) -> None:
+        if host.name in self.facts:
+            return
+        started = time.monotonic()
+        try:
+            facts = gather(self.transports[host.name])
+        except Unreachable as e:
+            self._finish(host, "facts", "gather facts", "unreachable", e.message, started,
+                         failure=Failure(e.message, e.fix))
+            return
+        with self._lock:
+            self.facts[host.name] = facts
+
+    def _run_steps(self, play: Play, host: Host) -> None:
+        for call in play.steps:
+            if self._cancel.is_set() or host.name in self.down:
+                return
+            self._run_step(play, host, call)
+
+    def _run_step(self, play: Play, host: Host, call: StepCall) -> None:
+        started = time.monotonic()
+        self.emit(StepStarted(host.name, play.name, call.name))
+        ctx = HostContext(host, self.transports[host.name], self.inventory, self.facts.get(host.name),
+                          self.facts, self.check)
+        try:
+            step = call.step(build_args(call, self._template_context(host)))
+            plan = step.check(ctx)
+            if plan.skip:
+                self._finish(host, play.name, call.name, "skipped", plan.reason, started)
+                return
+            if not plan.changes:
+                self._finish(host, play.name, call.name, "ok", plan.reason, started)
+                return
+            shown = tuple(c.display() for c in plan.commands)
+            if self.check:
+                self._finish(host, play.name, call.name, "changed", f"would {plan.reason}", started, shown, plan.diff)
+                return
+            step.apply(ctx, plan)
+            if not call.step.always_changes:
+                after = step.check(ctx)
+                if after.changes:
+                    raise StepFailed(f"did not converge: after applying, check still says {after.reason!r}",
+                                     "this is a bug in the step or something on the host reverts it; run again with --diff")
+            self._finish(host, play.name, call.name, "changed", plan.reason, started, shown, plan.diff)
+        except StepFailed as e:
+            result = e.result
+            failure = Failure(
+                e.message, e.fix,
+                command=result.command.display() if result else "",
+                exit_code=result.exit_code if result else None,
+                stderr_tail=result.stderr_tail() if result else "",
+            )
+            self._finish(host, play.name, call.name, "failed", e.message, started, failure=failure)
+        except Unreachable as e:
+            self._finish(host, play.name, call.name, "unreachable", e.message, started,
+                         failure=Failure(e.message, e.fix))
+        except UsageError as e:
+            self._finish(host, play.name, call.name, "failed", e.message, started, failure=Failure(e.message, e.fix))
+        except Exception as e:  # a bug must not kill the other hosts' threads; report it as this step's failure
+            message = f"internal error in {call.name}: {type(e).__name__}: {e}"
+            self._finish(host, play.name, call.name, "failed", message, started,
+                         failure=Failure(message, "please report this as a bug"))
+
+    def _template_context(self, host: Host) -> dict[str, Any]:
+        facts = self.facts.get(host.name)
+        return {
+            **dict(self.inventory.vars),
+            **dict(host.vars),
+            **self.extra_vars,
+            "host": host,
+            "inventory": self.inventory,
+            "facts": facts.to_json() if facts else {},
+        }
+
+    def _finish(self, host: Host, play: str, step: str, status: str, reason: str, started: float,
+                commands: tuple[str, ...] = (), diff: str | None = None, failure: Failure | None = None) -> None:
+        with self._lock:
+            recap = self.recap[host.name]
+            setattr(recap, status, getattr(recap, status) + 1)
+            if status in ("failed", "unreachable"):
+                self.down.add(host.name)
+                if failure:
+                    self.failures[host.name] = failure
+        self.emit(StepFinished(host.name, play, step, status, reason, time.monotonic() - started, commands, diff, failure))
+
+

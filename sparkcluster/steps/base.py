@@ -1,0 +1,91 @@
+"""The Step contract (DESIGN.md §4): check() only reads and returns a Plan; apply() carries it out;
+afterwards check() must return a no-op, or the step failed to converge."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from ..command import Command
+from ..facts import HostFacts
+from ..inventory import Host, Inventory
+from ..transport import Result, Transport
+
+
+@dataclass(frozen=True)
+class Plan:
+    reason: str  # why: "already in group docker", "spark is not in group docker"
+    commands: tuple[Command, ...] = ()
+    skip: bool = False  # the step does not apply to this host
+    diff: str | None = None  # for --diff: the file change this plan makes
+
+    @property
+    def changes(self) -> bool:
+        return bool(self.commands) and not self.skip
+
+
+class StepFailed(Exception):
+    """A step could not do its job. Carries the command's result where there was one, and the fix."""
+
+    def __init__(self, message: str, fix: str = "", result: Result | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.fix = fix
+        self.result = result
+
+
+@dataclass
+class HostContext:
+    host: Host
+    transport: Transport
+    inventory: Inventory
+    facts: HostFacts | None = None
+    all_facts: Mapping[str, HostFacts] = field(default_factory=dict)  # every reachable host's, by name
+    check_mode: bool = False
+
+    def run(self, command: Command) -> Result:
+        return self.transport.run(command)
+
+    def must(self, command: Command, fix: str = "") -> Result:
+        result = self.transport.run(command)
+        if not result.ok:
+            what = "timed out" if result.timed_out else f"exited {result.exit_code}"
+            raise StepFailed(f"`{command.display()}` {what}", fix, result)
+        return result
+
+
+class Step:
+    """Subclasses set `name` ("domain.resource"), an `Args` dataclass, and implement check()."""
+
+    name: ClassVar[str]
+    Args: ClassVar[type]
+    # Verbs such as command.run: whenever their plan has commands they change something, and check() after
+    # apply() cannot prove convergence, so it is not asked to.
+    always_changes: ClassVar[bool] = False
+    fix: ClassVar[str] = ""  # the default advice when one of this step's commands fails
+
+    def __init__(self, args: Any) -> None:
+        self.args = args
+
+    def check(self, ctx: HostContext) -> Plan:
+        raise NotImplementedError
+
+    def apply(self, ctx: HostContext, plan: Plan) -> None:
+        for command in plan.commands:
+            ctx.must(command, self.fix)
+
+    @classmethod
+    def arg_fields(cls) -> dict[str, dataclasses.Field]:
+        return {f.name: f for f in dataclasses.fields(cls.Args)}
+
+
+REGISTRY: dict[str, type[Step]] = {}
+
+
+def register(cls: type[Step]) -> type[Step]:
+    if cls.name in REGISTRY:
+        raise RuntimeError(f"step {cls.name} registered twice")
+    REGISTRY[cls.name] = cls
+    return cls

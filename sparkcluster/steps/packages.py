@@ -1,0 +1,31 @@
+"""packages.present: Debian packages installed with apt (needs sudo)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .base import HostContext, Plan, Step, register
+from ..command import Command
+
+
+@dataclass(frozen=True)
+class PackagesArgs:
+    names: tuple[str, ...]
+
+
+@register
+class PackagesPresent(Step):
+    name = "packages.present"
+    Args = PackagesArgs
+    fix = "check the node's apt sources and network, or install the packages by hand"
+
+    def check(self, ctx: HostContext) -> Plan:
+        query = Command.argv(["dpkg-query", "-W", "-f", "${Package} ${Status}\n", *self.args.names])
+        out = ctx.run(query).stdout
+        installed = {line.split()[0] for line in out.splitlines() if line.endswith("install ok installed")}
+        missing = [n for n in self.args.names if n not in installed]
+        if not missing:
+            return Plan(f"installed: {', '.join(self.args.names)}")
+        install = Command.argv(["apt-get", "install", "-y", "-q", "--no-install-recommends", *missing],
+                               sudo=True, env={"DEBIAN_FRONTEND": "noninteractive"}, timeout=900)
+        return Plan(f"missing: {', '.join(missing)}", (Command("apt-get update -q", sudo=True, timeout=600), install))

@@ -1,0 +1,250 @@
+"""One SSH connection per host per run (Fabric for ssh_config, paramiko for exec/SFTP), host keys verified.
+
+A failed command is data (Result), never an exception; only a host that cannot be reached, or that drops
+off during a run, raises Unreachable, which the runner records as that host's status.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import posixpath
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import paramiko
+from fabric import Config, Connection
+
+from .command import Command
+from .inventory import Host
+
+CONNECT_TIMEOUT_S = 10
+CONNECT_ATTEMPTS = 3
+RETRY_BACKOFF_S = 0.5  # doubled after each failed attempt
+
+
+class Unreachable(Exception):
+    """The host could not be reached or dropped off; `fix` says what to try."""
+
+    def __init__(self, message: str, fix: str) -> None:
+        super().__init__(message)
+        self.message = message
+        self.fix = fix
+
+
+@dataclass(frozen=True)
+class Result:
+    command: Command
+    exit_code: int  # -1 when the command was cut off by its timeout
+    stdout: str
+    stderr: str
+    duration: float
+    timed_out: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0
+
+    def stderr_tail(self, lines: int = 10) -> str:
+        return "\n".join(self.stderr.strip().splitlines()[-lines:])
+
+
+class _TrustNewKeys(paramiko.MissingHostKeyPolicy):
+    """--trust-new-host-keys: accept an unknown key and append it to ~/.ssh/known_hosts (never a changed key:
+    paramiko raises BadHostKeyException for that before consulting the policy)."""
+
+    def missing_host_key(self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey) -> None:
+        path = Path.home() / ".ssh" / "known_hosts"
+        path.parent.mkdir(mode=0o700, exist_ok=True)
+        with open(path, "a") as f:
+            f.write(f"{hostname} {key.get_name()} {key.get_base64()}\n")
+        client.get_host_keys().add(hostname, key.get_name(), key)
+
+
+class Transport:
+    """The connection to one host, opened lazily once and reused by every step of the run."""
+
+    def __init__(self, host: Host, *, trust_new_host_keys: bool = False, sudo_password: str | None = None) -> None:
+        self.host = host
+        self.trust_new_host_keys = trust_new_host_keys
+        self.sudo_password = sudo_password
+        self._connection: Connection | None = None
+        self._sftp: paramiko.SFTPClient | None = None
+        self._lock = threading.Lock()
+
+    # ---- connection --------------------------------------------------------------------------------
+    def _connect(self) -> Connection:
+        with self._lock:
+            if self._connection is not None and self._connection.is_connected:
+                return self._connection
+            if self._connection is not None:
+                raise Unreachable(f"lost the connection to {self.host.address}", _reachability_fix(self.host))
+            self._connection = self._open_with_retries()
+            return self._connection
+
+    def _open_with_retries(self) -> Connection:
+        host = self.host
+        delay = RETRY_BACKOFF_S
+        for attempt in range(1, CONNECT_ATTEMPTS + 1):
+            conn = self._new_connection()
+            try:
+                conn.open()
+                return conn
+            except paramiko.BadHostKeyException as e:
+                raise Unreachable(
+                    f"the host key of {host.address} has CHANGED (got {e.key.get_name()} "
+                    f"{e.key.get_fingerprint().hex()}); refusing to connect",
+                    f"if the host was re-installed, remove its old key: ssh-keygen -R {host.address}",
+                ) from None
+            except paramiko.SSHException as e:
+                if "not found in known_hosts" in str(e):
+                    raise Unreachable(
+                        f"{host.address} is not in known_hosts, so its identity cannot be verified",
+                        f"connect once with `ssh {host.address}` and check the fingerprint, add it to the "
+                        "inventory's known_hosts file, or re-run with --trust-new-host-keys",
+                    ) from None
+                if isinstance(e, paramiko.AuthenticationException):
+                    raise Unreachable(
+                        f"authentication as {conn.user}@{host.address} failed: {e}",
+                        f"check `key:` in the inventory, or install the key: ssh-copy-id {conn.user}@{host.address}",
+                    ) from None
+                error: Exception = e
+            except (OSError, EOFError) as e:
+                error = e
+            conn.close()
+            if attempt < CONNECT_ATTEMPTS:
+                time.sleep(delay)
+                delay *= 2
+        raise Unreachable(
+            f"cannot connect to {host.address}:{host.port} after {CONNECT_ATTEMPTS} attempts: {error}",
+            _reachability_fix(host),
+        )
+
+    def _new_connection(self) -> Connection:
+        host = self.host
+        config = Config(overrides={"run": {"in_stream": False}})
+        kwargs: dict[str, object] = {}
+        if host.key:
+            # The inventory names the key: do not also offer every agent and default key.
+            kwargs.update(key_filename=host.key, look_for_keys=False, allow_agent=False)
+        conn = Connection(
+            host.address, user=host.user, port=host.port, config=config,
+            connect_timeout=CONNECT_TIMEOUT_S, connect_kwargs=kwargs,
+        )
+        # Fabric defaults to AutoAddPolicy; host keys must be verified.
+        for path in _known_hosts_files(conn, host):
+            conn.client.load_host_keys(str(path))
+        conn.client.set_missing_host_key_policy(
+            _TrustNewKeys() if self.trust_new_host_keys else paramiko.RejectPolicy()
+        )
+        return conn
+
+    def close(self) -> None:
+        with self._lock:
+            if self._sftp is not None:
+                self._sftp.close()
+            if self._connection is not None:
+                self._connection.close()
+
+    # ---- commands ----------------------------------------------------------------------------------
+    def run(self, command: Command) -> Result:
+        """Run one command; its output and exit code come back as a Result, whatever they are."""
+        conn = self._connect()
+        use_password = command.sudo and self.sudo_password is not None
+        stdin = (self.sudo_password + "\n" if use_password else "") + (command.stdin or "")
+        start = time.monotonic()
+        try:
+            channel = conn.transport.open_session()
+            channel.settimeout(1.0)
+            channel.exec_command(command.line(sudo_password=use_password))
+            if stdin:
+                channel.sendall(stdin.encode())
+            channel.shutdown_write()  # EOF: a command reading stdin must not wait for more
+            stdout, stderr = io.BytesIO(), io.BytesIO()
+            deadline = start + command.timeout
+            while True:
+                _drain(channel, stdout, stderr)
+                if channel.exit_status_ready() and not channel.recv_ready() and not channel.recv_stderr_ready():
+                    break
+                if time.monotonic() > deadline:
+                    channel.close()
+                    stderr.write(f"\n(timed out after {command.timeout:.0f} s)".encode())
+                    return Result(command, -1, _text(stdout), _text(stderr), time.monotonic() - start, timed_out=True)
+                if channel.closed and not channel.exit_status_ready():
+                    raise EOFError("channel closed before the command finished")
+                time.sleep(0.002)
+            code = channel.recv_exit_status()
+            channel.close()
+            if code == -1:  # paramiko's value for a channel that closed without an exit status
+                raise EOFError("the connection closed before the command finished")
+        except (paramiko.SSHException, OSError, EOFError) as e:
+            raise Unreachable(f"{self.host.address} dropped off while running `{command.display()}`: {e}",
+                              _reachability_fix(self.host)) from None
+        return Result(command, code, _text(stdout), _text(stderr), time.monotonic() - start)
+
+    # ---- files -------------------------------------------------------------------------------------
+    def sftp(self) -> paramiko.SFTPClient:
+        conn = self._connect()
+        with self._lock:
+            if self._sftp is None:
+                self._sftp = conn.sftp()  # a channel on the same connection, not a second login
+            return self._sftp
+
+    def read_file(self, path: str) -> bytes | None:
+        """A remote file's bytes, or None when it does not exist. `path` must be absolute."""
+        try:
+            with self.sftp().open(path, "rb") as f:
+                return f.read()
+        except FileNotFoundError:
+            return None
+        except PermissionError:
+            raise
+        except (paramiko.SSHException, OSError, EOFError) as e:
+            raise Unreachable(f"{self.host.address} dropped off while reading {path}: {e}",
+                              _reachability_fix(self.host)) from None
+
+    def write_file_atomic(self, path: str, content: bytes, mode: int) -> None:
+        """Write as the login user: a temp file beside the target, chmod, then rename over it, so a reader
+        never sees a half-written file and an interrupted write leaves the old one intact."""
+        tmp = posixpath.join(posixpath.dirname(path), f".{posixpath.basename(path)}.{uuid.uuid4().hex[:8]}.tmp")
+        sftp = self.sftp()
+        try:
+            with sftp.open(tmp, "wb") as f:
+                f.set_pipelined(True)
+                f.write(content)
+            sftp.chmod(tmp, mode)
+            sftp.posix_rename(tmp, path)
+        except BaseException:
+            try:
+                sftp.remove(tmp)
+            except OSError:
+                pass
+            raise
+
+
+def _drain(channel: paramiko.Channel, stdout: io.BytesIO, stderr: io.BytesIO) -> None:
+    while channel.recv_ready():
+        stdout.write(channel.recv(65536))
+    while channel.recv_stderr_ready():
+        stderr.write(channel.recv_stderr(65536))
+
+
+def _text(buf: io.BytesIO) -> str:
+    return buf.getvalue().decode(errors="replace")
+
+
+def _known_hosts_files(conn: Connection, host: Host) -> list[Path]:
+    candidates = [Path.home() / ".ssh" / "known_hosts"]
+    for value in conn.ssh_config.get("userknownhostsfile", "").split():
+        candidates.append(Path(os.path.expanduser(value)))
+    if host.known_hosts:
+        candidates.append(Path(host.known_hosts))
+    return [p for p in candidates if p.is_file()]
+
+
+def _reachability_fix(host: Host) -> str:
+    return f"check that {host.address} is powered on and reachable: ssh -p {host.port} {host.address} true"
+

@@ -1,0 +1,161 @@
+"""The runner with a scripted fake transport: ordering, statuses, failure policy, check mode, recap."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from sparkcluster.command import Command
+from sparkcluster.events import PlayFinished, RunFinished, StepFinished
+from sparkcluster.facts import PROBE_SCRIPT
+from sparkcluster.inventory import Host, Inventory
+from sparkcluster.playbook import load_playbook
+from sparkcluster.runner import Runner
+from sparkcluster.transport import Result, Unreachable
+
+PROBE_OUTPUT = (Path(__file__).parent.parent / "fixtures" / "probe-spark.txt")
+
+
+class FakeTransport:
+    """Answers commands from a script of (regex, exit code, stdout, stderr); keeps files in a dict."""
+
+    def __init__(self, name: str, script: list[tuple[str, int, str, str]], unreachable: bool = False) -> None:
+        self.name = name
+        self.script = script
+        self.unreachable = unreachable
+        self.files: dict[str, bytes] = {}
+        self.ran: list[str] = []
+        self.closed = False
+
+    def run(self, command: Command) -> Result:
+        if self.unreachable:
+            raise Unreachable(f"cannot connect to {self.name}", "power it on")
+        self.ran.append(command.script)
+        if command.script == PROBE_SCRIPT:
+            return Result(command, 0, PROBE_OUTPUT.read_text(), "", 0.01)
+        for pattern, code, out, err in self.script:
+            if re.search(pattern, command.script):
+                return Result(command, code, out, err, 0.01)
+        return Result(command, 0, "", "", 0.01)
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def inventory(n: int = 3) -> Inventory:
+    hosts = tuple(Host(name=f"spark-{i}", address=f"10.0.0.{i}", role="head" if i == 1 else "worker")
+                  for i in range(1, n + 1))
+    return Inventory(path=Path("inv.yml"), name="t", hosts=hosts, vars={"greeting": "hi"})
+
+
+def playbook(tmp_path: Path, text: str):
+    path = tmp_path / "pb.yml"
+    path.write_text(text)
+    return load_playbook(path)
+
+
+def run(tmp_path, text, transports, check=False):
+    events = []
+    runner = Runner(inventory(len(transports)), playbook(tmp_path, text), events.append, check=check,
+                    transports=transports)
+    return runner.run(), events
+
+
+TWO_PLAYS = """
+plays:
+  - name: prepare
+    steps:
+      - command.run: {cmd: "echo {{ greeting }} from {{ host.name }}"}
+      - command.run: {cmd: "second-step"}
+  - name: cluster
+    require: all
+    steps:
+      - command.run: {cmd: "needs-everyone"}
+"""
+
+
+def test_steps_run_in_order_with_templates_rendered_per_host(tmp_path):
+    transports = {f"spark-{i}": FakeTransport(f"spark-{i}", []) for i in (1, 2, 3)}
+    result, events = run(tmp_path, TWO_PLAYS, transports)
+    assert result.exit_code == 0
+    for name, t in transports.items():
+        assert t.ran[1:] == [f"echo hi from {name}", "second-step", "needs-everyone"]
+        assert t.closed
+    assert all(r.changed == 3 and r.failed == 0 for r in result.recap.values())
+
+
+def test_failure_is_data_with_command_exit_code_stderr_and_fix(tmp_path):
+    transports = {
+        "spark-1": FakeTransport("spark-1", []),
+        "spark-2": FakeTransport("spark-2", [("second-step", 3, "", "line1\nboom: disk full\n")]),
+    }
+    text = TWO_PLAYS.replace('cmd: "second-step"', 'cmd: "second-step", fix: "free some disk"')
+    result, events = run(tmp_path, text, transports)
+    failure = result.failures["spark-2"]
+    assert failure.command == "second-step" and failure.exit_code == 3
+    assert failure.stderr_tail.endswith("boom: disk full") and failure.fix == "free some disk"
+    assert result.recap["spark-2"].failed == 1
+    # the require: all play stopped the run, so no host got to it
+    assert "needs-everyone" not in transports["spark-1"].ran
+    assert result.stopped_by == "cluster"
+    assert result.exit_code == 1
+
+
+def test_unreachable_host_drops_out_and_the_others_finish(tmp_path):
+    transports = {"spark-1": FakeTransport("spark-1", []), "spark-2": FakeTransport("spark-2", [], unreachable=True)}
+    text = TWO_PLAYS.replace("require: all", "require: none")
+    result, events = run(tmp_path, text, transports)
+    assert result.recap["spark-2"].unreachable == 1 and result.recap["spark-2"].changed == 0
+    assert transports["spark-1"].ran[-1] == "needs-everyone"
+    assert result.exit_code == 1
+    assert any(isinstance(e, StepFinished) and e.status == "unreachable" and e.host == "spark-2" for e in events)
+
+
+def test_check_mode_plans_but_runs_nothing_that_changes(tmp_path):
+    transports = {"spark-1": FakeTransport("spark-1", [])}
+    result, events = run(tmp_path, TWO_PLAYS, transports, check=True)
+    assert transports["spark-1"].ran == [PROBE_SCRIPT]  # only the read-only probe
+    finished = [e for e in events if isinstance(e, StepFinished)]
+    assert all(e.status == "changed" and e.reason.startswith("would ") for e in finished)
+    assert finished[0].commands == ("echo hi from spark-1",)
+
+
+def test_undefined_template_variable_fails_the_step_not_the_run(tmp_path):
+    transports = {"spark-1": FakeTransport("spark-1", []), "spark-2": FakeTransport("spark-2", [])}
+    text = """
+plays:
+  - name: p
+    steps:
+      - command.run: {cmd: "echo {{ no_such_var }}"}
+"""
+    result, _ = run(tmp_path, text, transports)
+    failure = result.failures["spark-1"]
+    assert not failure.message.startswith("internal error")
+    assert "'no_such_var' is undefined" in failure.message and "-e NAME=VALUE" in failure.fix
+    assert result.exit_code == 1
+
+
+def test_events_close_with_play_and_run_finished(tmp_path):
+    transports = {"spark-1": FakeTransport("spark-1", [])}
+    _, events = run(tmp_path, TWO_PLAYS, transports)
+    assert isinstance(events[-1], RunFinished)
+    assert [e.play for e in events if isinstance(e, PlayFinished)] == ["prepare", "cluster"]
+
+
+@pytest.mark.parametrize("text,message", [
+    ("plays: []", "non-empty `plays:`"),
+    ("plays:\n  - name: x\n    steps:\n      - comand.run: {cmd: x}\n", "did you mean 'command.run'"),
+    ("plays:\n  - name: x\n    steps:\n      - command.run: {cmnd: x}\n", "did you mean 'cmd'"),
+    ("plays:\n  - name: x\n    steps:\n      - command.run: {}\n", "needs cmd"),
+    ("plays:\n  - name: x\n    require: most\n    steps:\n      - command.run: {cmd: x}\n", "require must be"),
+    ("plays:\n  - name: x\n    stepz: []\n", "did you mean 'steps'"),
+    ("plays: [\n", "invalid YAML"),
+])
+def test_playbook_errors_name_the_line_and_the_fix(tmp_path, text, message):
+    from sparkcluster.errors import UsageError
+
+    with pytest.raises(UsageError) as info:
+        playbook(tmp_path, text)
+    assert message in str(info.value)
