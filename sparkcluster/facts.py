@@ -21,38 +21,30 @@ PROBE_SCRIPT = r"""
 sec() { printf '%s %s\n' '@@sparkcluster@@' "$1"; }
 have() { command -v "$1" >/dev/null 2>&1; }
 PATH="$PATH:/usr/sbin:/sbin"
-sec uname; uname -m; uname -r; hostname
-sec os; ( . /etc/os-release 2>/dev/null && echo "$PRETTY_NAME" )
-sec id; id -un; id -u; id -Gn; echo "$HOME"
+sec uname; uname -m; uname -r; uname -n
+sec os; while IFS='=' read -r k v; do [ "$k" = PRETTY_NAME ] && { v=${v#\"}; echo "${v%\"}"; }; done < /etc/os-release
+sec id; id; echo "$HOME"
 sec nvidia-smi
 if have nvidia-smi; then nvidia-smi --query-gpu=name,driver_version,compute_cap --format=csv,noheader 2>&1; echo "rc=$?"
 else echo "@missing"; fi
 sec ibdev2netdev
 if have ibdev2netdev; then ibdev2netdev 2>&1; else echo "@missing"; fi
-sec sys-infiniband
-for d in /sys/class/infiniband/*; do
-  [ -d "$d" ] || continue
-  for p in "$d"/ports/*; do
-    echo "${d##*/}|${p##*/}|$(ls "$d/device/net" 2>/dev/null | head -n 1)|$(cat "$p/state" 2>/dev/null)"
-  done
-done
-sec gids
-for d in /sys/class/infiniband/*; do
-  [ -d "$d" ] || continue
-  for p in "$d"/ports/*; do
-    for g in "$p"/gids/*; do
-      i=${g##*/}; t=$(cat "$p/gid_attrs/types/$i" 2>/dev/null) || continue
-      echo "${d##*/} ${p##*/} $i $(cat "$g") $(cat "$p/gid_attrs/ndevs/$i" 2>/dev/null) $t"
-    done
-  done
-done
+sec sysfs
+# One process reads every RDMA port state and GID slot (empty GID slots fail to read; -s hides that).
+grep -s -H . /sys/class/infiniband/*/ports/*/state /sys/class/infiniband/*/ports/*/gids/* \
+  /sys/class/infiniband/*/ports/*/gid_attrs/types/* /sys/class/infiniband/*/ports/*/gid_attrs/ndevs/*
+ls -d /sys/class/infiniband/*/device/net/* 2>/dev/null
 sec ip-addr
 if have ip; then ip -j addr 2>/dev/null; else echo "@missing"; fi
 sec speeds
+# ethtool only where a link is up: a down port has no speed, and each call is a process.
 for i in /sys/class/net/*; do
-  n=${i##*/}
-  s=$(ethtool "$n" 2>/dev/null | sed -n 's/^[[:space:]]*Speed: //p')
-  echo "$n ${s:--} $(cat "$i/speed" 2>/dev/null || echo -)"
+  n=${i##*/}; read -r state < "$i/operstate" || state=
+  [ "$state" = up ] || continue
+  out=$(ethtool "$n" 2>/dev/null); s=
+  case $out in *"Speed: "*) s=${out#*Speed: }; s=${s%%[[:space:]]*} ;; esac
+  read -r sysfs < "$i/speed" 2>/dev/null || sysfs=-
+  echo "$n ${s:--} ${sysfs:--}"
 done
 sec docker
 echo "cli=$(command -v docker)"
@@ -63,7 +55,7 @@ if have docker; then v=$(docker version --format '{{.Server.Version}}' 2>&1); ec
 sec hf
 hf=${HF_HOME:-$HOME/.cache/huggingface}
 echo "$hf"
-d=$hf; while [ ! -e "$d" ]; do d=$(dirname "$d"); done
+d=$hf; while [ ! -e "$d" ]; do d=${d%/*}; d=${d:-/}; done
 df -Pk "$d" 2>/dev/null | tail -n 1
 """
 
@@ -199,25 +191,34 @@ def parse_ibdev2netdev(lines: list[str]) -> tuple[RdmaDevice, ...] | None:
     return tuple(devices)
 
 
-def parse_sys_infiniband(lines: list[str]) -> tuple[RdmaDevice, ...]:
-    """`<hca>|<port>|<netdev>|<state file>` lines, e.g. `rocep1s0f1|1|enp1s0f1np1|4: ACTIVE` (netdev may be empty)."""
-    devices = []
-    for line in lines:
-        parts = line.split("|")
-        if len(parts) == 4 and parts[1].isdigit():
-            devices.append(RdmaDevice(parts[0], int(parts[1]), parts[2], "ACTIVE" in parts[3]))
-    return tuple(devices)
+SYSFS_PORT = re.compile(r"^/sys/class/infiniband/([^/]+)/ports/(\d+)/(state|gids/\d+|gid_attrs/types/\d+|gid_attrs/ndevs/\d+):(.*)$")
+SYSFS_NETDEV = re.compile(r"^/sys/class/infiniband/([^/]+)/device/net/([^/]+)$")
 
 
-def parse_gids(lines: list[str]) -> tuple[Gid, ...]:
-    gids = []
+def parse_sysfs(lines: list[str]) -> tuple[tuple[RdmaDevice, ...], tuple[Gid, ...]]:
+    """`grep -H .` over /sys/class/infiniband (`<path>:<content>`) plus `ls -d .../device/net/*` lines ->
+    RDMA devices (state `4: ACTIVE` = up) and the populated GID table entries."""
+    states: dict[tuple[str, int], bool] = {}
+    netdevs: dict[str, str] = {}
+    slots: dict[tuple[str, int, int], dict[str, str]] = {}
     for line in lines:
-        parts = line.split(maxsplit=5)
-        if len(parts) == 6 and parts[1].isdigit() and parts[2].isdigit():
-            if set(parts[3].replace(":", "")) == {"0"}:
-                continue  # an empty slot of the GID table
-            gids.append(Gid(parts[0], int(parts[1]), int(parts[2]), parts[3], parts[4], parts[5]))
-    return tuple(gids)
+        if m := SYSFS_NETDEV.match(line):
+            netdevs.setdefault(m[1], m[2])
+        elif m := SYSFS_PORT.match(line):
+            hca, port, what, value = m[1], int(m[2]), m[3], m[4].strip()
+            if what == "state":
+                states[(hca, port)] = "ACTIVE" in value
+            else:
+                kind, index = what.rsplit("/", 1)
+                slots.setdefault((hca, port, int(index)), {})[kind] = value
+    devices = tuple(RdmaDevice(hca, port, netdevs.get(hca, ""), up) for (hca, port), up in sorted(states.items()))
+    gids = tuple(
+        Gid(hca, port, index, s["gids"], s.get("gid_attrs/ndevs", netdevs.get(hca, "")), s["gid_attrs/types"])
+        for (hca, port, index), s in sorted(slots.items())
+        # An unused slot reads as all zeros and has no type.
+        if "gids" in s and "gid_attrs/types" in s and set(s["gids"].replace(":", "")) != {"0"}
+    )
+    return devices, gids
 
 
 def parse_ethtool_speed(value: str) -> int | None:
@@ -279,6 +280,20 @@ def parse_docker(lines: list[str]) -> Docker:
     )
 
 
+ID_PART = re.compile(r"(\w+)=(\d+)\(([^)]*)\)")
+
+
+def parse_id(line: str) -> tuple[str, int, tuple[str, ...]]:
+    """`uid=1000(spark) gid=1000(spark) groups=1000(spark),27(sudo),998(docker)` -> user, uid, group names."""
+    user, uid, groups = "", -1, []
+    for m in ID_PART.finditer(line):
+        if m[1] == "uid":
+            user, uid = m[3], int(m[2])
+    if "groups=" in line:
+        groups = [g.split("(")[1].rstrip(")") for g in line.split("groups=", 1)[1].split(",") if "(" in g]
+    return user, uid, tuple(groups)
+
+
 def parse_df_free_bytes(line: str) -> int | None:
     """Last line of `df -Pk PATH`: the 4th column is the available KiB."""
     parts = line.split()
@@ -293,29 +308,30 @@ def parse_probe(text: str) -> HostFacts:
         return lines[index].strip() if len(lines) > index else default
 
     gpus, gpu_error = parse_nvidia_smi_csv(s.get("nvidia-smi", ["@missing"]))
+    sysfs_rdma, gids = parse_sysfs(s.get("sysfs", []))
     rdma = parse_ibdev2netdev(s.get("ibdev2netdev", ["@missing"]))
     source = "ibdev2netdev"
     if rdma is None:  # ibdev2netdev ships with MLNX OFED only; sysfs is always there
-        rdma, source = parse_sys_infiniband(s.get("sys-infiniband", [])), "sysfs"
+        rdma, source = sysfs_rdma, "sysfs"
     if not rdma:
         source = "none"
     speeds = parse_speeds(s.get("speeds", []))
     hf_lines = s.get("hf", [])
-    uid = line("id", 1)
+    ident = parse_id(line("id", 0))
     return HostFacts(
         arch=line("uname", 0),
         kernel=line("uname", 1),
         hostname=line("uname", 2),
         os=line("os", 0),
-        user=line("id", 0),
-        uid=int(uid) if uid.isdigit() else -1,
-        groups=tuple(line("id", 2).split()),
-        home=line("id", 3),
+        user=ident[0],
+        uid=ident[1],
+        groups=ident[2],
+        home=line("id", 1),
         gpus=gpus,
         gpu_error=gpu_error,
         rdma=tuple(rdma),
         rdma_source=source,
-        gids=parse_gids(s.get("gids", [])),
+        gids=gids,
         interfaces=parse_ip_addr("\n".join(s.get("ip-addr", [])), speeds),
         docker=parse_docker(s.get("docker", [])),
         hf_cache=hf_lines[0].strip() if hf_lines else "",

@@ -73,7 +73,8 @@ def load_playbook(path: str | Path) -> Playbook:
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         line = f":{mark.line + 1}" if mark else ""
-        raise UsageError(f"{where}{line}: invalid YAML: {getattr(e, 'problem', e)}", "fix the YAML syntax") from None
+        problem = " ".join(str(getattr(e, "problem", None) or e).split())
+        raise UsageError(f"{where}{line}: invalid YAML: {problem}", "fix the YAML syntax") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("plays"), list) or not doc["plays"]:
         raise UsageError(f"{where}: a playbook is a mapping with a non-empty `plays:` list",
                          "see playbooks/*.yml in the package for examples")

@@ -6,7 +6,7 @@ import pytest
 
 from sparkcluster.facts import (
     driver_tuple, parse_docker, parse_ethtool_speed, parse_ibdev2netdev, parse_nvidia_smi_csv, parse_probe,
-    parse_sys_infiniband,
+    parse_sysfs,
 )
 
 FIXTURES = Path(__file__).parent.parent / "fixtures"
@@ -65,7 +65,16 @@ def test_ibdev2netdev_missing_falls_back_to_sysfs():
     assert f.rdma_source == "sysfs"
     assert {d.hca for d in f.rdma if d.up} == {"rocep1s0f1", "roceP2p1s0f1"}
     assert parse_ibdev2netdev(["@missing"]) is None
-    assert parse_sys_infiniband(["rocep1s0f1|1||4: ACTIVE"])[0].netdev == ""
+    devices, gids = parse_sysfs(["/sys/class/infiniband/rocep1s0f1/ports/1/state:4: ACTIVE",
+                                 "/sys/class/infiniband/rocep1s0f1/ports/1/gids/5:0000:0000:0000:0000:0000:0000:0000:0000"])
+    assert devices[0].netdev == "" and devices[0].up
+    assert gids == ()  # an unused GID slot is not an entry
+
+
+def test_sysfs_gid_table_from_a_real_spark_has_the_roce_v2_ipv4_gid_at_index_3():
+    f = parse_probe((FIXTURES / "probe-spark.txt").read_text())
+    entry = next(g for g in f.gids if g.hca == "rocep1s0f1" and g.index == 3)
+    assert (entry.type, entry.netdev, entry.ipv4_mapped) == ("RoCE v2", "enp1s0f1np1", True)
 
 
 def test_speeds_and_versions():

@@ -1,0 +1,88 @@
+"""How the engine gets in: ~/.ssh/config, host keys, sudo passwords, and bad inventories caught first."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from tests.helpers import ssh
+
+pytestmark = pytest.mark.sim
+
+
+def cli(*args: str, env: dict | None = None, stdin: str | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "sparkcluster", *args], capture_output=True, text=True, timeout=180,
+                          input=stdin, env={**os.environ, **(env or {})})
+
+
+def test_ssh_config_is_honoured(cluster, tmp_path):
+    """The inventory names only an ssh_config alias; HostName, User and IdentityFile come from ~/.ssh/config."""
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True)
+    host = cluster.host("spark-2")
+    (home / ".ssh" / "config").write_text(
+        f"Host sparky\n  HostName {host.mgmt_ip}\n  User spark\n  IdentityFile {cluster.client_key}\n")
+    shutil.copy(cluster.known_hosts, home / ".ssh" / "known_hosts")
+    inv = tmp_path / "inv.yml"
+    inv.write_text(yaml.safe_dump({"hosts": {"sparky": {"address": "sparky", "role": "head"}}}))
+    out = cli("facts", str(inv), "--json", env={"HOME": str(home)})
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert json.loads(out.stdout)["sparky"]["hostname"] == "spark-2"
+
+
+def test_unknown_host_key_is_refused_unless_trusted_explicitly(cluster, tmp_path):
+    home = tmp_path / "home"
+    home.mkdir()
+    doc = yaml.safe_load(cluster.inventory_path.read_text())
+    del doc["vars"]["known_hosts"]
+    doc["hosts"] = {"spark-1": doc["hosts"]["spark-1"]}
+    inv = tmp_path / "inv.yml"
+    inv.write_text(yaml.safe_dump(doc))
+    refused = cli("facts", str(inv), env={"HOME": str(home)})
+    assert refused.returncode == 1
+    assert "not in known_hosts" in refused.stdout and "--trust-new-host-keys" in refused.stdout
+    trusted = cli("facts", str(inv), "--trust-new-host-keys", env={"HOME": str(home)})
+    assert trusted.returncode == 0, trusted.stdout
+    recorded = (home / ".ssh" / "known_hosts").read_text()
+    assert recorded.startswith(cluster.host("spark-1").mgmt_ip + " ssh-ed25519 ")
+    assert cli("facts", str(inv), env={"HOME": str(home)}).returncode == 0  # now known, no flag needed
+
+
+def test_sudo_password_is_asked_once_and_fed_on_stdin_never_shown(cluster, fresh_host, tmp_path):
+    password = "s3cret-Pa55"
+    ssh(cluster, fresh_host, f"echo 'spark:{password}' | sudo chpasswd && "
+                             "echo 'spark ALL=(ALL) ALL' | sudo tee /etc/sudoers.d/spark >/dev/null")
+    assert ssh(cluster, fresh_host, "sudo -n true", check=False).returncode != 0  # a password is needed now
+    doc = yaml.safe_load(cluster.inventory_path.read_text())
+    doc["hosts"] = {"spark-1": doc["hosts"]["spark-1"], fresh_host: doc["hosts"][fresh_host]}
+    inv = tmp_path / "inv.yml"
+    inv.write_text(yaml.safe_dump(doc))
+    pb = tmp_path / "pb.yml"
+    pb.write_text("plays:\n  - name: p\n    steps:\n      - command.run: {cmd: 'id -u > /root/become-proof', sudo: true}\n")
+    out = cli("run", str(pb), "-i", str(inv), "--limit", f"spark-1,{fresh_host}", "--ask-become-pass", "--json",
+              stdin=password + "\n")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert password not in out.stdout and password not in out.stderr
+    assert ssh(cluster, fresh_host, "sudo -n cat /root/become-proof", user="root").stdout == "0\n"
+
+
+@pytest.mark.parametrize("content,message", [
+    ("hosts:\n  a: {adress: 1.2.3.4, role: head}\n", "did you mean 'address'"),
+    ("hosts:\n  a: {address: 1.2.3.4}\n", "head"),
+    ("hosts: [\n", "YAML"),
+])
+def test_bad_inventory_stops_before_any_connection_with_exit_2(tmp_path, content, message):
+    inv = tmp_path / "inv.yml"
+    inv.write_text(content)
+    pb = tmp_path / "pb.yml"
+    pb.write_text("plays:\n  - name: p\n    steps:\n      - command.run: {cmd: 'true'}\n")
+    for args in (["facts", str(inv)], ["run", str(pb), "-i", str(inv)]):
+        out = cli(*args)
+        assert out.returncode == 2, out.stderr
+        assert message in out.stderr and "Traceback" not in out.stderr
