@@ -9,6 +9,7 @@ import os
 import sys
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 from rich.console import Console
 
@@ -16,8 +17,8 @@ from . import __version__
 from .errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, SparkclusterError, UsageError
 from .events import RunFinished
 from .facts import HostFacts, gather
-from .inventory import Inventory, find_inventory, load_inventory
-from .playbook import Playbook, load_playbook
+from .inventory import Inventory, find_inventory, load_inventory, record_last_used
+from .playbook import Playbook, bundled, load_playbook
 from .report import facts_table, make_reporter
 from .runner import DEFAULT_FORKS, Runner
 from .transport import Transport, Unreachable
@@ -34,7 +35,9 @@ def _print_json(doc: object) -> None:
 
 # ---- inventory, transports ------------------------------------------------------------------------
 def _inventory(args: argparse.Namespace) -> Inventory:
-    path, reason = find_inventory(getattr(args, "inventory_arg", None) or args.inventory)
+    positional = getattr(args, "inventory_arg", None)
+    path, reason = find_inventory(positional or args.inventory)
+    reason = "as given" if positional else reason
     if not getattr(args, "json", False):
         err_console.print(f"inventory: {path} ({reason})", highlight=False)
     inventory = load_inventory(path)
@@ -103,6 +106,22 @@ def cmd_run(args: argparse.Namespace) -> int:
     extra = _extra_vars(args.extra_vars or [])
     inventory = _inventory(args)
     return run_playbook(playbook, inventory, args, extra).exit_code
+
+
+def cmd_bootstrap(args: argparse.Namespace) -> int:
+    playbook = load_playbook(bundled("bootstrap"))
+    extra: dict[str, object] = {}
+    if args.min_driver:
+        extra["min_driver"] = args.min_driver
+    if args.driver_policy:
+        extra["driver_policy"] = args.driver_policy
+    if args.allow_other_gpu:
+        extra["allow_other_gpu"] = True
+    inventory = _inventory(args)
+    result = run_playbook(playbook, inventory, args, extra)
+    if result.exit_code == 0 and not args.check and not args.limit:
+        record_last_used(Path(inventory.path))  # what `serve` falls back to when no inventory is named
+    return result.exit_code
 
 
 # ---- sim ------------------------------------------------------------------------------------------
@@ -223,6 +242,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     facts = connecting(commands.add_parser("facts", help="gather and show each host's facts"))
     facts.set_defaults(func=cmd_facts)
+
+    boot = changing(connecting(commands.add_parser(
+        "bootstrap", help="preflight and provision every node (idempotent)")))
+    boot.add_argument("--min-driver", help="lowest acceptable NVIDIA driver (default 590.44, or min_driver: in the inventory)")
+    boot.add_argument("--driver-policy", choices=("fail", "warn"), help="what an older driver does (default fail)")
+    boot.add_argument("--allow-other-gpu", action="store_true", help="go on when a node's GPU is not a GB10")
+    boot.set_defaults(func=cmd_bootstrap)
 
     run = changing(connecting(commands.add_parser("run", help="run a playbook"), inventory_positional=False))
     run.add_argument("playbook", help="playbook file")

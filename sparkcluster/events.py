@@ -47,6 +47,7 @@ class StepFinished:
     commands: tuple[str, ...] = ()  # what was (or, in check mode, would be) run
     diff: str | None = None
     failure: Failure | None = None
+    warnings: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

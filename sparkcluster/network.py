@@ -180,9 +180,8 @@ def _choose_netdev(facts: HostFacts, up: Sequence[RdmaDevice], pinned: Sequence[
         return _interface_with(facts, candidates, up, pin_ip)
     if not candidates:
         netdevs = [d.netdev for d in pinned or up if d.netdev]
-        preferred = _eugr_preference(netdevs) if netdevs else "enp1s0f1np1"
-        raise QsfpError(f"the Up QSFP interfaces ({', '.join(netdevs) or 'no netdev known'}) have no IPv4 address",
-                        _address_fix(preferred))
+        raise QsfpError(f"the Up QSFP interfaces ({', '.join(netdevs) or 'netdev unknown'}) have no IPv4 address",
+                        _address_fix(_eugr_preference(netdevs) if netdevs else "<QSFP netdev>"))
     return _eugr_preference(candidates)
 
 
@@ -270,8 +269,9 @@ def _address_warnings(facts: HostFacts, netdev: str, twins: Sequence[str], ipv4:
                         "(set fabric_ip to choose another)")
     for twin in twins:
         if twin != netdev and not _ipv4(facts, twin):
-            warnings.append(f"{twin}, the twin of {netdev}, has no IPv4 address: RoCE v2 cannot use its RDMA device, "
-                            "so NCCL gets about half the bandwidth (F2); give it an address on a /24 of its own")
+            warnings.append(f"{twin}, the twin of {netdev}, has no IPv4 address, so its RDMA device has no RoCE v2 "
+                            "IPv4 GID: NCCL may fail on it or get about half the bandwidth (F2); NVIDIA addresses both "
+                            "twins, each on a /24 of its own")
     return warnings
 
 
@@ -295,7 +295,7 @@ def _port_warnings(up: Sequence[RdmaDevice], devices: Sequence[RdmaDevice], netd
                    pinned: bool) -> list[str]:
     warnings = []
     on_port = [d for d in devices if qsfp_port(d.netdev) == port]
-    if port is not None and len(on_port) < 2:
+    if port is not None and len(on_port) == 1:
         why = "hcas pins only one of them" if pinned else "the other twin is not Up"
         warnings.append(f"NCCL_IB_HCA has one twin of QSFP port {port} only ({on_port[0].hca}) because {why}: "
                         "about half the bandwidth (F2)")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import re
 import typing
 from dataclasses import dataclass
 from importlib import resources
@@ -59,7 +60,7 @@ class Playbook:
 
 def bundled(name: str) -> Path:
     """A playbook shipped inside the package (playbooks/NAME.yml)."""
-    return Path(str(resources.files("sparkcluster.playbooks") / f"{name}.yml"))
+    return Path(str(resources.files("sparkcluster") / "playbooks" / f"{name}.yml"))
 
 
 def load_playbook(path: str | Path) -> Playbook:
@@ -134,8 +135,19 @@ def _did_you_mean(word: str, choices: typing.Iterable[str]) -> str:
 _JINJA = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False)
 
 
+_SINGLE_EXPRESSION = re.compile(r"^\{\{(?P<expr>(?:(?!\}\}).)*)\}\}$", re.S)
+
+
 def render(value: Any, context: dict[str, Any]) -> Any:
+    """Strings are templates. A string that is exactly one `{{ expression }}` keeps the expression's type
+    (a list stays a list, a bool a bool); anything else renders to text."""
     if isinstance(value, str):
+        single = _SINGLE_EXPRESSION.match(value.strip())
+        if single:
+            result = _JINJA.compile_expression(single["expr"], undefined_to_none=False)(**context)
+            if isinstance(result, jinja2.Undefined):
+                str(result)  # StrictUndefined raises here, naming the variable
+            return result
         return _JINJA.from_string(value).render(context) if ("{{" in value or "{%" in value) else value
     if isinstance(value, list):
         return [render(v, context) for v in value]
@@ -159,11 +171,19 @@ def build_args(call: StepCall, context: dict[str, Any]) -> Any:
         if typing.get_origin(hint) is tuple:
             if isinstance(value, str):
                 value = [value]
+            value = list(value) if isinstance(value, tuple) else value
             if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
                 raise UsageError(f"line {call.line}: {call.name} {key} must be a list of strings")
             values[key] = tuple(value)
+        elif hint is bool and isinstance(value, str) and value.lower() in ("true", "false"):
+            values[key] = value.lower() == "true"
         elif hint is bool and not isinstance(value, bool):
             raise UsageError(f"line {call.line}: {call.name} {key} must be true or false, not {value!r}")
         elif hint is str and not isinstance(value, str):
             values[key] = str(value)
+        elif hint is int and not isinstance(value, int):
+            try:
+                values[key] = int(value)
+            except (TypeError, ValueError):
+                raise UsageError(f"line {call.line}: {call.name} {key} must be a whole number, not {value!r}") from None
     return call.step.Args(**values)

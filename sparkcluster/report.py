@@ -76,7 +76,10 @@ def _count(status: str, n: int) -> str:
 
 
 class PlainReporter(Reporter):
-    """One line per finished step: greppable CI logs."""
+    """One line per finished step, never wrapped: greppable CI logs."""
+
+    def __init__(self, console: Console, show_diff: bool = False) -> None:
+        super().__init__(Console(file=console.file, soft_wrap=True, no_color=console.no_color), show_diff)
 
     def handle(self, event: Event) -> None:
         c = self.console
@@ -88,6 +91,8 @@ class PlainReporter(Reporter):
         elif isinstance(event, StepFinished):
             c.print(f"[{STYLE[event.status]}]{event.status:<11}[/] {event.host} | {event.step} | {event.reason}",
                     highlight=False)
+            for warning in event.warnings:
+                c.print(f"[yellow]warning[/]     {event.host} | {event.step} | {warning}", highlight=False)
             self._diff(event)
         elif isinstance(event, RunFinished):
             c.print()
@@ -132,6 +137,9 @@ class LiveReporter(Reporter):
                 row["now"] = f"[{STYLE[event.status]}]{event.status}: {event.step}[/]"
             if event.diff and self.show_diff and self.live:
                 self.live.console.print(event.diff, markup=False, highlight=False, end="")
+            for warning in event.warnings:
+                if self.live:
+                    self.live.console.print(f"[yellow]warning[/] {event.host} | {event.step} | {warning}", highlight=False)
         elif isinstance(event, PlayFinished):
             for row in self.rows.values():
                 if not str(row["now"]).startswith("["):

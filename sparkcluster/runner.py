@@ -141,19 +141,21 @@ class Runner:
         started = time.monotonic()
         self.emit(StepStarted(host.name, play.name, call.name))
         ctx = HostContext(host, self.transports[host.name], self.inventory, self.facts.get(host.name),
-                          self.facts, self.check)
+                          self.facts, self.check, self.transports)
         try:
             step = call.step(build_args(call, self._template_context(host)))
             plan = step.check(ctx)
+            warnings = plan.warnings
             if plan.skip:
-                self._finish(host, play.name, call.name, "skipped", plan.reason, started)
+                self._finish(host, play.name, call.name, "skipped", plan.reason, started, warnings=warnings)
                 return
             if not plan.changes:
-                self._finish(host, play.name, call.name, "ok", plan.reason, started)
+                self._finish(host, play.name, call.name, "ok", plan.reason, started, warnings=warnings)
                 return
             shown = tuple(c.display() for c in plan.commands)
             if self.check:
-                self._finish(host, play.name, call.name, "changed", f"would {plan.reason}", started, shown, plan.diff)
+                self._finish(host, play.name, call.name, "changed", f"would {plan.reason}", started, shown, plan.diff,
+                             warnings=warnings)
                 return
             step.apply(ctx, plan)
             if not call.step.always_changes:
@@ -161,7 +163,8 @@ class Runner:
                 if after.changes:
                     raise StepFailed(f"did not converge: after applying, check still says {after.reason!r}",
                                      "this is a bug in the step or something on the host reverts it; run again with --diff")
-            self._finish(host, play.name, call.name, "changed", plan.reason, started, shown, plan.diff)
+            self._finish(host, play.name, call.name, "changed", plan.reason, started, shown, plan.diff,
+                         warnings=warnings)
         except StepFailed as e:
             result = e.result
             failure = Failure(
@@ -193,7 +196,8 @@ class Runner:
         }
 
     def _finish(self, host: Host, play: str, step: str, status: str, reason: str, started: float,
-                commands: tuple[str, ...] = (), diff: str | None = None, failure: Failure | None = None) -> None:
+                commands: tuple[str, ...] = (), diff: str | None = None, failure: Failure | None = None,
+                warnings: tuple[str, ...] = ()) -> None:
         with self._lock:
             recap = self.recap[host.name]
             setattr(recap, status, getattr(recap, status) + 1)
@@ -201,6 +205,7 @@ class Runner:
                 self.down.add(host.name)
                 if failure:
                     self.failures[host.name] = failure
-        self.emit(StepFinished(host.name, play, step, status, reason, time.monotonic() - started, commands, diff, failure))
+        self.emit(StepFinished(host.name, play, step, status, reason, time.monotonic() - started, commands, diff, failure,
+                               warnings))
 
 

@@ -149,6 +149,19 @@ class Transport:
             if self._connection is not None:
                 self._connection.close()
 
+    def host_key(self) -> tuple[str, str]:
+        """(type, base64) of the key this host proved it holds when we connected: verified, so safe to
+        hand on to another machine's known_hosts."""
+        key = self._connect().transport.get_remote_server_key()
+        return key.get_name(), key.get_base64()
+
+    def reconnect(self) -> None:
+        """A new login session. Needed after `usermod -aG`: group membership is fixed when a session starts."""
+        self.close()
+        with self._lock:
+            self._sftp = None
+            self._connection = None
+
     # ---- commands ----------------------------------------------------------------------------------
     def run(self, command: Command) -> Result:
         """Run one command; its output and exit code come back as a Result, whatever they are."""

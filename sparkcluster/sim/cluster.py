@@ -263,6 +263,9 @@ class SimCluster:
         _write_into_upper(upper, "/" + hardware.HARDWARE_JSON, hardware.hardware_json(self.state.name, host).encode(), 0o644)
         for tool in hardware.EMULATORS:
             _write_into_upper(upper, f"/usr/local/bin/{tool}", (HOST_FILES / tool).read_bytes(), 0o755)
+        # The host's identity where a real sshd keeps it (the machine's own keys sit in the lower layer).
+        for name, mode in (("ssh_host_ed25519_key", 0o600), ("ssh_host_ed25519_key.pub", 0o644)):
+            _write_into_upper(upper, f"/etc/ssh/{name}", (hd / name).read_bytes(), mode)
         ib = hd / "sys-infiniband"
         shutil.rmtree(ib, ignore_errors=True)
         ib.mkdir()

@@ -20,6 +20,7 @@ class Plan:
     commands: tuple[Command, ...] = ()
     skip: bool = False  # the step does not apply to this host
     diff: str | None = None  # for --diff: the file change this plan makes
+    warnings: tuple[str, ...] = ()  # worth a person's attention, not a failure (e.g. MTU below 9000)
 
     @property
     def changes(self) -> bool:
@@ -44,6 +45,8 @@ class HostContext:
     facts: HostFacts | None = None
     all_facts: Mapping[str, HostFacts] = field(default_factory=dict)  # every reachable host's, by name
     check_mode: bool = False
+    # Every host's connection, for steps on the head that also touch the workers (ssh.mesh).
+    transports: Mapping[str, Transport] = field(default_factory=dict)
 
     def run(self, command: Command) -> Result:
         return self.transport.run(command)

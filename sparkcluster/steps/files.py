@@ -7,7 +7,7 @@ import posixpath
 from dataclasses import dataclass
 
 from .base import HostContext, Plan, Step, StepFailed, register
-from ..command import Command
+from ..command import Command, shell_path
 
 
 def remote_path(path: str) -> str:
@@ -22,36 +22,43 @@ class FileContentArgs:
     mode: str = "0644"
 
 
+def plan_file(ctx: HostContext, path: str, content: str, mode: str) -> Plan:
+    """The plan that makes the remote file at `path` hold exactly `content` with `mode` (read-only check)."""
+    remote, want = remote_path(path), content.encode()
+    try:
+        current = ctx.transport.read_file(remote)
+    except PermissionError:
+        raise StepFailed(f"cannot read {path}", f"make it readable by {ctx.host.user or 'the login user'}") from None
+    if current == want and _mode(ctx, remote) == int(mode, 8):
+        return Plan(f"{path} is up to date")
+    diff = "".join(difflib.unified_diff(
+        (current or b"").decode(errors="replace").splitlines(keepends=True), content.splitlines(keepends=True),
+        fromfile=f"{ctx.host.name}:{path} (current)", tofile=f"{ctx.host.name}:{path}",
+    ))
+    reason = "create" if current is None else "update" if current != want else "fix the mode of"
+    # Shown in --check; write_file() writes through SFTP rather than running this line.
+    shown = Command.argv(["install", "-m", mode, "/dev/stdin", path])
+    return Plan(f"{reason} {path}", (shown,), diff=diff or None)
+
+
+def write_file(ctx: HostContext, path: str, content: str, mode: str) -> None:
+    remote = remote_path(path)
+    parent = posixpath.dirname(remote)
+    if parent:
+        ctx.must(Command(f"mkdir -p -- {shell_path(path.rsplit('/', 1)[0])}"), f"check that {parent} can be created")
+    ctx.transport.write_file_atomic(remote, content.encode(), int(mode, 8))
+
+
 @register
 class FileContent(Step):
     name = "file.content"
     Args = FileContentArgs
 
     def check(self, ctx: HostContext) -> Plan:
-        path, want = remote_path(self.args.path), self.args.content.encode()
-        try:
-            current = ctx.transport.read_file(path)
-        except PermissionError:
-            raise StepFailed(f"cannot read {self.args.path}", f"make it readable by {ctx.host.user or 'the login user'}")
-        mode = int(self.args.mode, 8)
-        if current == want and _mode(ctx, path) == mode:
-            return Plan(f"{self.args.path} is up to date")
-        diff = "".join(difflib.unified_diff(
-            (current or b"").decode(errors="replace").splitlines(keepends=True),
-            self.args.content.splitlines(keepends=True),
-            fromfile=f"{ctx.host.name}:{self.args.path} (current)", tofile=f"{ctx.host.name}:{self.args.path}",
-        ))
-        reason = "create" if current is None else "update" if current != want else "fix the mode of"
-        # Shown in --check; apply() writes through SFTP rather than running this line.
-        shown = Command.argv(["install", "-m", self.args.mode, "/dev/stdin", self.args.path])
-        return Plan(f"{reason} {self.args.path}", (shown,), diff=diff or None)
+        return plan_file(ctx, self.args.path, self.args.content, self.args.mode)
 
     def apply(self, ctx: HostContext, plan: Plan) -> None:
-        path = remote_path(self.args.path)
-        parent = posixpath.dirname(path)
-        if parent:
-            ctx.must(Command.argv(["mkdir", "-p", "--", parent]), f"check that {parent} can be created")
-        ctx.transport.write_file_atomic(path, self.args.content.encode(), int(self.args.mode, 8))
+        write_file(ctx, self.args.path, self.args.content, self.args.mode)
 
 
 def _mode(ctx: HostContext, path: str) -> int | None:

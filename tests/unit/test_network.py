@@ -1,5 +1,7 @@
 """QSFP choice and comm env, on facts parsed from real-shaped probes (tests/fixtures) and edited variations of them."""
 
+import os
+import subprocess
 from dataclasses import replace
 from pathlib import Path
 
@@ -27,21 +29,25 @@ def with_up(facts: HostFacts, **up: bool) -> HostFacts:
     return replace(facts, rdma=tuple(replace(d, up=up.get(d.hca, d.up)) for d in facts.rdma))
 
 
+def roce_v2_gid(hca: str, netdev: str, index: int, ip: str) -> Gid:
+    mapped = "".join(f"{int(octet):02x}" for octet in ip.split("."))
+    return Gid(hca, 1, index, f"0000:0000:0000:0000:0000:ffff:{mapped[:4]}:{mapped[4:]}", netdev, "RoCE v2")
+
+
 def both_ports_up() -> HostFacts:
     """Both QSFP ports cabled; port 0's twins addressed on /24s of their own."""
     facts = with_up(spark(), rocep1s0f0=True, roceP2p1s0f0=True)
+    facts = replace(facts, gids=(*facts.gids, roce_v2_gid("rocep1s0f0", "enp1s0f0np0", 3, "192.168.100.11"),
+                                 roce_v2_gid("roceP2p1s0f0", "enP2p1s0f0np0", 3, "192.168.101.11")))
     facts = with_interface(facts, "enp1s0f0np0", state="UP", mtu=9000, ipv4=("192.168.100.11/24",), speed_mbps=200000)
     return with_interface(facts, "enP2p1s0f0np0", state="UP", mtu=9000, ipv4=("192.168.101.11/24",), speed_mbps=200000)
 
 
 def cabled_on_port_0(facts: HostFacts) -> HostFacts:
     """The same Spark with the cable in port 0: every port-1 name becomes its port-0 name and back."""
-    def swap(name: str) -> str:
-        return name.translate(str.maketrans("01", "10")) if name.startswith(("en", "roce")) else name
-
     def swapped(name: str) -> str:  # only the function and port digits move, not the PCIe bus (p1s0, P2)
         head, sep, tail = name.rpartition("s0f")
-        return head + sep + swap(tail) if sep else name
+        return head + sep + tail.translate(str.maketrans("01", "10")) if sep else name
 
     rdma = sorted((replace(d, hca=swapped(d.hca), netdev=swapped(d.netdev)) for d in facts.rdma), key=lambda d: d.hca)
     return replace(facts, rdma=tuple(rdma),
@@ -237,9 +243,12 @@ def test_pinned_interface_and_ip():
 
 def test_pinned_ip_chooses_among_addresses_and_its_gid():
     facts = with_interface(spark(), "enp1s0f1np1", ipv4=("192.168.177.11/24", "192.168.177.21/24"))
-    extra = Gid("rocep1s0f1", 1, 5, "0000:0000:0000:0000:0000:ffff:c0a8:b115", "enp1s0f1np1", "RoCE v2")
+    extra = roce_v2_gid("rocep1s0f1", "enp1s0f1np1", 5, "192.168.177.21")
     choice = choose_qsfp(replace(facts, gids=(*facts.gids, extra)), pin_ip="192.168.177.21")
-    assert (choice.ip, choice.gid_index, choice.warnings) == ("192.168.177.21", 5, ())
+    assert (choice.ip, choice.gid_index) == ("192.168.177.21", 5)
+    # The second address's GID sits at another index than the twin's, and NCCL_IB_GID_INDEX is one for all HCAs.
+    assert choice.warnings == ("NCCL_IB_GID_INDEX=5 (the RoCE v2 GID of 192.168.177.21 on rocep1s0f1) applies to every "
+                               "HCA, but roceP2p1s0f1 has its RoCE v2 IPv4 GID at index 3",)
 
 
 def test_pinned_hcas_keep_their_order():
@@ -306,15 +315,17 @@ def test_comm_env_refuses_values_a_shell_would_interpret():
 def test_comm_env_file_template():
     templates = Environment(undefined=StrictUndefined, loader=FileSystemLoader(ROOT / "templates"),
                             keep_trailing_newline=True)
-    text = templates.get_template("comm.env.j2").render(env=SPARK_ENV, host="spark-1",
+    text = templates.get_template("comm.env.j2").render(env=comm_env(choose_qsfp(spark())), host="spark-1",
                                                         generated_by="sparkcluster 0.1.0 bootstrap")
-    lines = text.splitlines()
-    header = [line for line in lines if line.startswith("#")]
-    assert header[0].startswith("# Written by sparkcluster for spark-1 (sparkcluster 0.1.0 bootstrap)")
-    assert any("Do not edit by hand" in line and "bootstrap rewrites" in line for line in header)
-    assert lines[len(header):] == [f"{key}={value}" for key, value in SPARK_ENV.items()]
-    assert text.endswith("NCCL_IB_GID_INDEX=3\n") and "export" not in text.replace("no export", "")
-    assert '"' not in text and "'" not in text.replace("traffic's", "")
+    # Bare KEY=value lines: docker --env-file would keep quotes and reject `export` as part of the name.
+    assert text.splitlines() == [
+        "# Written by sparkcluster for spark-1 (sparkcluster 0.1.0 bootstrap): how its comm traffic binds to its QSFP link.",
+        "# Do not edit by hand: `sparkcluster bootstrap` rewrites this file.",
+        "# Plain KEY=value lines (no quotes, no export): `docker run --env-file` reads them literally; "
+        "`set -a; . FILE` exports them.",
+        *(f"{key}={value}" for key, value in SPARK_ENV.items()),
+    ]
+    assert text.endswith("NCCL_IB_GID_INDEX=3\n") and not text.endswith("\n\n")
 
 
 # ---- across nodes --------------------------------------------------------------------------------------------
@@ -356,3 +367,14 @@ def test_fabric_subnet_mismatch_needs_both_directions_on_link():
     wide_head = replace(choose_qsfp(spark()), ip="10.100.0.11", prefix=16)
     narrow_worker = replace(wide_head, ip="10.100.5.12", prefix=24)  # in the head's /16, but the head is not in its /24
     assert [line.split("'")[0] for line in fabric_subnet_mismatch({"h": wide_head, "w": narrow_worker})] == ["w"]
+
+
+def test_comm_env_file_is_sourced_by_a_posix_shell(tmp_path):
+    templates = Environment(undefined=StrictUndefined, loader=FileSystemLoader(ROOT / "templates"),
+                            keep_trailing_newline=True)
+    env_file = tmp_path / "comm.env"
+    env_file.write_text(templates.get_template("comm.env.j2").render(env=SPARK_ENV, host="spark-1", generated_by="test"))
+    out = subprocess.run(["sh", "-c", f'set -a; . "{env_file}"; env'], capture_output=True, text=True, check=True,
+                         env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")}).stdout
+    exported = dict(line.split("=", 1) for line in out.splitlines() if line.split("=", 1)[0] in SPARK_ENV)
+    assert exported == SPARK_ENV

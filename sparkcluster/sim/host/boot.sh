@@ -76,8 +76,8 @@ if [ ! -e "$FIRST_BOOT_DONE" ]; then
       install -m 600 -o "$account" -g "$account" "$SIM_LAB/mesh_ed25519" "$home/.ssh/id_ed25519"
       install -m 644 -o "$account" -g "$account" "$SIM_LAB/mesh_ed25519.pub" "$home/.ssh/id_ed25519.pub"
       cat "$SIM_LAB/mesh_ed25519.pub" >> "$home/.ssh/authorized_keys"
+      install -m 644 -o "$account" -g "$account" "$SIM_LAB/known_hosts" "$home/.ssh/known_hosts"
     fi
-    install -m 644 -o "$account" -g "$account" "$SIM_LAB/known_hosts" "$home/.ssh/known_hosts"
   done
   mkdir -p "${FIRST_BOOT_DONE%/*}"
   touch "$FIRST_BOOT_DONE"
@@ -106,4 +106,4 @@ if [ "$SIM_DOCKER" = 1 ]; then
   done
 fi
 
-exec /usr/sbin/sshd -D -e -f "$SIM_LAB/sshd_config" -h "$SIM_HOST_DIR/ssh_host_ed25519_key"
+exec /usr/sbin/sshd -D -e -f "$SIM_LAB/sshd_config" -h /etc/ssh/ssh_host_ed25519_key

@@ -1,0 +1,51 @@
+"""comm.env: the node's comm variables, all bound to its own QSFP interface, in one env file.
+
+This is what serve hands to the containers (`docker run --env-file`) and to host-mode Ray/vLLM
+(`set -a; . FILE`). Values come from this node's facts only (dual-node-spec.md §1.5, §3.2 item 14).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from importlib import resources
+
+import jinja2
+
+from .base import HostContext, Plan, Step, StepFailed, register
+from .files import plan_file, write_file
+from .preflight import qsfp_of
+from ..network import QsfpError, comm_env
+
+DEFAULT_PATH = "~/.config/sparkcluster/comm.env"
+_TEMPLATES = jinja2.Environment(
+    loader=jinja2.FileSystemLoader(str(resources.files("sparkcluster") / "templates")),
+    undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False,
+)
+
+
+def render_comm_env(host: str, env: dict[str, str]) -> str:
+    return _TEMPLATES.get_template("comm.env.j2").render(env=env, host=host, generated_by="sparkcluster bootstrap")
+
+
+@dataclass(frozen=True)
+class CommEnvArgs:
+    path: str = DEFAULT_PATH
+
+
+@register
+class CommEnv(Step):
+    name = "comm.env"
+    Args = CommEnvArgs
+
+    def _content(self, ctx: HostContext) -> str:
+        try:
+            env = comm_env(qsfp_of(ctx))
+        except QsfpError as e:
+            raise StepFailed(e.message, e.fix) from None
+        return render_comm_env(ctx.host.name, env)
+
+    def check(self, ctx: HostContext) -> Plan:
+        return plan_file(ctx, self.args.path, self._content(ctx), "0644")
+
+    def apply(self, ctx: HostContext, plan: Plan) -> None:
+        write_file(ctx, self.args.path, self._content(ctx), "0644")

@@ -1,0 +1,213 @@
+"""Preflight checks: read-only steps that pass (ok, maybe with warnings) or fail with the fix.
+
+Each node is judged on its own facts; nothing is copied from the head (dual-node-spec.md §3.1, §4).
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+
+from .base import HostContext, Plan, Step, StepFailed, register
+from ..command import Command
+from ..facts import HostFacts, driver_tuple
+from ..network import QsfpChoice, QsfpError, cabling_report, choose_qsfp, fabric_subnet_mismatch
+
+GB10 = "NVIDIA GB10"
+DEFAULT_MIN_DRIVER = "590.44"
+
+
+def facts_of(ctx: HostContext) -> HostFacts:
+    if ctx.facts is None:
+        raise StepFailed("no facts were gathered for this host", "leave gather_facts on for this play")
+    return ctx.facts
+
+
+def qsfp_of(ctx: HostContext, name: str | None = None) -> QsfpChoice:
+    """The QSFP binding of a node (this one by default), from its own facts and its inventory pins."""
+    host = ctx.host if name is None else next(h for h in ctx.inventory.hosts if h.name == name)
+    facts = ctx.all_facts.get(host.name) if name else ctx.facts
+    if facts is None:
+        raise StepFailed(f"no facts for {host.name}", "it was unreachable earlier in this run")
+    try:
+        return choose_qsfp(facts, pin_interface=host.qsfp_interface, pin_ip=host.fabric_ip, pin_hcas=host.hcas)
+    except QsfpError as e:
+        raise StepFailed(f"{host.name}: {e.message}", e.fix) from None
+
+
+@dataclass(frozen=True)
+class GpuArgs:
+    allow_other_gpu: bool = False
+
+
+@register
+class PreflightGpu(Step):
+    name = "preflight.gpu"
+    Args = GpuArgs
+
+    def check(self, ctx: HostContext) -> Plan:
+        facts = facts_of(ctx)
+        if facts.gpu is None:
+            raise StepFailed(f"no NVIDIA GPU found: {facts.gpu_error}",
+                             "check the NVIDIA driver: `nvidia-smi` must list the GB10")
+        names = ", ".join(g.name for g in facts.gpus)
+        if facts.gpu.name == GB10:
+            return Plan(f"{names}")
+        if self.args.allow_other_gpu:
+            return Plan(f"{names}", warnings=(f"not a DGX Spark GPU ({GB10} expected); going on as asked",))
+        raise StepFailed(f"the GPU is {names}, not an {GB10}",
+                         "sparkcluster is made for DGX Sparks; pass --allow-other-gpu to go on anyway")
+
+
+@dataclass(frozen=True)
+class DriverArgs:
+    min_driver: str = DEFAULT_MIN_DRIVER
+    policy: str = "fail"  # or "warn"
+
+
+@register
+class PreflightDriver(Step):
+    name = "preflight.driver"
+    Args = DriverArgs
+
+    def check(self, ctx: HostContext) -> Plan:
+        if self.args.policy not in ("fail", "warn"):
+            raise StepFailed(f"driver policy must be fail or warn, not {self.args.policy!r}")
+        floor = driver_tuple(self.args.min_driver)
+        if not floor:
+            raise StepFailed(f"invalid minimum driver version {self.args.min_driver!r}", "e.g. --min-driver 590.44")
+        gpu = facts_of(ctx).gpu
+        if gpu is None:
+            raise StepFailed("no NVIDIA driver answers (nvidia-smi)", "install the NVIDIA driver (DGX OS ships it)")
+        if driver_tuple(gpu.driver_version) >= floor:
+            return Plan(f"driver {gpu.driver_version} >= {self.args.min_driver}")
+        message = f"{ctx.host.name} runs NVIDIA driver {gpu.driver_version}, below the floor {self.args.min_driver}"
+        if gpu.driver_version.startswith("580."):
+            message += (" (stock DGX OS 580.x; images built for CUDA 13.1 need >= 590.44 or CUDA forward "
+                        "compatibility, which some refuse: 'compatibility mode is UNAVAILABLE')")
+        fix = (f"upgrade the driver to >= {self.args.min_driver} (DGX OS: sudo apt update && sudo apt full-upgrade, "
+               "reboot), or use an image that runs in CUDA forward-compatibility mode on 580.x and lower the floor "
+               "with --min-driver 580.95 (or min_driver: in the inventory), or pass --driver-policy warn")
+        if self.args.policy == "warn":
+            return Plan(f"driver {gpu.driver_version}", warnings=(f"{message}; {fix}",))
+        raise StepFailed(message, fix)
+
+
+@dataclass(frozen=True)
+class NoArgs:
+    pass
+
+
+@register
+class PreflightQsfp(Step):
+    name = "preflight.qsfp"
+    Args = NoArgs
+
+    def check(self, ctx: HostContext) -> Plan:
+        q = qsfp_of(ctx)
+        speed = f"{q.speed_mbps // 1000} Gb/s" if q.speed_mbps else "speed unknown"
+        port = f"port {q.port}" if q.port is not None else "port ?"
+        reason = (f"{q.netdev} {q.ip}/{q.prefix} ({port}, {q.source}), RDMA {','.join(q.hcas)}, "
+                  f"MTU {q.mtu}, {speed}, GID index {q.gid_index if q.gid_index is not None else '-'}")
+        return Plan(reason, warnings=q.warnings)
+
+
+@register
+class PreflightDocker(Step):
+    name = "preflight.docker"
+    Args = NoArgs
+
+    def check(self, ctx: HostContext) -> Plan:
+        d = facts_of(ctx).docker
+        if not d.installed:
+            raise StepFailed("docker is not installed", "install Docker and the NVIDIA container toolkit "
+                             "(DGX OS ships both; else: sudo apt-get install docker.io nvidia-container-toolkit)")
+        if not d.daemon_up:
+            raise StepFailed("the docker daemon is not running (no /var/run/docker.sock)",
+                             "sudo systemctl enable --now docker")
+        if not d.nvidia_runtime:
+            raise StepFailed("the NVIDIA container runtime is missing: `docker run --gpus all` would fail",
+                             "sudo apt-get install nvidia-container-toolkit && sudo nvidia-ctk runtime configure "
+                             "--runtime=docker && sudo systemctl restart docker")
+        return Plan("docker installed, daemon up, NVIDIA runtime present")
+
+
+@dataclass(frozen=True)
+class DiskArgs:
+    min_free_gb: int = 50
+
+
+@register
+class PreflightDisk(Step):
+    name = "preflight.disk"
+    Args = DiskArgs
+
+    def check(self, ctx: HostContext) -> Plan:
+        facts = facts_of(ctx)
+        free = facts.hf_free_bytes
+        if free is None:
+            return Plan(f"HF cache {facts.hf_cache}", warnings=("could not read the free space there",))
+        reason = f"HF cache {facts.hf_cache}: {free / 2**30:.0f} GiB free"
+        if free < self.args.min_free_gb * 2**30:
+            return Plan(reason, warnings=(f"less than {self.args.min_free_gb} GiB free for model weights",))
+        return Plan(reason)
+
+
+@register
+class PreflightCluster(Step):
+    """On the head, across every node: the same login user, the same cabled port, one fabric subnet."""
+
+    name = "preflight.cluster"
+    Args = NoArgs
+
+    def check(self, ctx: HostContext) -> Plan:
+        hosts = [h for h in ctx.inventory.hosts if h.name in ctx.all_facts]
+        users = {h.name: ctx.all_facts[h.name].user for h in hosts}
+        warnings = []
+        if len(set(users.values())) > 1:
+            listing = ", ".join(f"{n}: {u}" for n, u in users.items())
+            warnings.append(f"login users differ ({listing}); sparkcluster resolves paths on each node, but "
+                            "eugr's and NVIDIA's scripts assume one user name everywhere")
+        choices = {}
+        for h in [ctx.inventory.head, *[h for h in hosts if h.role != "head"]]:
+            try:
+                choices[h.name] = qsfp_of(ctx, h.name)
+            except StepFailed:
+                continue  # that node fails its own preflight.qsfp, with its own message
+        warnings += cabling_report(choices)
+        mismatched = fabric_subnet_mismatch(choices)
+        if mismatched:
+            raise StepFailed("; ".join(mismatched), "put every node's QSFP address in the head's subnet")
+        return Plan(f"{len(hosts)} nodes checked together", warnings=tuple(warnings))
+
+
+@register
+class PreflightFabric(Step):
+    """Every node reaches every other node over the QSFP addresses (not over the LAN)."""
+
+    name = "preflight.fabric"
+    Args = NoArgs
+
+    def check(self, ctx: HostContext) -> Plan:
+        mine = qsfp_of(ctx)
+        peers = {}
+        for h in ctx.inventory.hosts:
+            if h.name != ctx.host.name and h.name in ctx.all_facts:
+                try:
+                    peers[h.name] = qsfp_of(ctx, h.name).ip
+                except StepFailed:
+                    continue
+        if not peers:
+            return Plan("no peers to reach")
+        # One command pings every peer in parallel, out of this node's QSFP interface only.
+        pings = " ".join(
+            f"(ping -c 2 -W 2 -i 0.2 -I {shlex.quote(mine.netdev)} {shlex.quote(ip)} >/dev/null 2>&1 "
+            f"&& echo {shlex.quote(name)} ok || echo {shlex.quote(name)} FAIL) &" for name, ip in peers.items())
+        out = ctx.run(Command(f"PATH=$PATH:/usr/sbin:/sbin; {pings} wait", timeout=30)).stdout
+        failed = sorted(line.split()[0] for line in out.splitlines() if line.endswith(" FAIL"))
+        if failed:
+            listing = ", ".join(f"{n} ({peers[n]})" for n in failed)
+            raise StepFailed(f"cannot reach {listing} over {mine.netdev}",
+                             "check the QSFP cable/switch and that both ends are up with addresses in one subnet: "
+                             f"ping -I {mine.netdev} <peer fabric ip>")
+        return Plan(f"reaches {', '.join(f'{n} ({ip})' for n, ip in peers.items())} over {mine.netdev}")
