@@ -140,8 +140,10 @@ class Runner:
     def _run_step(self, play: Play, host: Host, call: StepCall) -> None:
         started = time.monotonic()
         self.emit(StepStarted(host.name, play.name, call.name))
+        # Cross-node steps see only the nodes still in the run: a failed node is not a peer to set up.
+        healthy = {name: facts for name, facts in self.facts.items() if name not in self.down}
         ctx = HostContext(host, self.transports[host.name], self.inventory, self.facts.get(host.name),
-                          self.facts, self.check, self.transports)
+                          healthy, self.check, self.transports)
         try:
             step = call.step(build_args(call, self._template_context(host)))
             plan = step.check(ctx)

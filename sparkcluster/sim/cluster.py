@@ -289,6 +289,7 @@ class SimCluster:
 
     def _start(self, host: HostSpec) -> int:
         self._seed_disk(host)
+        netns.run_batch("ip", netns.host_batch(host), host.netns)
         hd = self.host_dir(host)
         pid = hostproc.start(host.netns, self.dir / "boot.sh", self._boot_env(host), hd / "boot.log")
         self.state.hosts[host.name] = HostState(unshare_pid=pid)

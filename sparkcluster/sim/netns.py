@@ -41,11 +41,13 @@ def root_batch(topo: Topology) -> list[str]:
 
 
 def host_batch(host: HostSpec) -> list[str]:
-    """`ip -n NS -batch` lines inside one host: loopback up, cabled ports addressed and up."""
+    """`ip -n NS -batch` lines inside one host: loopback up, cabled ports addressed and up. Idempotent, so
+    every boot re-applies it, as a real Spark applies its netplan (a test may have changed the addresses)."""
     lines = ["link set lo up"]
     for nic in host.nics:
         if nic.cabled:
-            lines += [f"addr add {nic.address} dev {nic.netdev}", f"link set {nic.netdev} up"]
+            lines += [f"addr flush dev {nic.netdev}", f"addr add {nic.address} dev {nic.netdev}",
+                      f"link set {nic.netdev} up"]
     return lines
 
 

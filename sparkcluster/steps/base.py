@@ -43,7 +43,7 @@ class HostContext:
     transport: Transport
     inventory: Inventory
     facts: HostFacts | None = None
-    all_facts: Mapping[str, HostFacts] = field(default_factory=dict)  # every reachable host's, by name
+    all_facts: Mapping[str, HostFacts] = field(default_factory=dict)  # every host still in the run, by name
     check_mode: bool = False
     # Every host's connection, for steps on the head that also touch the workers (ssh.mesh).
     transports: Mapping[str, Transport] = field(default_factory=dict)

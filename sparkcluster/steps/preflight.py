@@ -155,7 +155,8 @@ class PreflightDisk(Step):
 
 @register
 class PreflightCluster(Step):
-    """On the head, across every node: the same login user, the same cabled port, one fabric subnet."""
+    """On the head, across every node: the same login user and the same cabled port (warnings only; a problem
+    that belongs to one node fails that node, in its own steps)."""
 
     name = "preflight.cluster"
     Args = NoArgs
@@ -175,9 +176,6 @@ class PreflightCluster(Step):
             except StepFailed:
                 continue  # that node fails its own preflight.qsfp, with its own message
         warnings += cabling_report(choices)
-        mismatched = fabric_subnet_mismatch(choices)
-        if mismatched:
-            raise StepFailed("; ".join(mismatched), "put every node's QSFP address in the head's subnet")
         return Plan(f"{len(hosts)} nodes checked together", warnings=tuple(warnings))
 
 
@@ -190,15 +188,27 @@ class PreflightFabric(Step):
 
     def check(self, ctx: HostContext) -> Plan:
         mine = qsfp_of(ctx)
-        peers = {}
+        head = ctx.inventory.head
+        if ctx.host.name != head.name and head.name in ctx.all_facts:
+            # The head's sockets bind to its QSFP address: a node outside that subnet is not on-link.
+            mismatch = fabric_subnet_mismatch({head.name: qsfp_of(ctx, head.name), ctx.host.name: mine})
+            if mismatch:
+                raise StepFailed(mismatch[0], "give the node's QSFP interface an address in the head's subnet "
+                                              "(or pin qsfp_interface/fabric_ip for it in the inventory)")
+        peers, skipped = {}, []
         for h in ctx.inventory.hosts:
-            if h.name != ctx.host.name and h.name in ctx.all_facts:
-                try:
-                    peers[h.name] = qsfp_of(ctx, h.name).ip
-                except StepFailed:
-                    continue
+            if h.name == ctx.host.name or h.name not in ctx.all_facts:
+                continue
+            try:
+                peer = qsfp_of(ctx, h.name)
+            except StepFailed:
+                continue  # that node fails its own preflight.qsfp
+            if fabric_subnet_mismatch({ctx.host.name: mine, h.name: peer}):
+                skipped.append(f"{h.name} ({peer.ip}) is not on this node's QSFP subnet; it fails its own check")
+            else:
+                peers[h.name] = peer.ip
         if not peers:
-            return Plan("no peers to reach")
+            return Plan("no peers to reach", warnings=tuple(skipped))
         # One command pings every peer in parallel, out of this node's QSFP interface only.
         pings = " ".join(
             f"(ping -c 2 -W 2 -i 0.2 -I {shlex.quote(mine.netdev)} {shlex.quote(ip)} >/dev/null 2>&1 "
@@ -210,4 +220,5 @@ class PreflightFabric(Step):
             raise StepFailed(f"cannot reach {listing} over {mine.netdev}",
                              "check the QSFP cable/switch and that both ends are up with addresses in one subnet: "
                              f"ping -I {mine.netdev} <peer fabric ip>")
-        return Plan(f"reaches {', '.join(f'{n} ({ip})' for n, ip in peers.items())} over {mine.netdev}")
+        return Plan(f"reaches {', '.join(f'{n} ({ip})' for n, ip in peers.items())} over {mine.netdev}",
+                    warnings=tuple(skipped))
