@@ -6,11 +6,18 @@ cd "$(dirname "$0")/.."
 SC=.venv/bin/sparkcluster
 NAME="${SPARKCLUSTER_DEMO_NAME:-demo}"
 $SC sim down "$NAME" >/dev/null 2>&1 || true   # a re-run starts from fresh hosts
-$SC sim up 2 --name "$NAME"
+# Fresh Sparks as they come out of the box: no passwordless ssh between them yet.
+$SC sim up 2 --name "$NAME" --no-ssh-mesh
 INVENTORY=$($SC sim list --json | .venv/bin/python -c "import json,sys; print(next(c['inventory'] for c in json.load(sys.stdin) if c['name'] == '$NAME'))")
+
+echo; echo "== facts: what each node is"
+$SC facts "$INVENTORY"
+echo; echo "== bootstrap: preflight + provisioning (then again: nothing left to change)"
+$SC bootstrap "$INVENTORY"
+$SC bootstrap "$INVENTORY" | tail -n 4
+echo; echo "== the head's comm env, every variable bound to its own QSFP interface"
+$SC sim ssh spark-1 --name "$NAME" -- 'cat ~/.config/sparkcluster/comm.env'
 echo
-echo "== what the head sees"
-$SC sim ssh spark-1 --name "$NAME" -- 'hostname; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; ibdev2netdev; ip -br -4 addr'
-echo
+echo "Not yet in this demo (open issues): stage (model fan-out), serve (Ray + vLLM), verify (NCCL over RDMA)."
 echo "inventory: $INVENTORY"
 echo "the cluster stays up; remove it with: $SC sim down $NAME"

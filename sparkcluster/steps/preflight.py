@@ -211,7 +211,7 @@ class PreflightFabric(Step):
             return Plan("no peers to reach", warnings=tuple(skipped))
         # One command pings every peer in parallel, out of this node's QSFP interface only.
         pings = " ".join(
-            f"(ping -c 2 -W 2 -i 0.2 -I {shlex.quote(mine.netdev)} {shlex.quote(ip)} >/dev/null 2>&1 "
+            f"(ping -c 1 -W 2 -I {shlex.quote(mine.netdev)} {shlex.quote(ip)} >/dev/null 2>&1 "
             f"&& echo {shlex.quote(name)} ok || echo {shlex.quote(name)} FAIL) &" for name, ip in peers.items())
         out = ctx.run(Command(f"PATH=$PATH:/usr/sbin:/sbin; {pings} wait", timeout=30)).stdout
         failed = sorted(line.split()[0] for line in out.splitlines() if line.endswith(" FAIL"))
