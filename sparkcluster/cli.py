@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import getpass
 import json
 import os
 import sys
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from rich.console import Console
@@ -16,12 +16,15 @@ from rich.console import Console
 from . import __version__
 from .errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, SparkclusterError, UsageError
 from .events import RunFinished
-from .facts import HostFacts, gather
+from .facts import gather_all
 from .inventory import Inventory, find_inventory, load_inventory, record_last_used
 from .playbook import Playbook, bundled, load_playbook
 from .report import facts_table, make_reporter
 from .runner import DEFAULT_FORKS, Runner
 from .transport import Transport, Unreachable
+from .hfcache import ModelRef
+from .staging import stage, stage_status
+from . import stage_render
 from .sim import render as sim_render
 from .sim.cluster import DEFAULT_DRIVER, DEFAULT_LAN_RATE, DEFAULT_NAME, DEFAULT_USER, SimCluster, UpOptions
 
@@ -57,18 +60,9 @@ def _transports(inventory: Inventory, args: argparse.Namespace) -> dict[str, Tra
 def cmd_facts(args: argparse.Namespace) -> int:
     inventory = _inventory(args)
     transports = _transports(inventory, args)
-    gathered: dict[str, HostFacts | Unreachable] = {}
-
-    def one(name: str) -> None:
-        try:
-            gathered[name] = gather(transports[name])
-        except Unreachable as e:
-            gathered[name] = e
-        finally:
-            transports[name].close()
-
-    with ThreadPoolExecutor(max_workers=min(args.forks, len(transports))) as pool:
-        list(pool.map(one, transports))
+    gathered = gather_all(transports, args.forks)
+    for transport in transports.values():
+        transport.close()
     if args.json:
         _print_json({name: ({"unreachable": v.message, "fix": v.fix} if isinstance(v, Unreachable) else v.to_json())
                      for name, v in ((h.name, gathered[h.name]) for h in inventory.hosts)})
@@ -81,6 +75,38 @@ def cmd_facts(args: argparse.Namespace) -> int:
             else:
                 facts_table(console, h.name, h.address, value)
     return EXIT_FAILED if any(isinstance(v, Unreachable) for v in gathered.values()) else EXIT_OK
+
+
+def cmd_stage(args: argparse.Namespace) -> int:
+    model = ModelRef.parse(args.model)  # bad input fails before any connection
+    inventory = _inventory(args)
+    transports = _transports(inventory, args)
+    gathered = gather_all(transports, args.forks)
+    down = {n: v for n, v in gathered.items() if isinstance(v, Unreachable)}
+    for name, error in down.items():
+        err_console.print(f"[bold magenta]unreachable[/] {name}: {error.message}\n  fix: {error.fix}", highlight=False)
+    if down:
+        return EXIT_FAILED
+    facts = {n: v for n, v in gathered.items() if not isinstance(v, Unreachable)}
+    try:
+        if args.status:
+            statuses = stage_status(inventory, transports, facts, model, args.verify)
+            if args.json:
+                _print_json(statuses)
+            else:
+                stage_render.status_table(console, str(model), statuses)
+            return EXIT_OK if all(s["state"] == "complete" for s in statuses["nodes"].values()) else EXIT_FAILED
+        progress = (lambda event: None) if args.json else stage_render.progress_printer(err_console)
+        result = stage(inventory, transports, facts, model, source=args.source, verify=args.verify,
+                       streams=args.streams, over_lan=args.over_lan, progress=progress)
+    finally:
+        for transport in transports.values():
+            transport.close()
+    if args.json:
+        _print_json(dataclasses.asdict(result))
+    else:
+        stage_render.result_table(console, result)
+    return EXIT_OK if result.ok else EXIT_FAILED
 
 
 def _extra_vars(pairs: list[str]) -> dict[str, str]:
@@ -249,6 +275,19 @@ def build_parser() -> argparse.ArgumentParser:
     boot.add_argument("--driver-policy", choices=("fail", "warn"), help="what an older driver does (default fail)")
     boot.add_argument("--allow-other-gpu", action="store_true", help="go on when a node's GPU is not a GB10")
     boot.set_defaults(func=cmd_bootstrap)
+
+    stg = connecting(commands.add_parser("stage", help="put a model's snapshot on every node, over the fabric"),
+                     inventory_positional=False)
+    stg.add_argument("model", help="ORG/NAME[@REVISION]")
+    stg.add_argument("--source", default="auto",
+                     help="auto (a node that holds it, else download on the head), head, local (this machine's "
+                          "HF cache), or a host name")
+    stg.add_argument("--verify", choices=("size", "full"), default="size",
+                     help="check existing copies by size (default) or by hashing every blob")
+    stg.add_argument("--status", action="store_true", help="report each node's copy; change nothing")
+    stg.add_argument("--streams", type=int, default=2, help="files in flight per destination (default 2)")
+    stg.add_argument("--over-lan", action="store_true", help=argparse.SUPPRESS)  # benchmarks only
+    stg.set_defaults(func=cmd_stage)
 
     run = changing(connecting(commands.add_parser("run", help="run a playbook"), inventory_positional=False))
     run.add_argument("playbook", help="playbook file")

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 
 from .command import Command
-from .transport import Transport
+from .transport import Transport, Unreachable
 
 SECTION = "@@sparkcluster@@"
 
@@ -352,3 +354,15 @@ def driver_tuple(version: str) -> tuple[int, ...]:
 def gather(transport: Transport) -> HostFacts:
     """All facts of one host in a single round trip. Raises Unreachable like any other command."""
     return parse_probe(transport.run(PROBE).stdout)
+
+
+def gather_all(transports: Mapping[str, Transport], forks: int = 16) -> dict[str, HostFacts | Unreachable]:
+    """Every host's facts in parallel; an unreachable host's entry is its Unreachable error."""
+    def one(name: str) -> tuple[str, HostFacts | Unreachable]:
+        try:
+            return name, gather(transports[name])
+        except Unreachable as e:
+            return name, e
+
+    with ThreadPoolExecutor(max_workers=max(1, min(forks, len(transports)))) as pool:
+        return dict(pool.map(one, transports))

@@ -261,3 +261,14 @@ def _known_hosts_files(conn: Connection, host: Host) -> list[Path]:
 def _reachability_fix(host: Host) -> str:
     return f"check that {host.address} is powered on and reachable: ssh -p {host.port} {host.address} true"
 
+
+
+def openssh_argv(host: Host) -> list[str]:
+    """The OpenSSH client command (without the destination) for bulk copies from this machine: the same key
+    and known_hosts as the Fabric connection, strict host keys, AES-GCM, no compression."""
+    known = [str(Path.home() / ".ssh" / "known_hosts")] + ([host.known_hosts] if host.known_hosts else [])
+    argv = ["ssh", "-p", str(host.port), "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes",
+            "-o", f"UserKnownHostsFile={' '.join(known)}", "-o", "Compression=no", "-c", "aes128-gcm@openssh.com"]
+    if host.key:
+        argv += ["-i", host.key, "-o", "IdentitiesOnly=yes"]
+    return argv

@@ -76,7 +76,8 @@ def test_check_then_bootstrap_then_nothing_left_to_do(mixed_pair, tmp_path):
     would = steps(planned, "spark-2", "changed")
     assert {"docker.group", "hfcache.dir", "comm.env"} <= set(would)
     assert would["docker.group"]["reason"] == "would add spark to group docker"
-    assert steps(planned, "spark-1", "changed")["ssh.mesh"]["reason"] == "would set up passwordless ssh to spark-2"
+    assert steps(planned, "spark-1", "changed")["ssh.mesh"]["reason"] == (
+        "would set up passwordless ssh spark-1->spark-2, spark-2->spark-1")
 
     code, first = bootstrap(c, tmp_path)
     assert code == 0, first["failures"]
@@ -91,6 +92,7 @@ def test_check_then_bootstrap_then_nothing_left_to_do(mixed_pair, tmp_path):
     strict = "ssh -o BatchMode=yes -o StrictHostKeyChecking=yes -o ConnectTimeout=5"
     assert ssh(c, "spark-1", f"{strict} {worker.fabric_ips[0]} hostname").stdout == "spark-2\n"
     assert ssh(c, "spark-1", f"{strict} {worker.fabric_ips[1]} hostname").stdout == "spark-2\n"
+    assert ssh(c, "spark-2", f"{strict} {c.host('spark-1').fabric_ips[0]} hostname").stdout == "spark-1\n"
     assert ssh(c, "spark-1", "grep -c StrictHostKeyChecking ~/.ssh/config 2>/dev/null || true").stdout.strip() in ("", "0")
     cabling = steps(first, "spark-1")["preflight.cluster"]["warnings"]
     assert any("spark-2" in w and "port 0" in w for w in cabling)

@@ -1,0 +1,367 @@
+"""`sparkcluster stage MODEL`: one copy of a model's snapshot on every node, sent node to node over the QSFP
+fabric in a pipelined chain (source -> n1 -> n2 ...: each node forwards a blob as soon as it holds it, so the
+total stays close to one transfer rather than growing with N as a star from one source does).
+
+Blobs travel with rsync over ssh between the nodes themselves (the bootstrap key mesh), AES-GCM and no
+compression; interrupted blobs wait in a hidden partial dir and resume; each received blob is checked
+against the hash in its name; links and then the ref are written last, so an interrupted copy never looks
+complete (reference/dual-node-spec.md F14/F15).
+"""
+
+from __future__ import annotations
+
+import shlex
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from .command import Command
+from .errors import SparkclusterError, UsageError
+from .facts import HostFacts
+from .hfcache import (
+    PARTIAL_DIR, Manifest, ModelRef, NodeModel, NodeStatus, finalize_command, node_status, parse_scan,
+    scan_command, source_manifest, verify_command,
+)
+from .inventory import Host, Inventory
+from .network import QsfpError, choose_qsfp
+from .transport import Transport, Unreachable, openssh_argv
+
+SSH_FOR_BULK = ("ssh -T -c aes128-gcm@openssh.com -o Compression=no -o BatchMode=yes "
+                "-o StrictHostKeyChecking=yes -o ConnectTimeout=10")
+
+
+@dataclass(frozen=True)
+class BlobDone:
+    """Progress: one blob arrived (and was verified) on `node`."""
+
+    node: str
+    blob: str
+    path: str
+    bytes: int
+    seconds: float
+    done_files: int
+    total_files: int
+
+
+@dataclass
+class NodeResult:
+    status_before: str
+    bytes: int = 0
+    seconds: float = 0.0
+    state: str = "pending"  # complete | failed
+    error: str = ""
+    fix: str = ""
+
+
+@dataclass
+class StageResult:
+    model: str
+    commit: str
+    source: str
+    nodes: dict[str, NodeResult] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return all(r.state == "complete" for r in self.nodes.values())
+
+    @property
+    def bytes(self) -> int:
+        return sum(r.bytes for r in self.nodes.values())
+
+
+class Stager:
+    def __init__(self, inventory: Inventory, transports: Mapping[str, Transport], facts: Mapping[str, HostFacts],
+                 model: ModelRef, *, verify: str = "size", streams: int = 2, over_lan: bool = False,
+                 progress: Callable[[BlobDone], None] = lambda event: None) -> None:
+        if verify not in ("size", "full"):
+            raise UsageError(f"--verify must be size or full, not {verify!r}")
+        self.inventory = inventory
+        self.transports = transports
+        self.facts = facts
+        self.model = model
+        self.verify = verify
+        self.streams = max(1, streams)
+        self.over_lan = over_lan  # only to measure what the fabric is worth (benchmarks)
+        self.progress = progress
+        self.scans: dict[str, NodeModel] = {}
+
+    # ---- reading ---------------------------------------------------------------------------------------
+    def scan(self) -> dict[str, NodeModel]:
+        def one(host: Host) -> tuple[str, NodeModel]:
+            result = self.transports[host.name].run(scan_command(self.model))
+            return host.name, parse_scan(result.stdout)
+
+        with ThreadPoolExecutor(max_workers=len(self.inventory.hosts)) as pool:
+            self.scans = dict(pool.map(one, self.inventory.hosts))
+        return self.scans
+
+    def bad_hashes(self, name: str, blobs: Sequence[str]) -> frozenset[str]:
+        if not blobs:
+            return frozenset()
+        result = self.transports[name].run(verify_command(self.scans[name].model_dir, list(blobs)))
+        if not result.ok:
+            raise SparkclusterError(f"{name}: could not check blob hashes: {result.stderr_tail(3)}",
+                                    "is python3 installed on the node?")
+        return frozenset(result.stdout.split())
+
+    def choose_source(self, source: str) -> tuple[str, Manifest]:
+        """`auto`: the head if it holds a complete snapshot, else any node that does; or a named node."""
+        candidates = [h.name for h in self.inventory.hosts]
+        if source == "head":
+            candidates = [self.inventory.head.name]
+        elif source != "auto":
+            if source not in candidates:
+                raise UsageError(f"--source {source!r} is not a host of the inventory", f"use one of: {', '.join(candidates)}")
+            candidates = [source]
+        else:
+            candidates.sort(key=lambda n: n != self.inventory.head.name)
+        for name in candidates:
+            manifest = source_manifest(self.model, self.scans[name])
+            if manifest:
+                return name, manifest
+        where = "the head" if source in ("auto", "head") else source
+        raise SparkclusterError(
+            f"no complete snapshot of {self.model} on {where if source != 'auto' else 'any node'}",
+            "download it once on the head (`sparkcluster stage MODEL --source head` with huggingface_hub there) "
+            "or from this machine with --source local",
+        )
+
+    def statuses(self, manifest: Manifest) -> dict[str, NodeStatus]:
+        out = {}
+        for name, node in self.scans.items():
+            bad = frozenset()
+            if self.verify == "full":
+                present = [f.blob for f in manifest.unique_blobs() if node.blobs.get(f.blob) == f.size]
+                bad = self.bad_hashes(name, present)
+            out[name] = node_status(manifest, node, bad)
+        return out
+
+    # ---- copying ---------------------------------------------------------------------------------------
+    def run(self, source: str = "auto") -> StageResult:
+        self.scan()
+        source_name, manifest = self.choose_source(source)
+        statuses = self.statuses(manifest)
+        result = StageResult(str(self.model), manifest.commit, source_name,
+                             {n: NodeResult(s.state) for n, s in statuses.items()})
+        result.nodes[source_name].state = "complete"
+        chain = [source_name] + [h.name for h in self.inventory.hosts
+                                 if h.name != source_name and not statuses[h.name].complete]
+        for name in [n for n in statuses if statuses[n].complete]:
+            result.nodes[name].state = "complete"
+        if len(chain) == 1:
+            return result
+        addresses = {name: self._address(name) for name in chain}
+        Chain(self, manifest, chain, statuses, addresses, result).run()
+        return result
+
+    def _address(self, name: str) -> str:
+        """Where other nodes send to: the node's QSFP address (never the LAN, unless measuring it)."""
+        host = next(h for h in self.inventory.hosts if h.name == name)
+        if self.over_lan:
+            return host.address
+        facts = self.facts.get(name)
+        if facts is None:
+            raise SparkclusterError(f"{name}: no facts", "it was unreachable")
+        try:
+            return choose_qsfp(facts, pin_interface=host.qsfp_interface, pin_ip=host.fabric_ip, pin_hcas=host.hcas).ip
+        except QsfpError as e:
+            raise SparkclusterError(f"{name}: {e.message}", e.fix) from None
+
+
+class Chain:
+    """The pipelined chain: each destination pulls every blob it lacks from the nearest healthy node before
+    it in the chain, as soon as that node holds the blob."""
+
+    def __init__(self, stager: Stager, manifest: Manifest, chain: list[str], statuses: Mapping[str, NodeStatus],
+                 addresses: Mapping[str, str], result: StageResult) -> None:
+        self.s = stager
+        self.manifest = manifest
+        self.chain = chain
+        self.addresses = addresses
+        self.result = result
+        self.blobs = manifest.unique_blobs()
+        self.need = {n: set(statuses[n].missing) | set(statuses[n].corrupt) for n in chain[1:]}
+        self.unpublish = {n for n in chain[1:] if statuses[n].corrupt or statuses[n].unlinked}
+        self.corrupt = {n: statuses[n].corrupt for n in chain[1:]}
+        self.have = {(n, b.blob): threading.Event() for n in chain for b in self.blobs}
+        for n in chain:
+            for b in self.blobs:
+                if n == chain[0] or b.blob not in self.need.get(n, set()):
+                    self.have[(n, b.blob)].set()
+        self.failed: dict[str, threading.Event] = {n: threading.Event() for n in chain}
+        self.slots = {n: threading.Semaphore(stager.streams) for n in chain[1:]}
+        self.done_files = {n: len(self.blobs) - len(self.need[n]) for n in chain[1:]}
+        self.lock = threading.Lock()
+
+    def run(self) -> None:
+        for name in self.chain[1:]:
+            if name in self.unpublish and not self._prepare(name):
+                continue
+            self._mkdirs(name)
+        jobs = [(name, blob) for blob in self.blobs for name in self.chain[1:]
+                if blob.blob in self.need[name] and not self.failed[name].is_set()]
+        started = time.monotonic()
+        with ThreadPoolExecutor(max_workers=max(1, len(jobs))) as pool:
+            list(pool.map(lambda job: self._copy(*job), jobs))
+        for name in self.chain[1:]:
+            node = self.result.nodes[name]
+            node.seconds = time.monotonic() - started
+            if self.failed[name].is_set():
+                continue
+            self._finalize(name)
+
+    # ---- per node --------------------------------------------------------------------------------------
+    def _run(self, name: str, command: Command) -> bool:
+        """Run on a node; a failure marks the node failed (it drops out, its successors re-route)."""
+        try:
+            result = self.s.transports[name].run(command)
+        except Unreachable as e:
+            self._fail(name, e.message, e.fix)
+            return False
+        if not result.ok:
+            self._fail(name, f"`{command.display()[:80]}` exited {result.exit_code}: {result.stderr_tail(3)}",
+                       "check the node's disk and permissions in its HF cache")
+            return False
+        return True
+
+    def _fail(self, name: str, error: str, fix: str) -> None:
+        with self.lock:
+            node = self.result.nodes[name]
+            if node.state != "failed":
+                node.state, node.error, node.fix = "failed", error, fix
+            self.failed[name].set()
+
+    def _prepare(self, name: str) -> bool:
+        """A node with a broken copy loses its ref first (while it is repaired it must not look complete),
+        then its corrupt blobs (rsync's size-and-time check could otherwise keep a same-size corrupt one)."""
+        d = self.s.scans[name].model_dir
+        doomed = [f"{d}/blobs/{b}" for b in self.corrupt[name]]
+        if not self.manifest.model.is_commit:
+            doomed.insert(0, f"{d}/refs/{self.manifest.model.revision}")
+        return not doomed or self._run(name, Command.argv(["rm", "-f", "--", *doomed]))
+
+    def _mkdirs(self, name: str) -> None:
+        d = self.s.scans[name].model_dir
+        self._run(name, Command.argv(["mkdir", "-p", f"{d}/blobs/{PARTIAL_DIR}", f"{d}/refs", f"{d}/snapshots"]))
+
+    def _upstream(self, name: str) -> str | None:
+        """The nearest node before `name` in the chain that has not failed."""
+        for up in reversed(self.chain[: self.chain.index(name)]):
+            if not self.failed[up].is_set():
+                return up
+        return None
+
+    def _copy(self, name: str, blob) -> None:
+        with self.slots[name]:
+            while not self.failed[name].is_set():
+                up = self._upstream(name)
+                if up is None:
+                    return self._fail(name, "no node left to copy from", "re-run stage once the source is back")
+                if self.have[(up, blob.blob)].wait(timeout=0.5):
+                    if self._send(up, name, blob):
+                        return
+                    if self.failed[up].is_set() or self.failed[name].is_set():
+                        continue  # the upstream dropped out: try the next one before it
+                    return
+                if self.failed[up].is_set():
+                    continue
+
+    def _send(self, up: str, name: str, blob) -> bool:
+        up_dir, dest_dir = self.s.scans[up].model_dir, self.s.scans[name].model_dir
+        user = self.s.facts[name].user if name in self.s.facts else ""
+        target = f"{user}@{self.addresses[name]}:{dest_dir}/blobs/"
+        rsync = ["rsync", "-t", "--partial", f"--partial-dir={PARTIAL_DIR}", "--chmod=F644", "--protect-args",
+                 "-e", SSH_FOR_BULK, f"{up_dir}/blobs/{blob.blob}", target]
+        started = time.monotonic()
+        try:
+            result = self.s.transports[up].run(Command.argv(rsync, timeout=24 * 3600))
+        except Unreachable as e:
+            self._fail(up, e.message, e.fix)
+            return False
+        if not result.ok:
+            # Either end may be at fault: the destination if it is gone, else the sender.
+            if not self._reachable(name):
+                return False
+            self._fail(name, f"copy of {blob.path} from {up} failed: {result.stderr_tail(3)}",
+                       f"check that {up} reaches {self.addresses[name]} by ssh (sparkcluster bootstrap sets that up)")
+            return False
+        if not self._check_arrival(name, blob):
+            return False
+        seconds = time.monotonic() - started
+        with self.lock:
+            self.done_files[name] += 1
+            node = self.result.nodes[name]
+            node.bytes += blob.size
+            done = self.done_files[name]
+        self.have[(name, blob.blob)].set()
+        self.s.progress(BlobDone(name, blob.blob, blob.path, blob.size, seconds, done, len(self.blobs)))
+        return True
+
+    def _reachable(self, name: str) -> bool:
+        try:
+            self.s.transports[name].run(Command("true", timeout=15))
+            return True
+        except Unreachable as e:
+            self._fail(name, e.message, e.fix)
+            return False
+
+    def _check_arrival(self, name: str, blob) -> bool:
+        """The size, and the content against the hash in the blob's name."""
+        d = self.s.scans[name].model_dir
+        try:
+            result = self.s.transports[name].run(verify_command(d, [blob.blob]))
+            size = self.s.transports[name].run(Command.argv(["stat", "-c", "%s", f"{d}/blobs/{blob.blob}"]))
+        except Unreachable as e:
+            self._fail(name, e.message, e.fix)
+            return False
+        if not result.ok or result.stdout.strip() or size.stdout.strip() != str(blob.size):
+            self._run(name, Command.argv(["rm", "-f", f"{d}/blobs/{blob.blob}"]))
+            self._fail(name, f"{blob.path} arrived corrupt (hash or size mismatch)", "re-run stage; if it repeats, "
+                       "check the source's copy with `sparkcluster stage MODEL --status --verify full`")
+            return False
+        return True
+
+    def _finalize(self, name: str) -> None:
+        if self._run(name, finalize_command(self.s.scans[name].model_dir, self.manifest)):
+            self.result.nodes[name].state = "complete"
+
+
+def stage(inventory: Inventory, transports: Mapping[str, Transport], facts: Mapping[str, HostFacts],
+          model: ModelRef, *, source: str = "auto", verify: str = "size", streams: int = 2, over_lan: bool = False,
+          progress: Callable[[BlobDone], None] = lambda event: None) -> StageResult:
+    """Make every node hold `model`: find or make the first copy, then fan it out over the fabric."""
+    from .modelsource import download_on, push_local  # only needed when no node holds the model yet
+
+    head = inventory.head
+    stager = Stager(inventory, transports, facts, model, verify=verify, streams=streams, over_lan=over_lan,
+                    progress=progress)
+    if source == "local":
+        push_local(model, head, transports[head.name], openssh_argv(head))
+        return stager.run("head")
+    if source in ("auto", "head"):
+        stager.scan()
+        holders = [n for n, scan in stager.scans.items() if source_manifest(model, scan)]
+        if not holders or (source == "head" and head.name not in holders):
+            download_on(transports[head.name], model, str(head.vars.get("python", "python3")))
+    return stager.run(source)
+
+
+def stage_status(inventory: Inventory, transports: Mapping[str, Transport], facts: Mapping[str, HostFacts],
+                 model: ModelRef, verify: str = "size") -> dict:
+    """Per node: complete, missing files, corrupt or absent, against the first complete copy found."""
+    stager = Stager(inventory, transports, facts, model, verify=verify)
+    stager.scan()
+    try:
+        source, manifest = stager.choose_source("auto")
+    except SparkclusterError:
+        return {"model": str(model), "source": None, "commit": None,
+                "nodes": {n: {"state": "absent" if not s.blobs else "incomplete", "missing": [], "corrupt": []}
+                          for n, s in stager.scans.items()}}
+    return {
+        "model": str(model), "source": source, "commit": manifest.commit, "files": len(manifest.files),
+        "bytes": manifest.total_bytes,
+        "nodes": {n: {"state": s.state, "missing": list(s.missing), "corrupt": list(s.corrupt)}
+                  for n, s in stager.statuses(manifest).items()},
+    }
