@@ -1,21 +1,17 @@
-"""models.check: the hook where staging of the inventory's `models:` plugs in (the staging issue).
+"""models.stage: the inventory's `models:` on every node (run on the head; staging works across nodes).
 
-Today it reports, per node, which listed models already have a complete-looking snapshot in the node's
-own HF cache, and warns about the others. It changes nothing.
+check() scans every node's copy (read-only); apply() runs the same staging as `sparkcluster stage`.
 """
 
 from __future__ import annotations
 
-import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from .base import HostContext, Plan, Step, register
+from .base import HostContext, Plan, Step, StepFailed, register
 from ..command import Command
-
-
-def cache_dir_name(model: str) -> str:
-    """`Qwen/Qwen3-0.6B@main` -> `models--Qwen--Qwen3-0.6B` (Hugging Face's cache layout)."""
-    return "models--" + model.split("@", 1)[0].replace("/", "--")
+from ..errors import SparkclusterError
+from ..hfcache import ModelRef, source_manifest
+from ..staging import Stager, stage
 
 
 @dataclass(frozen=True)
@@ -24,18 +20,43 @@ class ModelsArgs:
 
 
 @register
-class ModelsCheck(Step):
-    name = "models.check"
+class ModelsStage(Step):
+    name = "models.stage"
     Args = ModelsArgs
+
+    def _cluster(self, ctx: HostContext):
+        # Only the nodes still in the run: a failed node is not a destination.
+        return replace(ctx.inventory, hosts=tuple(h for h in ctx.inventory.hosts if h.name in ctx.all_facts))
 
     def check(self, ctx: HostContext) -> Plan:
         if not self.args.models:
             return Plan("no models listed in the inventory", skip=True)
-        probes = " ".join(
-            f'[ -s "$hub"/{shlex.quote(cache_dir_name(m))}/refs/main ] && echo {shlex.quote(m)};'
-            for m in self.args.models)
-        out = ctx.run(Command(f'hub="${{HF_HOME:-$HOME/.cache/huggingface}}/hub"; {probes} true')).stdout
-        present = set(out.split())
-        missing = [m for m in self.args.models if m not in present]
-        warnings = tuple(f"{m} is not in this node's HF cache yet; stage it before serving" for m in missing)
-        return Plan(f"{len(present)} of {len(self.args.models)} models present", warnings=warnings)
+        inventory = self._cluster(ctx)
+        todo = []
+        for text in self.args.models:
+            model = ModelRef.parse(text)
+            stager = Stager(inventory, ctx.transports, ctx.all_facts, model)
+            stager.scan()
+            holders = [n for n, s in stager.scans.items() if source_manifest(model, s)]
+            if not holders:
+                todo.append(Command(f"download {model} on {inventory.head.name}, then stage it to every node"))
+                continue
+            _, manifest = stager.choose_source("auto")
+            lacking = [n for n, s in stager.statuses(manifest).items() if not s.complete]
+            if lacking:
+                todo.append(Command(f"stage {model} to {', '.join(lacking)} over the fabric"))
+        if not todo:
+            return Plan(f"every node holds {', '.join(self.args.models)}")
+        return Plan(f"stage {len(todo)} model(s)", tuple(todo))
+
+    def apply(self, ctx: HostContext, plan: Plan) -> None:
+        inventory = self._cluster(ctx)
+        for text in self.args.models:
+            try:
+                result = stage(inventory, ctx.transports, ctx.all_facts, ModelRef.parse(text))
+            except SparkclusterError as e:
+                raise StepFailed(f"staging {text}: {e.message}", e.fix) from None
+            failed = {n: r for n, r in result.nodes.items() if r.state != "complete"}
+            if failed:
+                name, r = next(iter(failed.items()))
+                raise StepFailed(f"staging {text} failed on {', '.join(failed)}: {r.error}", r.fix)

@@ -1,0 +1,218 @@
+"""`sparkcluster stage` on a bootstrapped 4-node simulated cluster, with a generated 1 GiB model."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from sparkcluster.hfcache import ModelRef
+from sparkcluster.sim import SimCluster, UpOptions
+from sparkcluster.sim.fakemodel import generate
+from tests.helpers import require_sim, ssh, unique_name
+
+pytestmark = [pytest.mark.sim, pytest.mark.slow]
+
+MODEL = "acme/fake-1b"
+MODEL_DIR = "home/spark/.cache/huggingface/hub/models--acme--fake-1b"
+
+
+def cli(cluster: SimCluster, *args: str, timeout: int = 600) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "sparkcluster", *args, "-i", str(cluster.inventory_path)],
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def stage_json(cluster: SimCluster, *args: str) -> tuple[int, dict]:
+    out = cli(cluster, "stage", MODEL, "--json", *args)
+    assert "Traceback" not in out.stderr, out.stderr
+    return out.returncode, json.loads(out.stdout)
+
+
+@pytest.fixture(scope="module")
+def staged_cluster(tmp_path_factory):
+    require_sim(docker=True)
+    c = SimCluster.up(UpOptions(count=4, name=unique_name("stage"), ssh_mesh=False))
+    try:
+        boot = subprocess.run([sys.executable, "-m", "sparkcluster", "bootstrap", str(c.inventory_path)],
+                              capture_output=True, text=True, timeout=300,
+                              env={**os.environ, "XDG_CONFIG_HOME": str(tmp_path_factory.mktemp("cfg"))})
+        assert boot.returncode == 0, boot.stdout
+        generate(c, "spark-1", MODEL, 1 << 30, shards=5)
+        yield c
+    finally:
+        c.down()
+
+
+def sums(cluster: SimCluster, host: str) -> str:
+    return ssh(cluster, host, f"cd ~/{MODEL_DIR[len('home/spark/'):]}/snapshots/* && sha256sum $(find . -type l | sort)").stdout
+
+
+class RefWatcher:
+    """Samples every node's disk (its overlay upper layer, read from outside) while staging runs: whenever
+    refs/main exists, every snapshot link must reach a blob of its full size."""
+
+    def __init__(self, cluster: SimCluster, sizes: dict[str, int]) -> None:
+        self.cluster, self.sizes = cluster, sizes
+        self.violations: list[str] = []
+        self.samples = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def __enter__(self) -> RefWatcher:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            for h in self.cluster.topology.hosts:
+                root = self.cluster.host_dir(h) / "upper" / MODEL_DIR
+                ref = root / "refs" / "main"
+                if not ref.exists():
+                    continue
+                snap = root / "snapshots" / ref.read_text().strip()
+                for path, size in self.sizes.items():
+                    blob = snap / path
+                    try:
+                        actual = os.path.getsize(os.path.realpath(blob))
+                    except OSError:
+                        actual = -1
+                    if actual != size:
+                        self.violations.append(f"{h.name}: ref present but {path} is {actual} bytes, not {size}")
+            self.samples += 1
+            time.sleep(0.05)
+
+
+def model_sizes(cluster: SimCluster) -> dict[str, int]:
+    root = cluster.host_dir(cluster.host("spark-1")) / "upper" / MODEL_DIR
+    snap = next((root / "snapshots").iterdir())
+    return {str(p.relative_to(snap)): os.path.getsize(os.path.realpath(p)) for p in snap.rglob("*") if p.is_symlink()}
+
+
+def test_stage_fans_out_identically_and_a_rerun_sends_nothing(staged_cluster):
+    c = staged_cluster
+    sizes = model_sizes(c)
+    assert sum(sizes.values()) >= 1 << 30
+    with RefWatcher(c, sizes) as watcher:
+        code, doc = stage_json(c)
+    assert code == 0, doc
+    assert watcher.samples > 10 and watcher.violations == []
+    assert doc["source"] == "spark-1"
+    assert {n: r["state"] for n, r in doc["nodes"].items()} == dict.fromkeys(["spark-1", "spark-2", "spark-3", "spark-4"], "complete")
+    assert all(doc["nodes"][w]["bytes"] == sum(sizes.values()) for w in ("spark-2", "spark-3", "spark-4"))
+    reference = sums(c, "spark-1")
+    assert reference.count("safetensors") == 5
+    for w in ("spark-2", "spark-3", "spark-4"):
+        assert sums(c, w) == reference
+        assert ssh(c, w, f"stat -c %U ~/{MODEL_DIR[len('home/spark/'):]}/blobs/*| sort -u").stdout == "spark\n"
+    started = time.monotonic()
+    code, again = stage_json(c)
+    assert code == 0 and sum(r["bytes"] for r in again["nodes"].values()) == 0
+    assert time.monotonic() - started < 10
+
+
+def test_huggingface_hub_loads_the_snapshot_offline_on_every_node(staged_cluster):
+    c = staged_cluster
+    load = (f"HF_HUB_OFFLINE=1 {sys.executable} -c \"from huggingface_hub import snapshot_download; "
+            f"print(snapshot_download('{MODEL}', local_files_only=True))\"")
+    for h in c.topology.hosts:
+        assert ssh(c, h.name, load).stdout.strip().endswith("/snapshots/0123456789abcdef0123456789abcdef01234567")
+
+
+def test_corrupt_blob_is_found_and_repaired(staged_cluster):
+    c = staged_cluster
+    reference = sums(c, "spark-1")
+    ssh(c, "spark-3", f"cd ~/{MODEL_DIR[len('home/spark/'):]}/blobs && f=$(ls -S | head -n 1) && "
+                      "printf XXXX | dd of=$f bs=1 seek=4096 conv=notrunc 2>/dev/null && touch -r config.json $f 2>/dev/null; true")
+    status = json.loads(cli(c, "stage", MODEL, "--status", "--verify", "full", "--json").stdout)
+    assert status["nodes"]["spark-3"]["state"] == "corrupt" and len(status["nodes"]["spark-3"]["corrupt"]) == 1
+    assert status["nodes"]["spark-2"]["state"] == "complete"
+    code, doc = stage_json(c, "--verify", "full")
+    assert code == 0 and doc["nodes"]["spark-3"]["state"] == "complete" and doc["nodes"]["spark-3"]["bytes"] > 0
+    assert sums(c, "spark-3") == reference
+
+
+def _drop_copies(c: SimCluster, hosts: list[str]) -> None:
+    for h in hosts:
+        ssh(c, h, f"rm -rf ~/{MODEL_DIR[len('home/spark/'):]}")
+
+
+def test_worker_powered_off_mid_transfer_then_rerun_completes(staged_cluster):
+    c = staged_cluster
+    sizes = model_sizes(c)
+    _drop_copies(c, ["spark-3", "spark-4"])
+    with RefWatcher(c, sizes) as watcher:
+        timer = threading.Timer(2.0, c.power_off, ["spark-3"])
+        timer.start()
+        code, doc = stage_json(c)
+        timer.join()
+    assert code == 1
+    assert doc["nodes"]["spark-3"]["state"] == "failed"
+    # spark-4 followed spark-3 in the chain: it re-routed to the node before it and still completed
+    assert doc["nodes"]["spark-4"]["state"] == "complete"
+    c.boot("spark-3")
+    # Blobs under their final name are whole (rsync renames only a finished file; partial data waits in a
+    # hidden dir): the re-run must send exactly the rest.
+    kept = ssh(c, "spark-3", f"cd ~/{MODEL_DIR[len('home/spark/'):]}/blobs && stat -c %s * 2>/dev/null; true").stdout
+    kept_bytes = sum(int(x) for x in kept.split())
+    with RefWatcher(c, sizes) as watcher2:
+        code, doc = stage_json(c)
+    assert code == 0 and doc["nodes"]["spark-3"]["state"] == "complete"
+    assert watcher.violations == [] and watcher2.violations == []
+    assert doc["nodes"]["spark-3"]["bytes"] == sum(sizes.values()) - kept_bytes
+    assert sums(c, "spark-3") == sums(c, "spark-1")
+
+
+def test_cli_interrupted_then_rerun_completes(staged_cluster):
+    c = staged_cluster
+    sizes = model_sizes(c)
+    _drop_copies(c, ["spark-2", "spark-3", "spark-4"])
+    with RefWatcher(c, sizes) as watcher:
+        proc = subprocess.Popen([sys.executable, "-m", "sparkcluster", "stage", MODEL, "-i", str(c.inventory_path),
+                                 "--json"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(3)
+        proc.send_signal(signal.SIGKILL)  # the harshest interruption: no cleanup at all
+        proc.wait()
+        time.sleep(1)
+        code, doc = stage_json(c)
+    assert code == 0, doc
+    assert watcher.violations == []
+    for w in ("spark-2", "spark-3", "spark-4"):
+        assert sums(c, w) == sums(c, "spark-1")
+
+
+def test_bad_model_names_fail_before_any_connection(staged_cluster):
+    for name in ("not-a-model", "acme/../etc", "acme/x@bad rev"):
+        out = cli(staged_cluster, "stage", name)
+        assert out.returncode == 2 and "Traceback" not in out.stderr
+    missing = cli(staged_cluster, "stage", "acme/never-downloaded")
+    assert missing.returncode == 1
+    assert "huggingface_hub" in missing.stderr or "download failed" in missing.stderr
+    assert ModelRef.parse("Qwen/Qwen3-0.6B@main").dir_name == "models--Qwen--Qwen3-0.6B"
+
+
+def test_bootstrap_stages_the_inventorys_models(staged_cluster, tmp_path):
+    import yaml
+
+    c = staged_cluster
+    _drop_copies(c, ["spark-2"])
+    doc = yaml.safe_load(c.inventory_path.read_text())
+    doc["models"] = [MODEL]
+    inventory = tmp_path / "inventory.yml"
+    inventory.write_text(yaml.safe_dump(doc))
+    out = subprocess.run([sys.executable, "-m", "sparkcluster", "bootstrap", str(inventory), "--json"],
+                         capture_output=True, text=True, timeout=600, env={**os.environ, "XDG_CONFIG_HOME": str(tmp_path)})
+    assert out.returncode == 0, out.stdout
+    step = next(s for s in json.loads(out.stdout)["steps"] if s["step"] == "models.stage")
+    assert step["status"] == "changed" and "spark-2" in step["commands"][0]
+    assert sums(c, "spark-2") == sums(c, "spark-1")
