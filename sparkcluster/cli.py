@@ -24,7 +24,7 @@ from .runner import DEFAULT_FORKS, Runner
 from .transport import Transport, Unreachable
 from .hfcache import ModelRef
 from .staging import stage, stage_status
-from . import stage_render
+from . import nccl, stage_render
 from .sim import render as sim_render
 from .sim.cluster import DEFAULT_DRIVER, DEFAULT_LAN_RATE, DEFAULT_NAME, DEFAULT_USER, SimCluster, UpOptions
 
@@ -107,6 +107,12 @@ def cmd_stage(args: argparse.Namespace) -> int:
     else:
         stage_render.result_table(console, result)
     return EXIT_OK if result.ok else EXIT_FAILED
+
+
+def cmd_nccl_report(args: argparse.Namespace) -> int:
+    code, text = nccl.report(args.logfiles, json_output=args.json, min_busbw=args.min_busbw)
+    print(text)
+    return code
 
 
 def _extra_vars(pairs: list[str]) -> dict[str, str]:
@@ -289,6 +295,12 @@ def build_parser() -> argparse.ArgumentParser:
     stg.add_argument("--over-lan", action="store_true", help=argparse.SUPPRESS)  # benchmarks only
     stg.set_defaults(func=cmd_stage)
 
+    rep = commands.add_parser("nccl-report", help="read NCCL_DEBUG=INFO logs: transports, devices, a verdict")
+    rep.add_argument("logfiles", nargs="+", metavar="LOGFILE")
+    rep.add_argument("--min-busbw", type=float, help="bus bandwidth a pass needs, GB/s (probe output only)")
+    rep.add_argument("--json", action="store_true")
+    rep.set_defaults(func=cmd_nccl_report)
+
     run = changing(connecting(commands.add_parser("run", help="run a playbook"), inventory_positional=False))
     run.add_argument("playbook", help="playbook file")
     run.add_argument("-e", "--extra-vars", action="append", metavar="KEY=VALUE", help="a variable for templates")
@@ -372,6 +384,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         err_console.print("interrupted")
         return EXIT_INTERRUPTED
+    except BrokenPipeError:  # output piped into `head` and the like: not an error
+        sys.stderr.close()
+        return EXIT_OK
 
 
 if __name__ == "__main__":

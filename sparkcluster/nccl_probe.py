@@ -1,0 +1,266 @@
+"""NCCL (or gloo) bandwidth probe: times collectives between ranks and says which hosts and TCP peers took part.
+
+Standalone: it runs inside containers and on hosts where sparkcluster is not installed, so it uses only the
+standard library and torch (imported when the probe runs, so the helpers can be tested without torch).
+
+    NCCL_DEBUG=INFO torchrun --standalone --nproc-per-node=2 nccl_probe.py
+    NCCL_DEBUG=INFO python3 nccl_probe.py --rank 0 --world 2 --master-addr 192.168.177.11 --master-port 29500
+
+Rank 0 prints an nccl-tests-like table and, last, `SPARKCLUSTER_PROBE_RESULT {json}`; every rank prints
+`SPARKCLUSTER_PROBE_RANK {json}`. `sparkcluster nccl-report` reads both together with NCCL's own INFO lines.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import json
+import os
+import re
+import socket
+import sys
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import timedelta
+from pathlib import Path
+
+DEFAULT_SIZES = "1M,16M,64M,256M,1G"
+# A 16 GB nccl-tests buffer (about 32 GB per node of unified memory) froze Sparks (dual-node-spec.md F4).
+DEFAULT_MAX_BYTES = 1 << 30
+OPS = ("all_reduce", "all_gather", "reduce_scatter")
+FLOAT_BYTES = 4
+PROBE_RESULT = "SPARKCLUSTER_PROBE_RESULT"
+PROBE_RANK = "SPARKCLUSTER_PROBE_RANK"
+_TCP_ESTABLISHED = "01"
+
+
+def parse_size(text: str) -> int:
+    """1M -> 1048576; K, M and G are binary, as in nccl-tests' -b/-e; a trailing B or iB is allowed."""
+    m = re.fullmatch(r"\s*(\d+)\s*([KMG]?)(?:i?B)?\s*", text, re.IGNORECASE)
+    if not m:
+        raise ValueError(f"bad size {text!r}: use bytes or K/M/G, e.g. 64M or 1G")
+    return int(m[1]) << {"": 0, "K": 10, "M": 20, "G": 30}[m[2].upper()]
+
+
+def bus_bandwidth(op: str, size_bytes: int, seconds: float, world: int) -> tuple[float, float]:
+    """(algbw, busbw) in GB/s with nccl-tests' factors.
+
+    A copy of sparkcluster.nccl.busbw, since this script cannot import sparkcluster; a unit test keeps them equal.
+    """
+    factor = {"all_reduce": 2 * (world - 1) / world, "all_gather": (world - 1) / world,
+              "reduce_scatter": (world - 1) / world}[op]
+    algbw = size_bytes / seconds / 1e9
+    return algbw, algbw * factor
+
+
+def format_table(rows: Sequence[Mapping]) -> str:
+    """nccl-tests' layout; the same text as sparkcluster.nccl.format_table (a unit test keeps them equal)."""
+    blocks = []
+    for op in dict.fromkeys(r["op"] for r in rows):
+        mine = [r for r in rows if r["op"] == op]
+        lines = [f"# {op}", f"#{'size':>11} {'count':>12} {'type':>6} {'time(us)':>11} {'algbw(GB/s)':>12} "
+                            f"{'busbw(GB/s)':>12}"]
+        lines += [f"{r['size_bytes']:>12} {r['size_bytes'] // 4:>12} {'float':>6} {r['time_us']:>11.1f} "
+                  f"{r['algbw_gbps']:>12.2f} {r['busbw_gbps']:>12.2f}" for r in mine]
+        lines.append(f"# Avg bus bandwidth    : {sum(r['busbw_gbps'] for r in mine) / len(mine):.4f}")
+        blocks.append("\n".join(lines))
+    return "\n".join(blocks)
+
+
+# ---- which TCP connections this process holds (proves which network gloo's or NCCL's sockets used) ----------
+def socket_inodes(fd_links: Iterable[str]) -> set[int]:
+    """Inodes of the sockets among a process's /proc/PID/fd link targets ("socket:[12345]")."""
+    return {int(m[1]) for link in fd_links if (m := re.fullmatch(r"socket:\[(\d+)\]", link))}
+
+
+def established_peers(tables: Iterable[str], inodes: set[int]) -> list[tuple[str, str]]:
+    """(local_ip, remote_ip) of the established connections in /proc/net/tcp{,6} texts owned by `inodes`."""
+    pairs = set()
+    for table in tables:
+        for line in table.splitlines()[1:]:
+            fields = line.split()
+            if len(fields) < 10 or fields[3] != _TCP_ESTABLISHED or int(fields[9]) not in inodes:
+                continue
+            pairs.add((_proc_ip(fields[1]), _proc_ip(fields[2])))
+    return sorted(pairs)
+
+
+def _proc_ip(address: str) -> str:
+    """"0100007F:1F90" -> 127.0.0.1: the kernel prints each 32-bit word of the address in host byte order."""
+    hex_ip = address.split(":")[0]
+    raw = b"".join(int(hex_ip[i:i + 8], 16).to_bytes(4, sys.byteorder) for i in range(0, len(hex_ip), 8))
+    ip = ipaddress.ip_address(raw)
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped:
+        return str(ip.ipv4_mapped)
+    return str(ip)
+
+
+def tcp_peers(pid: int | str = "self") -> list[tuple[str, str]]:
+    proc = Path("/proc") / str(pid)
+    links = []
+    for fd in (proc / "fd").iterdir():
+        try:
+            links.append(os.readlink(fd))
+        except OSError:  # closed between listing and reading
+            continue
+    tables = [p.read_text() for p in (proc / "net" / "tcp", proc / "net" / "tcp6") if p.exists()]
+    return established_peers(tables, socket_inodes(links))
+
+
+# ---- arguments -----------------------------------------------------------------------------------------------
+def parse_args(argv: Sequence[str], environ: Mapping[str, str]) -> argparse.Namespace:
+    """Rendezvous from the arguments, else from torchrun's env (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_*)."""
+    parser = argparse.ArgumentParser(description="Time NCCL/gloo collectives between ranks (nccl-tests style).")
+    parser.add_argument("--rank", type=int, default=int(environ.get("RANK", 0)))
+    parser.add_argument("--world", type=int, default=int(environ.get("WORLD_SIZE", 1)))
+    parser.add_argument("--local-rank", type=int, default=int(environ.get("LOCAL_RANK", 0)),
+                        help="the GPU of this rank (default LOCAL_RANK, else 0: one GPU per Spark)")
+    parser.add_argument("--master-addr", default=environ.get("MASTER_ADDR", "127.0.0.1"))
+    parser.add_argument("--master-port", type=int, default=int(environ.get("MASTER_PORT", 29500)))
+    parser.add_argument("--backend", choices=("nccl", "gloo"), default="nccl")
+    parser.add_argument("--device", choices=("cuda", "cpu"), help="default: cuda for nccl, cpu for gloo")
+    parser.add_argument("--sizes", default=DEFAULT_SIZES, help=f"bytes per collective (default {DEFAULT_SIZES})")
+    parser.add_argument("--max-bytes", default=str(DEFAULT_MAX_BYTES),
+                        help="refuse larger sizes (default 1G; 16G froze Sparks)")
+    parser.add_argument("--iters", type=int, default=10)
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--ops", default="all_reduce,all_gather", help=f"comma-separated, of {', '.join(OPS)}")
+    parser.add_argument("--timeout", type=int, default=300, help="seconds to wait for the other ranks")
+    args = parser.parse_args(argv)
+    try:
+        args.sizes = [parse_size(s) for s in args.sizes.split(",")]
+        args.max_bytes = parse_size(args.max_bytes)
+    except ValueError as e:
+        parser.error(str(e))
+    too_big = [s for s in args.sizes if s > args.max_bytes]
+    if too_big:
+        parser.error(f"size {too_big[0]} is above --max-bytes {args.max_bytes}: large buffers exhaust a Spark's "
+                     "unified memory (a 16 GB nccl-tests run froze nodes)")
+    args.ops = args.ops.split(",")
+    unknown = [op for op in args.ops if op not in OPS]
+    if unknown:
+        parser.error(f"unknown op {unknown[0]!r}: choose from {', '.join(OPS)}")
+    args.device = args.device or ("cuda" if args.backend == "nccl" else "cpu")
+    if args.backend == "nccl" and args.device != "cuda":
+        parser.error("--backend nccl needs --device cuda")
+    if not 0 <= args.rank < args.world:
+        parser.error(f"--rank {args.rank} is outside --world {args.world}")
+    if args.iters < 1 or args.warmup < 0:
+        parser.error("--iters must be at least 1 and --warmup at least 0")
+    return args
+
+
+# ---- running -------------------------------------------------------------------------------------------------
+def _collective(dist, torch, op: str, count: int, world: int, device, backend: str) -> Callable[[], None]:
+    """One call of `op` on `count` float32 elements (all_gather: the gathered size, as nccl-tests counts it)."""
+    def zeros(n: int):
+        return torch.zeros(n, dtype=torch.float32, device=device)  # zeros: repeated sums cannot overflow
+
+    if op == "all_reduce":
+        buffer = zeros(count)
+        return lambda: dist.all_reduce(buffer)
+    full, part = zeros(count), zeros(count // world)
+    if op == "all_gather":
+        if backend == "gloo":  # the list form works with every gloo build; the views make it fill `full` all the same
+            views = list(full.chunk(world))
+            return lambda: dist.all_gather(views, part)
+        return lambda: _new_or_old(dist, "all_gather_single", "all_gather_into_tensor")(full, part)
+    return lambda: _new_or_old(dist, "reduce_scatter_single", "reduce_scatter_tensor")(part, full)
+
+
+def _new_or_old(dist, new: str, old: str) -> Callable:
+    """torch 2.13 renamed the single-tensor collectives (the old names warn); containers carry older torch."""
+    return getattr(dist, new, None) or getattr(dist, old)
+
+
+def _exchange(dist, torch, doc: dict, world: int, device) -> list[dict]:
+    """Every rank's `doc`, by rank. all_gather_object would need numpy, which the probe does not require."""
+    data = json.dumps(doc).encode()
+    length = torch.tensor([len(data)], dtype=torch.int64, device=device)
+    dist.all_reduce(length, op=dist.ReduceOp.MAX)
+    mine = torch.zeros(int(length.item()), dtype=torch.uint8, device=device)
+    mine[:len(data)] = torch.tensor(list(data), dtype=torch.uint8)
+    gathered = [torch.zeros_like(mine) for _ in range(world)]
+    dist.all_gather(gathered, mine)
+    return [json.loads(bytes(t.tolist()).rstrip(b"\0")) for t in gathered]
+
+
+def _measure(dist, torch, args: argparse.Namespace, device, op: str, size: int) -> dict:
+    count = max(args.world, size // FLOAT_BYTES // args.world * args.world)  # divisible among the ranks
+    call = _collective(dist, torch, op, count, args.world, device, args.backend)
+
+    def sync() -> None:
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+
+    for _ in range(args.warmup):
+        call()
+    sync()
+    _barrier(dist, args)
+    start = time.perf_counter()
+    for _ in range(args.iters):
+        call()
+    sync()
+    # The slowest rank bounds the collective, as in nccl-tests.
+    elapsed = torch.tensor([time.perf_counter() - start], dtype=torch.float64, device=device)
+    dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
+    seconds = elapsed.item() / args.iters
+    size_bytes = count * FLOAT_BYTES
+    algbw, busbw = bus_bandwidth(op, size_bytes, seconds, args.world)
+    return {"op": op, "size_bytes": size_bytes, "time_us": round(seconds * 1e6, 2), "algbw_gbps": round(algbw, 4),
+            "busbw_gbps": round(busbw, 4)}
+
+
+def _barrier(dist, args: argparse.Namespace) -> None:
+    if args.backend == "nccl":
+        dist.barrier(device_ids=[args.local_rank])
+    else:
+        dist.barrier()
+
+
+def run(args: argparse.Namespace) -> int:
+    import torch
+    import torch.distributed as dist
+
+    if args.backend == "nccl" and "NCCL_DEBUG" not in os.environ:
+        print("hint: NCCL_DEBUG is unset; with NCCL_DEBUG=INFO the log shows which transport NCCL used "
+              "(sparkcluster nccl-report reads it)", file=sys.stderr)
+    os.environ.update(MASTER_ADDR=args.master_addr, MASTER_PORT=str(args.master_port), RANK=str(args.rank),
+                      WORLD_SIZE=str(args.world))
+    if args.device == "cuda":
+        torch.cuda.set_device(args.local_rank)
+        device = torch.device("cuda", args.local_rank)
+    else:
+        device = torch.device("cpu")
+    # env:// also joins torchrun's agent store instead of binding MASTER_PORT a second time.
+    dist.init_process_group(args.backend, init_method="env://", rank=args.rank, world_size=args.world,
+                            timeout=timedelta(seconds=args.timeout))
+    try:
+        rows = [_measure(dist, torch, args, device, op, size) for op in args.ops for size in args.sizes]
+        me = {"rank": args.rank, "local_rank": args.local_rank, "hostname": socket.gethostname(),
+              "backend": args.backend, "device": str(device), "tcp": tcp_peers()}
+        print(f"{PROBE_RANK} {json.dumps(me)}", flush=True)
+        everyone = _exchange(dist, torch, me, args.world, device)
+        if args.rank == 0:
+            result = {"backend": args.backend, "world": args.world, "torch": torch.__version__,
+                      "nccl_version": _nccl_version(torch) if args.backend == "nccl" else None,
+                      "hostnames": [r["hostname"] for r in everyone], "rows": rows,
+                      "peers": [{"rank": r["rank"], "hostname": r["hostname"], "tcp": r["tcp"]} for r in everyone]}
+            print(format_table(rows), flush=True)
+            print(f"{PROBE_RESULT} {json.dumps(result)}", flush=True)
+    finally:
+        dist.destroy_process_group()
+    return 0
+
+
+def _nccl_version(torch) -> str:
+    version = torch.cuda.nccl.version()
+    return ".".join(map(str, version)) if isinstance(version, tuple) else str(version)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return run(parse_args(sys.argv[1:] if argv is None else argv, os.environ))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
