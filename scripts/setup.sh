@@ -21,4 +21,8 @@ if [ ! -x .venv/bin/python ]; then
 fi
 .venv/bin/python -m pip install -q --disable-pip-version-check --upgrade "pip>=24" "setuptools>=68" wheel
 .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test]'
+# PyTorch's CPU build, for `sparkcluster verify` with gloo on the simulated cluster (the GPU nodes of a real
+# cluster run the probe with their own torch). 2.13.0 is the build this machine kind keeps on disk.
+.venv/bin/python -c 'import torch' 2>/dev/null || \
+  .venv/bin/python -m pip install -q --disable-pip-version-check torch==2.13.0
 echo "setup: ready ($(.venv/bin/sparkcluster --version))"

@@ -19,11 +19,12 @@ from .events import RunFinished
 from .facts import gather_all
 from .inventory import Inventory, find_inventory, load_inventory, record_last_used
 from .playbook import Playbook, bundled, load_playbook
-from .report import facts_table, make_reporter
+from .report import facts_table, make_reporter, verify_render
 from .runner import DEFAULT_FORKS, Runner
 from .transport import Transport, Unreachable
 from .hfcache import ModelRef
 from .staging import stage, stage_status
+from .verify import run_verify
 from . import nccl, stage_render
 from .sim import render as sim_render
 from .sim.cluster import DEFAULT_DRIVER, DEFAULT_LAN_RATE, DEFAULT_NAME, DEFAULT_USER, SimCluster, UpOptions
@@ -107,6 +108,27 @@ def cmd_stage(args: argparse.Namespace) -> int:
     else:
         stage_render.result_table(console, result)
     return EXIT_OK if result.ok else EXIT_FAILED
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    inventory = _inventory(args)
+    transports = _transports(inventory, args)
+    try:
+        gathered = gather_all(transports, args.forks)
+        down = [f"{n}: {v.message}" for n, v in gathered.items() if isinstance(v, Unreachable)]
+        if down:
+            raise SparkclusterError("unreachable: " + "; ".join(down), "power the nodes on, or --limit to the others")
+        result = run_verify(inventory, transports, gathered, backend=args.backend, sizes=args.sizes,
+                            min_busbw=args.min_busbw)
+    finally:
+        for transport in transports.values():
+            transport.close()
+    if args.json:
+        _print_json({"backend": result.backend, "verdict": dataclasses.asdict(result.verdict),
+                     "rows": [dataclasses.asdict(r) for r in result.rows], "carried_by": result.carried_by})
+    else:
+        verify_render(console, result)
+    return EXIT_FAILED if result.verdict.status == "FAIL" else EXIT_OK
 
 
 def cmd_nccl_report(args: argparse.Namespace) -> int:
@@ -294,6 +316,13 @@ def build_parser() -> argparse.ArgumentParser:
     stg.add_argument("--streams", type=int, default=2, help="files in flight per destination (default 2)")
     stg.add_argument("--over-lan", action="store_true", help=argparse.SUPPRESS)  # benchmarks only
     stg.set_defaults(func=cmd_stage)
+
+    ver = connecting(commands.add_parser("verify", help="prove which network NCCL (or gloo) traffic really takes"))
+    ver.add_argument("--backend", choices=("auto", "nccl", "gloo"), default="auto",
+                     help="nccl on GPUs (auto when the head's torch sees CUDA), gloo on CPU-only nodes")
+    ver.add_argument("--sizes", help="bytes per collective, e.g. 1M,64M,1G (at most 1 GiB)")
+    ver.add_argument("--min-busbw", type=float, help="bus bandwidth a pass needs, GB/s")
+    ver.set_defaults(func=cmd_verify)
 
     rep = commands.add_parser("nccl-report", help="read NCCL_DEBUG=INFO logs: transports, devices, a verdict")
     rep.add_argument("logfiles", nargs="+", metavar="LOGFILE")

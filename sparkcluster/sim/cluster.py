@@ -11,6 +11,7 @@ import ipaddress
 import os
 import shutil
 import subprocess
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -184,6 +185,9 @@ class SimCluster:
                 "user": self.state.user,
                 "key": str(self.client_key),
                 "known_hosts": str(self.known_hosts),
+                # The hosts see this machine's files through their lower layer: the interpreter running
+                # sparkcluster (with torch, where installed) serves as the nodes' Python for verify.
+                "python": sys.executable,
             },
             "hosts": {
                 h.name: {"address": h.mgmt_ip, "role": "head" if h.index == 1 else "worker"}

@@ -1,0 +1,169 @@
+"""`sparkcluster verify`: run the bandwidth probe with one rank per node, in the environment vLLM gets (the
+node's comm env from bootstrap), and judge which network really carried the traffic.
+
+With NCCL (GPUs), the verdict reads NCCL's own INFO lines: NET/IB on the QSFP's RDMA devices, or a fallback.
+With gloo (CPU only, e.g. the simulated cluster), there are no NCCL lines; the verdict then rests on the
+TCP connections each rank really used: their addresses name the interface that carried the data.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import shlex
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from importlib import resources
+
+from .command import Command
+from .errors import SparkclusterError
+from .facts import HostFacts
+from .inventory import Inventory
+from .nccl import DEFAULT_MIN_BUSBW_GBPS, BandwidthRow, Verdict, judge, read_log, read_probe_output
+from .network import QsfpError, choose_qsfp
+from .steps.comm import DEFAULT_PATH as COMM_ENV
+from .steps.files import remote_path
+from .transport import Transport, Unreachable
+
+PROBE_REMOTE = ".cache/sparkcluster/nccl_probe.py"  # relative to the login user's home
+MASTER_PORT = 29577
+RENDEZVOUS_TIMEOUT_S = 60  # ranks give up waiting for each other after this: a failed rank must not hang the rest
+GLOO_SIZES = "1M,4M,16M"  # gloo runs on the CPU: smaller sizes keep a run to seconds
+
+
+@dataclass
+class VerifyResult:
+    backend: str
+    verdict: Verdict
+    rows: list[BandwidthRow]
+    carried_by: dict[str, list[str]] = field(default_factory=dict)  # node -> "iface local -> remote" lines
+    outputs: dict[str, str] = field(default_factory=dict)
+
+
+def interface_of(facts: HostFacts, ip: str) -> str | None:
+    for iface in facts.interfaces:
+        for cidr in iface.ipv4:
+            if cidr.split("/")[0] == ip:
+                return iface.name
+    return None
+
+
+def _network_of(facts: HostFacts, ip: str) -> str | None:
+    """The interface whose subnet holds `ip` (for a peer's address seen from this node)."""
+    address = ipaddress.IPv4Address(ip)
+    for iface in facts.interfaces:
+        for cidr in iface.ipv4:
+            if address in ipaddress.IPv4Interface(cidr).network:
+                return iface.name
+    return None
+
+
+def detect_backend(transport: Transport, python: str) -> str:
+    probe = Command(f"{shlex.quote(python)} -c 'import torch; print(torch.cuda.is_available())'", timeout=120)
+    result = transport.run(probe)
+    if not result.ok:
+        raise SparkclusterError(f"PyTorch is not usable on the head with {python}: {result.stderr_tail(2)}",
+                                "install torch there, or set `python:` in the inventory to an interpreter that has it")
+    return "nccl" if result.stdout.strip() == "True" else "gloo"
+
+
+def run_verify(inventory: Inventory, transports: Mapping[str, Transport], facts: Mapping[str, HostFacts], *,
+               backend: str = "auto", sizes: str | None = None, min_busbw: float | None = None,
+               timeout: float = 600) -> VerifyResult:
+    hosts = list(inventory.hosts)
+    head = inventory.head
+    python = str(head.vars.get("python", "python3"))
+    choices = {}
+    for h in hosts:
+        try:
+            choices[h.name] = choose_qsfp(facts[h.name], pin_interface=h.qsfp_interface, pin_ip=h.fabric_ip,
+                                          pin_hcas=h.hcas)
+        except QsfpError as e:
+            raise SparkclusterError(f"{h.name}: {e.message}", e.fix) from None
+    if backend == "auto":
+        backend = detect_backend(transports[head.name], python)
+    env_file = remote_path(COMM_ENV)
+    missing = [h.name for h in hosts if not transports[h.name].run(Command(f"test -f {shlex.quote(env_file)}")).ok]
+    if missing:
+        raise SparkclusterError(f"no comm env ({COMM_ENV}) on {', '.join(missing)}: the probe must run in the "
+                                "environment vLLM gets", "run `sparkcluster bootstrap` first")
+    script = (resources.files("sparkcluster") / "nccl_probe.py").read_bytes()
+    for h in hosts:  # the probe travels with sparkcluster: nothing to install on the nodes but torch
+        transports[h.name].run(Command(f"mkdir -p {shlex.quote(PROBE_REMOTE.rsplit('/', 1)[0])}"))
+        transports[h.name].write_file_atomic(PROBE_REMOTE, script, 0o644)
+    sizes = sizes or (GLOO_SIZES if backend == "gloo" else None)
+    master = choices[head.name].ip
+
+    def launch(rank_host: tuple[int, str]) -> tuple[str, str]:
+        rank, name = rank_host
+        node_python = str(next(h for h in hosts if h.name == name).vars.get("python", python))
+        args = ["--rank", str(rank), "--world", str(len(hosts)), "--master-addr", master,
+                "--master-port", str(MASTER_PORT), "--backend", backend, "--timeout", str(RENDEZVOUS_TIMEOUT_S)]
+        if sizes:
+            args += ["--sizes", sizes]
+        line = (f"set -a; . ./{shlex.quote(env_file)}; set +a; NCCL_DEBUG=INFO; export NCCL_DEBUG; "
+                f"exec {shlex.quote(node_python)} {PROBE_REMOTE} {shlex.join(args)} 2>&1")
+        result = transports[name].run(Command(f"cd; {line}", timeout=timeout + 60))
+        if not result.ok:
+            tail = "\n".join(result.stdout.strip().splitlines()[-8:]) or result.stderr_tail(8)
+            raise SparkclusterError(f"the probe failed on {name} (exit {result.exit_code}):\n{tail}",
+                                    "run `sparkcluster bootstrap` first; check torch on the node and that the "
+                                    "nodes reach each other on the fabric")
+        return name, result.stdout
+
+    with ThreadPoolExecutor(max_workers=len(hosts)) as pool:
+        try:
+            outputs = dict(pool.map(launch, list(enumerate(h.name for h in hosts))))
+        except Unreachable as e:
+            raise SparkclusterError(e.message, e.fix) from None
+    rows, ranks = read_probe_output("\n".join(outputs.values()))
+    carried = _carried_by(ranks, hosts, facts)
+    threshold = min_busbw if min_busbw is not None else (DEFAULT_MIN_BUSBW_GBPS if backend == "nccl" else None)
+    if backend == "nccl":
+        logs = [r for name, out in outputs.items() for r in read_log(out, name)]
+        hcas = tuple(dict.fromkeys(hca for c in choices.values() for hca in c.hcas))
+        verdict = judge(logs, expected_hcas=hcas, qsfp_interfaces=tuple({c.netdev for c in choices.values()}),
+                        rows=rows, min_busbw_gbps=threshold)
+    else:
+        verdict = _judge_connections(carried, choices)
+    return VerifyResult(backend, verdict, rows, carried, outputs)
+
+
+def _carried_by(ranks: list[dict], hosts, facts: Mapping[str, HostFacts]) -> dict[str, list[str]]:
+    """Per node: the interface and addresses of each TCP connection its rank held to another node."""
+    by_host = {h.name: h for h in hosts}
+    out: dict[str, list[str]] = {}
+    names = [h.name for h in hosts]
+    for rank in ranks:
+        index = rank.get("rank")
+        if not isinstance(index, int) or index >= len(names):
+            continue
+        name = names[index]
+        lines = []
+        for local, remote in rank.get("tcp", []):
+            if local == remote or local.startswith("127.") or remote.startswith("127."):
+                continue  # loopback: the rank talking to itself or to the local store
+            iface = interface_of(facts[name], local) or _network_of(facts[name], remote) or "?"
+            lines.append(f"{iface} {local} -> {remote}")
+        out[by_host[name].name] = sorted(set(lines))
+    return out
+
+
+def _judge_connections(carried: Mapping[str, list[str]], choices: Mapping) -> Verdict:
+    qsfp = {c.netdev for c in choices.values()} | {t for c in choices.values() for t in c.twins}
+    wrong = {node: [l for l in lines if l.split()[0] not in qsfp] for node, lines in carried.items()}
+    wrong = {n: ls for n, ls in wrong.items() if ls}
+    details = tuple(f"{n}: {l}" for n, ls in carried.items() for l in ls)
+    used = sorted({l.split()[0] for ls in carried.values() for l in ls})
+    if not any(carried.values()):
+        return Verdict("FAIL", "no connection between the ranks was seen", "check that the probe ran on every node",
+                       details, (), False)
+    if wrong:
+        node, lines = next(iter(wrong.items()))
+        iface = lines[0].split()[0]
+        return Verdict("FAIL", f"traffic on {iface}, not the QSFP link: {node} {lines[0]}",
+                       f"bind every comm variable of {node} to its QSFP interface (re-run `sparkcluster bootstrap`; "
+                       f"check GLOO_SOCKET_IFNAME/NCCL_SOCKET_IFNAME in ~/.config/sparkcluster/comm.env)",
+                       details, tuple(used), False)
+    return Verdict("PASS", f"every connection between the ranks ran over the QSFP interfaces ({', '.join(used)}); "
+                           "gloo on CPU checks the binding and path, not RDMA", "", details, tuple(used), False)

@@ -1,0 +1,80 @@
+"""`sparkcluster verify` on simulated Sparks: the probe runs for real (gloo on CPU, one rank per node, in the
+node's comm env), and the connections it held show which network carried the data."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from sparkcluster.sim import SimCluster, UpOptions
+from tests.helpers import require_sim, ssh, unique_name
+
+pytestmark = [pytest.mark.sim, pytest.mark.slow]
+
+
+@pytest.fixture(scope="module")
+def cluster4(tmp_path_factory):
+    pytest.importorskip("torch")
+    require_sim(docker=True)
+    c = SimCluster.up(UpOptions(count=4, name=unique_name("verify"), ssh_mesh=False))
+    try:
+        boot = subprocess.run([sys.executable, "-m", "sparkcluster", "bootstrap", str(c.inventory_path)],
+                              capture_output=True, text=True, timeout=300,
+                              env={**os.environ, "XDG_CONFIG_HOME": str(tmp_path_factory.mktemp("cfg"))})
+        assert boot.returncode == 0, boot.stdout
+        yield c
+    finally:
+        c.down()
+
+
+def verify(c: SimCluster, *args: str) -> tuple[int, dict]:
+    out = subprocess.run([sys.executable, "-m", "sparkcluster", "verify", str(c.inventory_path), "--json", *args],
+                         capture_output=True, text=True, timeout=600)
+    assert "Traceback" not in out.stderr, out.stderr
+    return out.returncode, json.loads(out.stdout)
+
+
+@pytest.mark.parametrize("limit", [["--limit", "spark-1,spark-2"], []], ids=["2 nodes", "4 nodes"])
+def test_probe_runs_across_nodes_on_the_qsfp_link(cluster4, limit):
+    code, doc = verify(cluster4, *limit)
+    assert code == 0, doc
+    assert doc["backend"] == "gloo" and doc["verdict"]["status"] == "PASS"
+    nodes = 2 if limit else 4
+    assert len(doc["carried_by"]) == nodes
+    for node, lines in doc["carried_by"].items():
+        assert lines and all(line.split()[0] == "enp1s0f1np1" for line in lines)
+        fabric = cluster4.host(node).fabric_ips[0]
+        assert all(line.split()[1] == fabric for line in lines)
+    ops = {(r["op"], r["size_bytes"]) for r in doc["rows"]}
+    assert ("all_reduce", 16 << 20) in ops and ("all_gather", 16 << 20) in ops
+    assert all(r["busbw_gbps"] > 0 for r in doc["rows"])
+
+
+def test_misbound_to_the_management_port_is_a_failure_naming_it(cluster4):
+    misbind = "sed -i 's/^GLOO_SOCKET_IFNAME=.*/GLOO_SOCKET_IFNAME=enP7s7/' ~/.config/sparkcluster/comm.env"
+    for h in ("spark-1", "spark-2"):
+        ssh(cluster4, h, misbind)
+    try:
+        code, doc = verify(cluster4, "--limit", "spark-1,spark-2")
+        assert code == 1
+        assert doc["verdict"]["status"] == "FAIL" and "enP7s7" in doc["verdict"]["cause"]
+        lan = cluster4.host("spark-1").mgmt_ip
+        assert any(line.startswith(f"enP7s7 {lan} ") for line in doc["carried_by"]["spark-1"])
+        assert "comm.env" in doc["verdict"]["fix"]
+    finally:
+        for h in ("spark-1", "spark-2"):  # bootstrap's comm env file is the fix, and it converges back
+            ssh(cluster4, h, "sed -i 's/^GLOO_SOCKET_IFNAME=.*/GLOO_SOCKET_IFNAME=enp1s0f1np1/' ~/.config/sparkcluster/comm.env")
+
+
+def test_verify_without_bootstrap_names_the_fix(cluster4):
+    ssh(cluster4, "spark-4", "mv ~/.config/sparkcluster/comm.env ~/comm.env.bak")
+    try:
+        out = subprocess.run([sys.executable, "-m", "sparkcluster", "verify", str(cluster4.inventory_path)],
+                             capture_output=True, text=True, timeout=600)
+        assert out.returncode == 1 and "spark-4" in out.stderr and "bootstrap" in out.stderr
+    finally:
+        ssh(cluster4, "spark-4", "mv ~/comm.env.bak ~/.config/sparkcluster/comm.env")
