@@ -17,7 +17,13 @@ $SC bootstrap "$INVENTORY"
 $SC bootstrap "$INVENTORY" | tail -n 4
 echo; echo "== the head's comm env, every variable bound to its own QSFP interface"
 $SC sim ssh spark-1 --name "$NAME" -- 'cat ~/.config/sparkcluster/comm.env'
+echo; echo "== stage: a generated 1 GiB model on the head, fanned out over the fabric, then checked"
+.venv/bin/python -c "from sparkcluster.sim import SimCluster; from sparkcluster.sim.fakemodel import generate; generate(SimCluster.load('$NAME'), 'spark-1', 'acme/demo-1b', 1 << 30, shards=4)"
+$SC stage acme/demo-1b -i "$INVENTORY"
+$SC stage acme/demo-1b -i "$INVENTORY" --status
+echo; echo "== verify: which network really carries the collectives (gloo on this CPU-only machine)"
+$SC verify "$INVENTORY"
 echo
-echo "Not yet in this demo (open issues): stage (model fan-out), serve (Ray + vLLM), verify (NCCL over RDMA)."
+echo "Not yet in this demo (open issue): serve (Ray + vLLM with tensor parallelism)."
 echo "inventory: $INVENTORY"
 echo "the cluster stays up; remove it with: $SC sim down $NAME"
