@@ -10,7 +10,6 @@ complete (reference/dual-node-spec.md F14/F15).
 
 from __future__ import annotations
 
-import shlex
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence

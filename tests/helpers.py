@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -36,3 +38,17 @@ def ssh(cluster: SimCluster, host: str, command: str, user: str | None = None, v
     if check and result.returncode != 0:
         raise AssertionError(f"ssh {host} {command!r} exited {result.returncode}: {result.stderr.strip()}")
     return result
+
+
+def run_cli(*args: str, env: dict | None = None, stdin: str | None = None,
+            timeout: float = 600) -> subprocess.CompletedProcess:
+    """The real CLI in a subprocess, as a user runs it."""
+    return subprocess.run([sys.executable, "-m", "sparkcluster", *args], capture_output=True, text=True,
+                          input=stdin, timeout=timeout, env={**os.environ, **(env or {})})
+
+
+def bootstrapped(cluster: SimCluster, config_dir: Path) -> SimCluster:
+    """Run bootstrap on a fresh cluster (the last-used record goes to `config_dir`, not the user's)."""
+    result = run_cli("bootstrap", str(cluster.inventory_path), env={"XDG_CONFIG_HOME": str(config_dir)})
+    assert result.returncode == 0, result.stdout + result.stderr
+    return cluster

@@ -7,12 +7,10 @@ copy-on-write overlay of `/`, a real OpenSSH sshd as PID 1 and, optionally, its 
 
 from __future__ import annotations
 
-import ipaddress
 import os
 import shutil
 import subprocess
 import sys
-import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from importlib import resources

@@ -3,26 +3,22 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from sparkcluster.sim import SimCluster, UpOptions
 from sparkcluster.sim.topology import HostSpec
-from tests.helpers import require_sim, ssh, unique_name
+from tests.helpers import require_sim, run_cli, ssh, unique_name
 
 pytestmark = [pytest.mark.sim, pytest.mark.slow]
 
 
 def bootstrap(cluster: SimCluster, tmp_path: Path, *args: str) -> tuple[int, dict]:
-    out = subprocess.run(
-        [sys.executable, "-m", "sparkcluster", "bootstrap", str(cluster.inventory_path), "--json", *args],
-        capture_output=True, text=True, timeout=300,
-        env={**os.environ, "XDG_CONFIG_HOME": str(tmp_path / "config")},  # the last-used record stays in the test
-    )
+    # The last-used record goes to the test's own config dir.
+    out = run_cli("bootstrap", str(cluster.inventory_path), "--json", *args,
+                  env={"XDG_CONFIG_HOME": str(tmp_path / "config")})
     assert "Traceback" not in out.stderr, out.stderr
     return out.returncode, json.loads(out.stdout)
 

@@ -4,10 +4,7 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -17,14 +14,9 @@ from sparkcluster.events import StepFinished
 from sparkcluster.inventory import load_inventory
 from sparkcluster.playbook import load_playbook
 from sparkcluster.runner import Runner
-from tests.helpers import SESSION_DRIVERS, ssh
+from tests.helpers import SESSION_DRIVERS, run_cli as cli, ssh
 
 pytestmark = pytest.mark.sim
-
-
-def cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "sparkcluster", *args], capture_output=True, text=True, timeout=180,
-                          env={**os.environ, **(env or {})})
 
 
 def write(tmp_path: Path, name: str, doc: dict | str) -> Path:

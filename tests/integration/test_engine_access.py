@@ -3,22 +3,14 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
-import sys
 
 import pytest
 import yaml
 
-from tests.helpers import ssh
+from tests.helpers import run_cli as cli, ssh
 
 pytestmark = pytest.mark.sim
-
-
-def cli(*args: str, env: dict | None = None, stdin: str | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "sparkcluster", *args], capture_output=True, text=True, timeout=180,
-                          input=stdin, env={**os.environ, **(env or {})})
 
 
 def test_ssh_config_is_honoured(cluster, tmp_path):

@@ -9,14 +9,13 @@ import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 
 import pytest
 
 from sparkcluster.hfcache import ModelRef
 from sparkcluster.sim import SimCluster, UpOptions
 from sparkcluster.sim.fakemodel import generate
-from tests.helpers import require_sim, ssh, unique_name
+from tests.helpers import bootstrapped, require_sim, run_cli, ssh, unique_name
 
 pytestmark = [pytest.mark.sim, pytest.mark.slow]
 
@@ -24,9 +23,8 @@ MODEL = "acme/fake-1b"
 MODEL_DIR = "home/spark/.cache/huggingface/hub/models--acme--fake-1b"
 
 
-def cli(cluster: SimCluster, *args: str, timeout: int = 600) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "sparkcluster", *args, "-i", str(cluster.inventory_path)],
-                          capture_output=True, text=True, timeout=timeout)
+def cli(cluster: SimCluster, *args: str) -> subprocess.CompletedProcess:
+    return run_cli(*args, "-i", str(cluster.inventory_path))
 
 
 def stage_json(cluster: SimCluster, *args: str) -> tuple[int, dict]:
@@ -40,10 +38,7 @@ def staged_cluster(tmp_path_factory):
     require_sim(docker=True)
     c = SimCluster.up(UpOptions(count=4, name=unique_name("stage"), ssh_mesh=False))
     try:
-        boot = subprocess.run([sys.executable, "-m", "sparkcluster", "bootstrap", str(c.inventory_path)],
-                              capture_output=True, text=True, timeout=300,
-                              env={**os.environ, "XDG_CONFIG_HOME": str(tmp_path_factory.mktemp("cfg"))})
-        assert boot.returncode == 0, boot.stdout
+        bootstrapped(c, tmp_path_factory.mktemp("cfg"))
         generate(c, "spark-1", MODEL, 1 << 30, shards=5)
         yield c
     finally:
@@ -112,6 +107,12 @@ def test_stage_fans_out_identically_and_a_rerun_sends_nothing(staged_cluster):
     assert all(doc["nodes"][w]["bytes"] == sum(sizes.values()) for w in ("spark-2", "spark-3", "spark-4"))
     reference = sums(c, "spark-1")
     assert reference.count("safetensors") == 5
+    # The copies came over the fabric: each worker's sshd saw peers' QSFP addresses, never their LAN ones.
+    for w in ("spark-2", "spark-3", "spark-4"):
+        log = (c.host_dir(c.host(w)) / "boot.log").read_text()
+        peers = [h for h in c.topology.hosts if h.name != w]
+        assert any(f"Connection from {h.fabric_ips[0]} " in log for h in peers)
+        assert not any(f"Connection from {h.mgmt_ip} " in log for h in peers)
     for w in ("spark-2", "spark-3", "spark-4"):
         assert sums(c, w) == reference
         assert ssh(c, w, f"stat -c %U ~/{MODEL_DIR[len('home/spark/'):]}/blobs/*| sort -u").stdout == "spark\n"

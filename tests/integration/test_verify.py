@@ -4,14 +4,11 @@ node's comm env), and the connections it held show which network carried the dat
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 
 from sparkcluster.sim import SimCluster, UpOptions
-from tests.helpers import require_sim, ssh, unique_name
+from tests.helpers import bootstrapped, require_sim, run_cli, ssh, unique_name
 
 pytestmark = [pytest.mark.sim, pytest.mark.slow]
 
@@ -22,18 +19,13 @@ def cluster4(tmp_path_factory):
     require_sim(docker=True)
     c = SimCluster.up(UpOptions(count=4, name=unique_name("verify"), ssh_mesh=False))
     try:
-        boot = subprocess.run([sys.executable, "-m", "sparkcluster", "bootstrap", str(c.inventory_path)],
-                              capture_output=True, text=True, timeout=300,
-                              env={**os.environ, "XDG_CONFIG_HOME": str(tmp_path_factory.mktemp("cfg"))})
-        assert boot.returncode == 0, boot.stdout
-        yield c
+        yield bootstrapped(c, tmp_path_factory.mktemp("cfg"))
     finally:
         c.down()
 
 
 def verify(c: SimCluster, *args: str) -> tuple[int, dict]:
-    out = subprocess.run([sys.executable, "-m", "sparkcluster", "verify", str(c.inventory_path), "--json", *args],
-                         capture_output=True, text=True, timeout=600)
+    out = run_cli("verify", str(c.inventory_path), "--json", *args)
     assert "Traceback" not in out.stderr, out.stderr
     return out.returncode, json.loads(out.stdout)
 
@@ -73,8 +65,7 @@ def test_misbound_to_the_management_port_is_a_failure_naming_it(cluster4):
 def test_verify_without_bootstrap_names_the_fix(cluster4):
     ssh(cluster4, "spark-4", "mv ~/.config/sparkcluster/comm.env ~/comm.env.bak")
     try:
-        out = subprocess.run([sys.executable, "-m", "sparkcluster", "verify", str(cluster4.inventory_path)],
-                             capture_output=True, text=True, timeout=600)
+        out = run_cli("verify", str(cluster4.inventory_path))
         assert out.returncode == 1 and "spark-4" in out.stderr and "bootstrap" in out.stderr
     finally:
         ssh(cluster4, "spark-4", "mv ~/comm.env.bak ~/.config/sparkcluster/comm.env")
