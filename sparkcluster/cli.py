@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from contextlib import nullcontext
 import dataclasses
 import getpass
 import json
@@ -12,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 
 from . import __version__
 from .errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, SparkclusterError, UsageError
@@ -71,8 +73,8 @@ def cmd_facts(args: argparse.Namespace) -> int:
         for h in inventory.hosts:
             value = gathered[h.name]
             if isinstance(value, Unreachable):
-                console.print(f"[bold magenta]unreachable[/] {h.name} ({h.address}): {value.message}\n  fix: {value.fix}",
-                              highlight=False)
+                console.print(f"[bold magenta]unreachable[/] {h.name} ({h.address}): {escape(value.message)}\n"
+                              f"  fix: {escape(value.fix)}", highlight=False)
             else:
                 facts_table(console, h.name, h.address, value)
     return EXIT_FAILED if any(isinstance(v, Unreachable) for v in gathered.values()) else EXIT_OK
@@ -85,7 +87,8 @@ def cmd_stage(args: argparse.Namespace) -> int:
     gathered = gather_all(transports, args.forks)
     down = {n: v for n, v in gathered.items() if isinstance(v, Unreachable)}
     for name, error in down.items():
-        err_console.print(f"[bold magenta]unreachable[/] {name}: {error.message}\n  fix: {error.fix}", highlight=False)
+        err_console.print(f"[bold magenta]unreachable[/] {name}: {escape(error.message)}\n  fix: {escape(error.fix)}",
+                          highlight=False)
     if down:
         return EXIT_FAILED
     facts = {n: v for n, v in gathered.items() if not isinstance(v, Unreachable)}
@@ -185,7 +188,7 @@ def cmd_sim_up(args: argparse.Namespace) -> int:
         port0_hosts=frozenset(args.port0 or []), docker=args.docker, lan_rate=args.lan_rate,
         user=args.user, ssh_mesh=args.ssh_mesh,
     )
-    with err_console.status(f"booting {args.count} simulated Spark(s)…", spinner="dots") if not args.json else _null():
+    with err_console.status(f"booting {args.count} simulated Spark(s)…", spinner="dots") if not args.json else nullcontext():
         cluster = SimCluster.up(opts)
     if args.json:
         _print_json(cluster.describe())
@@ -257,14 +260,6 @@ def cmd_sim_image(args: argparse.Namespace) -> int:
     image.import_into(cluster, hosts, args.tag, tar)
     console.print(f"image [bold]{args.tag}[/bold] ({tar.stat().st_size / 1e6:.0f} MB) imported on {', '.join(hosts)}")
     return EXIT_OK
-
-
-class _null:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None
 
 
 # ---- parser ---------------------------------------------------------------------------------------
@@ -406,9 +401,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args)
     except SparkclusterError as e:
-        err_console.print(f"[bold red]error:[/bold red] {e.message}", highlight=False)
+        err_console.print(f"[bold red]error:[/bold red] {escape(e.message)}", highlight=False)
         if e.fix:
-            err_console.print(f"  [bold]fix:[/bold] {e.fix}", highlight=False)
+            err_console.print(f"  [bold]fix:[/bold] {escape(e.fix)}", highlight=False)
         return e.exit_code
     except KeyboardInterrupt:
         err_console.print("interrupted")

@@ -44,9 +44,13 @@ class Command:
             body = f"export {exports}; {body}"
         if not self.sudo:
             return body
-        # -n: never hang on a prompt; with a password, -S reads it from stdin (never from argv).
-        prefix = "sudo -S -p '' -H" if sudo_password else "sudo -n -H"
-        return f"{prefix} -- sh -c {shlex.quote(body)}"
+        # -n: never hang on a prompt. With a password, the remote shell reads it (the first stdin line) and
+        # hands it to `sudo -v` alone, so it is never in argv and never reaches the command's own stdin,
+        # even where sudo does not ask for it.
+        run = f"sudo -n -H -- sh -c {shlex.quote(body)}"
+        if sudo_password:
+            return "{ IFS= read -r p; printf '%s\\n' \"$p\" | sudo -S -p '' -v; unset p; } && " + run
+        return run
 
     def display(self) -> str:
         shown = ("sudo " if self.sudo else "") + self.script

@@ -9,10 +9,10 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 
 from .command import Command
+from .parallel import parallel_map
 from .transport import Transport, Unreachable
 
 SECTION = "@@sparkcluster@@"
@@ -129,7 +129,6 @@ class HostFacts:
     docker: Docker
     hf_cache: str
     hf_free_bytes: int | None = None
-    warnings: tuple[str, ...] = field(default_factory=tuple)
 
     @property
     def gpu(self) -> Gpu | None:
@@ -364,5 +363,8 @@ def gather_all(transports: Mapping[str, Transport], forks: int = 16) -> dict[str
         except Unreachable as e:
             return name, e
 
-    with ThreadPoolExecutor(max_workers=max(1, min(forks, len(transports)))) as pool:
-        return dict(pool.map(one, transports))
+    def close_all() -> None:
+        for transport in transports.values():
+            transport.close()
+
+    return dict(parallel_map(one, transports, workers=forks, on_abort=close_all))

@@ -20,7 +20,8 @@ from .errors import UsageError
 HUB = '"${HF_HOME:-$HOME/.cache/huggingface}/hub"'
 COMMIT = re.compile(r"^[0-9a-f]{40}$")
 SHA256 = re.compile(r"^[0-9a-f]{64}$")
-REPO = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
+# ORG/NAME, or a bare NAME for the Hub's oldest repos (gpt2, bert-base-uncased).
+REPO = re.compile(r"^(?:[A-Za-z0-9][A-Za-z0-9._-]*/)?[A-Za-z0-9][A-Za-z0-9._-]*$")
 PARTIAL_DIR = ".sparkcluster-partial"  # rsync keeps interrupted blobs here, never under their final name
 
 
@@ -31,10 +32,10 @@ class ModelRef:
 
     @classmethod
     def parse(cls, text: str) -> ModelRef:
-        repo, _, revision = text.partition("@")
-        if not REPO.match(repo) or ".." in repo:
+        repo, at, revision = text.partition("@")
+        if not REPO.match(repo) or ".." in repo or "--" in repo:
             raise UsageError(f"{text!r} is not a Hugging Face model id", "write it as ORG/NAME[@REVISION], e.g. Qwen/Qwen3-0.6B")
-        if revision and not re.match(r"^[A-Za-z0-9][A-Za-z0-9._/-]*$", revision):
+        if at and not re.match(r"^[A-Za-z0-9][A-Za-z0-9._/-]*$", revision):
             raise UsageError(f"invalid revision {revision!r} in {text!r}", "use a branch name or a commit hash")
         return cls(repo, revision or "main")
 
@@ -94,7 +95,9 @@ def parse_scan(text: str) -> NodeModel:
     commit, links, blobs = None, [], {}
     for line in lines[1:]:
         if line.startswith("@commit "):
-            commit = line[8:].strip() or None
+            # A ref is a 40-hex commit; anything else (a hand-edited file) is treated as no ref at all,
+            # since it ends up in paths and commands on other nodes.
+            commit = line[8:].strip() if COMMIT.match(line[8:].strip()) else None
         elif line.startswith("@link ") and "\t" in line:
             path, target = line[6:].split("\t", 1)
             links.append((path, posixpath.basename(target)))
@@ -199,6 +202,6 @@ def finalize_command(model_dir: str, manifest: Manifest) -> Command:
         lines.append(f"ln -sfn {shlex.quote(f.link_target)} {shlex.quote(target)}")
     if not manifest.model.is_commit:
         ref = f"{model_dir}/refs/{manifest.model.revision}"
-        lines.append(f"printf %s {manifest.commit} > {shlex.quote(ref + '.tmp')}")
+        lines.append(f"printf %s {shlex.quote(manifest.commit)} > {shlex.quote(ref + '.tmp')}")
         lines.append(f"mv -f {shlex.quote(ref + '.tmp')} {shlex.quote(ref)}")
     return Command("\n".join(lines), timeout=120)

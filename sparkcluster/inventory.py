@@ -21,6 +21,7 @@ from typing import Any
 
 from . import yamlsource
 from .errors import UsageError
+from .hfcache import ModelRef
 from .yamlsource import SourceList, SourceMap
 
 HEAD, WORKER = "head", "worker"
@@ -548,8 +549,6 @@ _USER = re.compile(r"[a-z_][a-z0-9_-]*[$]?")
 _HOST_LABEL = re.compile(r"[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?")
 _IFNAME = re.compile(r"[A-Za-z0-9_.][A-Za-z0-9_.-]{0,14}")
 _HCA = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}")
-_REPO_PART = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,94}[A-Za-z0-9])?")
-_REVISION = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/-]{0,127}")
 
 
 def _address(v: _Value, src: _Source) -> str:
@@ -655,10 +654,12 @@ def _hcas(v: _Value, src: _Source) -> tuple[str, ...]:
 
 
 def _is_model(text: str) -> bool:
-    repo, at, revision = text.partition("@")
-    parts = repo.split("/")
-    return (len(parts) <= 2 and all(_REPO_PART.fullmatch(p) for p in parts) and "--" not in repo and ".." not in repo
-            and (not at or bool(_REVISION.fullmatch(revision))))
+    """The same rule `sparkcluster stage` applies, so bootstrap never provisions toward a model it then rejects."""
+    try:
+        ModelRef.parse(text)
+    except UsageError:
+        return False
+    return True
 
 
 _VALIDATORS: dict[str, Callable[[_Value, _Source], Any]] = {

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from ipaddress import IPv4Address, IPv4Interface
 
 from .errors import SparkclusterError
+from .inventory import Host
 from .facts import Gid, HostFacts, RdmaDevice
 
 RECOMMENDED_MTU = 9000
@@ -87,6 +88,14 @@ def choose_qsfp(facts: HostFacts, *, pin_interface: str | None = None, pin_ip: s
         gid_index=gid.index if gid else None, mtu=interface.mtu, speed_mbps=interface.speed_mbps,
         source="pinned" if pin_interface or pin_ip or pin_hcas else "detected", warnings=warnings,
     )
+
+
+def choose_for(host: Host, facts: HostFacts) -> QsfpChoice:
+    """choose_qsfp with the inventory's pins for this host; errors name the host."""
+    try:
+        return choose_qsfp(facts, pin_interface=host.qsfp_interface, pin_ip=host.fabric_ip, pin_hcas=host.hcas)
+    except QsfpError as e:
+        raise QsfpError(f"{host.name}: {e.message}", e.fix) from None
 
 
 def comm_env(choice: QsfpChoice) -> dict[str, str]:

@@ -69,6 +69,8 @@ def load_playbook(path: str | Path) -> Playbook:
         text = Path(path).read_text()
     except FileNotFoundError:
         raise UsageError(f"{where}: no such playbook", "check the path") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise UsageError(f"{where}: cannot read the playbook: {e}", "give a readable YAML file") from None
     try:
         doc = yaml.load(text, Loader=_LineLoader)
     except yaml.YAMLError as e:
@@ -103,6 +105,8 @@ def _step(where: str, raw: Any) -> StepCall:
         raise UsageError(f"{where}: each step is `- domain.resource: {{args}}`")
     line = raw[LINE]
     name = next(k for k in raw if k != LINE)
+    if not isinstance(name, str):
+        raise UsageError(f"{where}:{line}: a step name must be text like command.run, not {name!r}")
     if name not in REGISTRY:
         raise UsageError(f"{where}:{line}: unknown step {name!r}{_did_you_mean(name, REGISTRY)}",
                          f"known steps: {', '.join(sorted(REGISTRY))}")

@@ -12,6 +12,7 @@ from typing import TextIO
 
 from rich.console import Console
 from rich.live import Live
+from rich.markup import escape
 from rich.table import Table
 
 from .facts import HostFacts
@@ -44,7 +45,7 @@ class Reporter:
 
     def _failures(self, failures: dict[str, Failure]) -> None:
         for host, f in failures.items():
-            self.console.print(f"[bold red]FAILED[/bold red] {host}: {f.message}", highlight=False)
+            self.console.print(f"[bold red]FAILED[/bold red] {host}: {escape(f.message)}", highlight=False)
             if f.command:
                 self.console.print(f"  command:   {f.command}", markup=False, highlight=False)
             if f.exit_code is not None:
@@ -91,10 +92,10 @@ class PlainReporter(Reporter):
         elif isinstance(event, PlayStarted):
             c.print(f"\nPLAY {event.play} [{', '.join(event.hosts)}]", highlight=False)
         elif isinstance(event, StepFinished):
-            c.print(f"[{STYLE[event.status]}]{event.status:<11}[/] {event.host} | {event.step} | {event.reason}",
+            c.print(f"[{STYLE[event.status]}]{event.status:<11}[/] {event.host} | {event.step} | {escape(event.reason)}",
                     highlight=False)
             for warning in event.warnings:
-                c.print(f"[yellow]warning[/]     {event.host} | {event.step} | {warning}", highlight=False)
+                c.print(f"[yellow]warning[/]     {event.host} | {event.step} | {escape(warning)}", highlight=False)
             self._diff(event)
         elif isinstance(event, RunFinished):
             c.print()
@@ -141,7 +142,8 @@ class LiveReporter(Reporter):
                 self.live.console.print(event.diff, markup=False, highlight=False, end="")
             for warning in event.warnings:
                 if self.live:
-                    self.live.console.print(f"[yellow]warning[/] {event.host} | {event.step} | {warning}", highlight=False)
+                    self.live.console.print(f"[yellow]warning[/] {event.host} | {event.step} | {escape(warning)}",
+                                            highlight=False)
         elif isinstance(event, PlayFinished):
             for row in self.rows.values():
                 if not str(row["now"]).startswith("["):
@@ -207,11 +209,11 @@ def facts_table(console: Console, host: str, address: str, facts: HostFacts) -> 
     table = Table(title=f"{host} ({address})", title_justify="left", show_header=False)
     table.add_column("fact", style="bold")
     table.add_column("value")
-    table.add_row("system", f"{facts.hostname}, {facts.os}, {facts.arch}, kernel {facts.kernel}")
+    table.add_row("system", escape(f"{facts.hostname}, {facts.os}, {facts.arch}, kernel {facts.kernel}"))
     table.add_row("user", f"{facts.user} (uid {facts.uid}), home {facts.home}, groups {' '.join(facts.groups)}")
     gpus = "; ".join(f"{g.name}, driver {g.driver_version}" + (f", cc {g.compute_cap}" if g.compute_cap else "")
                      for g in facts.gpus)
-    table.add_row("GPU", gpus or f"[red]{facts.gpu_error}[/red]")
+    table.add_row("GPU", escape(gpus) if gpus else f"[red]{escape(str(facts.gpu_error))}[/red]")
     rdma = ", ".join(f"{d.hca}→{d.netdev} [{'green' if d.up else 'red'}]{'Up' if d.up else 'Down'}[/]" for d in facts.rdma)
     table.add_row(f"RDMA ({facts.rdma_source})", rdma or "[red]none found[/red]")
     for i in facts.interfaces:
@@ -237,6 +239,7 @@ def verify_render(console: Console, result: VerifyResult) -> None:
     for node, lines in result.carried_by.items():
         for line in lines:
             console.print(f"{node}: {line}", highlight=False)
-    console.print(f"[{style}]{result.verdict.status}[/] ({result.backend}) {result.verdict.cause}", highlight=False)
+    console.print(f"[{style}]{result.verdict.status}[/] ({result.backend}) {escape(result.verdict.cause)}",
+                  highlight=False)
     if result.verdict.fix:
-        console.print(f"  fix: {result.verdict.fix}", highlight=False)
+        console.print(f"  fix: {escape(result.verdict.fix)}", highlight=False)

@@ -54,6 +54,8 @@ class Runner:
 
     # ---- public ------------------------------------------------------------------------------------
     def run(self) -> RunFinished:
+        for play in self.playbook.plays:
+            self._select(play)  # a play aimed at nothing is bad input: fail before any connection
         start = time.monotonic()
         self.emit(RunStarted(self.playbook.name, tuple(h.name for h in self.inventory.hosts), self.check))
         stopped_by = None
@@ -200,6 +202,8 @@ class Runner:
     def _finish(self, host: Host, play: str, step: str, status: str, reason: str, started: float,
                 commands: tuple[str, ...] = (), diff: str | None = None, failure: Failure | None = None,
                 warnings: tuple[str, ...] = ()) -> None:
+        if self._cancel.is_set():
+            return  # interrupted: the recap is already out; a thread finishing late must not add to it
         with self._lock:
             recap = self.recap[host.name]
             setattr(recap, status, getattr(recap, status) + 1)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from .staging import BlobDone, StageResult
@@ -17,7 +18,7 @@ def progress_printer(console: Console) -> Callable[[BlobDone], None]:
     def show(e: BlobDone) -> None:
         rate = e.bytes / e.seconds / 1e6 if e.seconds > 0 else 0.0
         console.print(f"{e.node} <- {e.done_files}/{e.total_files} {e.path} {e.bytes / 1e6:.0f} MB "
-                      f"in {e.seconds:.1f} s ({rate:.0f} MB/s)", highlight=False)
+                      f"in {e.seconds:.1f} s ({rate:.0f} MB/s)", highlight=False, markup=False)
 
     return show
 
@@ -30,7 +31,7 @@ def result_table(console: Console, result: StageResult) -> None:
         rate = f"{r.bytes / r.seconds / 1e6:.0f}" if r.bytes and r.seconds else "-"
         style = STATE_STYLE.get(r.state, "")
         error = f"{r.error} (fix: {r.fix})" if r.error else ""
-        table.add_row(name, r.status_before, f"[{style}]{r.state}[/]", f"{r.bytes / 1e6:.0f} MB", rate, error)
+        table.add_row(name, r.status_before, f"[{style}]{r.state}[/]", f"{r.bytes / 1e6:.0f} MB", rate, escape(error))
     console.print(table, highlight=False)
 
 

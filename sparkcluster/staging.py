@@ -13,7 +13,6 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from .command import Command
@@ -24,7 +23,8 @@ from .hfcache import (
     scan_command, source_manifest, verify_command,
 )
 from .inventory import Host, Inventory
-from .network import QsfpError, choose_qsfp
+from .network import choose_for
+from .parallel import parallel_map
 from .transport import Transport, Unreachable, openssh_argv
 
 SSH_FOR_BULK = ("ssh -T -c aes128-gcm@openssh.com -o Compression=no -o BatchMode=yes "
@@ -92,9 +92,14 @@ class Stager:
             result = self.transports[host.name].run(scan_command(self.model))
             return host.name, parse_scan(result.stdout)
 
-        with ThreadPoolExecutor(max_workers=len(self.inventory.hosts)) as pool:
-            self.scans = dict(pool.map(one, self.inventory.hosts))
+        self.scans = dict(parallel_map(one, self.inventory.hosts, workers=len(self.inventory.hosts),
+                                       on_abort=self.close))
         return self.scans
+
+    def close(self) -> None:
+        """Drop every connection: threads waiting on remote commands return at once (interrupts)."""
+        for transport in self.transports.values():
+            transport.close()
 
     def bad_hashes(self, name: str, blobs: Sequence[str]) -> frozenset[str]:
         if not blobs:
@@ -142,6 +147,13 @@ class Stager:
         self.scan()
         source_name, manifest = self.choose_source(source)
         statuses = self.statuses(manifest)
+        if not statuses[source_name].complete:  # --verify full found the source's own copy corrupt
+            intact = [n for n, s in statuses.items() if s.complete and (source in ("auto", n))]
+            if not intact:
+                raise SparkclusterError(f"{source_name}'s copy of {self.model} is corrupt and no other node holds "
+                                        "an intact one", "remove it there and stage again from a good copy "
+                                        "(--source local, or a download on the head)")
+            source_name = intact[0]
         result = StageResult(str(self.model), manifest.commit, source_name,
                              {n: NodeResult(s.state) for n, s in statuses.items()})
         result.nodes[source_name].state = "complete"
@@ -160,13 +172,9 @@ class Stager:
         host = next(h for h in self.inventory.hosts if h.name == name)
         if self.over_lan:
             return host.address
-        facts = self.facts.get(name)
-        if facts is None:
+        if name not in self.facts:
             raise SparkclusterError(f"{name}: no facts", "it was unreachable")
-        try:
-            return choose_qsfp(facts, pin_interface=host.qsfp_interface, pin_ip=host.fabric_ip, pin_hcas=host.hcas).ip
-        except QsfpError as e:
-            raise SparkclusterError(f"{name}: {e.message}", e.fix) from None
+        return choose_for(host, self.facts[name]).ip  # a QsfpError names the host and the fix
 
 
 class Chain:
@@ -190,7 +198,6 @@ class Chain:
                 if n == chain[0] or b.blob not in self.need.get(n, set()):
                     self.have[(n, b.blob)].set()
         self.failed: dict[str, threading.Event] = {n: threading.Event() for n in chain}
-        self.slots = {n: threading.Semaphore(stager.streams) for n in chain[1:]}
         self.done_files = {n: len(self.blobs) - len(self.need[n]) for n in chain[1:]}
         self.lock = threading.Lock()
 
@@ -199,11 +206,14 @@ class Chain:
             if name in self.unpublish and not self._prepare(name):
                 continue
             self._mkdirs(name)
-        jobs = [(name, blob) for blob in self.blobs for name in self.chain[1:]
-                if blob.blob in self.need[name] and not self.failed[name].is_set()]
+        queues = {n: [b for b in self.blobs if b.blob in self.need[n]] for n in self.chain[1:]
+                  if not self.failed[n].is_set()}
+        workers = [n for n, queue in queues.items() for _ in range(min(self.s.streams, len(queue)))]
         started = time.monotonic()
-        with ThreadPoolExecutor(max_workers=max(1, len(jobs))) as pool:
-            list(pool.map(lambda job: self._copy(*job), jobs))
+        # `streams` workers per destination, each taking that node's next blob in manifest order, so a node
+        # asks for blobs in the order its upstream receives them.
+        parallel_map(lambda name: self._drain(name, queues[name]), workers, workers=len(workers),
+                     on_abort=self.s.close)
         for name in self.chain[1:]:
             node = self.result.nodes[name]
             node.seconds = time.monotonic() - started
@@ -252,20 +262,24 @@ class Chain:
                 return up
         return None
 
-    def _copy(self, name: str, blob) -> None:
-        with self.slots[name]:
-            while not self.failed[name].is_set():
-                up = self._upstream(name)
-                if up is None:
-                    return self._fail(name, "no node left to copy from", "re-run stage once the source is back")
-                if self.have[(up, blob.blob)].wait(timeout=0.5):
-                    if self._send(up, name, blob):
-                        return
-                    if self.failed[up].is_set() or self.failed[name].is_set():
-                        continue  # the upstream dropped out: try the next one before it
+    def _drain(self, name: str, queue: list) -> None:
+        while not self.failed[name].is_set():
+            with self.lock:
+                if not queue:
                     return
-                if self.failed[up].is_set():
-                    continue
+                blob = queue.pop(0)
+            self._copy(name, blob)
+
+    def _copy(self, name: str, blob) -> None:
+        """Wait until the nearest healthy node upstream holds `blob`, then pull it; re-route if it drops."""
+        while not self.failed[name].is_set():
+            up = self._upstream(name)
+            if up is None:
+                return self._fail(name, "no node left to copy from", "re-run stage once the source is back")
+            if not self.have[(up, blob.blob)].wait(timeout=0.5):
+                continue  # not there yet, or the upstream failed: look again
+            if self._send(up, name, blob) or not self.failed[up].is_set():
+                return  # done, or this node failed (recorded by _send)
 
     def _send(self, up: str, name: str, blob) -> bool:
         up_dir, dest_dir = self.s.scans[up].model_dir, self.s.scans[name].model_dir

@@ -19,6 +19,7 @@ import paramiko
 from fabric import Config, Connection
 
 from .command import Command
+from .errors import SparkclusterError
 from .inventory import Host
 
 CONNECT_TIMEOUT_S = 10
@@ -26,13 +27,11 @@ CONNECT_ATTEMPTS = 3
 RETRY_BACKOFF_S = 0.5  # doubled after each failed attempt
 
 
-class Unreachable(Exception):
-    """The host could not be reached or dropped off; `fix` says what to try."""
+class Unreachable(SparkclusterError):
+    """The host could not be reached or dropped off; `fix` says what to try (exit 1)."""
 
     def __init__(self, message: str, fix: str) -> None:
-        super().__init__(message)
-        self.message = message
-        self.fix = fix
+        super().__init__(message, fix)
 
 
 @dataclass(frozen=True)
@@ -74,6 +73,8 @@ class Transport:
         self._connection: Connection | None = None
         self._sftp: paramiko.SFTPClient | None = None
         self._lock = threading.Lock()
+        # sshd's default MaxSessions is 10 channels per connection: stay below it whatever runs in parallel.
+        self._channels = threading.BoundedSemaphore(8)
 
     # ---- connection --------------------------------------------------------------------------------
     def _connect(self) -> Connection:
@@ -170,32 +171,37 @@ class Transport:
         stdin = (self.sudo_password + "\n" if use_password else "") + (command.stdin or "")
         start = time.monotonic()
         try:
-            channel = conn.transport.open_session()
-            channel.settimeout(1.0)
-            channel.exec_command(command.line(sudo_password=use_password))
-            if stdin:
-                channel.sendall(stdin.encode())
-            channel.shutdown_write()  # EOF: a command reading stdin must not wait for more
-            stdout, stderr = io.BytesIO(), io.BytesIO()
-            deadline = start + command.timeout
-            while True:
-                _drain(channel, stdout, stderr)
-                if channel.exit_status_ready() and not channel.recv_ready() and not channel.recv_stderr_ready():
-                    break
-                if time.monotonic() > deadline:
-                    channel.close()
-                    stderr.write(f"\n(timed out after {command.timeout:.0f} s)".encode())
-                    return Result(command, -1, _text(stdout), _text(stderr), time.monotonic() - start, timed_out=True)
-                if channel.closed and not channel.exit_status_ready():
-                    raise EOFError("channel closed before the command finished")
-                time.sleep(0.002)
-            code = channel.recv_exit_status()
-            channel.close()
-            if code == -1:  # paramiko's value for a channel that closed without an exit status
-                raise EOFError("the connection closed before the command finished")
+            with self._channels:
+                return self._exec(conn, command, stdin, use_password, start)
         except (paramiko.SSHException, OSError, EOFError) as e:
             raise Unreachable(f"{self.host.address} dropped off while running `{command.display()}`: {e}",
                               _reachability_fix(self.host)) from None
+
+    def _exec(self, conn: Connection, command: Command, stdin: str, use_password: bool, start: float) -> Result:
+        """One exec channel: send stdin, collect both streams until the exit status or the deadline."""
+        channel = conn.transport.open_session()
+        channel.settimeout(1.0)
+        channel.exec_command(command.line(sudo_password=use_password))
+        if stdin:
+            channel.sendall(stdin.encode())
+        channel.shutdown_write()  # EOF: a command reading stdin must not wait for more
+        stdout, stderr = io.BytesIO(), io.BytesIO()
+        deadline = start + command.timeout
+        while True:
+            _drain(channel, stdout, stderr)
+            if channel.exit_status_ready() and not channel.recv_ready() and not channel.recv_stderr_ready():
+                break
+            if time.monotonic() > deadline:
+                channel.close()
+                stderr.write(f"\n(timed out after {command.timeout:.0f} s)".encode())
+                return Result(command, -1, _text(stdout), _text(stderr), time.monotonic() - start, timed_out=True)
+            if channel.closed and not channel.exit_status_ready():
+                raise EOFError("channel closed before the command finished")
+            time.sleep(0.002)
+        code = channel.recv_exit_status()
+        channel.close()
+        if code == -1:  # paramiko's value for a channel that closed without an exit status
+            raise EOFError("the connection closed before the command finished")
         return Result(command, code, _text(stdout), _text(stderr), time.monotonic() - start)
 
     # ---- files -------------------------------------------------------------------------------------

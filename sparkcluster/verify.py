@@ -11,7 +11,6 @@ from __future__ import annotations
 import ipaddress
 import shlex
 from collections.abc import Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from importlib import resources
 
@@ -19,11 +18,12 @@ from .command import Command
 from .errors import SparkclusterError
 from .facts import HostFacts
 from .inventory import Inventory
+from .parallel import parallel_map
 from .nccl import DEFAULT_MIN_BUSBW_GBPS, BandwidthRow, Verdict, judge, read_log, read_probe_output
-from .network import QsfpError, choose_qsfp
+from .network import choose_for
 from .steps.comm import DEFAULT_PATH as COMM_ENV
 from .steps.files import remote_path
-from .transport import Transport, Unreachable
+from .transport import Transport
 
 PROBE_REMOTE = ".cache/sparkcluster/nccl_probe.py"  # relative to the login user's home
 MASTER_PORT = 29577
@@ -37,7 +37,6 @@ class VerifyResult:
     verdict: Verdict
     rows: list[BandwidthRow]
     carried_by: dict[str, list[str]] = field(default_factory=dict)  # node -> "iface local -> remote" lines
-    outputs: dict[str, str] = field(default_factory=dict)
 
 
 def interface_of(facts: HostFacts, ip: str) -> str | None:
@@ -50,10 +49,11 @@ def interface_of(facts: HostFacts, ip: str) -> str | None:
 
 def _network_of(facts: HostFacts, ip: str) -> str | None:
     """The interface whose subnet holds `ip` (for a peer's address seen from this node)."""
-    address = ipaddress.IPv4Address(ip)
+    address = ipaddress.ip_address(ip)
     for iface in facts.interfaces:
         for cidr in iface.ipv4:
-            if address in ipaddress.IPv4Interface(cidr).network:
+            network = ipaddress.IPv4Interface(cidr).network
+            if address.version == network.version and address in network:
                 return iface.name
     return None
 
@@ -73,13 +73,7 @@ def run_verify(inventory: Inventory, transports: Mapping[str, Transport], facts:
     hosts = list(inventory.hosts)
     head = inventory.head
     python = str(head.vars.get("python", "python3"))
-    choices = {}
-    for h in hosts:
-        try:
-            choices[h.name] = choose_qsfp(facts[h.name], pin_interface=h.qsfp_interface, pin_ip=h.fabric_ip,
-                                          pin_hcas=h.hcas)
-        except QsfpError as e:
-            raise SparkclusterError(f"{h.name}: {e.message}", e.fix) from None
+    choices = {h.name: choose_for(h, facts[h.name]) for h in hosts}  # a QsfpError names the host and the fix
     if backend == "auto":
         backend = detect_backend(transports[head.name], python)
     env_file = remote_path(COMM_ENV)
@@ -111,11 +105,12 @@ def run_verify(inventory: Inventory, transports: Mapping[str, Transport], facts:
                                     "nodes reach each other on the fabric")
         return name, result.stdout
 
-    with ThreadPoolExecutor(max_workers=len(hosts)) as pool:
-        try:
-            outputs = dict(pool.map(launch, list(enumerate(h.name for h in hosts))))
-        except Unreachable as e:
-            raise SparkclusterError(e.message, e.fix) from None
+    def close_all() -> None:
+        for transport in transports.values():
+            transport.close()
+
+    outputs = dict(parallel_map(launch, list(enumerate(h.name for h in hosts)), workers=len(hosts),
+                                on_abort=close_all))
     rows, ranks = read_probe_output("\n".join(outputs.values()))
     carried = _carried_by(ranks, hosts, facts)
     threshold = min_busbw if min_busbw is not None else (DEFAULT_MIN_BUSBW_GBPS if backend == "nccl" else None)
@@ -126,7 +121,7 @@ def run_verify(inventory: Inventory, transports: Mapping[str, Transport], facts:
                         rows=rows, min_busbw_gbps=threshold)
     else:
         verdict = _judge_connections(carried, choices)
-    return VerifyResult(backend, verdict, rows, carried, outputs)
+    return VerifyResult(backend, verdict, rows, carried)
 
 
 def _carried_by(ranks: list[dict], hosts, facts: Mapping[str, HostFacts]) -> dict[str, list[str]]:

@@ -126,6 +126,7 @@ class SimCluster:
 
     def down(self) -> None:
         """Remove every process, mount, namespace, interface, cgroup, rule and file of this cluster."""
+        prerequisites.require_root()
         with ThreadPoolExecutor(max_workers=max(1, len(self.topology.hosts))) as pool:
             list(pool.map(self._power_off, self.topology.hosts))
         leftovers = netns.destroy(self.topology)
@@ -135,11 +136,13 @@ class SimCluster:
         shutil.rmtree(self.dir, ignore_errors=True)
 
     def power_off(self, name: str) -> None:
+        prerequisites.require_root()
         self._power_off(self.host(name))
         self.state.hosts[name] = HostState()
         self.state.save()
 
     def boot(self, name: str) -> None:
+        prerequisites.require_root()
         host = self.host(name)
         if self.is_running(host):
             raise UsageError(f"{name} is already running", f"power it off first: `sparkcluster sim power-off {name}`")
@@ -148,6 +151,7 @@ class SimCluster:
 
     def reset(self, name: str) -> None:
         """Power off, give the host a fresh disk (its writes and its Docker images are dropped), boot."""
+        prerequisites.require_root()
         host = self.host(name)
         self._power_off(host)
         for sub in ("upper", "work", "docker-data"):
@@ -374,7 +378,10 @@ def _free_block() -> int:
 
 
 def _keygen(path: Path, comment: str) -> None:
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(path)], check=True)
+    result = subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(path)],
+                            capture_output=True, text=True)
+    if result.returncode != 0:
+        raise SparkclusterError(f"ssh-keygen failed: {result.stderr.strip()}", "check that openssh-client works")
 
 
 def _write_into_upper(upper: Path, path: str, content: bytes, mode: int) -> None:

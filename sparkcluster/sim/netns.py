@@ -13,6 +13,7 @@ import subprocess
 import time
 from collections.abc import Iterable
 
+from ..errors import SparkclusterError
 from .topology import MGMT_NETDEV, HostSpec, Topology
 
 # tbf needs a bucket of at least rate/HZ; 256 KiB holds bursts at any rate we use without shaping jitter.
@@ -65,7 +66,8 @@ def run_batch(tool: str, lines: Iterable[str], netns: str | None = None) -> None
     result = subprocess.run(argv, input=text, capture_output=True, text=True)
     if result.returncode != 0:
         where = f" in {netns}" if netns else ""
-        raise RuntimeError(f"`{' '.join(argv)}`{where} failed: {result.stderr.strip()}")
+        raise SparkclusterError(f"`{' '.join(argv)}`{where} failed: {result.stderr.strip()}",
+                                "remove leftovers of an earlier run with `sparkcluster sim down --all`")
 
 
 def create(topo: Topology, lan_rate: str) -> None:

@@ -37,13 +37,17 @@ DOCKER = (
 )
 
 
-def check(docker: bool) -> None:
-    """Raise UsageError naming every missing piece and the one command that installs them."""
+def require_root() -> None:
     if os.geteuid() != 0:
         raise UsageError(
             "sparkcluster sim needs root: it creates network namespaces, bridges and mounts",
             "run it as root, e.g. `sudo sparkcluster sim up 2`",
         )
+
+
+def check(docker: bool) -> None:
+    """Raise UsageError naming every missing piece and the one command that installs them."""
+    require_root()
     missing = [r for r in (*BASE, *(DOCKER if docker else ())) if not r.present()]
     if missing:
         packages = sorted({r.package for r in missing})

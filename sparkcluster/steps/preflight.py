@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from .base import HostContext, Plan, Step, StepFailed, register
 from ..command import Command
 from ..facts import HostFacts, driver_tuple
-from ..network import QsfpChoice, QsfpError, cabling_report, choose_qsfp, fabric_subnet_mismatch
+from ..network import QsfpChoice, QsfpError, cabling_report, choose_for, fabric_subnet_mismatch
 
 GB10 = "NVIDIA GB10"
 DEFAULT_MIN_DRIVER = "590.44"
@@ -30,9 +30,9 @@ def qsfp_of(ctx: HostContext, name: str | None = None) -> QsfpChoice:
     if facts is None:
         raise StepFailed(f"no facts for {host.name}", "it was unreachable earlier in this run")
     try:
-        return choose_qsfp(facts, pin_interface=host.qsfp_interface, pin_ip=host.fabric_ip, pin_hcas=host.hcas)
+        return choose_for(host, facts)
     except QsfpError as e:
-        raise StepFailed(f"{host.name}: {e.message}", e.fix) from None
+        raise StepFailed(e.message, e.fix) from None
 
 
 @dataclass(frozen=True)
@@ -212,9 +212,11 @@ class PreflightFabric(Step):
         # One command pings every peer in parallel, out of this node's QSFP interface only.
         pings = " ".join(
             f"(ping -c 1 -W 2 -I {shlex.quote(mine.netdev)} {shlex.quote(ip)} >/dev/null 2>&1 "
-            f"&& echo {shlex.quote(name)} ok || echo {shlex.quote(name)} FAIL) &" for name, ip in peers.items())
+            f"&& echo {shlex.quote(name)} ok) &" for name, ip in peers.items())
         out = ctx.run(Command(f"PATH=$PATH:/usr/sbin:/sbin; {pings} wait", timeout=30)).stdout
-        failed = sorted(line.split()[0] for line in out.splitlines() if line.endswith(" FAIL"))
+        # A peer passes only by answering: a killed or timed-out batch fails them all.
+        answered = {line.split()[0] for line in out.splitlines() if line.endswith(" ok")}
+        failed = sorted(set(peers) - answered)
         if failed:
             listing = ", ".join(f"{n} ({peers[n]})" for n in failed)
             raise StepFailed(f"cannot reach {listing} over {mine.netdev}",

@@ -51,24 +51,64 @@ class SshMesh(Step):
         return out
 
     def _missing(self, ctx: HostContext, nodes: dict[str, Node]) -> list[tuple[str, str]]:
-        """(from, to) pairs where `from` cannot yet ssh to `to`'s fabric address."""
-        def probe(source: str) -> list[tuple[str, str]]:
-            targets = {n: node for n, node in nodes.items() if n != source}
-            probes = " ".join(
-                f"(ssh {PROBE_OPTS} {shlex.quote(f'{t.user}@{t.ip}')} true </dev/null >/dev/null 2>&1 "
-                f"|| echo {shlex.quote(name)}) &" for name, t in targets.items())
-            out = ctx.transports[source].run(Command(f"{probes} wait", timeout=30)).stdout
-            return [(source, target) for target in sorted(out.split())]
+        """(from, to) pairs where `from`'s key is not authorized on `to`, or `to`'s verified host key is not
+        what `from` has on record for each of its addresses. Read from the files, one round trip per node:
+        probing every pair with ssh would cost N*(N-1) handshakes."""
+        host_keys = {name: ctx.transports[name].host_key() for name in nodes}
+
+        def read(name: str) -> tuple[str, set[str], dict[str, set[tuple[str, str]]]]:
+            others = [a for n, node in nodes.items() if n != name for a in node.addresses]
+            lookups = " ".join(f"ssh-keygen -F {shlex.quote(a)} 2>/dev/null | sed -n 's/^[^#][^ ]* /@known {a} /p';"
+                               for a in others)
+            out = ctx.transports[name].run(Command(
+                f"sed 's/^/@pub /' {KEY}.pub 2>/dev/null; sed 's/^/@auth /' ~/.ssh/authorized_keys 2>/dev/null; "
+                f"{lookups} true")).stdout
+            public, authorized, known = "", set(), {}
+            for line in out.splitlines():
+                tag, _, rest = line.partition(" ")
+                if tag == "@pub":
+                    public = " ".join(rest.split()[:2])
+                elif tag == "@auth":
+                    authorized.add(" ".join(rest.split()[:2]) if rest.startswith("ssh-") else rest)
+                elif tag == "@known" and len(rest.split()) >= 3:
+                    address, kind, key = rest.split()[:3]
+                    known.setdefault(address, set()).add((kind, key))
+            return public, authorized, known
 
         with ThreadPoolExecutor(max_workers=len(nodes)) as pool:
-            return [pair for pairs in pool.map(probe, nodes) for pair in pairs]
+            state = dict(zip(nodes, pool.map(read, nodes)))
+        missing = []
+        for source, (public, _, known) in state.items():
+            for target, node in nodes.items():
+                if target == source:
+                    continue
+                authorized = public and any(public in entry for entry in state[target][1])
+                recorded = all(host_keys[target] in known.get(a, set()) for a in node.addresses)
+                if not (authorized and recorded):
+                    missing.append((source, target))
+        return missing
+
+    def _prove_from_head(self, ctx: HostContext, nodes: dict[str, Node]) -> None:
+        """The files say yes; one real login from the head to each worker proves sshd agrees."""
+        head = ctx.inventory.head.name
+        workers = {name: t for name, t in nodes.items() if name != head}
+        probes = " ".join(
+            f"(ssh {PROBE_OPTS} {shlex.quote(f'{t.user}@{t.ip}')} true </dev/null >/dev/null 2>&1 "
+            f"&& echo {shlex.quote(name)}) &" for name, t in workers.items())
+        answered = set(ctx.transports[head].run(Command(f"{probes} wait", timeout=30)).stdout.split())
+        failed = sorted(set(workers) - answered)
+        if failed:
+            raise StepFailed(f"keys and known_hosts are in place, yet {head} cannot ssh to {', '.join(sorted(failed))}",
+                             "check sshd on those nodes (AllowUsers, StrictModes: ~/.ssh must not be group-writable)")
 
     def check(self, ctx: HostContext) -> Plan:
         nodes = self._nodes(ctx)
         if len(nodes) < 2:
             return Plan("a single node")
         missing = self._missing(ctx, nodes)
+        self._pending = missing  # what apply() fixes, without reading every node again
         if not missing:
+            self._prove_from_head(ctx, nodes)
             return Plan(f"all {len(nodes)} nodes reach each other over the fabric without a password")
         shown = []
         for source, target in missing:
@@ -80,21 +120,32 @@ class SshMesh(Step):
 
     def apply(self, ctx: HostContext, plan: Plan) -> None:
         nodes = self._nodes(ctx)
-        for source, target in self._missing(ctx, nodes):
-            sender, receiver = ctx.transports[source], ctx.transports[target]
-            keygen = sender.run(Command(f"umask 077; mkdir -p ~/.ssh; test -f {KEY} || "
-                                        f"ssh-keygen -q -t ed25519 -N '' -f {KEY}; cat {KEY}.pub"))
-            if not keygen.ok:
-                raise StepFailed(f"could not create an ssh key on {source}", self.fix, keygen)
+        by_source: dict[str, list[str]] = {}
+        for source, target in self._pending:
+            by_source.setdefault(source, []).append(target)
+        # One thread per source node: each writes only its own key and known_hosts; the targets'
+        # authorized_keys take appends from several sources, which O_APPEND keeps whole.
+        with ThreadPoolExecutor(max_workers=max(1, len(by_source))) as pool:
+            list(pool.map(lambda item: self._connect_source(ctx, nodes, *item), by_source.items()))
+
+    def _connect_source(self, ctx: HostContext, nodes: dict[str, Node], source: str, targets: list[str]) -> None:
+        sender = ctx.transports[source]
+        keygen = sender.run(Command(f"umask 077; mkdir -p ~/.ssh; test -f {KEY} || "
+                                    f"ssh-keygen -q -t ed25519 -N '' -f {KEY}; cat {KEY}.pub"))
+        if not keygen.ok:
+            raise StepFailed(f"could not create an ssh key on {source}", self.fix, keygen)
+        lines, forget = [], []
+        for target in targets:
+            receiver = ctx.transports[target]
             authorized = receiver.run(Command(AUTHORIZE, stdin=keygen.stdout.strip() + "\n"))
             if not authorized.ok:
                 raise StepFailed(f"could not authorize {source}'s key on {target}", self.fix, authorized)
             kind, key = receiver.host_key()
             addresses = nodes[target].addresses
-            # Drop stale entries for these addresses (a re-imaged node), then record the verified key.
-            forget = "; ".join(f"ssh-keygen -R {shlex.quote(a)} >/dev/null 2>&1" for a in addresses)
-            line = f"{','.join(addresses)} {kind} {key}"
-            recorded = sender.run(Command(f"umask 077; touch ~/.ssh/known_hosts; {forget}; "
-                                          f"printf '%s\\n' {shlex.quote(line)} >> ~/.ssh/known_hosts"))
-            if not recorded.ok:
-                raise StepFailed(f"could not record {target}'s host key on {source}", self.fix, recorded)
+            forget += [f"ssh-keygen -R {shlex.quote(a)} >/dev/null 2>&1" for a in addresses]
+            lines.append(f"{','.join(addresses)} {kind} {key}")
+        # Drop stale entries for these addresses (a re-imaged node), then record the verified keys.
+        recorded = sender.run(Command(f"umask 077; touch ~/.ssh/known_hosts; {'; '.join(forget)}; "
+                                      f"cat >> ~/.ssh/known_hosts", stdin="\n".join(lines) + "\n"))
+        if not recorded.ok:
+            raise StepFailed(f"could not record host keys on {source}", self.fix, recorded)
