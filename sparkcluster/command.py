@@ -48,9 +48,14 @@ class Command:
         # hands it to `sudo -v` alone, so it is never in argv and never reaches the command's own stdin,
         # even where sudo does not ask for it.
         run = f"sudo -n -H -- sh -c {shlex.quote(body)}"
-        if sudo_password:
-            return "{ IFS= read -r p; printf '%s\\n' \"$p\" | sudo -S -p '' -v; unset p; } && " + run
-        return run
+        if not sudo_password:
+            return run
+        # The remote shell reads the password (the first stdin line): never in argv. Where sudo asks for
+        # it, it goes to sudo ahead of the command's own stdin; where sudo does not ask (NOPASSWD, cached
+        # credentials), it is dropped, so it can never reach the command.
+        return ("IFS= read -r p\n"
+                f"if sudo -n true 2>/dev/null; then unset p; {run}; exit $?; fi\n"
+                f"{{ printf '%s\\n' \"$p\"; unset p; cat; }} | sudo -S -p '' -H -- sh -c {shlex.quote(body)}")
 
     def display(self) -> str:
         shown = ("sudo " if self.sudo else "") + self.script

@@ -78,3 +78,18 @@ def test_bad_inventory_stops_before_any_connection_with_exit_2(tmp_path, content
         out = cli(*args)
         assert out.returncode == 2, out.stderr
         assert message in out.stderr and "Traceback" not in out.stderr
+
+
+def test_sudo_password_never_reaches_the_commands_stdin(cluster):
+    """Where sudo does not ask (NOPASSWD, as on the simulated hosts), the password line is dropped."""
+    from sparkcluster.command import Command
+    from sparkcluster.inventory import load_inventory
+    from sparkcluster.transport import Transport
+
+    host = load_inventory(cluster.inventory_path).hosts[0]
+    transport = Transport(host, sudo_password="pw-must-not-leak")
+    try:
+        result = transport.run(Command("cat; id -u", sudo=True, stdin="payload\n"))
+    finally:
+        transport.close()
+    assert result.ok and result.stdout == "payload\n0\n"

@@ -193,7 +193,7 @@ def test_cli_interrupted_then_rerun_completes(staged_cluster):
 
 
 def test_bad_model_names_fail_before_any_connection(staged_cluster):
-    for name in ("not-a-model", "acme/../etc", "acme/x@bad rev"):
+    for name in ("a/b/c", "acme/../etc", "acme/x@bad rev", "acme/x@", "-rf"):
         out = cli(staged_cluster, "stage", name)
         assert out.returncode == 2 and "Traceback" not in out.stderr
     missing = cli(staged_cluster, "stage", "acme/never-downloaded")
