@@ -28,8 +28,10 @@ MODEL = "acme/bench"
 
 def cli(cluster: SimCluster, *args: str, env: dict | None = None) -> float:
     start = time.monotonic()
-    subprocess.run([sys.executable, "-m", "sparkcluster", *args], check=True, capture_output=True,
-                   env={**os.environ, **(env or {})})
+    result = subprocess.run([sys.executable, "-m", "sparkcluster", *args], capture_output=True, text=True,
+                            env={**os.environ, **(env or {})})
+    if result.returncode != 0:
+        raise SystemExit(f"sparkcluster {' '.join(args)} failed:\n{result.stdout[-3000:]}\n{result.stderr[-2000:]}")
     return time.monotonic() - start
 
 

@@ -211,7 +211,7 @@ class PreflightFabric(Step):
             return Plan("no peers to reach", warnings=tuple(skipped))
         # One command pings every peer in parallel, out of this node's QSFP interface only.
         pings = " ".join(
-            f"(ping -c 1 -W 2 -I {shlex.quote(mine.netdev)} {shlex.quote(ip)} >/dev/null 2>&1 "
+            f"(ping -c 1 -i 0.2 -w 5 -I {shlex.quote(mine.netdev)} {shlex.quote(ip)} >/dev/null 2>&1 "
             f"&& echo {shlex.quote(name)} ok) &" for name, ip in peers.items())
         out = ctx.run(Command(f"PATH=$PATH:/usr/sbin:/sbin; {pings} wait", timeout=30)).stdout
         # A peer passes only by answering: a killed or timed-out batch fails them all.

@@ -16,7 +16,7 @@ from .preflight import qsfp_of
 from ..command import Command
 
 KEY = "~/.ssh/id_ed25519"
-PROBE_OPTS = "-o BatchMode=yes -o StrictHostKeyChecking=yes -o ConnectTimeout=5"
+PROBE_OPTS = "-o BatchMode=yes -o StrictHostKeyChecking=yes -o ConnectTimeout=10"
 AUTHORIZE = ('umask 077; mkdir -p ~/.ssh; k=$(cat); touch ~/.ssh/authorized_keys; '
              'grep -qxF "$k" ~/.ssh/authorized_keys || printf "%s\\n" "$k" >> ~/.ssh/authorized_keys')
 
