@@ -13,6 +13,8 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+# The probe imports only the standard library at load time, so its arithmetic and table serve here too.
+from . import nccl_probe as probe
 from .errors import EXIT_FAILED, EXIT_OK, UsageError
 
 # NVIDIA's pass mark is 21.875 GB/s (175 Gb/s) for a 16 GB all_gather on two Sparks (§2.5), where per-call overhead
@@ -230,36 +232,17 @@ class BandwidthRow:
     busbw_gbps: float
 
 
-def bus_factor(op: str, world: int) -> float:
-    """nccl-tests' busbw factors: what each rank's link must carry, relative to the buffer size."""
-    if op == "all_reduce":
-        return 2 * (world - 1) / world
-    if op in ("all_gather", "reduce_scatter"):
-        return (world - 1) / world
-    raise ValueError(f"unknown collective {op!r} (all_reduce, all_gather, reduce_scatter)")
-
-
 def busbw(op: str, size_bytes: int, seconds: float, world: int) -> tuple[float, float]:
-    """(algbw, busbw) in GB/s for one call of `op` on `size_bytes` (all_gather: the gathered size) in `seconds`."""
-    algbw = size_bytes / seconds / 1e9
-    return algbw, algbw * bus_factor(op, world)
+    """(algbw, busbw) in GB/s with nccl-tests' factors (all_gather: `size_bytes` is the gathered size)."""
+    try:
+        return probe.bus_bandwidth(op, size_bytes, seconds, world)
+    except KeyError:
+        raise ValueError(f"unknown collective {op!r} (all_reduce, all_gather, reduce_scatter)") from None
 
 
 def format_table(rows: Sequence[BandwidthRow]) -> str:
-    """nccl-tests' layout, one block per collective, ending in its "# Avg bus bandwidth" line.
-
-    nccl_probe.py prints the same text (it cannot import this module), which the tests check.
-    """
-    blocks = []
-    for op in dict.fromkeys(r.op for r in rows):
-        mine = [r for r in rows if r.op == op]
-        lines = [f"# {op}", f"#{'size':>11} {'count':>12} {'type':>6} {'time(us)':>11} {'algbw(GB/s)':>12} "
-                            f"{'busbw(GB/s)':>12}"]
-        lines += [f"{r.size_bytes:>12} {r.size_bytes // 4:>12} {'float':>6} {r.time_us:>11.1f} {r.algbw_gbps:>12.2f} "
-                  f"{r.busbw_gbps:>12.2f}" for r in mine]
-        lines.append(f"# Avg bus bandwidth    : {sum(r.busbw_gbps for r in mine) / len(mine):.4f}")
-        blocks.append("\n".join(lines))
-    return "\n".join(blocks)
+    """nccl-tests' layout, one block per collective, ending in its "# Avg bus bandwidth" line."""
+    return probe.format_table([asdict(r) for r in rows])
 
 
 def read_probe_output(text: str) -> tuple[list[BandwidthRow], list[dict]]:

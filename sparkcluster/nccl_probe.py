@@ -43,10 +43,8 @@ def parse_size(text: str) -> int:
 
 
 def bus_bandwidth(op: str, size_bytes: int, seconds: float, world: int) -> tuple[float, float]:
-    """(algbw, busbw) in GB/s with nccl-tests' factors.
-
-    A copy of sparkcluster.nccl.busbw, since this script cannot import sparkcluster; a unit test keeps them equal.
-    """
+    """(algbw, busbw) in GB/s with nccl-tests' factors. sparkcluster.nccl uses this one too (this script runs
+    alone on the nodes, so the code lives here)."""
     factor = {"all_reduce": 2 * (world - 1) / world, "all_gather": (world - 1) / world,
               "reduce_scatter": (world - 1) / world}[op]
     algbw = size_bytes / seconds / 1e9
@@ -54,7 +52,7 @@ def bus_bandwidth(op: str, size_bytes: int, seconds: float, world: int) -> tuple
 
 
 def format_table(rows: Sequence[Mapping]) -> str:
-    """nccl-tests' layout; the same text as sparkcluster.nccl.format_table (a unit test keeps them equal)."""
+    """nccl-tests' layout (sparkcluster.nccl.format_table renders through this too)."""
     blocks = []
     for op in dict.fromkeys(r["op"] for r in rows):
         mine = [r for r in rows if r["op"] == op]
