@@ -76,8 +76,10 @@ def run_verify(inventory: Inventory, transports: Mapping[str, Transport], facts:
     choices = {h.name: choose_for(h, facts[h.name]) for h in hosts}  # a QsfpError names the host and the fix
     if backend == "auto":
         backend = detect_backend(transports[head.name], python)
-    env_file = remote_path(COMM_ENV)
-    missing = [h.name for h in hosts if not transports[h.name].run(Command(f"test -f {shlex.quote(env_file)}")).ok]
+    # The file bootstrap wrote: its path may be set in the inventory (comm_env_path), as bootstrap.yml reads it.
+    env_files = {h.name: remote_path(str(h.vars.get("comm_env_path", COMM_ENV))) for h in hosts}
+    missing = [h.name for h in hosts
+               if not transports[h.name].run(Command(f"test -f {shlex.quote(env_files[h.name])}")).ok]
     if missing:
         raise SparkclusterError(f"no comm env ({COMM_ENV}) on {', '.join(missing)}: the probe must run in the "
                                 "environment vLLM gets", "run `sparkcluster bootstrap` first")
@@ -95,7 +97,8 @@ def run_verify(inventory: Inventory, transports: Mapping[str, Transport], facts:
                 "--master-port", str(MASTER_PORT), "--backend", backend, "--timeout", str(RENDEZVOUS_TIMEOUT_S)]
         if sizes:
             args += ["--sizes", sizes]
-        line = (f"set -a; . ./{shlex.quote(env_file)}; set +a; NCCL_DEBUG=INFO; export NCCL_DEBUG; "
+        env_file = env_files[name] if env_files[name].startswith("/") else "./" + env_files[name]  # `.` needs a /
+        line = (f"set -a; . {shlex.quote(env_file)}; set +a; NCCL_DEBUG=INFO; export NCCL_DEBUG; "
                 f"exec {shlex.quote(node_python)} {PROBE_REMOTE} {shlex.join(args)} 2>&1")
         result = transports[name].run(Command(f"cd; {line}", timeout=timeout + 60))
         if not result.ok:
