@@ -267,6 +267,7 @@ class SimCluster:
         upper = hd / "upper"
         shutil.rmtree(upper / "tmp", ignore_errors=True)
         _write_into_upper(upper, "/" + hardware.HARDWARE_JSON, hardware.hardware_json(self.state.name, host).encode(), 0o644)
+        _write_into_upper(upper, "/" + hardware.SPEEDS, hardware.speeds_file(host).encode(), 0o644)
         for tool in hardware.EMULATORS:
             _write_into_upper(upper, f"/usr/local/bin/{tool}", (HOST_FILES / tool).read_bytes(), 0o755)
         # The host's identity where a real sshd keeps it (the machine's own keys sit in the lower layer).

@@ -17,6 +17,7 @@ from .topology import HostSpec, Nic
 GPU_NAME = "NVIDIA GB10"
 GB10_COMPUTE_CAP = "12.1"
 HARDWARE_JSON = "etc/sparkcluster-sim/hardware.json"
+SPEEDS = "etc/sparkcluster-sim/speeds"
 EMULATORS = ("nvidia-smi", "ibdev2netdev", "ethtool", "nvidia-container-runtime-hook")
 
 
@@ -42,6 +43,11 @@ def hardware_doc(cluster: str, host: HostSpec) -> dict:
 
 def hardware_json(cluster: str, host: HostSpec) -> str:
     return json.dumps(hardware_doc(cluster, host), indent=2) + "\n"
+
+
+def speeds_file(host: HostSpec) -> str:
+    """What the emulated ethtool reads: `netdev Mb/s kind` per NIC (kind: qsfp or lan)."""
+    return "".join(f"{n.netdev} {n.speed_mbps} {'qsfp' if n.hca else 'lan'}\n" for n in host.nics)
 
 
 def _link_local_gid(mac: str) -> str:
