@@ -13,22 +13,12 @@ from pathlib import Path
 from typing import Any
 
 import jinja2
-import yaml
 
+from . import yamlsource
 from .errors import UsageError
 from .steps import REGISTRY, Step
 
-LINE = "__line__"
 PLAY_KEYS = {"name", "hosts", "require", "gather_facts", "steps"}
-
-
-class _LineLoader(yaml.SafeLoader):
-    """Records the line of every mapping, so errors can say file:line."""
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
-        mapping = super().construct_mapping(node, deep=deep)
-        mapping[LINE] = node.start_mark.line + 1
-        return mapping
 
 
 @dataclass(frozen=True)
@@ -72,12 +62,10 @@ def load_playbook(path: str | Path) -> Playbook:
     except (OSError, UnicodeDecodeError) as e:
         raise UsageError(f"{where}: cannot read the playbook: {e}", "give a readable YAML file") from None
     try:
-        doc = yaml.load(text, Loader=_LineLoader)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        line = f":{mark.line + 1}" if mark else ""
-        problem = " ".join(str(getattr(e, "problem", None) or e).split())
-        raise UsageError(f"{where}{line}: invalid YAML: {problem}", "fix the YAML syntax") from None
+        # yamlsource keeps every mapping's line and refuses duplicate keys (PyYAML keeps the last silently).
+        doc = yamlsource.load(text)
+    except yamlsource.YamlError as e:
+        raise UsageError(f"{where}:{e.line}: invalid YAML: {e.problem}", e.fix) from None
     if not isinstance(doc, dict) or not isinstance(doc.get("plays"), list) or not doc["plays"]:
         raise UsageError(f"{where}: a playbook is a mapping with a non-empty `plays:` list",
                          "see playbooks/*.yml in the package for examples")
@@ -88,7 +76,7 @@ def load_playbook(path: str | Path) -> Playbook:
 def _play(where: str, raw: Any) -> Play:
     if not isinstance(raw, dict):
         raise UsageError(f"{where}: each play is a mapping with name, hosts and steps")
-    line = raw.get(LINE, 0)
+    line = getattr(raw, "line", 0)
     _no_unknown(where, line, raw, PLAY_KEYS, "play")
     require = raw.get("require", "none")
     if require not in ("all", "none"):
@@ -101,10 +89,10 @@ def _play(where: str, raw: Any) -> Play:
 
 
 def _step(where: str, raw: Any) -> StepCall:
-    if not isinstance(raw, dict) or len([k for k in raw if k != LINE]) != 1:
+    if not isinstance(raw, dict) or len(raw) != 1:
         raise UsageError(f"{where}: each step is `- domain.resource: {{args}}`")
-    line = raw[LINE]
-    name = next(k for k in raw if k != LINE)
+    line = raw.line
+    name = next(iter(raw))
     if not isinstance(name, str):
         raise UsageError(f"{where}:{line}: a step name must be text like command.run, not {name!r}")
     if name not in REGISTRY:
@@ -120,12 +108,12 @@ def _step(where: str, raw: Any) -> StepCall:
                if spec.default is dataclasses.MISSING and spec.default_factory is dataclasses.MISSING and f not in args]
     if missing:
         raise UsageError(f"{where}:{line}: {name} needs {', '.join(missing)}")
-    return StepCall(step, {k: v for k, v in args.items() if k != LINE}, line)
+    return StepCall(step, dict(args), line)
 
 
 def _no_unknown(where: str, line: int, raw: dict, known: set[str], what: str) -> None:
     for key in raw:
-        if key != LINE and key not in known:
+        if key not in known:
             raise UsageError(f"{where}:{line}: unknown {what} {key!r}{_did_you_mean(key, known)}",
                              f"use one of: {', '.join(sorted(known))}")
 
@@ -156,7 +144,7 @@ def render(value: Any, context: dict[str, Any]) -> Any:
     if isinstance(value, list):
         return [render(v, context) for v in value]
     if isinstance(value, dict):
-        return {k: render(v, context) for k, v in value.items() if k != LINE}
+        return {k: render(v, context) for k, v in value.items()}
     return value
 
 

@@ -152,6 +152,8 @@ def test_events_close_with_play_and_run_finished(tmp_path):
     ("plays:\n  - name: x\n    require: most\n    steps:\n      - command.run: {cmd: x}\n", "require must be"),
     ("plays:\n  - name: x\n    stepz: []\n", "did you mean 'steps'"),
     ("plays: [\n", "invalid YAML"),
+    ("plays:\n  - name: a\n    name: b\n    steps:\n      - command.run: {cmd: x}\n", ":3: invalid YAML: duplicate key 'name'"),
+    ("plays:\n  - name: x\n    steps:\n      - 5: {}\n", "a step name must be text"),
 ])
 def test_playbook_errors_name_the_line_and_the_fix(tmp_path, text, message):
     from sparkcluster.errors import UsageError
