@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Iterable
+from typing import Any
+
 EXIT_OK = 0
 EXIT_FAILED = 1  # some host failed or was unreachable
 EXIT_USAGE = 2  # invalid input or a missing prerequisite, found before anything changed
@@ -26,3 +30,9 @@ class UsageError(SparkclusterError):
 
     def __init__(self, message: str, fix: str = "") -> None:
         super().__init__(message, fix, exit_code=EXIT_USAGE)
+
+
+def did_you_mean(word: Any, choices: Iterable[str]) -> str:
+    """` (did you mean 'hosts'?)` for the closest choice, or "" when none is close."""
+    match = difflib.get_close_matches(str(word), list(choices), n=1)
+    return f" (did you mean {match[0]!r}?)" if match else ""

@@ -7,7 +7,6 @@ that starts with `file:line:` and carries a fix (DESIGN.md §5).
 
 from __future__ import annotations
 
-import difflib
 import ipaddress
 import itertools
 import math
@@ -20,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from . import yamlsource
-from .errors import UsageError
+from .errors import UsageError, did_you_mean
 from .hfcache import ModelRef
 from .yamlsource import SourceList, SourceMap
 
@@ -81,7 +80,7 @@ class Inventory:
             members = {h.name for h in self.hosts if name in (h.name, "all", *h.groups)}
             if not members:
                 choices = sorted({h.name for h in self.hosts} | {g for h in self.hosts for g in h.groups})
-                raise InventoryError(f"{self.path}: no host or group named {name!r}{_did_you_mean(name, choices)}",
+                raise InventoryError(f"{self.path}: no host or group named {name!r}{did_you_mean(name, choices)}",
                                      f"choose from: {', '.join(choices)}")
             selected |= members
         if self.head.name not in selected:
@@ -237,7 +236,7 @@ def _group_members(group: str, body: SourceMap, hosts: SourceMap, src: _Source) 
         if not isinstance(member, str) or member not in hosts:
             names = [h for h in hosts if isinstance(h, str)]
             raise src.error(members.item_line(i), f"group {group!r} lists {member!r}, which is not under `hosts:`"
-                            f"{_did_you_mean(member, names)}", f"list only hosts defined under `hosts:` ({', '.join(names)})")
+                            f"{did_you_mean(member, names)}", f"list only hosts defined under `hosts:` ({', '.join(names)})")
     return tuple(dict.fromkeys(members))
 
 
@@ -482,7 +481,7 @@ def _address_identity(address: str) -> str:
 def _check_keys(values: SourceMap, allowed: Sequence[str], src: _Source, where: str) -> None:
     for key in values:
         if key not in allowed:
-            raise src.error(values.key_line(key), f"unknown key {key!r} {where}{_did_you_mean(key, allowed)}",
+            raise src.error(values.key_line(key), f"unknown key {key!r} {where}{did_you_mean(key, allowed)}",
                             f"allowed keys: {', '.join(allowed)}")
 
 
@@ -527,11 +526,6 @@ def _models(value: Any, line: int, key: str, src: _Source) -> tuple[str, ...]:
             raise src.error(value.item_line(i), f"{key}: {_shown(model)} is not a Hugging Face repo id",
                             "write ORG/NAME or ORG/NAME@REVISION, e.g. Qwen/Qwen3-0.6B")
     return tuple(value)
-
-
-def _did_you_mean(word: Any, choices: Iterable[str]) -> str:
-    match = difflib.get_close_matches(str(word), list(choices), n=1)
-    return f" (did you mean {match[0]!r}?)" if match else ""
 
 
 def _shown(value: Any) -> str:

@@ -4,7 +4,6 @@ rendered per host at run time with StrictUndefined (a missing variable is an err
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import re
 import typing
 from dataclasses import dataclass
@@ -15,7 +14,7 @@ from typing import Any
 import jinja2
 
 from . import yamlsource
-from .errors import UsageError
+from .errors import UsageError, did_you_mean
 from .steps import REGISTRY, Step
 
 PLAY_KEYS = {"name", "hosts", "require", "gather_facts", "steps"}
@@ -96,7 +95,7 @@ def _step(where: str, raw: Any) -> StepCall:
     if not isinstance(name, str):
         raise UsageError(f"{where}:{line}: a step name must be text like command.run, not {name!r}")
     if name not in REGISTRY:
-        raise UsageError(f"{where}:{line}: unknown step {name!r}{_did_you_mean(name, REGISTRY)}",
+        raise UsageError(f"{where}:{line}: unknown step {name!r}{did_you_mean(name, REGISTRY)}",
                          f"known steps: {', '.join(sorted(REGISTRY))}")
     step = REGISTRY[name]
     args = raw[name] or {}
@@ -114,13 +113,8 @@ def _step(where: str, raw: Any) -> StepCall:
 def _no_unknown(where: str, line: int, raw: dict, known: set[str], what: str) -> None:
     for key in raw:
         if key not in known:
-            raise UsageError(f"{where}:{line}: unknown {what} {key!r}{_did_you_mean(key, known)}",
+            raise UsageError(f"{where}:{line}: unknown {what} {key!r}{did_you_mean(key, known)}",
                              f"use one of: {', '.join(sorted(known))}")
-
-
-def _did_you_mean(word: str, choices: typing.Iterable[str]) -> str:
-    close = difflib.get_close_matches(word, list(choices), n=1)
-    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 # ---- per-host rendering ---------------------------------------------------------------------------
