@@ -187,6 +187,13 @@ for name in sys.stdin.read().split():
 """
 
 
+def rsync_blobs_argv(sources: list[str], target: str, ssh: str) -> list[str]:
+    """How blobs travel: times kept, files readable, an interrupted blob kept aside in PARTIAL_DIR (never under
+    its final name) to resume from. `ssh` is the remote shell command rsync runs."""
+    return ["rsync", "-t", "--partial", f"--partial-dir={PARTIAL_DIR}", "--chmod=F644", "--protect-args",
+            "-e", ssh, *sources, target]
+
+
 def verify_command(model_dir: str, blobs: list[str]) -> Command:
     return Command(f"python3 -c {shlex.quote(VERIFY_PY)} {shlex.quote(model_dir + '/blobs')}",
                    stdin="\n".join(blobs) + "\n", timeout=3600)

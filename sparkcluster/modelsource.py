@@ -10,7 +10,9 @@ from pathlib import Path
 
 from .command import Command
 from .errors import SparkclusterError
-from .hfcache import PARTIAL_DIR, Manifest, ModelRef, finalize_command, parse_scan, scan_command, source_manifest
+from .hfcache import (
+    PARTIAL_DIR, Manifest, ModelRef, finalize_command, parse_scan, rsync_blobs_argv, scan_command, source_manifest,
+)
 from .inventory import Host
 from .transport import Transport
 
@@ -102,8 +104,8 @@ def push_local(model: ModelRef, head: Host, transport: Transport, ssh_argv: list
     names = [f.blob for f in manifest.unique_blobs()]
     user = f"{head.user}@" if head.user else ""
     result = subprocess.run(
-        ["rsync", "-t", "--partial", f"--partial-dir={PARTIAL_DIR}", "--chmod=F644", "--protect-args",
-         "-e", shlex.join(ssh_argv), *[str(blobs / n) for n in names], f"{user}{head.address}:{remote_dir}/blobs/"],
+        rsync_blobs_argv([str(blobs / n) for n in names], f"{user}{head.address}:{remote_dir}/blobs/",
+                         shlex.join(ssh_argv)),
         capture_output=True, text=True,
     )
     if result.returncode != 0:

@@ -19,7 +19,7 @@ from .command import Command
 from .errors import SparkclusterError, UsageError
 from .facts import HostFacts
 from .hfcache import (
-    PARTIAL_DIR, Manifest, ModelRef, NodeModel, NodeStatus, finalize_command, node_status, parse_scan,
+    PARTIAL_DIR, Manifest, ModelRef, NodeModel, NodeStatus, finalize_command, node_status, parse_scan, rsync_blobs_argv,
     scan_command, source_manifest, verify_command,
 )
 from .inventory import Host, Inventory
@@ -285,8 +285,7 @@ class Chain:
         up_dir, dest_dir = self.s.scans[up].model_dir, self.s.scans[name].model_dir
         user = self.s.facts[name].user if name in self.s.facts else ""
         target = f"{user}@{self.addresses[name]}:{dest_dir}/blobs/"
-        rsync = ["rsync", "-t", "--partial", f"--partial-dir={PARTIAL_DIR}", "--chmod=F644", "--protect-args",
-                 "-e", SSH_FOR_BULK, f"{up_dir}/blobs/{blob.blob}", target]
+        rsync = rsync_blobs_argv([f"{up_dir}/blobs/{blob.blob}"], target, SSH_FOR_BULK)
         started = time.monotonic()
         try:
             result = self.s.transports[up].run(Command.argv(rsync, timeout=24 * 3600))

@@ -160,8 +160,9 @@ class SimCluster:
         self.state.save()
 
     def is_running(self, host: HostSpec) -> bool:
-        pid = self.state.hosts.get(host.name, HostState()).pid1
-        return bool(pid) and os.path.exists(f"/proc/{pid}") and hostproc.children(self.state.hosts[host.name].unshare_pid) == [pid]
+        # Running means its boot process still has exactly the PID 1 we recorded (a dead one has no children).
+        st = self.state.hosts.get(host.name)
+        return bool(st and st.pid1) and hostproc.children(st.unshare_pid) == [st.pid1]
 
     def exec_in(self, name: str, argv: list[str], **kwargs) -> subprocess.CompletedProcess:
         host = self.host(name)
