@@ -24,6 +24,7 @@ from .playbook import Playbook, bundled, load_playbook
 from .report import facts_table, make_reporter, verify_render
 from .runner import DEFAULT_FORKS, Runner
 from .transport import Transport, Unreachable
+from . import serve_cli
 from .hfcache import ModelRef
 from .staging import stage, stage_status
 from .verify import run_verify
@@ -57,6 +58,19 @@ def _transports(inventory: Inventory, args: argparse.Namespace) -> dict[str, Tra
     password = getpass.getpass("BECOME (sudo) password: ") if getattr(args, "ask_become_pass", False) else None
     return {h.name: Transport(h, trust_new_host_keys=args.trust_new_host_keys, sudo_password=password)
             for h in inventory.hosts}
+
+
+def _connected(args: argparse.Namespace) -> tuple[Inventory, dict[str, Transport], dict]:
+    """Inventory, transports and the facts of every node; an unreachable node is an error naming it."""
+    inventory = _inventory(args)
+    transports = _transports(inventory, args)
+    gathered = gather_all(transports, args.forks)
+    down = [f"{n}: {v.message}" for n, v in gathered.items() if isinstance(v, Unreachable)]
+    if down:
+        for transport in transports.values():
+            transport.close()
+        raise SparkclusterError("unreachable: " + "; ".join(down), "power the nodes on, or --limit to the others")
+    return inventory, transports, gathered
 
 
 # ---- facts, run -----------------------------------------------------------------------------------
@@ -256,7 +270,7 @@ def cmd_sim_image(args: argparse.Namespace) -> int:
     hosts = args.hosts.split(",") if args.hosts else [h.name for h in cluster.topology.hosts]
     for h in hosts:
         cluster.host(h)  # unknown names fail before anything is built
-    tar = image.build(args.tag, rebuild=args.rebuild)
+    tar = image.build(args.tag, rebuild=args.rebuild, ray_env=Path(args.ray_env) if args.ray_env else None)
     image.import_into(cluster, hosts, args.tag, tar)
     console.print(f"image [bold]{args.tag}[/bold] ({tar.stat().st_size / 1e6:.0f} MB) imported on {', '.join(hosts)}")
     return EXIT_OK
@@ -330,6 +344,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("-e", "--extra-vars", action="append", metavar="KEY=VALUE", help="a variable for templates")
     run.set_defaults(func=cmd_run)
 
+    serve_cli.add_parsers(commands, connecting,
+                          lambda p, fn: p.set_defaults(func=lambda args: fn(args, _connected)))
+
     sim = commands.add_parser("sim", help="a simulated Spark cluster on this machine (needs root)")
     sim_cmds = sim.add_subparsers(dest="sim_command", required=True, metavar="SIM_COMMAND")
 
@@ -388,6 +405,8 @@ def build_parser() -> argparse.ArgumentParser:
     img.add_argument("--tag", default="vllm-node")
     img.add_argument("--hosts", help="comma-separated hosts (default: all)")
     img.add_argument("--rebuild", action="store_true")
+    img.add_argument("--ray-env", metavar="VENV",
+                     help="a venv made with /usr/bin/python3 holding ray[default]: the image then runs a real Ray")
     img.set_defaults(func=cmd_sim_image)
     return parser
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import ipaddress
 import shlex
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 
@@ -58,24 +58,34 @@ def _network_of(facts: HostFacts, ip: str) -> str | None:
     return None
 
 
-def detect_backend(transport: Transport, python: str) -> str:
-    probe = Command(f"{shlex.quote(python)} -c 'import torch; print(torch.cuda.is_available())'", timeout=120)
-    result = transport.run(probe)
+TORCH_CHECK = "import torch; print(torch.cuda.is_available())"
+
+
+def detect_backend(transport: Transport, check_line: str) -> str:
+    result = transport.run(Command(check_line, timeout=120))
     if not result.ok:
-        raise SparkclusterError(f"PyTorch is not usable on the head with {python}: {result.stderr_tail(2)}",
-                                "install torch there, or set `python:` in the inventory to an interpreter that has it")
+        raise SparkclusterError(f"PyTorch is not usable on the head ({check_line}): {result.stderr_tail(2)}",
+                                "install torch there, or set `python:` in the inventory to an interpreter that has it; "
+                                "`serve --no-verify` skips the probe")
     return "nccl" if result.stdout.strip() == "True" else "gloo"
 
 
 def run_verify(inventory: Inventory, transports: Mapping[str, Transport], facts: Mapping[str, HostFacts], *,
                backend: str = "auto", sizes: str | None = None, min_busbw: float | None = None,
-               timeout: float = 600) -> VerifyResult:
+               timeout: float = 600, in_serving_env: Mapping[str, Callable[[list[str]], str]] | None = None
+               ) -> VerifyResult:
+    """`in_serving_env`: per node, the shell line that runs a command where vLLM will run (serve passes its
+    runtime's, e.g. inside the vllm_node container); the probe then travels on stdin. Without it, the probe
+    runs on the node with the inventory's `python` and the comm env file."""
     hosts = list(inventory.hosts)
     head = inventory.head
     python = str(head.vars.get("python", "python3"))
     choices = {h.name: choose_for(h, facts[h.name]) for h in hosts}  # a QsfpError names the host and the fix
     if backend == "auto":
-        backend = detect_backend(transports[head.name], python)
+        check = f"{shlex.quote(python)} -c {shlex.quote(TORCH_CHECK)}"
+        if in_serving_env is not None:
+            check = in_serving_env[head.name](["python3", "-c", TORCH_CHECK])
+        backend = detect_backend(transports[head.name], check)
     # The file bootstrap wrote: its path may be set in the inventory (comm_env_path), as bootstrap.yml reads it.
     env_files = {h.name: remote_path(str(h.vars.get("comm_env_path", COMM_ENV))) for h in hosts}
     missing = [h.name for h in hosts
@@ -97,10 +107,15 @@ def run_verify(inventory: Inventory, transports: Mapping[str, Transport], facts:
                 "--master-port", str(MASTER_PORT), "--backend", backend, "--timeout", str(RENDEZVOUS_TIMEOUT_S)]
         if sizes:
             args += ["--sizes", sizes]
-        env_file = env_files[name] if env_files[name].startswith("/") else "./" + env_files[name]  # `.` needs a /
-        line = (f"set -a; . {shlex.quote(env_file)}; set +a; NCCL_DEBUG=INFO; export NCCL_DEBUG; "
-                f"exec {shlex.quote(node_python)} {PROBE_REMOTE} {shlex.join(args)} 2>&1")
-        result = transports[name].run(Command(f"cd; {line}", timeout=timeout + 60))
+        if in_serving_env is not None:
+            line = in_serving_env[name](["env", "NCCL_DEBUG=INFO", "python3", "-", *args]) + " 2>&1"
+            command = Command(line, stdin=script.decode(), timeout=timeout + 60)
+        else:
+            env_file = env_files[name] if env_files[name].startswith("/") else "./" + env_files[name]  # `.` needs a /
+            line = (f"set -a; . {shlex.quote(env_file)}; set +a; NCCL_DEBUG=INFO; export NCCL_DEBUG; "
+                    f"exec {shlex.quote(node_python)} {PROBE_REMOTE} {shlex.join(args)} 2>&1")
+            command = Command(f"cd; {line}", timeout=timeout + 60)
+        result = transports[name].run(command)
         if not result.ok:
             tail = "\n".join(result.stdout.strip().splitlines()[-8:]) or result.stderr_tail(8)
             raise SparkclusterError(f"the probe failed on {name} (exit {result.exit_code}):\n{tail}",

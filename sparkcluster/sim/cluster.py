@@ -191,6 +191,8 @@ class SimCluster:
                 # The hosts see this machine's files through their lower layer: the interpreter running
                 # sparkcluster (with torch, where installed) serves as the nodes' Python for verify.
                 "python": sys.executable,
+                # Ray finds a Spark's GB10 by itself; the emulated GPU is invisible to it, so declare it.
+                "ray_num_gpus": 1,
             },
             "hosts": {
                 h.name: {"address": h.mgmt_ip, "role": "head" if h.index == 1 else "worker"}

@@ -14,6 +14,7 @@ import shutil
 import subprocess
 import tarfile
 import time
+from importlib import resources
 from pathlib import Path
 
 from ..errors import SparkclusterError
@@ -29,20 +30,27 @@ PYTHON_STDLIB = Path("/usr/lib/python3.11")
 STDLIB_SKIP = {"test", "idlelib", "tkinter", "ensurepip", "lib2to3", "turtledemo", "__pycache__"}
 PASSWD = "root:x:0:0:root:/root:/bin/bash\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"
 GROUP = "root:x:0:\nnogroup:x:65534:\n"
-IMPORT_CHANGES = ("WORKDIR /workspace", "ENV PATH=/usr/local/bin:/usr/bin:/bin", 'CMD ["bash"]')
+IMAGE_FILES = resources.files("sparkcluster.sim") / "image_files"
+VENV_IN_IMAGE = "/opt/venv"  # a Ray environment, when the image is built with one
+IMPORT_CHANGES = ("WORKDIR /workspace", f"ENV PATH={VENV_IN_IMAGE}/bin:/usr/local/bin:/usr/bin:/bin", 'CMD ["bash"]')
 
 
 def tar_path(tag: str) -> Path:
     return sim_root() / "images" / (re.sub(r"[^A-Za-z0-9_.-]", "_", tag) + ".tar")
 
 
-def build(tag: str = DEFAULT_TAG, rebuild: bool = False) -> Path:
-    """Write the rootfs tar for `tag` (cached; about 1 s to build) and return its path."""
+def build(tag: str = DEFAULT_TAG, rebuild: bool = False, ray_env: Path | None = None) -> Path:
+    """Write the rootfs tar for `tag` (cached; about 1 s to build, a few more with Ray) and return its path.
+    `ray_env`: a virtual environment made with Debian's /usr/bin/python3 and holding ray[default]; it
+    becomes /opt/venv, first on the image's PATH, so the image runs a real Ray."""
     out = tar_path(tag)
     if out.exists() and not rebuild:
         return out
+    if ray_env is not None:
+        _check_ray_env(ray_env)
     out.parent.mkdir(parents=True, exist_ok=True)
-    files = _closure([_which(t) for t in TOOLS] + list(PYTHON_STDLIB.glob("lib-dynload/*.so")))
+    venv_elves = _elf_files(ray_env) if ray_env else []
+    files = _closure([_which(t) for t in TOOLS] + list(PYTHON_STDLIB.glob("lib-dynload/*.so")) + venv_elves)
     tmp = out.with_suffix(".partial")
     with tarfile.open(tmp, "w") as tar:
         added: set[str] = set()
@@ -57,8 +65,58 @@ def build(tag: str = DEFAULT_TAG, rebuild: bool = False) -> Path:
             dirnames[:] = [d for d in dirnames if d not in STDLIB_SKIP]
             for f in filenames:
                 _add_with_links(tar, Path(dirpath) / f, added)
+        standin = (IMAGE_FILES / "vllm").read_bytes()
+        _add_bytes(tar, "usr/local/bin/vllm", standin, 0o755)
+        if ray_env is not None:
+            _add_venv(tar, ray_env, added)
     tmp.replace(out)  # a half-written tar never looks like a finished image
     return out
+
+
+def _check_ray_env(env: Path) -> None:
+    python = env / "bin" / "python"
+    if not (env / "bin" / "ray").exists() or not python.exists():
+        raise SparkclusterError(f"{env} is not a virtual environment with ray",
+                                f"/usr/bin/python3 -m venv {env} && {env}/bin/pip install 'ray[default]'")
+    if os.path.realpath(python) != os.path.realpath("/usr/bin/python3"):
+        raise SparkclusterError(f"{env} was not made with /usr/bin/python3 (the image's interpreter)",
+                                f"rm -rf {env}; /usr/bin/python3 -m venv {env} && {env}/bin/pip install 'ray[default]'")
+
+
+def _elf_files(root: Path) -> list[Path]:
+    """Shared objects and executables whose libraries the image must also carry (Ray's gcs_server, raylet)."""
+    out = []
+    for dirpath, _, filenames in os.walk(root):
+        for f in filenames:
+            path = Path(dirpath) / f
+            if path.is_symlink() or not path.is_file():
+                continue
+            if ".so" in f or os.access(path, os.X_OK):
+                with open(path, "rb") as fh:
+                    if fh.read(4) == b"\x7fELF":
+                        out.append(path)
+    return out
+
+
+def _add_venv(tar: tarfile.TarFile, env: Path, added: set[str]) -> None:
+    """The environment under /opt/venv; its scripts' `#!<env>/bin/python` lines are rewritten to match."""
+    old_shebang = f"#!{env}/bin/".encode()
+    for dirpath, dirnames, filenames in os.walk(env):
+        dirnames[:] = [d for d in dirnames if d != "__pycache__"]
+        rel_dir = Path(VENV_IN_IMAGE[1:]) / Path(dirpath).relative_to(env)
+        _add_dir(tar, str(rel_dir), 0o755, added)
+        for name in sorted(dirnames + filenames):
+            path = Path(dirpath) / name
+            arcname = str(rel_dir / name)
+            if path.is_symlink():
+                info = tarfile.TarInfo(arcname)
+                info.type, info.linkname = tarfile.SYMTYPE, os.readlink(path)
+                tar.addfile(info)
+            elif path.is_file():
+                data = path.read_bytes()
+                if data.startswith(old_shebang):
+                    data = f"#!{VENV_IN_IMAGE}/bin/".encode() + data[len(old_shebang):]
+                _add_bytes(tar, arcname, data, path.stat().st_mode & 0o7777)
 
 
 def _which(tool: str) -> str:

@@ -1,0 +1,110 @@
+"""The command lines of a served cluster, as values: Ray's start commands, the vllm_node container, and
+`vllm serve` for both launchers (dual-node-spec.md §1.4-§1.6 and §3.2). Pure functions: tests compare
+them with eugr's exact lines."""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+CONTAINER = "vllm_node"
+DEFAULT_IMAGE = "vllm-node"
+RAY_PORT = 6379
+DASHBOARD_PORT = 8265
+DEFAULT_VLLM_PORT = 8000
+NATIVE_MASTER_PORT = 29501  # eugr's later no-Ray default (dual-node-spec.md §1.9)
+CONTAINER_HF_HOME = "/root/.cache/huggingface"
+# Resolved by the node's own shell, never from local values (F14).
+NODE_HF_HOME = '"${HF_HOME:-$HOME/.cache/huggingface}"'
+
+
+@dataclass(frozen=True)
+class Node:
+    """One serving node: its inventory name, its rank (the head is 0) and the fabric addresses from its
+    comm env."""
+
+    name: str
+    rank: int
+    ip: str  # this node's QSFP address (VLLM_HOST_IP)
+    head_ip: str
+
+    @property
+    def is_head(self) -> bool:
+        return self.rank == 0
+
+
+def ray_start_argv(node: Node, num_gpus: int | None = None) -> list[str]:
+    """eugr's run-cluster-node.sh `exec ray start` lines, in the foreground (--block) so the container or
+    process lives exactly as long as Ray does. `num_gpus` only where Ray cannot detect the GPU itself."""
+    if node.is_head:
+        argv = ["ray", "start", "--block", "--head", "--port", str(RAY_PORT), "--node-ip-address", node.ip,
+                "--include-dashboard=True", "--dashboard-host", "0.0.0.0", "--dashboard-port", str(DASHBOARD_PORT),
+                "--disable-usage-stats"]
+    else:
+        argv = ["ray", "start", "--block", f"--address={node.head_ip}:{RAY_PORT}", "--node-ip-address", node.ip]
+    if num_gpus is not None:
+        argv += ["--num-gpus", str(num_gpus)]
+    return argv
+
+
+@dataclass(frozen=True)
+class ServeArgs:
+    """What `vllm serve` is asked to do, before the launcher adds its own flags."""
+
+    model: str  # repo id as vLLM resolves it in the HF cache
+    tp: int
+    port: int = DEFAULT_VLLM_PORT
+    served_name: str | None = None
+    flags: tuple[str, ...] = ()  # recipe flags merged with the user's extra args
+    env: Mapping[str, str] = field(default_factory=dict)  # recipe environment (e.g. VLLM_USE_FLASHINFER_...)
+
+
+def vllm_serve_argv(args: ServeArgs, launcher: str, node: Node, nnodes: int) -> list[str]:
+    """`vllm serve` for one node. ray: only the head runs it; native: every node runs one, the workers
+    headless (vLLM's own multi-node mode, as eugr's and sparkrun's current releases default to)."""
+    argv = ["vllm", "serve", args.model, "--tensor-parallel-size", str(args.tp)]
+    if launcher == "ray":
+        argv += ["--distributed-executor-backend", "ray"]
+    else:
+        argv += ["--distributed-executor-backend", "mp", "--nnodes", str(nnodes), "--node-rank", str(node.rank),
+                 "--master-addr", node.head_ip, "--master-port", str(NATIVE_MASTER_PORT)]
+        if not node.is_head:
+            return argv + ["--headless", *args.flags]
+    argv += ["--host", "0.0.0.0", "--port", str(args.port)]
+    if args.served_name:
+        argv += ["--served-model-name", args.served_name]
+    return argv + list(args.flags)
+
+
+def serves_by_entrypoint(entrypoint: Sequence[str] | None) -> bool:
+    """Images such as vllm/vllm-openai start `vllm serve` themselves: they take only the model and flags
+    (given the full command they fail with `unrecognized arguments: serve`). NVIDIA's images have a wrapper
+    entrypoint that execs the command it is given."""
+    words = list(entrypoint or [])
+    return words[-2:] == ["vllm", "serve"] or any("vllm.entrypoints" in w for w in words)
+
+
+def container_command(argv: Sequence[str], entrypoint: Sequence[str] | None) -> tuple[list[str], list[str]]:
+    """(docker run options, command) to run `argv` as the container's main process whatever the image's
+    entrypoint: a `vllm serve` entrypoint keeps `vllm serve` argv minus its first two words, and is
+    replaced for anything else (Ray); a wrapper entrypoint is kept, since it may set up CUDA compatibility."""
+    if not serves_by_entrypoint(entrypoint):
+        return [], list(argv)
+    if list(argv[:2]) == ["vllm", "serve"]:
+        return [], list(argv[2:])
+    return ["--entrypoint", argv[0]], list(argv[1:])
+
+
+def docker_run_line(node: Node, image: str, env_file: str, argv: Sequence[str], *,
+                    entrypoint: Sequence[str] | None = None, env: Mapping[str, str] | None = None,
+                    docker_args: Sequence[str] = ()) -> str:
+    """eugr's `docker run` for vllm_node (§1.4), with this node's own comm env from bootstrap as an env file
+    rather than the head's values passed to every node. A shell line: the env file and the HF cache are
+    paths the node's shell resolves."""
+    options, command = container_command(argv, entrypoint)
+    fixed = ["docker", "run", "-d", "--privileged", "--gpus", "all", "--rm", "--ipc=host", "--network", "host",
+             "--name", CONTAINER]
+    extra_env = [a for k, v in sorted((env or {}).items()) for a in ("-e", f"{k}={v}")]
+    return (f"{shlex.join(fixed)} --env-file {env_file} {shlex.join(extra_env)} "
+            f"-v {NODE_HF_HOME}:{CONTAINER_HF_HOME} {shlex.join([*docker_args, *options, image, *command])}")

@@ -1,0 +1,82 @@
+"""Ray membership: which nodes joined, on which address, with how many GPUs; and the judgement that the
+cluster is up. Stricter than eugr's wait (which only proves the head runs): N nodes, N GPUs, and every node
+on its fabric address (F5: a node on its management address makes the placement group hang)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from .errors import SparkclusterError
+
+# Runs inside the node's serving env (container or venv): waits for the head's GCS port, then until `want`
+# nodes are alive or the deadline passes, and prints what Ray reports.
+MEMBERS_PY = r"""
+import json, socket, sys, time
+host, port = sys.argv[1].rsplit(":", 1)
+want, deadline = int(sys.argv[2]), time.time() + float(sys.argv[3])
+while True:
+    try:
+        socket.create_connection((host, int(port)), timeout=2).close()
+        break
+    except OSError:
+        if time.time() > deadline:
+            print(json.dumps({"error": "the Ray head's port %s is closed" % sys.argv[1]})); sys.exit(0)
+        time.sleep(0.5)
+import ray
+ray.init(address=sys.argv[1], logging_level="ERROR", log_to_driver=False)
+while True:
+    nodes = [n for n in ray.nodes() if n.get("Alive")]
+    if len(nodes) >= want or time.time() > deadline:
+        break
+    time.sleep(1)
+print(json.dumps({"nodes": [{"ip": n["NodeManagerAddress"], "hostname": n.get("NodeManagerHostname", ""),
+                             "gpus": n.get("Resources", {}).get("GPU", 0)} for n in nodes]}))
+"""
+
+
+@dataclass(frozen=True)
+class Member:
+    ip: str
+    hostname: str
+    gpus: float
+
+
+def parse_members(stdout: str) -> list[Member]:
+    """The probe's last JSON line; an error it reports becomes a SparkclusterError."""
+    for line in reversed(stdout.strip().splitlines()):
+        if line.startswith("{"):
+            doc = json.loads(line)
+            if "error" in doc:
+                raise SparkclusterError(doc["error"], "see `sparkcluster logs --node <head>` for why Ray did not start")
+            return [Member(n["ip"], n["hostname"], float(n["gpus"])) for n in doc["nodes"]]
+    raise SparkclusterError(f"no answer from Ray: {stdout.strip()[-300:]}", "see `sparkcluster logs`")
+
+
+def judge_members(members: Sequence[Member], fabric_ips: Mapping[str, str], other_ips: Mapping[str, Sequence[str]],
+                  gpus_per_node: int = 1) -> list[str]:
+    """Problems with the Ray cluster, each naming the node and the fix; empty when it is up as it must be.
+    fabric_ips: node -> the QSFP address it must join on; other_ips: node -> its other addresses."""
+    problems = []
+    by_ip = {m.ip: m for m in members}
+    for name, ip in fabric_ips.items():
+        if ip in by_ip:
+            gpus = by_ip[ip].gpus
+            if gpus < gpus_per_node:
+                problems.append(f"{name} joined Ray on {ip} with {gpus:g} GPU(s), not {gpus_per_node}: "
+                                "check `nvidia-smi` in its container (--gpus all) or set ray_num_gpus in the inventory")
+            continue
+        wrong = [m.ip for m in members if m.ip in other_ips.get(name, ())]
+        if wrong:
+            problems.append(f"{name} joined Ray on {wrong[0]}, its management address, not its fabric address {ip}: "
+                            "placement groups would wait on it and traffic would leave the QSFP link; fix "
+                            "VLLM_HOST_IP and RAY_NODE_IP_ADDRESS in its comm env (re-run `sparkcluster bootstrap`)")
+        else:
+            problems.append(f"{name} did not join Ray (expected on {ip}); see `sparkcluster logs --node {name}`")
+    known = set(fabric_ips.values()) | {ip for ips in other_ips.values() for ip in ips}
+    for m in members:
+        if m.ip not in known:
+            problems.append(f"a node the inventory does not name joined Ray: {m.hostname or '?'} on {m.ip}; "
+                            "stop Ray there (`ray stop`) or add it to the inventory")
+    return problems

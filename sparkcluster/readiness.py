@@ -1,0 +1,89 @@
+"""Is vLLM serving? /health 200, /v1/models lists the served name, one short completion succeeds (which also
+warms the JIT: seed-recipes.md §3). Each step has a deadline; between polls the caller checks that the
+server's processes still live, since a poll on /health alone keeps waiting after the server died."""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from .errors import SparkclusterError
+
+POLL_S = 1.0
+COMPLETION_TIMEOUT_S = 120.0
+
+
+class NotReady(SparkclusterError):
+    """vLLM did not become ready; the message says at which step, the fix carries the diagnosis."""
+
+
+@dataclass(frozen=True)
+class Readiness:
+    health_s: float  # from the start of the wait until /health answered 200
+    models_s: float
+    completion_s: float
+    completion_text: str
+
+
+def http(url: str, body: dict | None = None, timeout: float = 5.0) -> tuple[int, str]:
+    """(status, text); status 0 when nothing answered."""
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"} if data else {})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return response.status, response.read().decode(errors="replace")
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode(errors="replace")
+    except (urllib.error.URLError, OSError, TimeoutError):
+        return 0, ""
+
+
+def served_models(text: str) -> list[str]:
+    try:
+        return [m["id"] for m in json.loads(text).get("data", [])]
+    except (ValueError, AttributeError, KeyError, TypeError):
+        return []
+
+
+def wait_ready(base_url: str, served_name: str, deadline_s: float, still_running: Callable[[], str | None],
+               diagnose: Callable[[], str]) -> Readiness:
+    """Wait for the three checks in turn. `still_running` returns why the server is gone (or None while it
+    runs); `diagnose` gives the log tail and what it shows, for the error."""
+    start = time.monotonic()
+    deadline = start + deadline_s
+
+    def fail(step: str) -> NotReady:
+        return NotReady(f"vLLM at {base_url} {step}", diagnose())
+
+    last_check = 0.0
+    while True:
+        status, _ = http(f"{base_url}/health")
+        if status == 200:
+            break
+        now = time.monotonic()
+        if now - last_check >= 5:  # an ssh round trip per node: not every poll
+            last_check = now
+            gone = still_running()
+            if gone:
+                raise fail(f"stopped before it answered /health: {gone}")
+        if now > deadline:
+            raise fail(f"did not answer /health within {deadline_s:.0f} s (last status {status or 'no answer'})")
+        time.sleep(POLL_S)
+    health_s = time.monotonic() - start
+    status, text = http(f"{base_url}/v1/models", timeout=30)
+    if status != 200 or served_name not in served_models(text):
+        raise fail(f"/v1/models answered {status} without {served_name!r} (it lists {served_models(text)})")
+    models_s = time.monotonic() - start
+    body = {"model": served_name, "prompt": "The DGX Spark is", "max_tokens": 4, "temperature": 0}
+    status, text = http(f"{base_url}/v1/completions", body, timeout=COMPLETION_TIMEOUT_S)
+    try:
+        completion = json.loads(text)["choices"][0]["text"] if status == 200 else None
+    except (ValueError, KeyError, IndexError, TypeError):
+        completion = None
+    if completion is None:
+        raise fail(f"a completion failed with HTTP {status}: {text.strip()[:300]}")
+    return Readiness(health_s, models_s, time.monotonic() - start, completion)

@@ -1,0 +1,452 @@
+"""`up`, `serve`, `status` and `down`: a Ray cluster on the QSFP addresses and vLLM with TP = N across it,
+brought up phase by phase (image, model, Ray, NCCL probe, vLLM, readiness), each timed.
+
+Nothing is left half-started: when a phase fails, whatever this run started is stopped on every node it can
+reach before the error is shown. Once up, nothing depends on the CLI: the cluster runs detached.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field
+
+from .command import Command, shell_path
+from .errors import SparkclusterError, UsageError
+from .facts import HostFacts
+from .hfcache import ModelRef
+from .imagesync import ImageInfo, copy_from_head, inspect, plan_copies
+from .inventory import Host, Inventory
+from .launch import DEFAULT_IMAGE, DEFAULT_VLLM_PORT, RAY_PORT, Node, ServeArgs, ray_start_argv, vllm_serve_argv
+from .network import choose_for
+from .parallel import parallel_map
+from .raycluster import MEMBERS_PY, judge_members, parse_members
+from .readiness import Readiness, http, served_models, wait_ready
+from .recipes import Recipe, merged_flags
+from .runtime import CONTAINER_VLLM_PID, HOST_STATE_DIR, DockerRuntime, HostRuntime, NodeEnv, Runtime
+from .steps.comm import DEFAULT_PATH as COMM_ENV
+from .steps.files import remote_path
+from .transport import Transport, Unreachable, openssh_argv
+
+STATE_FILE = ".config/sparkcluster/serve.json"  # on the head, relative to the login user's home
+LOG_TAIL_LINES = 15
+
+
+@dataclass(frozen=True)
+class ServeOptions:
+    runtime: str = "docker"  # docker | host
+    launcher: str = "ray"  # ray | native
+    image: str = DEFAULT_IMAGE
+    tp: int | None = None
+    model: str | None = None
+    recipe: Recipe = field(default_factory=lambda: Recipe("default"))
+    port: int | None = None
+    served_name: str | None = None
+    extra: tuple[str, ...] = ()
+    up_timeout: float = 180.0
+    ready_timeout: float = 1800.0  # a 120B model takes 10-15 min to load on a Spark
+    verify: bool = True
+    allow_fallback: bool = False
+    min_busbw: float | None = None
+    docker_args: tuple[str, ...] = ()
+
+    def serve_args(self) -> ServeArgs:
+        model = self.model or self.recipe.model
+        if not model:
+            raise UsageError(f"recipe {self.recipe.name!r} names no model", "give one with --model ORG/NAME")
+        return ServeArgs(model=model, tp=self.tp or 0, port=self.port or self.recipe.port or DEFAULT_VLLM_PORT,
+                         served_name=self.served_name or self.recipe.served_model_name or model,
+                         flags=merged_flags(self.recipe, self.extra), env=dict(self.recipe.env))
+
+
+def check_tp(tp: int | None, inventory: Inventory) -> int:
+    """--tp must equal the GPUs of the nodes it runs on, one per Spark; refused before anything starts."""
+    count = len(inventory.hosts)
+    if tp is None:
+        return count
+    if tp < 1:
+        raise UsageError(f"--tp {tp}: tensor parallelism needs at least 1 GPU", "give --tp N with N >= 1")
+    if tp > count:
+        raise UsageError(f"--tp {tp} needs {tp} GPUs, but the selection has {count} node(s) with one GPU each",
+                         f"add nodes to the inventory, or serve with --tp {count}")
+    if tp < count:
+        names = ",".join(h.name for h in inventory.hosts[:tp])
+        raise UsageError(f"--tp {tp} on {count} nodes: each Spark holds one GPU, so TP {tp} runs on exactly {tp} nodes",
+                         f"choose them with --limit (e.g. --limit {names}) or a group of {tp}")
+    return tp
+
+
+@dataclass
+class Phases:
+    """Seconds per phase, in order; what the benchmark reports."""
+
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    def run(self, name: str, fn: Callable[[], object], progress: Callable[[str], None]) -> object:
+        progress(name)
+        start = time.monotonic()
+        try:
+            return fn()
+        finally:
+            self.seconds[name] = round(time.monotonic() - start, 3)
+
+
+@dataclass
+class ServeResult:
+    endpoint: str
+    model: str
+    served_name: str
+    runtime: str
+    launcher: str
+    nodes: list[dict]
+    phases: dict[str, float]
+    readiness: dict | None = None
+    verify: dict | None = None
+    reused_ray: bool = False
+
+
+class Cluster:
+    """The connected nodes of one command: their transports, facts, comm env and serving runtime."""
+
+    def __init__(self, inventory: Inventory, transports: Mapping[str, Transport], facts: Mapping[str, HostFacts],
+                 runtime: str, image: str = DEFAULT_IMAGE, docker_args: tuple[str, ...] = ()) -> None:
+        self.inventory, self.transports, self.facts = inventory, transports, facts
+        self.hosts = list(inventory.hosts)
+        self.head = inventory.head
+        self.runtime_name, self.image, self.docker_args = runtime, image, docker_args
+        self.entrypoint: tuple[str, ...] | None = None
+        self.nodes: dict[str, Node] = {}
+
+    # ---- per node ----------------------------------------------------------------------------------
+    def runtime(self, host: Host) -> Runtime:
+        if self.runtime_name == "docker":
+            return DockerRuntime(self.image, self.entrypoint, self.docker_args)
+        env = host.vars.get("python_env")
+        if not env:
+            raise SparkclusterError(f"{host.name}: the host runtime needs `python_env` (a virtual environment with "
+                                    "ray and vllm) in the inventory", "set vars: {python_env: /path/to/venv}, or "
+                                    "use --runtime docker")
+        return HostRuntime(str(env))
+
+    def node_env(self, host: Host, extra: Mapping[str, str] | None = None) -> NodeEnv:
+        env = {"HF_HUB_OFFLINE": "1"}  # the model was staged: never let vLLM download on a node (F15)
+        for scope in (self.inventory.vars, host.vars):
+            env.update({str(k): str(v) for k, v in (scope.get("serve_env") or {}).items()})
+        env.update(extra or {})
+        return NodeEnv(str(host.vars.get("comm_env_path", COMM_ENV)), env)
+
+    def run(self, host: Host, line: str, timeout: float = 120) -> object:
+        return self.transports[host.name].run(Command(line, timeout=timeout))
+
+    def each(self, fn: Callable[[Host], object]) -> list:
+        return parallel_map(fn, self.hosts, workers=len(self.hosts), on_abort=self.close)
+
+    def close(self) -> None:
+        for transport in self.transports.values():
+            transport.close()
+
+    # ---- facts ---------------------------------------------------------------------------------------
+    def read_nodes(self) -> dict[str, Node]:
+        """Each node's fabric address, as its comm env from bootstrap gives it to Ray and vLLM."""
+        ips: dict[str, str] = {}
+        for host in self.hosts:
+            path = remote_path(str(host.vars.get("comm_env_path", COMM_ENV)))
+            data = self.transports[host.name].read_file(path)
+            values = dict(line.split("=", 1) for line in (data or b"").decode().splitlines()
+                          if "=" in line and not line.startswith("#"))
+            if "VLLM_HOST_IP" not in values:
+                raise SparkclusterError(f"{host.name} has no comm env ({path} with VLLM_HOST_IP)",
+                                        "run `sparkcluster bootstrap` first: it binds every comm variable to the QSFP link")
+            ips[host.name] = values["VLLM_HOST_IP"]
+        head_ip = ips[self.head.name]
+        self.nodes = {h.name: Node(h.name, rank, ips[h.name], head_ip) for rank, h in enumerate(self.hosts)}
+        return self.nodes
+
+    def fabric_ips(self) -> dict[str, str]:
+        return {h.name: choose_for(h, self.facts[h.name]).ip for h in self.hosts}
+
+    def other_ips(self) -> dict[str, list[str]]:
+        fabric = self.fabric_ips()
+        return {h.name: [cidr.split("/")[0] for i in self.facts[h.name].interfaces for cidr in i.ipv4
+                         if cidr.split("/")[0] != fabric[h.name]] + [h.address] for h in self.hosts}
+
+    # ---- image ---------------------------------------------------------------------------------------
+    def sync_image(self, progress: Callable[[str, int, int], None]) -> list[str]:
+        infos: dict[str, ImageInfo] = dict(zip((h.name for h in self.hosts),
+                                               self.each(lambda h: inspect(self.transports[h.name], self.image))))
+        need = plan_copies(infos, self.head.name, self.image)
+        head_info = infos[self.head.name]
+        self.entrypoint = head_info.entrypoint
+        for name in need:  # one at a time: the head's disk and CPU feed every copy
+            copy_from_head([*openssh_argv(self.head), self.head.address], self.image, self._user(name),
+                           self.nodes[name].ip, name, head_info.size, progress)
+        for name in need:
+            got = inspect(self.transports[name], self.image).id
+            if got != head_info.id:
+                raise SparkclusterError(f"{name} holds image {self.image} as {got}, not the head's {head_info.id}",
+                                        f"remove it there (docker rmi {self.image}) and serve again")
+        return need
+
+    def _user(self, name: str) -> str:
+        return next(h.user for h in self.hosts if h.name == name) or "root"
+
+    # ---- Ray -----------------------------------------------------------------------------------------
+    def ray_members(self, want: int, timeout: float) -> list:
+        argv = ["python3", "-c", MEMBERS_PY, f"{self.nodes[self.head.name].ip}:{RAY_PORT}", str(want), str(timeout)]
+        line = self.runtime(self.head).run_in_env(argv, self.node_env(self.head))
+        result = self.run(self.head, line, timeout=timeout + 90)
+        if not result.ok:
+            raise SparkclusterError(f"asking Ray for its nodes failed on {self.head.name}: "
+                                    f"{result.stderr_tail(3) or result.stdout.strip()[-300:]}",
+                                    f"see `sparkcluster logs --node {self.head.name}`")
+        return parse_members(result.stdout)
+
+    def start_ray(self, recipe_env: Mapping[str, str]) -> None:
+        def start(host: Host) -> None:
+            gpus = host.vars.get("ray_num_gpus")
+            argv = ray_start_argv(self.nodes[host.name], int(gpus) if gpus is not None else None)
+            self._start_main(host, argv, recipe_env)
+        start(self.head)
+        parallel_map(start, self.hosts[1:], workers=max(1, len(self.hosts) - 1), on_abort=self.close)
+
+    def _start_main(self, host: Host, argv: list[str], env: Mapping[str, str]) -> None:
+        result = self.run(host, self.runtime(host).start_main(self.nodes[host.name], argv, self.node_env(host, env)))
+        if not result.ok:
+            raise SparkclusterError(f"starting {argv[0]} {argv[1]} on {host.name} failed (exit {result.exit_code}): "
+                                    f"{result.stderr_tail(3)}", _start_fix(self.runtime_name, self.image))
+
+    def wait_ray(self, timeout: float) -> list:
+        members = self.ray_members(len(self.hosts), timeout)
+        problems = judge_members(members, self.fabric_ips(), self.other_ips())
+        if problems:
+            raise SparkclusterError("the Ray cluster is not up as it must be:\n  " + "\n  ".join(problems),
+                                    "fix the named nodes and run the command again (nothing was left running)")
+        return members
+
+    # ---- vLLM ----------------------------------------------------------------------------------------
+    def launch_vllm(self, launcher: str, args: ServeArgs) -> None:
+        nnodes = len(self.hosts)
+        if launcher == "ray":
+            argv = vllm_serve_argv(args, "ray", self.nodes[self.head.name], nnodes)
+            line = self.runtime(self.head).start_vllm_on_main(argv, self.node_env(self.head, args.env))
+            result = self.run(self.head, line)
+            if not result.ok:
+                raise SparkclusterError(f"starting vLLM on {self.head.name} failed: {result.stderr_tail(3)}",
+                                        f"see `sparkcluster logs --node {self.head.name}`")
+            return
+        for host in self.hosts:  # rank 0 first: the others connect to its master port
+            self._start_main(host, vllm_serve_argv(args, "native", self.nodes[host.name], nnodes), args.env)
+
+    def gone(self, launcher: str) -> str | None:
+        """Why the server cannot answer any more, or None while its processes run."""
+        checks = [(h, "main") for h in self.hosts] + ([(self.head, "vllm")] if launcher == "ray" else [])
+        for host, role in checks:
+            try:
+                if not self.run(host, self.runtime(host).alive(role), timeout=30).ok:
+                    what = "vLLM" if role == "vllm" or launcher == "native" else "Ray"
+                    return f"{what} on {host.name} exited"
+            except Unreachable as e:
+                return f"{host.name} is unreachable ({e.message})"
+        return None
+
+    def diagnosis(self, launcher: str) -> str:
+        """The last lines of the head's vLLM log and what they show."""
+        role = "vllm" if launcher == "ray" else "main"
+        try:
+            result = self.run(self.head, self.runtime(self.head).logs(role, 200, False), timeout=30)
+            lines = result.stdout.strip().splitlines()
+        except Unreachable as e:
+            return f"{self.head.name} is unreachable: {e.message}"
+        hints = []
+        waiting = [line for line in lines if "placement group" in line.lower()]
+        if waiting:
+            hints.append("Ray is waiting for a placement group: a node lacks a GPU in Ray, or joined on an address "
+                         "vLLM does not use (check `sparkcluster status`): " + waiting[-1].strip())
+        tail = "\n    ".join(lines[-LOG_TAIL_LINES:]) or "(empty)"
+        return "; ".join(hints + [f"last lines of the vLLM log on {self.head.name}:\n    {tail}"])
+
+    # ---- stopping ------------------------------------------------------------------------------------
+    def stop_line(self, host: Host) -> str:
+        """Stops every kind of serving this tool starts (both runtimes), whatever the state file says."""
+        lines = [f"if command -v docker >/dev/null 2>&1; then {DockerRuntime(self.image).stop_all()}; fi"]
+        env = host.vars.get("python_env")
+        lines.append(HostRuntime(str(env) if env else "/nonexistent").stop_all())
+        return "; ".join(lines)
+
+    def stop_everywhere(self) -> dict[str, str]:
+        """node -> what was stopped ("" for nothing) or why it could not be reached."""
+        def stop(host: Host) -> tuple[str, str]:
+            try:
+                result = self.run(host, self.stop_line(host), timeout=60)
+                return host.name, " ".join(result.stdout.split()) if result.ok else f"failed: {result.stderr_tail(2)}"
+            except Unreachable as e:
+                return host.name, f"unreachable: {e.message}"
+        return dict(parallel_map(stop, self.hosts, workers=len(self.hosts)))
+
+    # ---- state ---------------------------------------------------------------------------------------
+    def write_state(self, doc: dict) -> None:
+        transport = self.transports[self.head.name]
+        transport.run(Command("mkdir -p .config/sparkcluster"))
+        transport.write_file_atomic(STATE_FILE, json.dumps(doc, indent=2).encode(), 0o644)
+
+    def read_state(self) -> dict | None:
+        data = self.transports[self.head.name].read_file(STATE_FILE)
+        return json.loads(data) if data else None
+
+    def clear_state(self) -> None:
+        self.transports[self.head.name].run(Command(f"rm -f {STATE_FILE}"))
+
+    def endpoint(self, port: int) -> str:
+        return f"http://{self.head.address}:{port}/v1"
+
+
+def _start_fix(runtime: str, image: str) -> str:
+    if runtime == "docker":
+        return f"check Docker on that node (docker ps) and the image {image}; `sparkcluster down` clears leftovers"
+    return "check python_env on that node holds ray and vllm; `sparkcluster down` clears leftovers"
+
+
+def up(cluster: Cluster, opts: ServeOptions, phases: Phases, progress: Callable[[str], None],
+       image_progress: Callable[[str, int, int], None]) -> tuple[list, bool]:
+    """The Ray cluster (ray launcher). Reused when already up as it must be; otherwise started fresh.
+    Returns (members, reused)."""
+    cluster.read_nodes()
+    if opts.runtime == "docker":
+        phases.run("image", lambda: cluster.sync_image(image_progress), progress)
+    if all(cluster.run(h, cluster.runtime(h).alive("main"), timeout=30).ok for h in cluster.hosts):
+        try:
+            members = phases.run("ray", lambda: cluster.wait_ray(timeout=10), progress)
+            return members, True  # type: ignore[return-value]
+        except SparkclusterError:
+            pass  # not the cluster it must be: start afresh
+    cluster.stop_everywhere()
+    try:
+        def bring_up() -> list:
+            cluster.start_ray(opts.recipe.env)
+            return cluster.wait_ray(opts.up_timeout)
+        members = phases.run("ray", bring_up, progress)
+    except BaseException:
+        cluster.stop_everywhere()
+        raise
+    cluster.write_state({"runtime": opts.runtime, "launcher": "ray", "image": opts.image,
+                         "nodes": [h.name for h in cluster.hosts], "serving": None})
+    return members, False  # type: ignore[return-value]
+
+
+def serve(cluster: Cluster, opts: ServeOptions, *, progress: Callable[[str], None],
+          image_progress: Callable[[str, int, int], None], stage_model: Callable[[ModelRef], None],
+          run_probe: Callable[[Cluster], dict]) -> ServeResult:
+    args = opts.serve_args()
+    phases = Phases()
+    reused = False
+    try:
+        model_ref = hub_model(args.model)
+        if model_ref is not None:
+            phases.run("stage", lambda: stage_model(model_ref), progress)
+        if opts.launcher == "ray":
+            _, reused = up(cluster, opts, phases, progress, image_progress)
+            if reused:
+                cluster.run(cluster.head, _stop_vllm_line(cluster), timeout=60)
+        else:
+            cluster.read_nodes()
+            cluster.stop_everywhere()
+            if opts.runtime == "docker":
+                phases.run("image", lambda: cluster.sync_image(image_progress), progress)
+        verdict = None
+        if opts.verify:
+            verdict = phases.run("verify", lambda: run_probe(cluster), progress)
+        phases.run("launch", lambda: cluster.launch_vllm(opts.launcher, args), progress)
+        base = f"http://{cluster.head.address}:{args.port}"
+        ready: Readiness = phases.run(  # type: ignore[assignment]
+            "ready", lambda: wait_ready(base, args.served_name or args.model, opts.ready_timeout,
+                                        lambda: cluster.gone(opts.launcher), lambda: cluster.diagnosis(opts.launcher)),
+            progress)
+    except BaseException:
+        cluster.stop_everywhere()
+        cluster.clear_state()
+        raise
+    result = ServeResult(cluster.endpoint(args.port), args.model, args.served_name or args.model, opts.runtime,
+                         opts.launcher, [asdict(n) for n in cluster.nodes.values()], phases.seconds, asdict(ready),
+                         verdict, reused)  # type: ignore[arg-type]
+    cluster.write_state({"runtime": opts.runtime, "launcher": opts.launcher, "image": opts.image,
+                         "nodes": [h.name for h in cluster.hosts], "serving": {
+                             "model": args.model, "served_name": result.served_name, "port": args.port,
+                             "endpoint": result.endpoint, "tp": args.tp}})
+    return result
+
+
+def _stop_vllm_line(cluster: Cluster) -> str:
+    """Before a new `vllm serve` on a reused Ray cluster: stop the old one (its placement group frees a few
+    seconds later: vllm-cpu.md)."""
+    if isinstance(cluster.runtime(cluster.head), DockerRuntime):
+        return (f"docker exec vllm_node sh -c 'p=$(cat {CONTAINER_VLLM_PID} 2>/dev/null) && kill $p 2>/dev/null; "
+                f"while kill -0 $p 2>/dev/null; do sleep 0.2; done'; sleep 5; true")
+    d = shell_path(HOST_STATE_DIR)
+    return (f"p=$(cat {d}/vllm.pid 2>/dev/null) && kill -TERM -- -$p 2>/dev/null && "
+            f"while kill -0 $p 2>/dev/null; do sleep 0.2; done && sleep 5; rm -f {d}/vllm.pid; true")
+
+
+def hub_model(model: str) -> ModelRef | None:
+    """A Hugging Face repo id is staged first; a path inside the container or node is taken as it is."""
+    if model.startswith(("/", ".", "~")):
+        return None
+    return ModelRef.parse(model)
+
+
+def status(cluster: Cluster) -> dict:
+    """Per node: process state, Ray membership and address, GPUs; the server's health, model, endpoint."""
+    state = adopt_state(cluster)
+    serving = state.get("serving") or {}
+    launcher = state.get("launcher", "ray")
+    nodes: dict[str, dict] = {h.name: {} for h in cluster.hosts}
+    try:
+        cluster.read_nodes()
+    except SparkclusterError as e:
+        return {"state": state, "error": e.message, "nodes": nodes}
+    for host in cluster.hosts:
+        runtime = cluster.runtime(host)
+        entry = nodes[host.name]
+        entry["fabric_ip"] = cluster.nodes[host.name].ip
+        try:
+            entry["main"] = "running" if cluster.run(host, runtime.alive("main"), timeout=30).ok else "stopped"
+        except Unreachable as e:
+            entry["main"] = f"unreachable: {e.message}"
+    ray: dict = {}
+    if launcher == "ray" and nodes[cluster.head.name].get("main") == "running":
+        try:
+            members = cluster.ray_members(len(cluster.hosts), 5)
+            by_ip = {m.ip: m for m in members}
+            for name, node in cluster.nodes.items():
+                member = by_ip.get(node.ip)
+                nodes[name]["ray"] = {"member": member is not None, "address": member.ip if member else None,
+                                      "gpus": member.gpus if member else 0}
+            ray = {"nodes": len(members), "gpus": sum(m.gpus for m in members),
+                   "problems": judge_members(members, cluster.fabric_ips(), cluster.other_ips())}
+        except SparkclusterError as e:
+            ray = {"error": e.message}
+    server: dict = {}
+    if serving:
+        base = f"http://{cluster.head.address}:{serving['port']}"
+        health, _ = http(f"{base}/health")
+        code, text = http(f"{base}/v1/models")
+        server = {"endpoint": serving["endpoint"], "model": serving["model"], "served_name": serving["served_name"],
+                  "health": health, "models": served_models(text) if code == 200 else []}
+    return {"state": state, "ray": ray, "server": server, "nodes": nodes}
+
+
+def adopt_state(cluster: Cluster) -> dict:
+    """What the last `up`/`serve` recorded on the head; the cluster then speaks to that runtime and image."""
+    state = cluster.read_state() or {}
+    if state:
+        cluster.runtime_name, cluster.image = state["runtime"], state["image"]
+    return state
+
+
+def logs_line(cluster: Cluster, host: Host, lines: int, follow: bool) -> str:
+    state = adopt_state(cluster)
+    runtime = cluster.runtime(host)
+    roles = ["main"] + (["vllm"] if host.name == cluster.head.name and state.get("launcher", "ray") == "ray" else [])
+    parts = [runtime.logs(role, lines, follow) + " 2>&1" for role in roles]
+    return " & ".join(parts) + "; wait" if follow else "; ".join(f"echo '== {r} =='; {p}" for r, p in zip(roles, parts))
+

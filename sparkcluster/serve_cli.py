@@ -1,0 +1,271 @@
+"""The day-2 commands, `up`, `serve`, `status`, `logs` and `down`: wiring from parsed flags to serve.py, and
+their output (progress on stderr, results on stdout, or one JSON document with --json)."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import subprocess
+import sys
+import threading
+from collections.abc import Callable
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from .command import Command
+from .errors import EXIT_FAILED, EXIT_OK, SparkclusterError
+from .facts import HostFacts
+from .hfcache import ModelRef
+from .inventory import Inventory
+from .recipes import load_recipe
+from .serve import Cluster, Phases, ServeOptions, adopt_state, check_tp, hub_model, logs_line, serve, status, up
+from .staging import stage
+from .transport import Transport, Unreachable, openssh_argv
+from .verify import run_verify
+
+Connect = Callable[[argparse.Namespace], tuple[Inventory, dict[str, Transport], dict[str, HostFacts]]]
+console = Console()
+err_console = Console(stderr=True)
+
+
+def options(args: argparse.Namespace) -> ServeOptions:
+    """Every flag checked before anything connects."""
+    return ServeOptions(
+        runtime=args.runtime, launcher=getattr(args, "launcher", "ray"), image=args.image,
+        tp=getattr(args, "tp", None), model=getattr(args, "model", None),
+        recipe=load_recipe(getattr(args, "recipe", None) or "default"), port=getattr(args, "port", None),
+        served_name=getattr(args, "served_model_name", None), extra=tuple(getattr(args, "remote", ())),
+        up_timeout=args.up_timeout, ready_timeout=getattr(args, "ready_timeout", 1800.0),
+        verify=getattr(args, "verify", True), allow_fallback=getattr(args, "allow_fallback", False),
+        min_busbw=getattr(args, "min_busbw", None), docker_args=tuple(args.docker_arg or ()),
+    )
+
+
+def _say(args: argparse.Namespace) -> Callable[[str], None]:
+    if args.json:
+        return lambda text: None
+    return lambda text: err_console.print(text, highlight=False)
+
+
+def _image_progress(say: Callable[[str], None]) -> Callable[[str, int, int], None]:
+    shown: dict[str, int] = {}
+
+    def report(node: str, done: int, total: int) -> None:
+        total = max(total, done)  # the saved stream is a little larger than the image's reported size
+        step = done * 10 // total if total else 0
+        if shown.get(node) != step:  # one line per tenth, not per second
+            shown[node] = step
+            say(f"  image -> {node}: {done / 1e6:.0f} / {total / 1e6:.0f} MB")
+    return report
+
+
+def _cluster(args: argparse.Namespace, connect: Connect) -> Cluster:
+    inventory, transports, facts = connect(args)
+    return Cluster(inventory, transports, facts, args.runtime, args.image, tuple(args.docker_arg or ()))
+
+
+def cmd_up(args: argparse.Namespace, connect: Connect) -> int:
+    opts = options(args)
+    cluster = _cluster(args, connect)
+    say = _say(args)
+    try:
+        check_tp(None, cluster.inventory)
+        phases = Phases()
+        members, reused = up(cluster, opts, phases, lambda p: say(f"{p} ..."), _image_progress(say))
+    finally:
+        cluster.close()
+    doc = {"reused": reused, "phases": phases.seconds,
+           "members": [dataclasses.asdict(m) for m in members]}
+    if args.json:
+        print(json.dumps(doc, indent=2))
+    else:
+        console.print(f"Ray cluster {'already ' if reused else ''}up: {len(members)} nodes, "
+                      f"{sum(m.gpus for m in members):g} GPUs, on {', '.join(m.ip for m in members)}", highlight=False)
+    return EXIT_OK
+
+
+def cmd_serve(args: argparse.Namespace, connect: Connect) -> int:
+    opts = options(args)
+    hub_model(opts.serve_args().model)  # a bad model or a recipe without one fails before any connection
+    cluster = _cluster(args, connect)
+    say = _say(args)
+    opts = dataclasses.replace(opts, tp=check_tp(opts.tp, cluster.inventory))
+
+    def stage_model(model: ModelRef) -> None:
+        result = stage(cluster.inventory, cluster.transports, cluster.facts, model)
+        if not result.ok:
+            failed = [f"{n}: {s.error}" for n, s in result.nodes.items() if s.state != "complete"]
+            raise SparkclusterError(f"staging {model} failed: " + "; ".join(failed),
+                                    f"run `sparkcluster stage {model}` to see each node's state")
+
+    def probe(c: Cluster) -> dict:
+        lines = {h.name: (lambda argv, h=h: c.runtime(h).run_in_env(argv, c.node_env(h))) for h in c.hosts}
+        result = run_verify(c.inventory, c.transports, c.facts, min_busbw=opts.min_busbw, in_serving_env=lines)
+        verdict = result.verdict
+        say(f"  probe ({result.backend}): {verdict.status} {verdict.cause}")
+        if verdict.status == "FAIL" and not opts.allow_fallback:
+            raise SparkclusterError(f"refusing to serve: the NCCL probe found a fallback: {verdict.cause}",
+                                    f"{verdict.fix} (or serve anyway with --allow-fallback, 4-20x slower)")
+        return {"backend": result.backend, "verdict": dataclasses.asdict(verdict), "carried_by": result.carried_by}
+
+    try:
+        result = serve(cluster, opts, progress=lambda p: say(f"{p} ..."), image_progress=_image_progress(say),
+                       stage_model=stage_model, run_probe=probe)
+    finally:
+        cluster.close()
+    if args.json:
+        print(json.dumps(dataclasses.asdict(result), indent=2))
+    else:
+        timings = ", ".join(f"{k} {v:.1f} s" for k, v in result.phases.items())
+        console.print(f"[bold green]serving[/] {escape(result.served_name)} with TP {len(result.nodes)} "
+                      f"({result.runtime}, {result.launcher}) at [bold]{result.endpoint}[/]", highlight=False)
+        console.print(f"  {timings}", highlight=False)
+        console.print(f"  try: curl {result.endpoint}/completions -H 'Content-Type: application/json' "
+                      f"-d '{{\"model\": \"{result.served_name}\", \"prompt\": \"Hello\", \"max_tokens\": 16}}'",
+                      highlight=False, markup=False)
+    return EXIT_OK
+
+
+def cmd_status(args: argparse.Namespace, connect: Connect) -> int:
+    cluster = _cluster(args, connect)
+    try:
+        doc = status(cluster)
+    finally:
+        cluster.close()
+    if args.json:
+        print(json.dumps(doc, indent=2))
+    else:
+        _status_table(doc)
+    server = doc.get("server") or {}
+    healthy = (not doc.get("ray", {}).get("problems") and all(n.get("main") == "running" for n in doc["nodes"].values())
+               and (not server or server.get("health") == 200))
+    return EXIT_OK if doc.get("state") and healthy else EXIT_FAILED
+
+
+def _status_table(doc: dict) -> None:
+    state = doc.get("state") or {}
+    if not state:
+        console.print("nothing is served: no `sparkcluster up` or `serve` recorded on the head", highlight=False)
+    table = Table("node", "fabric ip", state.get("runtime", "process"), "ray", "gpus")
+    for name, node in doc["nodes"].items():
+        ray = node.get("ray") or {}
+        table.add_row(name, node.get("fabric_ip", "?"), escape(node.get("main", "?")),
+                      (ray.get("address") or "not a member") if ray else "-", f"{ray.get('gpus', 0):g}" if ray else "-")
+    console.print(table)
+    for problem in (doc.get("ray") or {}).get("problems", []):
+        console.print(f"[bold red]problem:[/] {escape(problem)}", highlight=False)
+    server = doc.get("server") or {}
+    if server:
+        ok = server["health"] == 200
+        console.print(f"vLLM {'[green]healthy[/]' if ok else '[red]not answering[/]'} {escape(server['served_name'])} "
+                      f"({escape(server['model'])}) at {server['endpoint']}", highlight=False)
+
+
+def cmd_logs(args: argparse.Namespace, connect: Connect) -> int:
+    cluster = _cluster(args, connect)
+    hosts = [h for h in cluster.hosts if not args.node or h.name == args.node]
+    if not hosts:
+        raise SparkclusterError(f"no node named {args.node!r}", "choose from: " + ", ".join(h.name for h in cluster.hosts))
+    try:
+        lines = {h.name: logs_line(cluster, h, args.lines, args.follow) for h in hosts}
+        if not args.follow:
+            for h in hosts:
+                result = cluster.transports[h.name].run(Command(lines[h.name], timeout=60))
+                console.print(f"[bold]== {h.name} ==[/]", highlight=False)
+                print(result.stdout, end="")
+            return EXIT_OK
+    finally:
+        cluster.close()
+    return _follow({h.name: [*openssh_argv(h), h.address, lines[h.name]] for h in hosts})
+
+
+def _follow(argvs: dict[str, list[str]]) -> int:
+    """Stream every node's logs, each line prefixed with its node, until Ctrl-C."""
+    processes = {name: subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                 for name, argv in argvs.items()}
+
+    def pump(name: str, process: subprocess.Popen) -> None:
+        assert process.stdout is not None
+        for line in process.stdout:
+            sys.stdout.write(f"{name}: {line}" if len(processes) > 1 else line)
+            sys.stdout.flush()
+
+    threads = [threading.Thread(target=pump, args=item, daemon=True) for item in processes.items()]
+    for t in threads:
+        t.start()
+    try:
+        for t in threads:
+            t.join()
+    finally:
+        for process in processes.values():
+            process.terminate()
+    return EXIT_OK
+
+
+def cmd_down(args: argparse.Namespace, connect: Connect) -> int:
+    cluster = _cluster(args, connect)
+    try:
+        adopt_state(cluster)
+        stopped = cluster.stop_everywhere()
+        reachable_head = not stopped[cluster.head.name].startswith("unreachable")
+        if reachable_head:
+            cluster.clear_state()
+    finally:
+        cluster.close()
+    failed = {n: s for n, s in stopped.items() if s.startswith(("unreachable", "failed"))}
+    if args.json:
+        print(json.dumps({"stopped": stopped}, indent=2))
+    else:
+        for name, what in stopped.items():
+            console.print(f"{name}: {escape(what) if what else 'nothing was running'}", highlight=False)
+    return EXIT_FAILED if failed else EXIT_OK
+
+
+def add_parsers(commands, connecting: Callable[..., argparse.ArgumentParser], wire: Callable) -> None:
+    def common(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+        p.add_argument("--runtime", choices=("docker", "host"), default="docker",
+                       help="docker: the vllm_node container per node (eugr's setup, default); host: processes "
+                            "from the inventory's python_env")
+        p.add_argument("--image", default="vllm-node", help="container image (default vllm-node)")
+        p.add_argument("--docker-arg", action="append", metavar="ARG",
+                       help="an extra `docker run` argument, e.g. --docker-arg=--shm-size=16g (repeatable)")
+        p.add_argument("--up-timeout", type=float, default=180.0,
+                       help="seconds for every node to join Ray (default 180)")
+        return p
+
+    u = common(connecting(commands.add_parser("up", help="bring the Ray cluster up on the QSFP addresses")))
+    wire(u, cmd_up)
+
+    s = common(connecting(commands.add_parser("serve", help="serve a model with TP = N across the nodes"),
+                          inventory_positional=False))
+    s.add_argument("--tp", type=int, help="tensor parallelism: the number of nodes (one GPU each)")
+    s.add_argument("--model", help="ORG/NAME[@REVISION] (staged on every node first), or a path on the nodes")
+    s.add_argument("--recipe", help="a bundled recipe (default, gpt-oss-120b, nemotron-3-super) or a .yml file")
+    s.add_argument("--launcher", choices=("ray", "native"), default="ray",
+                   help="ray (eugr's setup, default) or native (vLLM's own --nnodes multi-node mode)")
+    s.add_argument("--port", type=int, help="API port (default 8000)")
+    s.add_argument("--served-model-name", help="the name clients ask for (default: the model)")
+    s.add_argument("--ready-timeout", type=float, default=1800.0,
+                   help="seconds for vLLM to load and answer (default 1800: large models take 10-15 min)")
+    s.add_argument("--no-verify", dest="verify", action="store_false",
+                   help="skip the NCCL probe before vLLM starts")
+    s.add_argument("--allow-fallback", action="store_true",
+                   help="serve even when the probe finds NCCL off RDMA (socket or management network)")
+    s.add_argument("--min-busbw", type=float, help="bus bandwidth the probe needs, GB/s")
+    s.epilog = "extra vLLM flags go after --, replacing the recipe's flags of the same name"
+    wire(s, cmd_serve)
+
+    st = common(connecting(commands.add_parser("status", help="per node: processes, Ray membership; vLLM health")))
+    wire(st, cmd_status)
+
+    lg = common(connecting(commands.add_parser("logs", help="Ray and vLLM logs of the nodes")))
+    lg.add_argument("-f", "--follow", action="store_true", help="keep streaming")
+    lg.add_argument("--node", help="only this node")
+    lg.add_argument("-n", "--lines", type=int, default=100, help="lines per log (default 100)")
+    wire(lg, cmd_logs)
+
+    dn = common(connecting(commands.add_parser("down", help="stop vLLM and Ray on every node (idempotent)")))
+    wire(dn, cmd_down)
