@@ -25,4 +25,13 @@ fi
 # cluster run the probe with their own torch). 2.13.0 is the build this machine kind keeps on disk.
 .venv/bin/python -c 'import torch' 2>/dev/null || \
   .venv/bin/python -m pip install -q --disable-pip-version-check torch==2.13.0
+# A Ray environment made with Debian's python3, which `sparkcluster sim image --ray-env .venv-ray` copies into
+# the simulated cluster's test image: the image's interpreter is Debian's, so the venv must be built on it.
+RAY_VERSION=2.60.0
+if ! .venv-ray/bin/python -c "import ray, aiohttp; assert ray.__version__ == '$RAY_VERSION'" 2>/dev/null; then
+  echo "setup: installing ray[default]==$RAY_VERSION in .venv-ray (for the test image)"
+  rm -rf .venv-ray
+  /usr/bin/python3 -m venv .venv-ray
+  .venv-ray/bin/python -m pip install -q --disable-pip-version-check "ray[default]==$RAY_VERSION"
+fi
 echo "setup: ready ($(.venv/bin/sparkcluster --version))"

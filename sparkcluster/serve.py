@@ -178,9 +178,10 @@ class Cluster:
         need = plan_copies(infos, self.head.name, self.image)
         head_info = infos[self.head.name]
         self.entrypoint = head_info.entrypoint
+        fabric = self.fabric_ips()  # from the facts, not the comm env: the image goes over the QSFP link
         for name in need:  # one at a time: the head's disk and CPU feed every copy
             copy_from_head([*openssh_argv(self.head), self.head.address], self.image, self._user(name),
-                           self.nodes[name].ip, name, head_info.size, progress)
+                           fabric[name], name, head_info.size, progress)
         for name in need:
             got = inspect(self.transports[name], self.image).id
             if got != head_info.id:
