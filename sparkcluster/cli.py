@@ -188,6 +188,8 @@ def cmd_bootstrap(args: argparse.Namespace) -> int:
         extra["driver_policy"] = args.driver_policy
     if args.allow_other_gpu:
         extra["allow_other_gpu"] = True
+    if args.runtime:
+        extra["runtime"] = args.runtime
     inventory = _inventory(args)
     result = run_playbook(playbook, inventory, args, extra)
     if result.exit_code == 0 and not args.check and not args.limit:
@@ -311,6 +313,9 @@ def build_parser() -> argparse.ArgumentParser:
     boot.add_argument("--min-driver", help="lowest acceptable NVIDIA driver (default 590.44, or min_driver: in the inventory)")
     boot.add_argument("--driver-policy", choices=("fail", "warn"), help="what an older driver does (default fail)")
     boot.add_argument("--allow-other-gpu", action="store_true", help="go on when a node's GPU is not a GB10")
+    boot.add_argument("--runtime", choices=("docker", "host"),
+                      help="host: Ray and vLLM will run from a Python environment, so Docker is not checked "
+                           "(default docker, or runtime: in the inventory)")
     boot.set_defaults(func=cmd_bootstrap)
 
     stg = connecting(commands.add_parser("stage", help="put a model's snapshot on every node, over the fabric"),

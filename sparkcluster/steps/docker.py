@@ -11,6 +11,7 @@ from ..command import Command
 @dataclass(frozen=True)
 class DockerGroupArgs:
     group: str = "docker"
+    needed: bool = True  # false for `--runtime host`
 
 
 @register
@@ -24,6 +25,8 @@ class DockerGroup(Step):
         return facts.user if facts and facts.user else (ctx.host.user or "")
 
     def check(self, ctx: HostContext) -> Plan:
+        if not self.args.needed:
+            return Plan("the host runtime needs no Docker", skip=True)
         user, group = self._user(ctx), self.args.group
         entry = ctx.run(Command.argv(["getent", "group", group]))
         if not entry.ok:

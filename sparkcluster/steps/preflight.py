@@ -112,12 +112,19 @@ class PreflightQsfp(Step):
         return Plan(reason, warnings=q.warnings)
 
 
+@dataclass(frozen=True)
+class DockerNeededArgs:
+    needed: bool = True  # false for `--runtime host`: Ray and vLLM run from a Python environment
+
+
 @register
 class PreflightDocker(Step):
     name = "preflight.docker"
-    Args = NoArgs
+    Args = DockerNeededArgs
 
     def check(self, ctx: HostContext) -> Plan:
+        if not self.args.needed:
+            return Plan("the host runtime needs no Docker", skip=True)
         d = facts_of(ctx).docker
         if not d.installed:
             raise StepFailed("docker is not installed", "install Docker and the NVIDIA container toolkit "
