@@ -279,6 +279,8 @@ class Cluster:
         """node -> what was stopped ("" for nothing) or why it could not be reached."""
         def stop(host: Host) -> tuple[str, str]:
             try:
+                # A failed phase may have closed every connection to interrupt its threads: open a new one.
+                self.transports[host.name].reconnect()
                 result = self.run(host, self.stop_line(host), timeout=60)
                 return host.name, " ".join(result.stdout.split()) if result.ok else f"failed: {result.stderr_tail(2)}"
             except Unreachable as e:
@@ -296,7 +298,10 @@ class Cluster:
         return json.loads(data) if data else None
 
     def clear_state(self) -> None:
-        self.transports[self.head.name].run(Command(f"rm -f {STATE_FILE}"))
+        try:
+            self.transports[self.head.name].run(Command(f"rm -f {STATE_FILE}"))
+        except Unreachable:
+            pass  # nothing runs on a head that cannot be reached; its stale record is overwritten next time
 
     def endpoint(self, port: int) -> str:
         return f"http://{self.head.address}:{port}/v1"

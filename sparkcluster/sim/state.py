@@ -48,6 +48,7 @@ class ClusterState:
     user: str
     uid: int
     ssh_mesh: bool
+    vllm_env: str = ""  # a CPU vLLM environment the inventory names for `serve --runtime host`
     docker_runtime: str = ""  # runc wrapper path, where this machine's capability set needs one
     storage_driver: str = "overlay2"
     status: str = "creating"

@@ -1,6 +1,9 @@
 """Build a tiny random Llama, fully offline and deterministically, in Hugging Face's cache layout.
 
-    .venv-vllm/bin/python tests/vllm_cpu/tiny_model.py HF_HOME_DIR [--repo local/tiny-llama]
+    .venv-vllm/bin/python sparkcluster/sim/tinymodel.py HF_HOME_DIR [--repo local/tiny-llama]
+
+or, on a simulated host, `generate_on(cluster, host, python)`. This file runs as a script with the python of
+a vLLM environment (it imports nothing of sparkcluster's there).
 
 writes HF_HOME_DIR/hub/models--local--tiny-llama/ (blobs/, snapshots/<commit>/, refs/main) and prints the
 snapshot directory. The model: LlamaForCausalLM, hidden 256, 4 layers, 4 attention heads, 2 KV heads (both
@@ -177,6 +180,19 @@ def main(argv: list[str] | None = None) -> int:
     print(f"tiny_model: {args.repo} built in {time.monotonic() - t0:.1f} s", file=sys.stderr)
     print(snap)
     return 0
+
+
+def generate_on(cluster, host: str, python: str, repo: str = "local/tiny-llama") -> str:
+    """Build the model in `host`'s HF cache as its login user, with `python` (a vLLM environment's
+    interpreter); returns the snapshot directory."""
+    import shlex
+    import subprocess
+    argv = cluster.ssh_argv(host) + [f"{shlex.quote(python)} {shlex.quote(os.path.abspath(__file__))} "
+                                     f"~/.cache/huggingface --repo {shlex.quote(repo)}"]
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+    if result.returncode != 0:
+        raise RuntimeError(f"building {repo} on {host} failed: {result.stderr.strip()[-2000:]}")
+    return result.stdout.strip().splitlines()[-1]
 
 
 if __name__ == "__main__":

@@ -1,0 +1,101 @@
+"""Time from `sparkcluster serve` to the first completion on 2 simulated Sparks, for both launchers, and the
+share of it spent in each phase (image check and copy, Ray bring-up, NCCL probe, vLLM launch, readiness).
+
+Two runtimes, each with both launchers, each from a stopped cluster:
+- docker: the vllm_node containers with a real Ray and the test image's stand-in vLLM (the first run also
+  copies the 580 MB image to the worker over the fabric; the second finds it there);
+- host: a real vLLM (CPU build, .venv-vllm from scripts/setup-vllm.sh) serving a tiny Llama, with the probe.
+
+Run as root:  .venv/bin/python benchmarks/serve_startup.py
+All figures come from this run: the real CLI (its own phase timings from --json), process start included.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import yaml  # noqa: E402
+
+from sparkcluster.sim import SimCluster, UpOptions, image, tinymodel  # noqa: E402
+from sparkcluster.sim.fakemodel import generate  # noqa: E402
+
+VLLM_ENV = ROOT / ".venv-vllm"
+
+
+def cli(inventory: Path, *args: str, config: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "sparkcluster", *args, "-i", str(inventory)], capture_output=True,
+                          text=True, env={**os.environ, "XDG_CONFIG_HOME": config}, timeout=900)
+
+
+def timed_serve(inventory: Path, args: list[str], config: str) -> tuple[float, dict]:
+    start = time.monotonic()
+    result = cli(inventory, "serve", "--json", *args, config=config)
+    wall = time.monotonic() - start
+    if result.returncode != 0:
+        raise SystemExit(f"serve {' '.join(args)} failed:\n{result.stderr[-3000:]}")
+    cli(inventory, "down", config=config)
+    time.sleep(5)  # a placement group stays reserved a few seconds after vLLM exits (vllm-cpu.md)
+    return wall, json.loads(result.stdout)
+
+
+def report(label: str, wall: float, doc: dict) -> None:
+    phases = doc["phases"]
+    shares = ", ".join(f"{name} {seconds:.1f} s ({seconds / wall:.0%})" for name, seconds in phases.items())
+    other = wall - sum(phases.values())
+    print(f"{label}: serve -> first completion {wall:.1f} s: {shares}, connect+facts {other:.1f} s ({other / wall:.0%})")
+
+
+def docker_runs(config: str) -> None:
+    cluster = SimCluster.up(UpOptions(count=2, name="bench-serve-d"))
+    try:
+        assert cli(cluster.inventory_path, "bootstrap", config=config).returncode == 0
+        tar = image.build("vllm-node-ray", ray_env=ROOT / ".venv-ray")
+        image.import_into(cluster, ["spark-1"], "vllm-node", tar)
+        generate(cluster, "spark-1", "acme/tiny", 1 << 20, shards=1)
+        for launcher in ("ray", "native"):
+            wall, doc = timed_serve(cluster.inventory_path, ["--model", "acme/tiny", "--launcher", launcher,
+                                                             "--no-verify"], config)
+            report(f"docker/{launcher} (stand-in vLLM)", wall, doc)
+    finally:
+        cluster.down()
+
+
+def host_runs(config: str) -> None:
+    cluster = SimCluster.up(UpOptions(count=2, name="bench-serve-h", docker=False, vllm_env=str(VLLM_ENV)))
+    try:
+        assert cli(cluster.inventory_path, "bootstrap", "--runtime", "host", config=config).returncode == 0
+        # The Ray launcher needs the test-only platform plugin (tests/vllm_cpu_plugin) on a CPU vLLM.
+        doc = yaml.safe_load(cluster.inventory_path.read_text())
+        doc["vars"]["serve_env"]["SPARKCLUSTER_TEST_CPU_RAY"] = "1"
+        cluster.inventory_path.write_text(yaml.safe_dump(doc, sort_keys=False))
+        tinymodel.generate_on(cluster, "spark-1", str(VLLM_ENV / "bin" / "python"))
+        for launcher in ("ray", "native"):
+            wall, result = timed_serve(cluster.inventory_path, [
+                "--runtime", "host", "--launcher", launcher, "--model", "local/tiny-llama", "--ready-timeout", "600",
+                "--", "--max-model-len", "512", "--enforce-eager"], config)
+            report(f"host/{launcher} (real vLLM CPU)", wall, result)
+    finally:
+        cluster.down()
+
+
+def main() -> int:
+    with tempfile.TemporaryDirectory() as config:
+        docker_runs(config)
+        if (VLLM_ENV / "bin" / "vllm").exists():
+            host_runs(config)
+        else:
+            print("host runs skipped: run scripts/setup-vllm.sh for a real vLLM")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,278 @@
+"""`sparkcluster serve` with the docker runtime on simulated Sparks: real Docker engines, a test image with a
+real Ray and a stand-in vLLM (it records its arguments and environment and reserves a real Ray placement
+group), real HTTP. Checks eugr's exact container (dual-node-spec.md §3.2) and what sparkcluster does better."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from sparkcluster.readiness import http
+from sparkcluster.sim import SimCluster, UpOptions
+from sparkcluster.sim import image
+from tests.helpers import bootstrapped, require_sim, run_cli, ssh, unique_name
+
+pytestmark = [pytest.mark.sim, pytest.mark.docker, pytest.mark.slow]
+RAY_ENV = Path(__file__).resolve().parents[2] / ".venv-ray"
+TAG = "vllm-node"
+MODEL = "acme/tiny"
+
+
+def _cluster(count: int, tag: str, config: Path) -> SimCluster:
+    require_sim(docker=True)
+    if not (RAY_ENV / "bin" / "ray").exists():
+        pytest.fail(f"{RAY_ENV} is missing: run scripts/setup.sh")
+    c = SimCluster.up(UpOptions(count=count, name=unique_name(tag)))
+    try:
+        bootstrapped(c, config)
+        tar = image.build(f"{TAG}-ray", ray_env=RAY_ENV)  # cached across tests and runs
+        image.import_into(c, ["spark-1"], TAG, tar)  # only the head: serve must copy it to the others
+        from sparkcluster.sim.fakemodel import generate
+        generate(c, "spark-1", MODEL, 1 << 20, shards=1)
+    except BaseException:
+        c.down()
+        raise
+    return c
+
+
+@pytest.fixture(scope="module")
+def two(tmp_path_factory) -> Iterator[SimCluster]:
+    c = _cluster(2, "serve2", tmp_path_factory.mktemp("cfg"))
+    try:
+        yield c
+    finally:
+        c.down()
+
+
+def sc(c: SimCluster, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    return run_cli(*args, "-i", str(c.inventory_path), timeout=timeout)
+
+
+def serve(c: SimCluster, *args: str) -> subprocess.CompletedProcess:
+    return sc(c, "serve", "--model", MODEL, "--no-verify", "--ready-timeout", "60", "--up-timeout", "90", *args)
+
+
+def inspect(c: SimCluster, host: str) -> dict:
+    return json.loads(ssh(c, host, "docker inspect vllm_node").stdout)[0]
+
+
+def container_env(c: SimCluster, host: str) -> dict[str, str]:
+    out = ssh(c, host, "docker exec vllm_node bash -i -c env 2>/dev/null").stdout
+    return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+
+
+def running_anywhere(c: SimCluster) -> list[str]:
+    return [h.name for h in c.topology.hosts
+            if ssh(c, h.name, "docker ps -q --filter name=vllm_node", check=False).stdout.strip()]
+
+
+def test_two_nodes_reproduce_eugrs_container_and_serve(two):
+    result = serve(two, "--json")
+    assert result.returncode == 0, result.stderr
+    doc = json.loads(result.stdout)
+    head, worker = two.topology.hosts
+    head_ip, worker_ip = head.fabric_ips[0], worker.fabric_ips[0]
+    assert doc["endpoint"] == f"http://{head.mgmt_ip}:8000/v1"
+
+    for host, ip in ((head, head_ip), (worker, worker_ip)):
+        info = inspect(two, host.name)
+        hc = info["HostConfig"]
+        assert (hc["Privileged"], hc["NetworkMode"], hc["IpcMode"], hc["AutoRemove"]) == (True, "host", "host", True)
+        assert hc["DeviceRequests"][0]["Count"] == -1 and hc["DeviceRequests"][0]["Capabilities"] == [["gpu"]]
+        assert f"/home/{two.state.user}/.cache/huggingface:/root/.cache/huggingface" in hc["Binds"]
+        assert info["Config"]["Image"] == TAG
+        # §3.2 item 14: the node's own values (eugr gives every node the head's interface names).
+        env = container_env(two, host.name)
+        iface = "enp1s0f1np1"
+        for key in ("VLLM_HOST_IP", "RAY_NODE_IP_ADDRESS", "RAY_OVERRIDE_NODE_IP_ADDRESS"):
+            assert env[key] == ip
+        for key in ("MN_IF_NAME", "UCX_NET_DEVICES", "NCCL_SOCKET_IFNAME", "OMPI_MCA_btl_tcp_if_include",
+                    "GLOO_SOCKET_IFNAME", "TP_SOCKET_IFNAME"):
+            assert env[key] == iface, key
+        assert env["NCCL_IB_HCA"] == "roceP2p1s0f1,rocep1s0f1"
+        assert (env["NCCL_IB_DISABLE"], env["RAY_memory_monitor_refresh_ms"], env["NCCL_IGNORE_CPU_AFFINITY"]) == ("0", "0", "1")
+        # §3.2 item 15: Ray is the container's main process, with eugr's exact arguments.
+        pid1 = ssh(two, host.name, "docker exec vllm_node cat /proc/1/cmdline").stdout.replace("\0", " ")
+        if host is head:
+            assert (f"ray start --block --head --port 6379 --node-ip-address {head_ip} --include-dashboard=True "
+                    "--dashboard-host 0.0.0.0 --dashboard-port 8265 --disable-usage-stats") in pid1
+        else:
+            assert f"ray start --block --address={head_ip}:6379 --node-ip-address {worker_ip}" in pid1
+    listening = ssh(two, head.name, "ss -ltn").stdout
+    assert ":6379 " in listening and ":8265 " in listening and ":8000 " in listening
+
+    # Ray: every node on its fabric address with one GPU; the TP ranks' bundles on distinct nodes.
+    status = json.loads(sc(two, "status", "--json").stdout)
+    assert status["ray"]["nodes"] == 2 and status["ray"]["gpus"] == 2 and status["ray"]["problems"] == []
+    assert {n["ray"]["address"] for n in status["nodes"].values()} == {head_ip, worker_ip}
+    record = json.loads(ssh(two, head.name, "docker exec vllm_node cat /tmp/vllm-standin.json").stdout)
+    argv = " ".join(record["argv"])
+    assert "--tensor-parallel-size 2 --distributed-executor-backend ray" in argv
+    assert sorted(record["ranks_on"]) == sorted([head_ip, worker_ip])
+    assert record["env"]["HF_HUB_OFFLINE"] == "1" and record["env"]["VLLM_HOST_IP"] == head_ip
+
+    # The image was copied from the head: the same ID everywhere.
+    ids = {h.name: ssh(two, h.name, f"docker image inspect --format '{{{{.Id}}}}' {TAG}").stdout.strip()
+           for h in two.topology.hosts}
+    assert len(set(ids.values())) == 1 and all(ids.values())
+
+    # Served over real HTTP from this machine to the head's management address.
+    code, text = http(f"http://{head.mgmt_ip}:8000/v1/completions", {"model": MODEL, "prompt": "hi", "max_tokens": 2})
+    assert code == 200 and json.loads(text)["choices"][0]["text"]
+
+    # A second serve reuses the Ray cluster that is up as it must be, and replaces vLLM.
+    again = serve(two, "--json", "--served-model-name", "tiny")
+    assert again.returncode == 0, again.stderr
+    assert json.loads(again.stdout)["reused_ray"] is True
+    assert http(f"http://{head.mgmt_ip}:8000/v1/models")[1].count('"tiny"') == 1
+
+    down = sc(two, "down", "--json")
+    assert down.returncode == 0, down.stderr
+    assert running_anywhere(two) == []
+    assert http(f"http://{head.mgmt_ip}:8000/health")[0] == 0
+    again = sc(two, "down", "--json")  # idempotent
+    assert again.returncode == 0 and set(json.loads(again.stdout)["stopped"].values()) == {""}
+
+
+def test_killing_the_cli_leaves_the_model_serving(two):
+    head = two.topology.hosts[0]
+    process = subprocess.Popen([sys.executable, "-m", "sparkcluster", "serve", "-i", str(two.inventory_path),
+                                "--model", MODEL, "--no-verify", "--ready-timeout", "60"],
+                               stderr=subprocess.PIPE, text=True)
+    try:
+        assert process.stderr is not None
+        for line in process.stderr:
+            if line.startswith("ready"):  # vLLM launched; the CLI now only waits
+                break
+        process.send_signal(signal.SIGKILL)
+        process.wait(timeout=10)
+        deadline = time.monotonic() + 60
+        while http(f"http://{head.mgmt_ip}:8000/health")[0] != 200:
+            assert time.monotonic() < deadline, "vLLM stopped with the CLI"
+            time.sleep(1)
+        assert len(running_anywhere(two)) == 2
+    finally:
+        process.kill()
+        assert sc(two, "down").returncode == 0
+    assert running_anywhere(two) == []
+
+
+def test_native_launcher_runs_one_rank_per_node(two):
+    result = serve(two, "--launcher", "native", "--json")
+    assert result.returncode == 0, result.stderr
+    head, worker = two.topology.hosts
+    try:
+        for host in (head, worker):
+            record = json.loads(ssh(two, host.name, "docker exec vllm_node cat /tmp/vllm-standin.json").stdout)
+            argv = " ".join(record["argv"])
+            rank = 0 if host is head else 1
+            assert (f"--distributed-executor-backend mp --nnodes 2 --node-rank {rank} "
+                    f"--master-addr {head.fabric_ips[0]} --master-port 29501") in argv
+            assert ("--headless" in argv) == (host is worker)
+            assert record["env"]["VLLM_HOST_IP"] == host.fabric_ips[0]
+        assert http(f"http://{head.mgmt_ip}:8000/health")[0] == 200
+    finally:
+        assert sc(two, "down").returncode == 0
+
+
+def test_a_node_on_its_management_address_is_refused_and_nothing_is_left(two, tmp_path):
+    worker = two.topology.hosts[1]
+    ssh(two, worker.name, f"sed -i 's/^VLLM_HOST_IP=.*/VLLM_HOST_IP={worker.mgmt_ip}/; "
+                          f"s/^RAY_NODE_IP_ADDRESS=.*/RAY_NODE_IP_ADDRESS={worker.mgmt_ip}/' ~/.config/sparkcluster/comm.env")
+    try:
+        result = serve(two)
+        assert result.returncode == 1
+        assert f"spark-2 joined Ray on {worker.mgmt_ip}, its management address" in " ".join(result.stderr.split())
+        assert running_anywhere(two) == []
+    finally:
+        bootstrapped(two, tmp_path)  # rewrites the comm env
+
+
+def test_a_node_missing_the_image_with_no_way_to_copy_it(two):
+    worker = two.topology.hosts[1]
+    assert sc(two, "stage", MODEL).returncode == 0  # the model is in place: only the image is missing
+    ssh(two, worker.name, f"docker rmi -f {TAG} >/dev/null 2>&1; true")
+    # Only this machine's key stays authorized on the worker: the head cannot log in there any more.
+    ssh(two, worker.name, "cd ~/.ssh && cp authorized_keys authorized_keys.away && "
+                          "grep sparkcluster-sim-client authorized_keys.away > authorized_keys")
+    try:
+        result = serve(two)
+        assert result.returncode == 1
+        err = " ".join(result.stderr.split())
+        assert f"copying image {TAG} to spark-2 over the fabric ({worker.fabric_ips[0]}) failed" in err
+        assert running_anywhere(two) == []
+    finally:
+        ssh(two, worker.name, "mv ~/.ssh/authorized_keys.away ~/.ssh/authorized_keys")
+        sc(two, "down")
+
+
+def test_tp_larger_than_the_gpus_is_refused_before_anything_starts(two):
+    result = serve(two, "--tp", "3")
+    assert result.returncode == 2
+    assert "--tp 3 needs 3 GPUs, but the selection has 2 node(s)" in " ".join(result.stderr.split())
+    assert running_anywhere(two) == []
+
+
+def test_a_node_powered_off_during_bring_up(two):
+    process = subprocess.Popen([sys.executable, "-m", "sparkcluster", "serve", "-i", str(two.inventory_path),
+                                "--model", MODEL, "--no-verify", "--up-timeout", "40"],
+                               stderr=subprocess.PIPE, text=True)
+    try:
+        assert process.stderr is not None
+        lines = []
+        for line in process.stderr:
+            lines.append(line)
+            if line.startswith("ray"):
+                two.power_off("spark-2")
+                break
+        rest = process.stderr.read()
+        assert process.wait(timeout=180) == 1
+        err = " ".join((" ".join(lines) + rest).split())
+        assert "spark-2" in err, err
+        assert running_anywhere_reachable(two) == []
+    finally:
+        process.kill()
+        two.boot("spark-2")
+
+
+def running_anywhere_reachable(c: SimCluster) -> list[str]:
+    return [h.name for h in c.topology.hosts if c.is_running(h)
+            and ssh(c, h.name, "docker ps -q --filter name=vllm_node", check=False).stdout.strip()]
+
+
+@pytest.fixture(scope="module")
+def four(tmp_path_factory) -> Iterator[SimCluster]:
+    c = _cluster(4, "serve4", tmp_path_factory.mktemp("cfg"))
+    try:
+        yield c
+    finally:
+        c.down()
+
+
+def test_four_nodes_and_tp_must_match_the_selection(four):
+    refused = sc(four, "serve", "--model", MODEL, "--tp", "2")
+    assert refused.returncode == 2
+    assert "choose them with --limit (e.g. --limit spark-1,spark-2)" in " ".join(refused.stderr.split())
+    result = serve(four, "--tp", "4", "--json")
+    assert result.returncode == 0, result.stderr
+    try:
+        fabric = {h.fabric_ips[0] for h in four.topology.hosts}
+        status = json.loads(sc(four, "status", "--json").stdout)
+        assert status["ray"]["nodes"] == 4 and status["ray"]["gpus"] == 4 and status["ray"]["problems"] == []
+        assert {n["ray"]["address"] for n in status["nodes"].values()} == fabric
+        record = json.loads(ssh(four, "spark-1", "docker exec vllm_node cat /tmp/vllm-standin.json").stdout)
+        assert "--tensor-parallel-size 4 --distributed-executor-backend ray" in " ".join(record["argv"])
+        assert set(record["ranks_on"]) == fabric
+        ids = {ssh(four, h.name, f"docker image inspect --format '{{{{.Id}}}}' {TAG}").stdout.strip()
+               for h in four.topology.hosts}
+        assert len(ids) == 1
+    finally:
+        assert sc(four, "down").returncode == 0
+    assert running_anywhere(four) == []

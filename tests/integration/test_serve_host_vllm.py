@@ -1,0 +1,118 @@
+"""`sparkcluster serve --tp 2 --runtime host` with a REAL vLLM (the CPU build in .venv-vllm, made by
+scripts/setup-vllm.sh) across two simulated Sparks, for both launchers: a tiny Llama generated offline on the
+head, staged by sparkcluster, answering OpenAI completions from the head's management address; each rank on
+its own node; the traffic between the ranks on the fabric (read from the nodes' sockets). Also: serve refuses
+to start vLLM when the probe finds the traffic on the management network."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from sparkcluster.readiness import http
+from sparkcluster.sim import SimCluster, UpOptions, tinymodel
+from tests.helpers import require_sim, run_cli, ssh, unique_name
+
+pytestmark = [pytest.mark.sim, pytest.mark.slow]
+ROOT = Path(__file__).resolve().parents[2]
+VLLM_ENV = ROOT / ".venv-vllm"
+MODEL = "local/tiny-llama"
+PLUGIN_SWITCH = "SPARKCLUSTER_TEST_CPU_RAY"  # turns on the test-only platform plugin (tests/vllm_cpu_plugin)
+VLLM_FLAGS = ["--", "--max-model-len", "512", "--enforce-eager"]
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory) -> Iterator[SimCluster]:
+    require_sim(docker=False)
+    if not (VLLM_ENV / "bin" / "vllm").exists():
+        pytest.fail(f"{VLLM_ENV} is missing: run scripts/setup-vllm.sh")
+    # Sparks without Docker; the inventory names the vLLM environment (python_env) and its CPU settings.
+    c = SimCluster.up(UpOptions(count=2, name=unique_name("vllm"), docker=False, vllm_env=str(VLLM_ENV)))
+    try:
+        host_bootstrap(c, tmp_path_factory.mktemp("cfg"))
+        doc = yaml.safe_load(c.inventory_path.read_text())
+        doc["vars"]["serve_env"][PLUGIN_SWITCH] = "1"
+        c.inventory_path.write_text(yaml.safe_dump(doc, sort_keys=False))
+        # The model exists on the head only; serve stages it to the worker.
+        tinymodel.generate_on(c, "spark-1", str(VLLM_ENV / "bin" / "python"))
+        yield c
+    finally:
+        c.down()
+
+
+def host_bootstrap(c: SimCluster, config: Path) -> None:
+    result = run_cli("bootstrap", str(c.inventory_path), "--runtime", "host", env={"XDG_CONFIG_HOME": str(config)})
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def sc(c: SimCluster, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    return run_cli(*args, "-i", str(c.inventory_path), timeout=timeout)
+
+
+def connections(c: SimCluster, host: str) -> list[tuple[str, str, str]]:
+    """(local ip, peer ip, process) of every established TCP connection in the host, ssh excluded."""
+    out = c.exec_in(host, ["ss", "-Htnp", "state", "established"], capture_output=True, text=True).stdout
+    result = []
+    for line in out.splitlines():
+        parts = line.split()
+        local, peer = parts[2], parts[3]
+        if local.endswith(":22") or peer.endswith(":22"):
+            continue
+        result.append((local.rsplit(":", 1)[0], peer.rsplit(":", 1)[0], parts[-1] if len(parts) > 4 else ""))
+    return result
+
+
+def processes(c: SimCluster, host: str) -> str:
+    return c.exec_in(host, ["ps", "-eo", "args"], capture_output=True, text=True).stdout
+
+
+@pytest.mark.parametrize("launcher, rank_process", [("ray", "RayWorkerProc"), ("native", "Worker_TP")])
+def test_real_vllm_serves_with_tp2_across_two_nodes(cluster, launcher, rank_process):
+    head, worker = cluster.topology.hosts
+    result = sc(cluster, "serve", "--runtime", "host", "--launcher", launcher, "--tp", "2", "--model", MODEL,
+                "--ready-timeout", "300", "--json", *VLLM_FLAGS)
+    try:
+        assert result.returncode == 0, result.stderr[-3000:]
+        doc = json.loads(result.stdout)
+        assert doc["endpoint"] == f"http://{head.mgmt_ip}:8000/v1"
+        assert doc["verify"]["verdict"]["status"] == "PASS"
+        code, text = http(f"http://{head.mgmt_ip}:8000/v1/completions",
+                          {"model": MODEL, "prompt": "The cluster of sparks", "max_tokens": 8, "temperature": 0},
+                          timeout=60)
+        assert code == 200, text
+        assert json.loads(text)["usage"]["completion_tokens"] == 8
+        # A tensor-parallel rank in each node.
+        assert rank_process in processes(cluster, "spark-1") and rank_process in processes(cluster, "spark-2")
+        # Between the nodes, only fabric addresses: the worker's connections all run over its QSFP address,
+        # and some of them reach the head's.
+        fabric = {head.fabric_ips[0], worker.fabric_ips[0]}
+        worker_conns = [(lo, peer) for lo, peer, _ in connections(cluster, "spark-2") if peer != "127.0.0.1"]
+        assert worker_conns and all(lo in fabric and peer in fabric for lo, peer in worker_conns), worker_conns
+        assert any(peer == head.fabric_ips[0] for _, peer in worker_conns)
+    finally:
+        down = sc(cluster, "down", "--json")
+    assert down.returncode == 0, down.stderr
+    for host in ("spark-1", "spark-2"):
+        assert "vllm serve" not in processes(cluster, host) and "raylet" not in processes(cluster, host)
+
+
+def test_serve_refuses_a_fallback_onto_the_management_network(cluster, tmp_path):
+    misbind = "sed -i 's/^GLOO_SOCKET_IFNAME=.*/GLOO_SOCKET_IFNAME=enP7s7/' ~/.config/sparkcluster/comm.env"
+    for host in ("spark-1", "spark-2"):
+        ssh(cluster, host, misbind)
+    try:
+        result = sc(cluster, "serve", "--runtime", "host", "--launcher", "native", "--tp", "2", "--model", MODEL,
+                    *VLLM_FLAGS)
+        err = " ".join(result.stderr.split())
+        assert result.returncode == 1, err
+        assert "refusing to serve: the NCCL probe found a fallback" in err and "enP7s7" in err
+        assert "--allow-fallback" in err
+        for host in ("spark-1", "spark-2"):
+            assert "vllm serve" not in processes(cluster, host)
+    finally:
+        host_bootstrap(cluster, tmp_path)  # rewrites the comm env
