@@ -32,7 +32,8 @@ VLLM_ENV = ROOT / ".venv-vllm"
 
 
 def cli(inventory: Path, *args: str, config: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "sparkcluster", *args, "-i", str(inventory)], capture_output=True,
+    argv = [sys.executable, "-m", "sparkcluster", args[0], "-i", str(inventory), *args[1:]]  # -i before any `--`
+    return subprocess.run(argv, capture_output=True,
                           text=True, env={**os.environ, "XDG_CONFIG_HOME": config}, timeout=900)
 
 

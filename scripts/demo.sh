@@ -3,11 +3,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh
+./scripts/setup-vllm.sh   # a real vLLM (CPU build) for the last part: serving across the simulated nodes
 SC=.venv/bin/sparkcluster
 NAME="${SPARKCLUSTER_DEMO_NAME:-demo}"
 $SC sim down "$NAME" >/dev/null 2>&1 || true   # a re-run starts from fresh hosts
 # Fresh Sparks as they come out of the box: no passwordless ssh between them yet.
-$SC sim up 2 --name "$NAME" --no-ssh-mesh
+# --vllm-env: the inventory names the CPU vLLM environment for `serve --runtime host`.
+$SC sim up 2 --name "$NAME" --no-ssh-mesh --vllm-env .venv-vllm
 INVENTORY=$($SC sim list --json | .venv/bin/python -c "import json,sys; print(next(c['inventory'] for c in json.load(sys.stdin) if c['name'] == '$NAME'))")
 
 echo; echo "== facts: what each node is"
@@ -23,7 +25,25 @@ $SC stage acme/demo-1b -i "$INVENTORY"
 $SC stage acme/demo-1b -i "$INVENTORY" --status
 echo; echo "== verify: which network really carries the collectives (gloo on this CPU-only machine)"
 $SC verify "$INVENTORY"
+
+echo; echo "== serve, eugr's setup: a vllm_node container per node running Ray, vllm serve --tp 2 in the head's"
+echo "   (the test image carries a real Ray and a stand-in for the GPU-only vLLM; the image starts on the head"
+echo "   only, and serve copies it to the worker over the fabric; the probe needs torch, which this image lacks)"
+$SC sim image --name "$NAME" --hosts spark-1 --ray-env .venv-ray
+$SC serve -i "$INVENTORY" --model acme/demo-1b --no-verify
+$SC status -i "$INVENTORY"
+$SC sim ssh spark-2 --name "$NAME" -- "docker inspect vllm_node --format '{{.Config.Cmd}}'; docker exec vllm_node env | grep -E '^(VLLM_HOST_IP|NCCL_IB_HCA|NCCL_SOCKET_IFNAME)='"
+$SC down -i "$INVENTORY"
+
+echo; echo "== serve with a real vLLM (CPU build): a tiny Llama made on the head, staged by serve, TP 2 across both"
+echo "   nodes with vLLM's own multi-node launcher; the probe runs first, in the environment vLLM gets"
+.venv/bin/python -c "from sparkcluster.sim import SimCluster, tinymodel; tinymodel.generate_on(SimCluster.load('$NAME'), 'spark-1', '$PWD/.venv-vllm/bin/python')"
+$SC serve -i "$INVENTORY" --runtime host --launcher native --model local/tiny-llama -- --max-model-len 512 --enforce-eager
+HEAD_ADDRESS=$($SC sim list --json | .venv/bin/python -c "import json,sys; print(next(c for c in json.load(sys.stdin) if c['name'] == '$NAME')['hosts'][0]['mgmt_ip'])")
+curl -sS "http://$HEAD_ADDRESS:8000/v1/completions" -H 'Content-Type: application/json' \
+  -d '{"model": "local/tiny-llama", "prompt": "The cluster of sparks", "max_tokens": 12, "temperature": 0}'
 echo
-echo "Not yet in this demo (open issue): serve (Ray + vLLM with tensor parallelism)."
+$SC down -i "$INVENTORY"
+echo
 echo "inventory: $INVENTORY"
 echo "the cluster stays up; remove it with: $SC sim down $NAME"

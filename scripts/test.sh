@@ -3,6 +3,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh
+./scripts/setup-vllm.sh   # a real vLLM (CPU build) for the serve tests
 # Simulated-cluster tests fail instead of skipping when the machine cannot run them.
 export SPARKCLUSTER_REQUIRE_SIM="${SPARKCLUSTER_REQUIRE_SIM:-1}"
 set +e

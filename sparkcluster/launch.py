@@ -96,15 +96,16 @@ def container_command(argv: Sequence[str], entrypoint: Sequence[str] | None) -> 
     return ["--entrypoint", argv[0]], list(argv[1:])
 
 
-def docker_run_line(node: Node, image: str, env_file: str, argv: Sequence[str], *,
-                    entrypoint: Sequence[str] | None = None, env: Mapping[str, str] | None = None,
-                    docker_args: Sequence[str] = ()) -> str:
+def docker_run_line(image: str, env_file: str, argv: Sequence[str], *, entrypoint: Sequence[str] | None = None,
+                    env: Mapping[str, str] | None = None, docker_args: Sequence[str] = (),
+                    detached: bool = True) -> str:
     """eugr's `docker run` for vllm_node (§1.4), with this node's own comm env from bootstrap as an env file
     rather than the head's values passed to every node. A shell line: the env file and the HF cache are
-    paths the node's shell resolves."""
+    paths the node's shell resolves. `detached=False`: a short-lived twin with the same flags, in the
+    foreground (the probe, before the native launcher's containers exist)."""
     options, command = container_command(argv, entrypoint)
-    fixed = ["docker", "run", "-d", "--privileged", "--gpus", "all", "--rm", "--ipc=host", "--network", "host",
-             "--name", CONTAINER]
+    mode = ["-d", "--privileged", "--gpus", "all", "--rm"] if detached else ["--rm", "-i", "--privileged", "--gpus", "all"]
+    fixed = ["docker", "run", *mode, "--ipc=host", "--network", "host"] + (["--name", CONTAINER] if detached else [])
     extra_env = [a for k, v in sorted((env or {}).items()) for a in ("-e", f"{k}={v}")]
     return (f"{shlex.join(fixed)} --env-file {env_file} {shlex.join(extra_env)} "
             f"-v {NODE_HF_HOME}:{CONTAINER_HF_HOME} {shlex.join([*docker_args, *options, image, *command])}")

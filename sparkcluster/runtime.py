@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from .command import shell_path
-from .launch import CONTAINER, Node, docker_run_line
+from .launch import CONTAINER, docker_run_line
 
 HOST_STATE_DIR = "~/.cache/sparkcluster/serve"  # host runtime: <role>.pid and <role>.log
 CONTAINER_VLLM_LOG = "/tmp/sparkcluster-vllm.log"
@@ -33,7 +33,7 @@ class NodeEnv:
 class Runtime:
     name = ""
 
-    def start_main(self, node: Node, argv: Sequence[str], env: NodeEnv) -> str:
+    def start_main(self, argv: Sequence[str], env: NodeEnv) -> str:
         """The node's long-lived process: Ray (ray launcher) or its vLLM rank (native launcher)."""
         raise NotImplementedError
 
@@ -64,8 +64,8 @@ class DockerRuntime(Runtime):
     docker_args: tuple[str, ...] = ()
     name = "docker"
 
-    def start_main(self, node: Node, argv: Sequence[str], env: NodeEnv) -> str:
-        return docker_run_line(node, self.image, shell_path(env.env_file), argv, entrypoint=self.entrypoint,
+    def start_main(self, argv: Sequence[str], env: NodeEnv) -> str:
+        return docker_run_line(self.image, shell_path(env.env_file), argv, entrypoint=self.entrypoint,
                                env=env.env, docker_args=self.docker_args)
 
     def start_vllm_on_main(self, argv: Sequence[str], env: NodeEnv) -> str:
@@ -74,7 +74,10 @@ class DockerRuntime(Runtime):
         return f"docker exec -d {CONTAINER} sh -c {shlex.quote(inner)}"
 
     def run_in_env(self, argv: Sequence[str], env: NodeEnv) -> str:
-        return f"docker exec -i {CONTAINER} {shlex.join(argv)}"
+        """In the running vllm_node, or else in a short-lived container with the same flags and env."""
+        twin = docker_run_line(self.image, shell_path(env.env_file), argv, entrypoint=self.entrypoint, env=env.env,
+                               docker_args=self.docker_args, detached=False)
+        return f"if {self.alive('main')}; then docker exec -i {CONTAINER} {shlex.join(argv)}; else {twin}; fi"
 
     def alive(self, role: str) -> str:
         if role == "main":
@@ -111,7 +114,7 @@ class HostRuntime(Runtime):
                 f"setsid nohup {shlex.join(argv)} > {d}/{role}.log 2>&1 < /dev/null &\n"
                 f"echo $! > {d}/{role}.pid")
 
-    def start_main(self, node: Node, argv: Sequence[str], env: NodeEnv) -> str:
+    def start_main(self, argv: Sequence[str], env: NodeEnv) -> str:
         return self._start("main", argv, env)
 
     def start_vllm_on_main(self, argv: Sequence[str], env: NodeEnv) -> str:

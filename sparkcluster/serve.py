@@ -212,7 +212,7 @@ class Cluster:
         parallel_map(start, self.hosts[1:], workers=max(1, len(self.hosts) - 1), on_abort=self.close)
 
     def _start_main(self, host: Host, argv: list[str], env: Mapping[str, str]) -> None:
-        result = self.run(host, self.runtime(host).start_main(self.nodes[host.name], argv, self.node_env(host, env)))
+        result = self.run(host, self.runtime(host).start_main(argv, self.node_env(host, env)))
         if not result.ok:
             raise SparkclusterError(f"starting {argv[0]} {argv[1]} on {host.name} failed (exit {result.exit_code}): "
                                     f"{result.stderr_tail(3)}", _start_fix(self.runtime_name, self.image))

@@ -52,7 +52,7 @@ def two(tmp_path_factory) -> Iterator[SimCluster]:
 
 
 def sc(c: SimCluster, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    return run_cli(*args, "-i", str(c.inventory_path), timeout=timeout)
+    return run_cli(args[0], "-i", str(c.inventory_path), *args[1:], timeout=timeout)  # before any `--`
 
 
 def serve(c: SimCluster, *args: str) -> subprocess.CompletedProcess:

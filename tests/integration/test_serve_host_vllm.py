@@ -51,7 +51,7 @@ def host_bootstrap(c: SimCluster, config: Path) -> None:
 
 
 def sc(c: SimCluster, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
-    return run_cli(*args, "-i", str(c.inventory_path), timeout=timeout)
+    return run_cli(args[0], "-i", str(c.inventory_path), *args[1:], timeout=timeout)  # before any `--`
 
 
 def connections(c: SimCluster, host: str) -> list[tuple[str, str, str]]:
@@ -63,8 +63,14 @@ def connections(c: SimCluster, host: str) -> list[tuple[str, str, str]]:
         local, peer = parts[2], parts[3]
         if local.endswith(":22") or peer.endswith(":22"):
             continue
-        result.append((local.rsplit(":", 1)[0], peer.rsplit(":", 1)[0], parts[-1] if len(parts) > 4 else ""))
+        result.append((_ip(local), _ip(peer), parts[-1] if len(parts) > 4 else ""))
     return result
+
+
+def _ip(endpoint: str) -> str:
+    """`10.0.0.1:80`, `[::ffff:10.0.0.1]:80` -> `10.0.0.1`."""
+    host = endpoint.rsplit(":", 1)[0].strip("[]")
+    return host.removeprefix("::ffff:")
 
 
 def processes(c: SimCluster, host: str) -> str:
@@ -91,9 +97,11 @@ def test_real_vllm_serves_with_tp2_across_two_nodes(cluster, launcher, rank_proc
         # Between the nodes, only fabric addresses: the worker's connections all run over its QSFP address,
         # and some of them reach the head's.
         fabric = {head.fabric_ips[0], worker.fabric_ips[0]}
-        worker_conns = [(lo, peer) for lo, peer, _ in connections(cluster, "spark-2") if peer != "127.0.0.1"]
-        assert worker_conns and all(lo in fabric and peer in fabric for lo, peer in worker_conns), worker_conns
-        assert any(peer == head.fabric_ips[0] for _, peer in worker_conns)
+        worker_conns = [(lo, peer, p) for lo, peer, p in connections(cluster, "spark-2")
+                        if peer not in ("127.0.0.1", "::1")]
+        off_fabric = [c for c in worker_conns if c[0] not in fabric or c[1] not in fabric]
+        assert worker_conns and not off_fabric, off_fabric
+        assert any(peer == head.fabric_ips[0] for _, peer, _ in worker_conns)
     finally:
         down = sc(cluster, "down", "--json")
     assert down.returncode == 0, down.stderr

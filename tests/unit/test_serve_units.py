@@ -46,11 +46,14 @@ def test_vllm_serve_for_each_launcher():
 
 
 def test_docker_run_line_has_eugrs_flags_and_the_nodes_own_env_file():
-    line = docker_run_line(WORKER, "vllm-node", '"$HOME"/.config/sparkcluster/comm.env', ray_start_argv(WORKER),
+    line = docker_run_line("vllm-node", '"$HOME"/.config/sparkcluster/comm.env', ray_start_argv(WORKER),
                            env={"HF_HUB_OFFLINE": "1"})
     assert line.startswith("docker run -d --privileged --gpus all --rm --ipc=host --network host --name vllm_node "
                            "--env-file \"$HOME\"/.config/sparkcluster/comm.env -e HF_HUB_OFFLINE=1 ")
     assert '-v "${HF_HOME:-$HOME/.cache/huggingface}":/root/.cache/huggingface vllm-node ray start --block' in line
+    twin = docker_run_line("vllm-node", "f", ["python3", "-"], detached=False)
+    assert twin.startswith("docker run --rm -i --privileged --gpus all --ipc=host --network host --env-file f ")
+    assert "--name" not in twin and " -d " not in twin
 
 
 @pytest.mark.parametrize("entrypoint, argv, expected", [
