@@ -14,7 +14,7 @@ from .hfcache import (
     PARTIAL_DIR, Manifest, ModelRef, finalize_command, parse_scan, rsync_blobs_argv, scan_command, source_manifest,
 )
 from .inventory import Host
-from .transport import Transport
+from .transport import Transport, ssh_destination
 
 DOWNLOAD_PY = r"""
 import sys
@@ -102,9 +102,8 @@ def push_local(model: ModelRef, head: Host, transport: Transport, ssh_argv: list
     transport.run(Command.argv(["mkdir", "-p", f"{remote_dir}/blobs/{PARTIAL_DIR}"]))
     blobs = local_model_dir(model) / "blobs"
     names = [f.blob for f in manifest.unique_blobs()]
-    user = f"{head.user}@" if head.user else ""
     result = subprocess.run(
-        rsync_blobs_argv([str(blobs / n) for n in names], f"{user}{head.address}:{remote_dir}/blobs/",
+        rsync_blobs_argv([str(blobs / n) for n in names], f"{ssh_destination(head)}:{remote_dir}/blobs/",
                          shlex.join(ssh_argv)),
         capture_output=True, text=True,
     )

@@ -18,7 +18,7 @@ from .facts import HostFacts
 from .hfcache import ModelRef
 from .imagesync import ImageInfo, copy_from_head, inspect, plan_copies
 from .inventory import Host, Inventory
-from .launch import DEFAULT_IMAGE, DEFAULT_VLLM_PORT, RAY_PORT, Node, ServeArgs, ray_start_argv, vllm_serve_argv
+from .launch import CONTAINER, DEFAULT_IMAGE, DEFAULT_VLLM_PORT, RAY_PORT, Node, ServeArgs, ray_start_argv, vllm_serve_argv
 from .network import choose_for
 from .parallel import parallel_map
 from .raycluster import MEMBERS_PY, judge_members, parse_members
@@ -27,7 +27,7 @@ from .recipes import Recipe, merged_flags
 from .runtime import CONTAINER_VLLM_PID, HOST_STATE_DIR, DockerRuntime, HostRuntime, NodeEnv, Runtime
 from .steps.comm import DEFAULT_PATH as COMM_ENV
 from .steps.files import remote_path
-from .transport import Transport, Unreachable, openssh_argv
+from .transport import Transport, Unreachable, openssh_argv, ssh_destination
 
 STATE_FILE = ".config/sparkcluster/serve.json"  # on the head, relative to the login user's home
 LOG_TAIL_LINES = 15
@@ -116,6 +116,7 @@ class Cluster:
         self.head = inventory.head
         self.runtime_name, self.image, self.docker_args = runtime, image, docker_args
         self.entrypoint: tuple[str, ...] | None = None
+        self.image_id: str | None = None  # the head's, once checked
         self.nodes: dict[str, Node] = {}
 
     # ---- per node ----------------------------------------------------------------------------------
@@ -177,10 +178,10 @@ class Cluster:
                                                self.each(lambda h: inspect(self.transports[h.name], self.image))))
         need = plan_copies(infos, self.head.name, self.image)
         head_info = infos[self.head.name]
-        self.entrypoint = head_info.entrypoint
+        self.entrypoint, self.image_id = head_info.entrypoint, head_info.id
         fabric = self.fabric_ips()  # from the facts, not the comm env: the image goes over the QSFP link
         for name in need:  # one at a time: the head's disk and CPU feed every copy
-            copy_from_head([*openssh_argv(self.head), self.head.address], self.image, self._user(name),
+            copy_from_head([*openssh_argv(self.head), ssh_destination(self.head)], self.image, self._user(name),
                            fabric[name], name, head_info.size, progress)
         for name in need:
             got = inspect(self.transports[name], self.image).id
@@ -238,6 +239,14 @@ class Cluster:
             return
         for host in self.hosts:  # rank 0 first: the others connect to its master port
             self._start_main(host, vllm_serve_argv(args, "native", self.nodes[host.name], nnodes), args.env)
+
+    def current(self, host: Host) -> str:
+        """Exit 0 when the node's Ray runs, and in a container of the image just checked: one started from
+        an older image is not reused."""
+        alive = self.runtime(host).alive("main")
+        if self.runtime_name != "docker" or not self.image_id:
+            return alive
+        return f"{alive} && test \"$(docker inspect -f '{{{{.Image}}}}' {CONTAINER})\" = {self.image_id}"
 
     def gone(self, launcher: str) -> str | None:
         """Why the server cannot answer any more, or None while its processes run."""
@@ -320,7 +329,7 @@ def up(cluster: Cluster, opts: ServeOptions, phases: Phases, progress: Callable[
     cluster.read_nodes()
     if opts.runtime == "docker":
         phases.run("image", lambda: cluster.sync_image(image_progress), progress)
-    if all(cluster.run(h, cluster.runtime(h).alive("main"), timeout=30).ok for h in cluster.hosts):
+    if all(cluster.run(h, cluster.current(h), timeout=30).ok for h in cluster.hosts):
         try:
             members = phases.run("ray", lambda: cluster.wait_ray(timeout=10), progress)
             return members, True  # type: ignore[return-value]

@@ -23,7 +23,7 @@ from .inventory import Inventory
 from .recipes import load_recipe
 from .serve import Cluster, Phases, ServeOptions, adopt_state, check_tp, hub_model, logs_line, serve, status, up
 from .staging import stage
-from .transport import Transport, Unreachable, openssh_argv
+from .transport import Transport, openssh_argv, ssh_destination
 from .verify import run_verify
 
 Connect = Callable[[argparse.Namespace], tuple[Inventory, dict[str, Transport], dict[str, HostFacts]]]
@@ -179,7 +179,7 @@ def cmd_logs(args: argparse.Namespace, connect: Connect) -> int:
             return EXIT_OK
     finally:
         cluster.close()
-    return _follow({h.name: [*openssh_argv(h), h.address, lines[h.name]] for h in hosts})
+    return _follow({h.name: [*openssh_argv(h), ssh_destination(h), lines[h.name]] for h in hosts})
 
 
 def _follow(argvs: dict[str, list[str]]) -> int:

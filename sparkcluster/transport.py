@@ -269,6 +269,11 @@ def _reachability_fix(host: Host) -> str:
 
 
 
+def ssh_destination(host: Host) -> str:
+    """`user@address` as the OpenSSH client needs it (without a user it would log in as the local one)."""
+    return f"{host.user}@{host.address}" if host.user else host.address
+
+
 def openssh_argv(host: Host) -> list[str]:
     """The OpenSSH client command (without the destination) for bulk copies from this machine: the same key
     and known_hosts as the Fabric connection, strict host keys, AES-GCM, no compression."""
