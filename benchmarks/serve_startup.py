@@ -59,7 +59,7 @@ def docker_runs(config: str) -> None:
     cluster = SimCluster.up(UpOptions(count=2, name="bench-serve-d"))
     try:
         assert cli(cluster.inventory_path, "bootstrap", config=config).returncode == 0
-        tar = image.build("vllm-node-ray", ray_env=ROOT / ".venv-ray")
+        tar = image.build("vllm-node", ray_env=ROOT / ".venv-ray")
         image.import_into(cluster, ["spark-1"], "vllm-node", tar)
         generate(cluster, "spark-1", "acme/tiny", 1 << 20, shards=1)
         for launcher in ("ray", "native"):

@@ -41,8 +41,9 @@ class Runtime:
         """`vllm serve` beside the head's Ray (ray launcher)."""
         raise NotImplementedError
 
-    def run_in_env(self, argv: Sequence[str], env: NodeEnv) -> str:
-        """A foreground command in the environment the serving processes see (Ray queries, the probe)."""
+    def run_in_env(self, argv: Sequence[str], env: NodeEnv, twin: bool = False) -> str:
+        """A foreground command in the environment the serving processes see (Ray queries, the probe).
+        twin: where the main process is not running, a short-lived copy of its environment may stand in."""
         raise NotImplementedError
 
     def alive(self, role: str) -> str:
@@ -73,11 +74,15 @@ class DockerRuntime(Runtime):
         inner = f"echo $$ > {CONTAINER_VLLM_PID}; exec {shlex.join(argv)} >> {CONTAINER_VLLM_LOG} 2>&1"
         return f"docker exec -d {CONTAINER} sh -c {shlex.quote(inner)}"
 
-    def run_in_env(self, argv: Sequence[str], env: NodeEnv) -> str:
-        """In the running vllm_node, or else in a short-lived container with the same flags and env."""
-        twin = docker_run_line(self.image, shell_path(env.env_file), argv, entrypoint=self.entrypoint, env=env.env,
-                               docker_args=self.docker_args, detached=False)
-        return f"if {self.alive('main')}; then docker exec -i {CONTAINER} {shlex.join(argv)}; else {twin}; fi"
+    def run_in_env(self, argv: Sequence[str], env: NodeEnv, twin: bool = False) -> str:
+        """In the running vllm_node; with `twin`, where it does not run, in a short-lived container with the
+        same flags and env (the probe before the native launcher's containers exist)."""
+        exec_line = f"docker exec -i {CONTAINER} {shlex.join(argv)}"
+        if not twin:
+            return exec_line
+        fresh = docker_run_line(self.image, shell_path(env.env_file), argv, entrypoint=self.entrypoint, env=env.env,
+                                docker_args=self.docker_args, detached=False)
+        return f"if {self.alive('main')}; then {exec_line}; else {fresh}; fi"
 
     def alive(self, role: str) -> str:
         if role == "main":
@@ -120,7 +125,7 @@ class HostRuntime(Runtime):
     def start_vllm_on_main(self, argv: Sequence[str], env: NodeEnv) -> str:
         return self._start("vllm", argv, env)
 
-    def run_in_env(self, argv: Sequence[str], env: NodeEnv) -> str:
+    def run_in_env(self, argv: Sequence[str], env: NodeEnv, twin: bool = False) -> str:
         return f"{self._enter(env)}exec {shlex.join(argv)}"
 
     def alive(self, role: str) -> str:

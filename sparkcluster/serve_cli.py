@@ -102,7 +102,7 @@ def cmd_serve(args: argparse.Namespace, connect: Connect) -> int:
                                     f"run `sparkcluster stage {model}` to see each node's state")
 
     def probe(c: Cluster) -> dict:
-        lines = {h.name: (lambda argv, h=h: c.runtime(h).run_in_env(argv, c.node_env(h))) for h in c.hosts}
+        lines = {h.name: (lambda argv, h=h: c.runtime(h).run_in_env(argv, c.node_env(h), twin=True)) for h in c.hosts}
         result = run_verify(c.inventory, c.transports, c.facts, min_busbw=opts.min_busbw, in_serving_env=lines)
         verdict = result.verdict
         say(f"  probe ({result.backend}): {verdict.status} {verdict.cause}")

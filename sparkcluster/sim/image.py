@@ -35,15 +35,15 @@ VENV_IN_IMAGE = "/opt/venv"  # a Ray environment, when the image is built with o
 IMPORT_CHANGES = ("WORKDIR /workspace", f"ENV PATH={VENV_IN_IMAGE}/bin:/usr/local/bin:/usr/bin:/bin", 'CMD ["bash"]')
 
 
-def tar_path(tag: str) -> Path:
-    return sim_root() / "images" / (re.sub(r"[^A-Za-z0-9_.-]", "_", tag) + ".tar")
+def tar_path(tag: str, with_ray: bool = False) -> Path:
+    return sim_root() / "images" / (re.sub(r"[^A-Za-z0-9_.-]", "_", tag) + ("+ray" if with_ray else "") + ".tar")
 
 
 def build(tag: str = DEFAULT_TAG, rebuild: bool = False, ray_env: Path | None = None) -> Path:
     """Write the rootfs tar for `tag` (cached; about 1 s to build, a few more with Ray) and return its path.
     `ray_env`: a virtual environment made with Debian's /usr/bin/python3 and holding ray[default]; it
     becomes /opt/venv, first on the image's PATH, so the image runs a real Ray."""
-    out = tar_path(tag)
+    out = tar_path(tag, with_ray=ray_env is not None)
     if out.exists() and not rebuild:
         return out
     if ray_env is not None:
@@ -100,7 +100,8 @@ def _elf_files(root: Path) -> list[Path]:
 
 def _add_venv(tar: tarfile.TarFile, env: Path, added: set[str]) -> None:
     """The environment under /opt/venv; its scripts' `#!<env>/bin/python` lines are rewritten to match."""
-    old_shebang = f"#!{env}/bin/".encode()
+    # pip wrote the absolute path it was given when the venv was made: match both spellings.
+    old_shebangs = {f"#!{os.path.abspath(env)}/bin/".encode(), f"#!{os.path.realpath(env)}/bin/".encode()}
     for dirpath, dirnames, filenames in os.walk(env):
         dirnames[:] = [d for d in dirnames if d != "__pycache__"]
         rel_dir = Path(VENV_IN_IMAGE[1:]) / Path(dirpath).relative_to(env)
@@ -114,8 +115,10 @@ def _add_venv(tar: tarfile.TarFile, env: Path, added: set[str]) -> None:
                 tar.addfile(info)
             elif path.is_file():
                 data = path.read_bytes()
-                if data.startswith(old_shebang):
-                    data = f"#!{VENV_IN_IMAGE}/bin/".encode() + data[len(old_shebang):]
+                for old in old_shebangs:
+                    if data.startswith(old):
+                        data = f"#!{VENV_IN_IMAGE}/bin/".encode() + data[len(old):]
+                        break
                 _add_bytes(tar, arcname, data, path.stat().st_mode & 0o7777)
 
 

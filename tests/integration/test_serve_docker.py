@@ -17,6 +17,7 @@ import pytest
 from sparkcluster.readiness import http
 from sparkcluster.sim import SimCluster, UpOptions
 from sparkcluster.sim import image
+from sparkcluster.sim.fakemodel import generate
 from tests.helpers import bootstrapped, require_sim, run_cli, ssh, unique_name
 
 pytestmark = [pytest.mark.sim, pytest.mark.docker, pytest.mark.slow]
@@ -25,30 +26,25 @@ TAG = "vllm-node"
 MODEL = "acme/tiny"
 
 
-def _cluster(count: int, tag: str, config: Path) -> SimCluster:
+def _cluster(count: int, tag: str, config: Path) -> Iterator[SimCluster]:
+    """A bootstrapped cluster whose head alone holds the test image and a small model."""
     require_sim(docker=True)
     if not (RAY_ENV / "bin" / "ray").exists():
         pytest.fail(f"{RAY_ENV} is missing: run scripts/setup.sh")
     c = SimCluster.up(UpOptions(count=count, name=unique_name(tag)))
     try:
         bootstrapped(c, config)
-        tar = image.build(f"{TAG}-ray", ray_env=RAY_ENV)  # cached across tests and runs
+        tar = image.build(TAG, ray_env=RAY_ENV)  # cached across tests and runs
         image.import_into(c, ["spark-1"], TAG, tar)  # only the head: serve must copy it to the others
-        from sparkcluster.sim.fakemodel import generate
         generate(c, "spark-1", MODEL, 1 << 20, shards=1)
-    except BaseException:
+        yield c
+    finally:
         c.down()
-        raise
-    return c
 
 
 @pytest.fixture(scope="module")
 def two(tmp_path_factory) -> Iterator[SimCluster]:
-    c = _cluster(2, "serve2", tmp_path_factory.mktemp("cfg"))
-    try:
-        yield c
-    finally:
-        c.down()
+    yield from _cluster(2, "serve2", tmp_path_factory.mktemp("cfg"))
 
 
 def sc(c: SimCluster, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
@@ -69,8 +65,9 @@ def container_env(c: SimCluster, host: str) -> dict[str, str]:
 
 
 def running_anywhere(c: SimCluster) -> list[str]:
-    return [h.name for h in c.topology.hosts
-            if ssh(c, h.name, "docker ps -q --filter name=vllm_node", check=False).stdout.strip()]
+    """The powered-on hosts where a vllm_node container runs."""
+    return [h.name for h in c.topology.hosts if c.is_running(h)
+            and ssh(c, h.name, "docker ps -q --filter name=vllm_node", check=False).stdout.strip()]
 
 
 def test_two_nodes_reproduce_eugrs_container_and_serve(two):
@@ -236,24 +233,15 @@ def test_a_node_powered_off_during_bring_up(two):
         assert process.wait(timeout=180) == 1
         err = " ".join((" ".join(lines) + rest).split())
         assert "spark-2" in err, err
-        assert running_anywhere_reachable(two) == []
+        assert running_anywhere(two) == []
     finally:
         process.kill()
         two.boot("spark-2")
 
 
-def running_anywhere_reachable(c: SimCluster) -> list[str]:
-    return [h.name for h in c.topology.hosts if c.is_running(h)
-            and ssh(c, h.name, "docker ps -q --filter name=vllm_node", check=False).stdout.strip()]
-
-
 @pytest.fixture(scope="module")
 def four(tmp_path_factory) -> Iterator[SimCluster]:
-    c = _cluster(4, "serve4", tmp_path_factory.mktemp("cfg"))
-    try:
-        yield c
-    finally:
-        c.down()
+    yield from _cluster(4, "serve4", tmp_path_factory.mktemp("cfg"))
 
 
 def test_four_nodes_and_tp_must_match_the_selection(four):
