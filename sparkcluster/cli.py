@@ -60,9 +60,12 @@ def _transports(inventory: Inventory, args: argparse.Namespace) -> dict[str, Tra
             for h in inventory.hosts}
 
 
-def _connected(args: argparse.Namespace) -> tuple[Inventory, dict[str, Transport], dict]:
-    """Inventory, transports and the facts of every node; an unreachable node is an error naming it."""
+def _connected(args: argparse.Namespace, check: Callable[[Inventory], None] = lambda inventory: None
+               ) -> tuple[Inventory, dict[str, Transport], dict]:
+    """Inventory, transports and the facts of every node; an unreachable node is an error naming it.
+    `check` sees the inventory before anything connects."""
     inventory = _inventory(args)
+    check(inventory)
     transports = _transports(inventory, args)
     gathered = gather_all(transports, args.forks)
     down = [f"{n}: {v.message}" for n, v in gathered.items() if isinstance(v, Unreachable)]

@@ -173,12 +173,17 @@ class Cluster:
                          if cidr.split("/")[0] != fabric[h.name]] + [h.address] for h in self.hosts}
 
     # ---- image ---------------------------------------------------------------------------------------
-    def sync_image(self, progress: Callable[[str, int, int], None]) -> list[str]:
+    def image_plan(self) -> tuple[ImageInfo, list[str]]:
+        """The head's image and the nodes that need it copied; remembers its ID and entrypoint."""
         infos: dict[str, ImageInfo] = dict(zip((h.name for h in self.hosts),
                                                self.each(lambda h: inspect(self.transports[h.name], self.image))))
         need = plan_copies(infos, self.head.name, self.image)
         head_info = infos[self.head.name]
         self.entrypoint, self.image_id = head_info.entrypoint, head_info.id
+        return head_info, need
+
+    def sync_image(self, progress: Callable[[str, int, int], None]) -> list[str]:
+        head_info, need = self.image_plan()
         fabric = self.fabric_ips()  # from the facts, not the comm env: the image goes over the QSFP link
         for name in need:  # one at a time: the head's disk and CPU feed every copy
             copy_from_head([*openssh_argv(self.head), ssh_destination(self.head)], self.image, self._user(name),
@@ -204,41 +209,35 @@ class Cluster:
                                     f"see `sparkcluster logs --node {self.head.name}`")
         return parse_members(result.stdout)
 
-    def start_ray(self, recipe_env: Mapping[str, str]) -> None:
-        def start(host: Host) -> None:
+    def ray_lines(self, recipe_env: Mapping[str, str]) -> dict[str, str]:
+        """node -> the line that starts its Ray (eugr's `ray start`, detached)."""
+        lines = {}
+        for host in self.hosts:
             gpus = host.vars.get("ray_num_gpus")
             argv = ray_start_argv(self.nodes[host.name], int(gpus) if gpus is not None else None)
-            self._start_main(host, argv, recipe_env)
-        start(self.head)
-        parallel_map(start, self.hosts[1:], workers=max(1, len(self.hosts) - 1), on_abort=self.close)
+            lines[host.name] = self.runtime(host).start_main(argv, self.node_env(host, recipe_env))
+        return lines
 
-    def _start_main(self, host: Host, argv: list[str], env: Mapping[str, str]) -> None:
-        result = self.run(host, self.runtime(host).start_main(argv, self.node_env(host, env)))
-        if not result.ok:
-            raise SparkclusterError(f"starting {argv[0]} {argv[1]} on {host.name} failed (exit {result.exit_code}): "
-                                    f"{result.stderr_tail(3)}", _start_fix(self.runtime_name, self.image))
-
-    def wait_ray(self, timeout: float) -> list:
-        members = self.ray_members(len(self.hosts), timeout)
-        problems = judge_members(members, self.fabric_ips(), self.other_ips())
-        if problems:
-            raise SparkclusterError("the Ray cluster is not up as it must be:\n  " + "\n  ".join(problems),
-                                    "fix the named nodes and run the command again (nothing was left running)")
-        return members
-
-    # ---- vLLM ----------------------------------------------------------------------------------------
-    def launch_vllm(self, launcher: str, args: ServeArgs) -> None:
+    def vllm_lines(self, launcher: str, args: ServeArgs) -> dict[str, str]:
+        """node -> the line that starts its vLLM: the head's only with Ray, every node's (rank order) without."""
         nnodes = len(self.hosts)
         if launcher == "ray":
             argv = vllm_serve_argv(args, "ray", self.nodes[self.head.name], nnodes)
-            line = self.runtime(self.head).start_vllm_on_main(argv, self.node_env(self.head, args.env))
-            result = self.run(self.head, line)
+            return {self.head.name: self.runtime(self.head).start_vllm_on_main(argv, self.node_env(self.head, args.env))}
+        return {h.name: self.runtime(h).start_main(vllm_serve_argv(args, "native", self.nodes[h.name], nnodes),
+                                                   self.node_env(h, args.env)) for h in self.hosts}
+
+    def start(self, lines: Mapping[str, str], what: str) -> None:
+        """Run start lines: the head's first (the others connect to it), then the rest in parallel."""
+        def one(host: Host) -> None:
+            result = self.run(host, lines[host.name])
             if not result.ok:
-                raise SparkclusterError(f"starting vLLM on {self.head.name} failed: {result.stderr_tail(3)}",
-                                        f"see `sparkcluster logs --node {self.head.name}`")
-            return
-        for host in self.hosts:  # rank 0 first: the others connect to its master port
-            self._start_main(host, vllm_serve_argv(args, "native", self.nodes[host.name], nnodes), args.env)
+                raise SparkclusterError(f"starting {what} on {host.name} failed (exit {result.exit_code}): "
+                                        f"{result.stderr_tail(3)}", _start_fix(self.runtime_name, self.image))
+        hosts = [h for h in self.hosts if h.name in lines]
+        one(hosts[0])
+        if hosts[1:]:
+            parallel_map(one, hosts[1:], workers=len(hosts) - 1, on_abort=self.close)
 
     def current(self, host: Host) -> str:
         """Exit 0 when the node's Ray runs, and in a container of the image just checked: one started from
@@ -338,7 +337,7 @@ def up(cluster: Cluster, opts: ServeOptions, phases: Phases, progress: Callable[
     cluster.stop_everywhere()
     try:
         def bring_up() -> list:
-            cluster.start_ray(opts.recipe.env)
+            cluster.start(cluster.ray_lines(opts.recipe.env), "Ray")
             return cluster.wait_ray(opts.up_timeout)
         members = phases.run("ray", bring_up, progress)
     except BaseException:
@@ -371,7 +370,7 @@ def serve(cluster: Cluster, opts: ServeOptions, *, progress: Callable[[str], Non
         verdict = None
         if opts.verify:
             verdict = phases.run("verify", lambda: run_probe(cluster), progress)
-        phases.run("launch", lambda: cluster.launch_vllm(opts.launcher, args), progress)
+        phases.run("launch", lambda: cluster.start(cluster.vllm_lines(opts.launcher, args), "vLLM"), progress)
         base = f"http://{cluster.head.address}:{args.port}"
         ready: Readiness = phases.run(  # type: ignore[assignment]
             "ready", lambda: wait_ready(base, args.served_name or args.model, opts.ready_timeout,
@@ -402,6 +401,25 @@ def _stop_vllm_line(cluster: Cluster) -> str:
             f"while kill -0 $p 2>/dev/null; do sleep 0.2; done && sleep 5; rm -f {d}/vllm.pid; true")
 
 
+def plan(cluster: Cluster, opts: ServeOptions) -> dict:
+    """What serve would do, changing nothing (--check): the image copies and every node's command lines."""
+    args = opts.serve_args()
+    cluster.read_nodes()
+    doc: dict = {"runtime": opts.runtime, "launcher": opts.launcher, "model": args.model, "image_copies": []}
+    if opts.runtime == "docker":
+        head_info, need = cluster.image_plan()
+        doc["image"] = {"name": opts.image, "id": head_info.id}
+        doc["image_copies"] = [{"node": n, "over": cluster.fabric_ips()[n]} for n in need]
+    commands: dict[str, list[str]] = {h.name: [] for h in cluster.hosts}
+    if opts.launcher == "ray":
+        for name, line in cluster.ray_lines(opts.recipe.env).items():
+            commands[name].append(line)
+    for name, line in cluster.vllm_lines(opts.launcher, args).items():
+        commands[name].append(line)
+    doc["commands"] = commands
+    return doc
+
+
 def hub_model(model: str) -> ModelRef | None:
     """A Hugging Face repo id is staged first; a path inside the container or node is taken as it is."""
     if model.startswith(("/", ".", "~")):
@@ -423,8 +441,10 @@ def status(cluster: Cluster) -> dict:
         runtime = cluster.runtime(host)
         entry = nodes[host.name]
         entry["fabric_ip"] = cluster.nodes[host.name].ip
+        roles = ["main"] + (["vllm"] if serving and launcher == "ray" and host.name == cluster.head.name else [])
         try:
-            entry["main"] = "running" if cluster.run(host, runtime.alive("main"), timeout=30).ok else "stopped"
+            for role in roles:
+                entry[role] = "running" if cluster.run(host, runtime.alive(role), timeout=30).ok else "stopped"
         except Unreachable as e:
             entry["main"] = f"unreachable: {e.message}"
     ray: dict = {}

@@ -21,12 +21,12 @@ from .facts import HostFacts
 from .hfcache import ModelRef
 from .inventory import Inventory
 from .recipes import load_recipe
-from .serve import Cluster, Phases, ServeOptions, adopt_state, check_tp, hub_model, logs_line, serve, status, up
+from .serve import Cluster, Phases, ServeOptions, adopt_state, check_tp, hub_model, logs_line, plan, serve, status, up
 from .staging import stage
 from .transport import Transport, openssh_argv, ssh_destination
 from .verify import run_verify
 
-Connect = Callable[[argparse.Namespace], tuple[Inventory, dict[str, Transport], dict[str, HostFacts]]]
+Connect = Callable[..., tuple[Inventory, dict[str, Transport], dict[str, HostFacts]]]
 console = Console()
 err_console = Console(stderr=True)
 
@@ -62,8 +62,8 @@ def _image_progress(say: Callable[[str], None]) -> Callable[[str, int, int], Non
     return report
 
 
-def _cluster(args: argparse.Namespace, connect: Connect) -> Cluster:
-    inventory, transports, facts = connect(args)
+def _cluster(args: argparse.Namespace, connect: Connect, check=lambda inventory: None) -> Cluster:
+    inventory, transports, facts = connect(args, check)
     return Cluster(inventory, transports, facts, args.runtime, args.image, tuple(args.docker_arg or ()))
 
 
@@ -72,7 +72,6 @@ def cmd_up(args: argparse.Namespace, connect: Connect) -> int:
     cluster = _cluster(args, connect)
     say = _say(args)
     try:
-        check_tp(None, cluster.inventory)
         phases = Phases()
         members, reused = up(cluster, opts, phases, lambda p: say(f"{p} ..."), _image_progress(say))
     finally:
@@ -90,9 +89,16 @@ def cmd_up(args: argparse.Namespace, connect: Connect) -> int:
 def cmd_serve(args: argparse.Namespace, connect: Connect) -> int:
     opts = options(args)
     hub_model(opts.serve_args().model)  # a bad model or a recipe without one fails before any connection
-    cluster = _cluster(args, connect)
+    cluster = _cluster(args, connect, lambda inventory: check_tp(opts.tp, inventory))  # before connecting
     say = _say(args)
     opts = dataclasses.replace(opts, tp=check_tp(opts.tp, cluster.inventory))
+    if args.check:
+        try:
+            doc = plan(cluster, opts)
+        finally:
+            cluster.close()
+        _print_plan(doc, args.json)
+        return EXIT_OK
 
     def stage_model(model: ModelRef) -> None:
         result = stage(cluster.inventory, cluster.transports, cluster.facts, model)
@@ -129,6 +135,20 @@ def cmd_serve(args: argparse.Namespace, connect: Connect) -> int:
     return EXIT_OK
 
 
+def _print_plan(doc: dict, as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(doc, indent=2))
+        return
+    console.print(f"would serve {escape(doc['model'])} ({doc['runtime']}, {doc['launcher']}); nothing was changed",
+                  highlight=False)
+    for copy in doc["image_copies"]:
+        console.print(f"  copy image {escape(doc['image']['name'])} to {copy['node']} over {copy['over']}",
+                      highlight=False)
+    for node, lines in doc["commands"].items():
+        for line in lines:
+            console.print(f"  {node}: {line}", highlight=False, markup=False, soft_wrap=True)
+
+
 def cmd_status(args: argparse.Namespace, connect: Connect) -> int:
     cluster = _cluster(args, connect)
     try:
@@ -140,7 +160,8 @@ def cmd_status(args: argparse.Namespace, connect: Connect) -> int:
     else:
         _status_table(doc)
     server = doc.get("server") or {}
-    healthy = (not doc.get("ray", {}).get("problems") and all(n.get("main") == "running" for n in doc["nodes"].values())
+    processes = [state for node in doc["nodes"].values() for role, state in node.items() if role in ("main", "vllm")]
+    healthy = (not doc.get("ray", {}).get("problems") and all(state == "running" for state in processes)
                and (not server or server.get("health") == 200))
     return EXIT_OK if doc.get("state") and healthy else EXIT_FAILED
 
@@ -152,7 +173,8 @@ def _status_table(doc: dict) -> None:
     table = Table("node", "fabric ip", state.get("runtime", "process"), "ray", "gpus")
     for name, node in doc["nodes"].items():
         ray = node.get("ray") or {}
-        table.add_row(name, node.get("fabric_ip", "?"), escape(node.get("main", "?")),
+        process = node.get("main", "?") + (f", vLLM {node['vllm']}" if "vllm" in node else "")
+        table.add_row(name, node.get("fabric_ip", "?"), escape(process),
                       (ray.get("address") or "not a member") if ray else "-", f"{ray.get('gpus', 0):g}" if ray else "-")
     console.print(table)
     for problem in (doc.get("ray") or {}).get("problems", []):
@@ -255,6 +277,8 @@ def add_parsers(commands, connecting: Callable[..., argparse.ArgumentParser], wi
     s.add_argument("--allow-fallback", action="store_true",
                    help="serve even when the probe finds NCCL off RDMA (socket or management network)")
     s.add_argument("--min-busbw", type=float, help="bus bandwidth the probe needs, GB/s")
+    s.add_argument("--check", action="store_true",
+                   help="show the image copies and every node's command lines; start nothing")
     s.epilog = "extra vLLM flags go after --, replacing the recipe's flags of the same name"
     wire(s, cmd_serve)
 

@@ -70,6 +70,18 @@ def running_anywhere(c: SimCluster) -> list[str]:
             and ssh(c, h.name, "docker ps -q --filter name=vllm_node", check=False).stdout.strip()]
 
 
+def test_check_shows_the_plan_and_starts_nothing(two):
+    result = serve(two, "--check", "--json")
+    assert result.returncode == 0, result.stderr
+    doc = json.loads(result.stdout)
+    head, worker = two.topology.hosts
+    assert doc["image_copies"] == [{"node": "spark-2", "over": worker.fabric_ips[0]}]
+    assert f"ray start --block --address={head.fabric_ips[0]}:6379" in doc["commands"]["spark-2"][0]
+    assert "vllm serve acme/tiny --tensor-parallel-size 2" in doc["commands"]["spark-1"][1]
+    assert running_anywhere(two) == []
+    assert ssh(two, worker.name, f"docker image inspect {TAG}", check=False).returncode != 0  # not copied
+
+
 def test_two_nodes_reproduce_eugrs_container_and_serve(two):
     result = serve(two, "--json")
     assert result.returncode == 0, result.stderr
