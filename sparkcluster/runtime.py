@@ -53,6 +53,10 @@ class Runtime:
     def logs(self, role: str, lines: int, follow: bool) -> str:
         raise NotImplementedError
 
+    def stop_vllm(self) -> str:
+        """Stop the `vllm serve` started beside Ray, and wait until it is gone (Ray stays up)."""
+        raise NotImplementedError
+
     def stop_all(self) -> str:
         """Stop whatever serving ran here, idempotently; prints one word per stopped thing."""
         raise NotImplementedError
@@ -95,6 +99,11 @@ class DockerRuntime(Runtime):
             return f"docker logs --tail {lines}{f} {CONTAINER} 2>&1"
         return f"docker exec {CONTAINER} tail -n {lines}{f} {CONTAINER_VLLM_LOG}"
 
+    def stop_vllm(self) -> str:
+        inner = (f"p=$(cat {CONTAINER_VLLM_PID} 2>/dev/null) && kill $p 2>/dev/null; "
+                 "while kill -0 $p 2>/dev/null; do sleep 0.2; done; true")
+        return f"docker exec {CONTAINER} sh -c {shlex.quote(inner)}"
+
     def stop_all(self) -> str:
         return (f"if docker inspect {CONTAINER} >/dev/null 2>&1; then docker stop -t {STOP_GRACE_S} {CONTAINER} "
                 f">/dev/null 2>&1; docker rm -f {CONTAINER} >/dev/null 2>&1; echo container; fi; "
@@ -133,6 +142,11 @@ class HostRuntime(Runtime):
 
     def logs(self, role: str, lines: int, follow: bool) -> str:
         return f"tail -n {lines}{' -f' if follow else ''} {shell_path(HOST_STATE_DIR)}/{role}.log"
+
+    def stop_vllm(self) -> str:
+        d = shell_path(HOST_STATE_DIR)
+        return (f"p=$(cat {d}/vllm.pid 2>/dev/null) && kill -TERM -- -$p 2>/dev/null && "
+                f"while kill -0 $p 2>/dev/null; do sleep 0.2; done; rm -f {d}/vllm.pid; true")
 
     def stop_all(self) -> str:
         d = shell_path(HOST_STATE_DIR)

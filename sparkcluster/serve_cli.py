@@ -21,7 +21,9 @@ from .facts import HostFacts
 from .hfcache import ModelRef
 from .inventory import Inventory
 from .recipes import load_recipe
-from .serve import Cluster, Phases, ServeOptions, adopt_state, check_tp, hub_model, logs_line, plan, serve, status, up
+from .serve import Phases, ServeOptions, check_tp, hub_model, plan, serve, up
+from .servestatus import adopt_state, logs_line, status
+from .servingnodes import Cluster
 from .staging import stage
 from .transport import Transport, openssh_argv, ssh_destination
 from .verify import run_verify
