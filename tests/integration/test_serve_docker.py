@@ -142,6 +142,9 @@ def test_two_nodes_reproduce_eugrs_container_and_serve(two):
     assert json.loads(again.stdout)["reused_ray"] is True
     assert http(f"http://{head.mgmt_ip}:8000/v1/models")[1].count('"tiny"') == 1
 
+    logs = sc(two, "logs", "-n", "20")
+    assert logs.returncode == 0 and "== spark-2 ==" in logs.stdout and "Starting vLLM API server" in logs.stdout
+
     down = sc(two, "down", "--json")
     assert down.returncode == 0, down.stderr
     assert running_anywhere(two) == []
