@@ -27,10 +27,10 @@ echo; echo "== verify: which network really carries the collectives (gloo on thi
 $SC verify "$INVENTORY"
 
 echo; echo "== serve, eugr's setup: a vllm_node container per node running Ray, vllm serve --tp 2 in the head's"
-echo "   (the test image carries a real Ray and a stand-in for the GPU-only vLLM; the image starts on the head"
-echo "   only, and serve copies it to the worker over the fabric; the probe needs torch, which this image lacks)"
+echo "   (the test image carries a real Ray, PyTorch for the probe and a stand-in for the GPU-only vLLM; it"
+echo "   starts on the head only, and serve copies it to the worker over the fabric)"
 $SC sim image --name "$NAME" --hosts spark-1 --ray-env .venv-ray
-$SC serve -i "$INVENTORY" --model acme/demo-1b --no-verify
+$SC serve -i "$INVENTORY" --model acme/demo-1b
 $SC status -i "$INVENTORY"
 $SC sim ssh spark-2 --name "$NAME" -- "docker inspect vllm_node --format '{{.Config.Cmd}}'; docker exec vllm_node env | grep -E '^(VLLM_HOST_IP|NCCL_IB_HCA|NCCL_SOCKET_IFNAME)='"
 $SC down -i "$INVENTORY"

@@ -28,10 +28,11 @@ fi
 # A Ray environment made with Debian's python3, which `sparkcluster sim image --ray-env .venv-ray` copies into
 # the simulated cluster's test image: the image's interpreter is Debian's, so the venv must be built on it.
 RAY_VERSION=2.60.0
-if ! .venv-ray/bin/python -c "import ray, aiohttp; assert ray.__version__ == '$RAY_VERSION'" 2>/dev/null; then
-  echo "setup: installing ray[default]==$RAY_VERSION in .venv-ray (for the test image)"
+# With PyTorch (CPU) too: the probe runs inside the containers, as it does in a vLLM image.
+if ! .venv-ray/bin/python -c "import ray, aiohttp, torch; assert ray.__version__ == '$RAY_VERSION'" 2>/dev/null; then
+  echo "setup: installing ray[default]==$RAY_VERSION and torch in .venv-ray (for the test image)"
   rm -rf .venv-ray
   /usr/bin/python3 -m venv .venv-ray
-  .venv-ray/bin/python -m pip install -q --disable-pip-version-check "ray[default]==$RAY_VERSION"
+  .venv-ray/bin/python -m pip install -q --disable-pip-version-check "ray[default]==$RAY_VERSION" torch==2.13.0
 fi
 echo "setup: ready ($(.venv/bin/sparkcluster --version))"

@@ -275,7 +275,8 @@ def cmd_sim_image(args: argparse.Namespace) -> int:
     hosts = args.hosts.split(",") if args.hosts else [h.name for h in cluster.topology.hosts]
     for h in hosts:
         cluster.host(h)  # unknown names fail before anything is built
-    tar = image.build(args.tag, rebuild=args.rebuild, ray_env=Path(args.ray_env) if args.ray_env else None)
+    tar = image.build(args.tag, rebuild=args.rebuild, ray_env=Path(args.ray_env) if args.ray_env else None,
+                      with_torch=args.torch)
     image.import_into(cluster, hosts, args.tag, tar)
     console.print(f"image [bold]{args.tag}[/bold] ({tar.stat().st_size / 1e6:.0f} MB) imported on {', '.join(hosts)}")
     return EXIT_OK
@@ -418,6 +419,8 @@ def build_parser() -> argparse.ArgumentParser:
     img.add_argument("--rebuild", action="store_true")
     img.add_argument("--ray-env", metavar="VENV",
                      help="a venv made with /usr/bin/python3 holding ray[default]: the image then runs a real Ray")
+    img.add_argument("--torch", action=argparse.BooleanOptionalAction, default=True,
+                     help="keep PyTorch from the Ray venv (the probe needs it; --no-torch: a 3x smaller image)")
     img.set_defaults(func=cmd_sim_image)
     return parser
 

@@ -15,7 +15,7 @@ from .inventory import Host, Inventory
 from .launch import CONTAINER, DEFAULT_IMAGE, RAY_PORT, Node, ServeArgs, ray_start_argv, vllm_serve_argv
 from .network import choose_for
 from .parallel import parallel_map
-from .raycluster import MEMBERS_PY, parse_members
+from .raycluster import MEMBERS_PY, judge_members, parse_members
 from .runtime import DockerRuntime, HostRuntime, NodeEnv, Runtime
 from .steps.comm import DEFAULT_PATH as COMM_ENV
 from .steps.files import remote_path
@@ -127,6 +127,15 @@ class Cluster:
                                     f"{result.stderr_tail(3) or result.stdout.strip()[-300:]}",
                                     f"see `sparkcluster logs --node {self.head.name}`")
         return parse_members(result.stdout)
+
+    def wait_ray(self, timeout: float) -> list:
+        """Ray's members once every node joined (or the deadline passed), judged: an error names each problem."""
+        members = self.ray_members(len(self.hosts), timeout)
+        problems = judge_members(members, self.fabric_ips(), self.other_ips())
+        if problems:
+            raise SparkclusterError("the Ray cluster is not up as it must be:\n  " + "\n  ".join(problems),
+                                    "fix the named nodes and run the command again (nothing was left running)")
+        return members
 
     def ray_lines(self, recipe_env: Mapping[str, str]) -> dict[str, str]:
         """node -> the line that starts its Ray (eugr's `ray start`, detached)."""

@@ -23,6 +23,7 @@ from tests.helpers import bootstrapped, require_sim, run_cli, ssh, unique_name
 pytestmark = [pytest.mark.sim, pytest.mark.docker, pytest.mark.slow]
 RAY_ENV = Path(__file__).resolve().parents[2] / ".venv-ray"
 TAG = "vllm-node"
+PROBE_TAG = "vllm-node:probe"  # the same image with PyTorch
 MODEL = "acme/tiny"
 
 
@@ -34,7 +35,7 @@ def _cluster(count: int, tag: str, config: Path) -> Iterator[SimCluster]:
     c = SimCluster.up(UpOptions(count=count, name=unique_name(tag)))
     try:
         bootstrapped(c, config)
-        tar = image.build(TAG, ray_env=RAY_ENV)  # cached across tests and runs
+        tar = image.build(TAG, ray_env=RAY_ENV, with_torch=False)  # cached; without torch: 3x faster to copy
         image.import_into(c, ["spark-1"], TAG, tar)  # only the head: serve must copy it to the others
         generate(c, "spark-1", MODEL, 1 << 20, shards=1)
         yield c
@@ -151,6 +152,31 @@ def test_two_nodes_reproduce_eugrs_container_and_serve(two):
     assert http(f"http://{head.mgmt_ip}:8000/health")[0] == 0
     again = sc(two, "down", "--json")  # idempotent
     assert again.returncode == 0 and set(json.loads(again.stdout)["stopped"].values()) == {""}
+
+
+def test_the_probe_runs_inside_the_containers_and_a_fallback_is_refused(two, tmp_path):
+    """The image with PyTorch: the probe runs in the running vllm_node containers, in their env."""
+    image.import_into(two, ["spark-1"], PROBE_TAG, image.build(TAG, ray_env=RAY_ENV, with_torch=True))
+    head, worker = two.topology.hosts
+    try:
+        result = sc(two, "serve", "--model", MODEL, "--image", PROBE_TAG, "--json", "--ready-timeout", "60")
+        assert result.returncode == 0, result.stderr
+        doc = json.loads(result.stdout)
+        assert doc["verify"]["backend"] == "gloo" and doc["verify"]["verdict"]["status"] == "PASS"
+        assert doc["verify"]["carried_by"]["spark-2"] == [f"enp1s0f1np1 {worker.fabric_ips[0]} -> {head.fabric_ips[0]}"]
+    finally:
+        assert sc(two, "down").returncode == 0
+    misbind = "sed -i 's/^GLOO_SOCKET_IFNAME=.*/GLOO_SOCKET_IFNAME=enP7s7/' ~/.config/sparkcluster/comm.env"
+    for host in ("spark-1", "spark-2"):
+        ssh(two, host, misbind)
+    try:
+        refused = sc(two, "serve", "--model", MODEL, "--image", PROBE_TAG, "--ready-timeout", "60")
+        err = " ".join(refused.stderr.split())
+        assert refused.returncode == 1, err
+        assert "refusing to serve: the NCCL probe found a fallback" in err and "enP7s7" in err
+        assert running_anywhere(two) == []
+    finally:
+        bootstrapped(two, tmp_path)  # rewrites the comm env
 
 
 def test_killing_the_cli_leaves_the_model_serving(two):
