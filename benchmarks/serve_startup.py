@@ -2,8 +2,8 @@
 share of it spent in each phase (image check and copy, Ray bring-up, NCCL probe, vLLM launch, readiness).
 
 Two runtimes, each with both launchers, each from a stopped cluster:
-- docker: the vllm_node containers with a real Ray and the test image's stand-in vLLM (the first run also
-  copies the 580 MB image to the worker over the fabric; the second finds it there);
+- docker: the vllm_node containers with a real Ray, PyTorch for the probe and the test image's stand-in vLLM
+  (the first run also copies the 1.1 GB image to the worker over the fabric; the second finds it there);
 - host: a real vLLM (CPU build, .venv-vllm from scripts/setup-vllm.sh) serving a tiny Llama, with the probe.
 
 Run as root:  .venv/bin/python benchmarks/serve_startup.py
@@ -63,8 +63,7 @@ def docker_runs(config: str) -> None:
         image.import_into(cluster, ["spark-1"], "vllm-node", tar)
         generate(cluster, "spark-1", "acme/tiny", 1 << 20, shards=1)
         for launcher in ("ray", "native"):
-            wall, doc = timed_serve(cluster.inventory_path, ["--model", "acme/tiny", "--launcher", launcher,
-                                                             "--no-verify"], config)
+            wall, doc = timed_serve(cluster.inventory_path, ["--model", "acme/tiny", "--launcher", launcher], config)
             report(f"docker/{launcher} (stand-in vLLM)", wall, doc)
     finally:
         cluster.down()
