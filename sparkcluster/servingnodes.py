@@ -19,7 +19,7 @@ from .raycluster import MEMBERS_PY, judge_members, parse_members
 from .runtime import DockerRuntime, HostRuntime, NodeEnv, Runtime
 from .steps.comm import DEFAULT_PATH as COMM_ENV
 from .steps.files import remote_path
-from .transport import Transport, Unreachable, openssh_argv, ssh_destination
+from .transport import Result, Transport, Unreachable, openssh_argv, ssh_destination
 
 STATE_FILE = ".config/sparkcluster/serve.json"  # on the head, relative to the login user's home
 LOG_TAIL_LINES = 15
@@ -56,7 +56,7 @@ class Cluster:
         env.update(extra or {})
         return NodeEnv(str(host.vars.get("comm_env_path", COMM_ENV)), env)
 
-    def run(self, host: Host, line: str, timeout: float = 120) -> object:
+    def run(self, host: Host, line: str, timeout: float = 120) -> Result:
         return self.transports[host.name].run(Command(line, timeout=timeout))
 
     def each(self, fn: Callable[[Host], object]) -> list:
