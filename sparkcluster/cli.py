@@ -16,19 +16,21 @@ from rich.console import Console
 from rich.markup import escape
 
 from . import __version__
-from .errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, SparkclusterError, UsageError
-from .events import RunFinished
-from .facts import gather_all
-from .inventory import Inventory, find_inventory, load_inventory, record_last_used
-from .playbook import Playbook, bundled, load_playbook
-from .report import facts_table, make_reporter, verify_render
-from .runner import DEFAULT_FORKS, Runner
-from .transport import Transport, Unreachable
-from . import serve_cli
-from .hfcache import ModelRef
-from .staging import stage, stage_status
-from .verify import run_verify
-from . import nccl, stage_render
+from .engine.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, SparkclusterError, UsageError
+from .engine.events import RunFinished
+from .engine.facts import gather_all
+from .engine.inventory import Inventory, find_inventory, load_inventory, record_last_used
+from .engine.report import facts_table, make_reporter
+from .engine.runner import DEFAULT_FORKS, Runner
+from .engine.transport import Transport, Unreachable
+from .serving import commands as serve_cli
+from .engine.modelref import ModelRef
+from .staging.chain import stage, stage_status
+from .nccl.verify import run_verify
+from .nccl import report as nccl_report
+from . import stepcatalog
+from .engine.playbook import Playbook
+from .staging import render as stage_render
 from .sim import render as sim_render
 from .sim.cluster import DEFAULT_DRIVER, DEFAULT_LAN_RATE, DEFAULT_NAME, DEFAULT_USER, SimCluster, UpOptions
 
@@ -147,12 +149,12 @@ def cmd_verify(args: argparse.Namespace) -> int:
         _print_json({"backend": result.backend, "verdict": dataclasses.asdict(result.verdict),
                      "rows": [dataclasses.asdict(r) for r in result.rows], "carried_by": result.carried_by})
     else:
-        verify_render(console, result)
+        nccl_report.render_verify(console, result)
     return EXIT_FAILED if result.verdict.status == "FAIL" else EXIT_OK
 
 
 def cmd_nccl_report(args: argparse.Namespace) -> int:
-    code, text = nccl.report(args.logfiles, json_output=args.json, min_busbw=args.min_busbw)
+    code, text = nccl_report.report(args.logfiles, json_output=args.json, min_busbw=args.min_busbw)
     print(text)
     return code
 
@@ -176,14 +178,14 @@ def run_playbook(playbook: Playbook, inventory: Inventory, args: argparse.Namesp
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    playbook = load_playbook(args.playbook)  # all input is validated before any connection
+    playbook = stepcatalog.load(args.playbook)  # all input is validated before any connection
     extra = _extra_vars(args.extra_vars or [])
     inventory = _inventory(args)
     return run_playbook(playbook, inventory, args, extra).exit_code
 
 
 def cmd_bootstrap(args: argparse.Namespace) -> int:
-    playbook = load_playbook(bundled("bootstrap"))
+    playbook = stepcatalog.load_bundled("bootstrap")
     extra: dict[str, object] = {}
     if args.min_driver:
         extra["min_driver"] = args.min_driver

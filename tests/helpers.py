@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from sparkcluster.errors import UsageError
+from sparkcluster.engine.errors import UsageError
 from sparkcluster.sim import SimCluster, prerequisites
 
 # CI sets this so that a machine without the simulator's prerequisites fails loudly instead of skipping.

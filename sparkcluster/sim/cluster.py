@@ -18,8 +18,11 @@ from pathlib import Path
 
 import yaml
 
-from ..errors import SparkclusterError, UsageError
-from . import hardware, hostproc, netns, prerequisites
+from ..engine.errors import SparkclusterError, UsageError
+from . import hardware
+from . import hostproc
+from . import netns
+from . import prerequisites
 from .state import ClusterState, HostState, existing_names, locked, sim_root
 from .topology import HostSpec, Subnets, Topology, build_topology
 

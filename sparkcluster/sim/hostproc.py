@@ -9,7 +9,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from ..errors import SparkclusterError
+from ..engine.errors import SparkclusterError
 
 BOOT_TIMEOUT_S = 30.0
 

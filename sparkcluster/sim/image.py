@@ -17,7 +17,7 @@ import time
 from importlib import resources
 from pathlib import Path
 
-from ..errors import SparkclusterError
+from ..engine.errors import SparkclusterError
 from .state import sim_root
 
 DEFAULT_TAG = "vllm-node"

@@ -13,7 +13,7 @@ import subprocess
 import time
 from collections.abc import Iterable
 
-from ..errors import SparkclusterError
+from ..engine.errors import SparkclusterError
 from .topology import MGMT_NETDEV, HostSpec, Topology
 
 # tbf needs a bucket of at least rate/HZ; 256 KiB holds bursts at any rate we use without shaping jitter.

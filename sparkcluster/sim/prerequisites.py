@@ -6,7 +6,7 @@ import os
 import shutil
 from dataclasses import dataclass
 
-from ..errors import UsageError
+from ..engine.errors import UsageError
 
 
 @dataclass(frozen=True)

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sparkcluster.events import StepFinished
-from sparkcluster.inventory import load_inventory
-from sparkcluster.playbook import load_playbook
-from sparkcluster.runner import Runner
+from sparkcluster.engine.events import StepFinished
+from sparkcluster.engine.inventory import load_inventory
+from sparkcluster.engine.playbook import load_playbook
+from sparkcluster.engine.runner import Runner
 from tests.helpers import SESSION_DRIVERS, run_cli as cli, ssh
 
 pytestmark = pytest.mark.sim

@@ -82,9 +82,9 @@ def test_bad_inventory_stops_before_any_connection_with_exit_2(tmp_path, content
 
 def test_sudo_password_never_reaches_the_commands_stdin(cluster):
     """Where sudo does not ask (NOPASSWD, as on the simulated hosts), the password line is dropped."""
-    from sparkcluster.command import Command
-    from sparkcluster.inventory import load_inventory
-    from sparkcluster.transport import Transport
+    from sparkcluster.engine.command import Command
+    from sparkcluster.engine.inventory import load_inventory
+    from sparkcluster.engine.transport import Transport
 
     host = load_inventory(cluster.inventory_path).hosts[0]
     transport = Transport(host, sudo_password="pw-must-not-leak")

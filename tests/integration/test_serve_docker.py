@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from sparkcluster.readiness import http
+from sparkcluster.serving.readiness import http
 from sparkcluster.sim import SimCluster, UpOptions
 from sparkcluster.sim import image
 from sparkcluster.sim.fakemodel import generate

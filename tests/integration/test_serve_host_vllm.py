@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sparkcluster.readiness import http
+from sparkcluster.serving.readiness import http
 from sparkcluster.sim import SimCluster, UpOptions, tinymodel
 from tests.helpers import require_sim, run_cli, ssh, unique_name
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from sparkcluster.errors import UsageError
+from sparkcluster.engine.errors import UsageError
 from sparkcluster.sim import SimCluster, UpOptions, netns
 from tests.helpers import require_sim, ssh, unique_name
 

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from sparkcluster.hfcache import ModelRef
+from sparkcluster.engine.modelref import ModelRef
 from sparkcluster.sim import SimCluster, UpOptions
 from sparkcluster.sim.fakemodel import generate
 from tests.helpers import bootstrapped, require_sim, run_cli, ssh, unique_name

@@ -5,8 +5,8 @@ import threading
 
 import pytest
 
-from sparkcluster.command import Command, shell_path
-from sparkcluster.parallel import parallel_map
+from sparkcluster.engine.command import Command, shell_path
+from sparkcluster.engine.parallel import parallel_map
 
 
 def test_argv_values_are_quoted_so_inventory_text_cannot_inject_shell():

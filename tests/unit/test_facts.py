@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from sparkcluster.facts import (
+from sparkcluster.engine.facts import (
     driver_tuple, parse_docker, parse_ethtool_speed, parse_ibdev2netdev, parse_nvidia_smi_csv, parse_probe,
     parse_sysfs,
 )

@@ -9,8 +9,8 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sparkcluster.errors import EXIT_USAGE, UsageError
-from sparkcluster.inventory import Host, Inventory, InventoryError, find_inventory, load_inventory, record_last_used
+from sparkcluster.engine.errors import EXIT_USAGE, UsageError
+from sparkcluster.engine.inventory import Host, Inventory, InventoryError, find_inventory, load_inventory, record_last_used
 from sparkcluster.sim.cluster import SimCluster
 from sparkcluster.sim.state import ClusterState
 

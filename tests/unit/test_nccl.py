@@ -10,15 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from sparkcluster.errors import EXIT_USAGE, UsageError
-from sparkcluster.nccl import (
-    DEFAULT_MIN_BUSBW_GBPS, ONE_TWIN_MAX_GBPS, BandwidthRow, busbw, format_table, judge, read_log, read_probe_output,
-    report,
-)
+from sparkcluster.engine.errors import EXIT_USAGE, UsageError
+from sparkcluster.nccl.logs import BandwidthRow, busbw, format_table, read_log, read_probe_output
+from sparkcluster.nccl.report import report
+from sparkcluster.nccl.verdict import DEFAULT_MIN_BUSBW_GBPS, ONE_TWIN_MAX_GBPS, judge
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures" / "nccl"
-PROBE_PATH = ROOT / "sparkcluster" / "nccl_probe.py"
+PROBE_PATH = ROOT / "sparkcluster" / "nccl" / "probe.py"
 MiB = 1 << 20
 
 

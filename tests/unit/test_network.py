@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
-from sparkcluster.facts import Gid, HostFacts, RdmaDevice, parse_probe
-from sparkcluster.network import (
+from sparkcluster.engine.facts import Gid, HostFacts, RdmaDevice, parse_probe
+from sparkcluster.engine.network import (
     QsfpChoice, QsfpError, cabling_report, choose_qsfp, comm_env, fabric_subnet_mismatch, qsfp_port,
 )
 

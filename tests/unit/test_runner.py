@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from sparkcluster.command import Command
-from sparkcluster.events import PlayFinished, RunFinished, StepFinished
-from sparkcluster.facts import PROBE_SCRIPT
-from sparkcluster.inventory import Host, Inventory
-from sparkcluster.playbook import load_playbook
-from sparkcluster.runner import Runner
-from sparkcluster.transport import Result, Unreachable
+from sparkcluster.engine.command import Command
+from sparkcluster.engine.events import PlayFinished, RunFinished, StepFinished
+from sparkcluster.engine.facts import PROBE_SCRIPT
+from sparkcluster.engine.inventory import Host, Inventory
+from sparkcluster.engine.playbook import load_playbook
+from sparkcluster.engine.runner import Runner
+from sparkcluster.engine.transport import Result, Unreachable
 
 PROBE_OUTPUT = (Path(__file__).parent.parent / "fixtures" / "probe-spark.txt")
 
@@ -156,7 +156,7 @@ def test_events_close_with_play_and_run_finished(tmp_path):
     ("plays:\n  - name: x\n    steps:\n      - 5: {}\n", "a step name must be text"),
 ])
 def test_playbook_errors_name_the_line_and_the_fix(tmp_path, text, message):
-    from sparkcluster.errors import UsageError
+    from sparkcluster.engine.errors import UsageError
 
     with pytest.raises(UsageError) as info:
         playbook(tmp_path, text)

@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from sparkcluster.errors import SparkclusterError, UsageError
-from sparkcluster.inventory import load_inventory
-from sparkcluster.launch import Node, ServeArgs, container_command, docker_run_line, ray_start_argv, vllm_serve_argv
-from sparkcluster.raycluster import Member, judge_members, parse_members
-from sparkcluster.readiness import NotReady, wait_ready
-from sparkcluster.recipes import bundled_names, load_recipe, merged_flags, parse_flags
-from sparkcluster.serve import check_tp
+from sparkcluster.engine.errors import SparkclusterError, UsageError
+from sparkcluster.engine.inventory import load_inventory
+from sparkcluster.serving.launch import Node, ServeArgs, container_command, docker_run_line, ray_start_argv, vllm_serve_argv
+from sparkcluster.serving.membership import Member, judge_members, parse_members
+from sparkcluster.serving.readiness import NotReady, wait_ready
+from sparkcluster.serving.recipes import bundled_names, load_recipe, merged_flags, parse_flags
+from sparkcluster.serving.phases import check_tp
 
 HEAD = Node("spark-1", 0, "192.168.177.11", "192.168.177.11")
 WORKER = Node("spark-2", 1, "192.168.177.12", "192.168.177.11")

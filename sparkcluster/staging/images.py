@@ -10,10 +10,9 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from .command import Command
-from .errors import SparkclusterError
-from .staging import SSH_FOR_BULK
-from .transport import Transport
+from ..engine.command import Command
+from ..engine.errors import SparkclusterError
+from ..engine.transport import SSH_FOR_BULK, Transport
 
 # Between `docker save` and ssh on the head: passes the bytes through and reports the count on stderr
 # about once a second, so the CLI can show progress while the copy runs.

@@ -20,6 +20,9 @@ from .facts import Gid, HostFacts, RdmaDevice
 RECOMMENDED_MTU = 9000
 FULL_SPEED_MBPS = 200000
 ROCE_V2 = "RoCE v2"
+# Where bootstrap writes each node's comm env (the inventory's comm_env_path overrides it); Ray, vLLM and the
+# probe read it back there.
+COMM_ENV_PATH = "~/.config/sparkcluster/comm.env"
 
 # enp1s0f1np1 / enP2p1s0f1np1: the two twins (PCIe functions) of physical QSFP port 1.
 _QSFP_NETDEV = re.compile(r"en(?:P\d+)?p\d+s\d+f(\d+)np\1")
@@ -363,3 +366,7 @@ def _address_fix(netdev: str) -> str:
 def _interface_address(choice: QsfpChoice) -> IPv4Interface:
     return IPv4Interface((choice.ip, choice.prefix))
 
+
+def comm_env_path(host: Host) -> str:
+    """Where this node's comm env is (remote, `~/` allowed)."""
+    return str(host.vars.get("comm_env_path", COMM_ENV_PATH))

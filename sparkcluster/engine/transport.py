@@ -25,6 +25,10 @@ from .inventory import Host
 CONNECT_TIMEOUT_S = 10
 CONNECT_ATTEMPTS = 3
 RETRY_BACKOFF_S = 0.5  # doubled after each failed attempt
+# OpenSSH from one node to another for bulk bytes (staging, images): the key mesh bootstrap made, strict host keys,
+# AES-GCM (hardware-accelerated on the Spark's cores) and no compression (weights do not compress).
+SSH_FOR_BULK = ("ssh -T -c aes128-gcm@openssh.com -o Compression=no -o BatchMode=yes "
+                "-o StrictHostKeyChecking=yes -o ConnectTimeout=10")
 
 
 class Unreachable(SparkclusterError):
@@ -267,6 +271,11 @@ def _known_hosts_files(conn: Connection, host: Host) -> list[Path]:
 def _reachability_fix(host: Host) -> str:
     return f"check that {host.address} is powered on and reachable: ssh -p {host.port} {host.address} true"
 
+
+
+def remote_path(path: str) -> str:
+    """`~/x` -> `x`: SFTP resolves relative paths in the login user's home, on the remote host itself."""
+    return path[2:] if path.startswith("~/") else path
 
 
 def ssh_destination(host: Host) -> str:

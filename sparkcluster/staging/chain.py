@@ -15,20 +15,19 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from .command import Command
-from .errors import SparkclusterError, UsageError
-from .facts import HostFacts
+from ..engine.command import Command
+from ..engine.modelref import ModelRef
+from ..engine.errors import SparkclusterError, UsageError
+from ..engine.facts import HostFacts
 from .hfcache import (
-    PARTIAL_DIR, Manifest, ModelRef, NodeModel, NodeStatus, finalize_command, node_status, parse_scan, rsync_blobs_argv,
+    PARTIAL_DIR, Manifest, NodeModel, NodeStatus, finalize_command, node_status, parse_scan, rsync_blobs_argv,
     scan_command, source_manifest, verify_command,
 )
-from .inventory import Host, Inventory
-from .network import choose_for
-from .parallel import parallel_map
-from .transport import Transport, Unreachable, openssh_argv
+from ..engine.inventory import Host, Inventory
+from ..engine.network import choose_for
+from ..engine.parallel import parallel_map
+from ..engine.transport import SSH_FOR_BULK, Transport, Unreachable, openssh_argv
 
-SSH_FOR_BULK = ("ssh -T -c aes128-gcm@openssh.com -o Compression=no -o BatchMode=yes "
-                "-o StrictHostKeyChecking=yes -o ConnectTimeout=10")
 
 
 @dataclass(frozen=True)
@@ -344,7 +343,7 @@ def stage(inventory: Inventory, transports: Mapping[str, Transport], facts: Mapp
           model: ModelRef, *, source: str = "auto", verify: str = "size", streams: int = 2, over_lan: bool = False,
           progress: Callable[[BlobDone], None] = lambda event: None) -> StageResult:
     """Make every node hold `model`: find or make the first copy, then fan it out over the fabric."""
-    from .modelsource import download_on, push_local  # only needed when no node holds the model yet
+    from .source import download_on, push_local  # only needed when no node holds the model yet
 
     head = inventory.head
     stager = Stager(inventory, transports, facts, model, verify=verify, streams=streams, over_lan=over_lan,

@@ -15,18 +15,18 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from .command import Command
-from .errors import EXIT_FAILED, EXIT_OK, SparkclusterError
-from .facts import HostFacts
-from .hfcache import ModelRef
-from .inventory import Inventory
+from ..engine.command import Command
+from ..engine.errors import EXIT_FAILED, EXIT_OK, SparkclusterError
+from ..engine.facts import HostFacts
+from ..engine.modelref import ModelRef
+from ..engine.inventory import Inventory
 from .recipes import load_recipe
-from .serve import Phases, ServeOptions, check_tp, hub_model, plan, serve, up
-from .servestatus import adopt_state, logs_line, status
-from .servingnodes import Cluster
-from .staging import stage
-from .transport import Transport, openssh_argv, ssh_destination
-from .verify import run_verify
+from .phases import Phases, ServeOptions, check_tp, hub_model, plan, serve, up
+from .status import adopt_state, logs_line, status
+from .nodes import Cluster
+from ..staging.chain import stage
+from ..engine.transport import Transport, openssh_argv, ssh_destination
+from ..nccl.verify import run_verify
 
 Connect = Callable[..., tuple[Inventory, dict[str, Transport], dict[str, HostFacts]]]
 console = Console()

@@ -14,9 +14,8 @@ import jinja2
 from .base import HostContext, Plan, Step, StepFailed, register
 from .files import plan_file, write_file
 from .preflight import qsfp_of
-from ..network import QsfpError, comm_env
+from ..network import COMM_ENV_PATH, QsfpError, comm_env
 
-DEFAULT_PATH = "~/.config/sparkcluster/comm.env"
 _TEMPLATES = jinja2.Environment(
     loader=jinja2.FileSystemLoader(str(resources.files("sparkcluster") / "templates")),
     undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False,
@@ -29,7 +28,7 @@ def render_comm_env(host: str, env: dict[str, str]) -> str:
 
 @dataclass(frozen=True)
 class CommEnvArgs:
-    path: str = DEFAULT_PATH
+    path: str = COMM_ENV_PATH
 
 
 @register

@@ -8,11 +8,7 @@ from dataclasses import dataclass
 
 from .base import HostContext, Plan, Step, StepFailed, register
 from ..command import Command, shell_path
-
-
-def remote_path(path: str) -> str:
-    """`~/x` -> `x`: SFTP resolves relative paths in the login user's home, on the remote host itself."""
-    return path[2:] if path.startswith("~/") else path
+from ..transport import remote_path
 
 
 @dataclass(frozen=True)

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from .errors import SparkclusterError
-from .inventory import Host
-from .raycluster import judge_members
+from ..engine.errors import SparkclusterError
+from ..engine.inventory import Host
+from .membership import judge_members
 from .readiness import http, served_models
-from .servingnodes import Cluster
-from .transport import Unreachable
+from .nodes import Cluster
+from ..engine.transport import Unreachable
 
 
 def status(cluster: Cluster) -> dict:

@@ -11,13 +11,13 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
-from .errors import SparkclusterError, UsageError
-from .hfcache import ModelRef
-from .inventory import Inventory
+from ..engine.errors import SparkclusterError, UsageError
+from ..engine.modelref import ModelRef
+from ..engine.inventory import Inventory
 from .launch import DEFAULT_IMAGE, DEFAULT_VLLM_PORT, ServeArgs
 from .readiness import Readiness, wait_ready
 from .recipes import Recipe, merged_flags
-from .servingnodes import Cluster
+from .nodes import Cluster
 
 # A placement group stays reserved a few seconds after its vLLM exits (vllm-cpu.md): a new one must wait.
 PLACEMENT_GROUP_RELEASE_S = 5

@@ -8,7 +8,7 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from .errors import SparkclusterError
+from ..engine.errors import SparkclusterError
 
 # Runs inside the node's serving env (container or venv): waits for the head's GCS port, then until `want`
 # nodes are alive or the deadline passes, and prints what Ray reports.

@@ -8,7 +8,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from .staging import BlobDone, StageResult
+from .chain import BlobDone, StageResult
 
 STATE_STYLE = {"complete": "green", "missing": "yellow", "incomplete": "yellow", "corrupt": "bold red",
                "absent": "red", "failed": "bold red"}

@@ -7,11 +7,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from .base import HostContext, Plan, Step, StepFailed, register
-from ..command import Command
-from ..errors import SparkclusterError
-from ..hfcache import ModelRef, source_manifest
-from ..staging import Stager, stage
+from ..engine.steps.base import HostContext, Plan, Step, StepFailed, register
+from ..engine.command import Command
+from ..engine.errors import SparkclusterError
+from ..engine.modelref import ModelRef
+from .hfcache import source_manifest
+from .chain import Stager, stage
 
 
 @dataclass(frozen=True)

@@ -16,8 +16,6 @@ from rich.markup import escape
 from rich.table import Table
 
 from .facts import HostFacts
-from .nccl import format_table
-from .verify import VerifyResult
 from .events import (
     STATUSES, Event, Failure, PlayFinished, PlayStarted, RunFinished, RunStarted, StepFinished, StepStarted,
 )
@@ -230,16 +228,3 @@ def facts_table(console: Console, host: str, address: str, facts: HostFacts) -> 
     table.add_row("docker", docker)
     table.add_row("HF cache", f"{facts.hf_cache} ({_gib(facts.hf_free_bytes)})")
     console.print(table, highlight=False)
-
-
-def verify_render(console: Console, result: VerifyResult) -> None:
-    style = {"PASS": "bold green", "WARN": "bold yellow", "FAIL": "bold red"}[result.verdict.status]
-    if result.rows:
-        console.print(format_table(result.rows), markup=False, highlight=False)
-    for node, lines in result.carried_by.items():
-        for line in lines:
-            console.print(f"{node}: {line}", highlight=False)
-    console.print(f"[{style}]{result.verdict.status}[/] ({result.backend}) {escape(result.verdict.cause)}",
-                  highlight=False)
-    if result.verdict.fix:
-        console.print(f"  fix: {escape(result.verdict.fix)}", highlight=False)

@@ -11,7 +11,7 @@ import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .errors import SparkclusterError
+from ..engine.errors import SparkclusterError
 
 POLL_S = 1.0
 COMPLETION_TIMEOUT_S = 120.0

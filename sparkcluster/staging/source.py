@@ -8,13 +8,14 @@ import shlex
 import subprocess
 from pathlib import Path
 
-from .command import Command
-from .errors import SparkclusterError
+from ..engine.command import Command
+from ..engine.modelref import ModelRef
+from ..engine.errors import SparkclusterError
 from .hfcache import (
-    PARTIAL_DIR, Manifest, ModelRef, finalize_command, parse_scan, rsync_blobs_argv, scan_command, source_manifest,
+    PARTIAL_DIR, Manifest, finalize_command, parse_scan, rsync_blobs_argv, scan_command, source_manifest,
 )
-from .inventory import Host
-from .transport import Transport, ssh_destination
+from ..engine.inventory import Host
+from ..engine.transport import Transport, ssh_destination
 
 DOWNLOAD_PY = r"""
 import sys

@@ -7,19 +7,17 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping
 
-from .command import Command
-from .errors import SparkclusterError
-from .facts import HostFacts
-from .imagesync import ImageInfo, copy_from_head, inspect, plan_copies
-from .inventory import Host, Inventory
+from ..engine.command import Command
+from ..engine.errors import SparkclusterError
+from ..engine.facts import HostFacts
+from ..staging.images import ImageInfo, copy_from_head, inspect, plan_copies
+from ..engine.inventory import Host, Inventory
 from .launch import CONTAINER, DEFAULT_IMAGE, RAY_PORT, Node, ServeArgs, ray_start_argv, vllm_serve_argv
-from .network import choose_for
-from .parallel import parallel_map
-from .raycluster import MEMBERS_PY, judge_members, parse_members
+from ..engine.network import choose_for, comm_env_path
+from ..engine.parallel import parallel_map
+from .membership import MEMBERS_PY, judge_members, parse_members
 from .runtime import DockerRuntime, HostRuntime, NodeEnv, Runtime
-from .steps.comm import DEFAULT_PATH as COMM_ENV
-from .steps.files import remote_path
-from .transport import Result, Transport, Unreachable, openssh_argv, ssh_destination
+from ..engine.transport import Result, Transport, remote_path, Unreachable, openssh_argv, ssh_destination
 
 STATE_FILE = ".config/sparkcluster/serve.json"  # on the head, relative to the login user's home
 LOG_TAIL_LINES = 15
@@ -54,7 +52,7 @@ class Cluster:
         for scope in (self.inventory.vars, host.vars):
             env.update({str(k): str(v) for k, v in (scope.get("serve_env") or {}).items()})
         env.update(extra or {})
-        return NodeEnv(str(host.vars.get("comm_env_path", COMM_ENV)), env)
+        return NodeEnv(comm_env_path(host), env)
 
     def run(self, host: Host, line: str, timeout: float = 120) -> Result:
         return self.transports[host.name].run(Command(line, timeout=timeout))
@@ -71,7 +69,7 @@ class Cluster:
         """Each node's fabric address, as its comm env from bootstrap gives it to Ray and vLLM."""
         ips: dict[str, str] = {}
         for host in self.hosts:
-            path = remote_path(str(host.vars.get("comm_env_path", COMM_ENV)))
+            path = remote_path(comm_env_path(host))
             data = self.transports[host.name].read_file(path)
             values = dict(line.split("=", 1) for line in (data or b"").decode().splitlines()
                           if "=" in line and not line.startswith("#"))

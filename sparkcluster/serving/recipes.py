@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
-from .errors import UsageError, did_you_mean
-from . import yamlsource
+from ..engine.errors import UsageError, did_you_mean
+from ..engine import yamlsource
 
 BUNDLED = resources.files("sparkcluster") / "recipes"
 KEYS = {"description", "model", "served_model_name", "port", "env", "flags"}

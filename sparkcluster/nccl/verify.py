@@ -14,16 +14,15 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 
-from .command import Command
-from .errors import SparkclusterError
-from .facts import HostFacts
-from .inventory import Inventory
-from .parallel import parallel_map
-from .nccl import DEFAULT_MIN_BUSBW_GBPS, BandwidthRow, Verdict, judge, read_log, read_probe_output
-from .network import choose_for
-from .steps.comm import DEFAULT_PATH as COMM_ENV
-from .steps.files import remote_path
-from .transport import Transport
+from ..engine.command import Command
+from ..engine.errors import SparkclusterError
+from ..engine.facts import HostFacts
+from ..engine.inventory import Inventory
+from ..engine.parallel import parallel_map
+from .logs import BandwidthRow, read_log, read_probe_output
+from .verdict import DEFAULT_MIN_BUSBW_GBPS, Verdict, judge
+from ..engine.network import COMM_ENV_PATH, choose_for, comm_env_path
+from ..engine.transport import Transport, remote_path
 
 PROBE_REMOTE = ".cache/sparkcluster/nccl_probe.py"  # relative to the login user's home
 MASTER_PORT = 29577
@@ -87,13 +86,13 @@ def run_verify(inventory: Inventory, transports: Mapping[str, Transport], facts:
             check = in_serving_env[head.name](["python3", "-c", TORCH_CHECK])
         backend = detect_backend(transports[head.name], check)
     # The file bootstrap wrote: its path may be set in the inventory (comm_env_path), as bootstrap.yml reads it.
-    env_files = {h.name: remote_path(str(h.vars.get("comm_env_path", COMM_ENV))) for h in hosts}
+    env_files = {h.name: remote_path(comm_env_path(h)) for h in hosts}
     missing = [h.name for h in hosts
                if not transports[h.name].run(Command(f"test -f {shlex.quote(env_files[h.name])}")).ok]
     if missing:
-        raise SparkclusterError(f"no comm env ({COMM_ENV}) on {', '.join(missing)}: the probe must run in the "
+        raise SparkclusterError(f"no comm env ({COMM_ENV_PATH}) on {', '.join(missing)}: the probe must run in the "
                                 "environment vLLM gets", "run `sparkcluster bootstrap` first")
-    script = (resources.files("sparkcluster") / "nccl_probe.py").read_bytes()
+    script = (resources.files("sparkcluster.nccl") / "probe.py").read_bytes()
     for h in hosts:  # the probe travels with sparkcluster: nothing to install on the nodes but torch
         transports[h.name].run(Command(f"mkdir -p {shlex.quote(PROBE_REMOTE.rsplit('/', 1)[0])}"))
         transports[h.name].write_file_atomic(PROBE_REMOTE, script, 0o644)

@@ -20,7 +20,7 @@ from typing import Any
 
 from . import yamlsource
 from .errors import UsageError, did_you_mean
-from .hfcache import ModelRef
+from .modelref import ModelRef
 from .yamlsource import SourceList, SourceMap
 
 HEAD, WORKER = "head", "worker"

@@ -1,0 +1,255 @@
+"""Reading NCCL_DEBUG=INFO logs and the probe's output: what each rank's own lines say it used.
+
+Pure functions over text. The line shapes and the bandwidth figures
+are those of reference/spark-captures.md ("NCCL log lines") and dual-node-spec.md §2.5, §2.6, §3.4 and §4 (F1-F8).
+Bandwidth alone is not proof of RDMA (§2.6), so the transport lines decide and the bandwidth only adds to them.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+
+# The probe imports only the standard library at load time, so its arithmetic and table serve here too.
+from . import probe
+
+PROBE_RESULT = "SPARKCLUSTER_PROBE_RESULT"
+PROBE_RANK = "SPARKCLUSTER_PROBE_RANK"
+
+_INTRA_NODE = frozenset({"P2P", "SHM", "NVLS"})
+
+# Color codes from Ray's log forwarding would split the prefix from the NCCL line.
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+# "host:pid:tid [cudaDev] NCCL INFO msg"; WARN lines carry "file.cc:line" before "NCCL WARN". Anything may precede
+# it (a Ray "(RayWorkerWrapper pid=123, ip=...)" prefix, a timestamp).
+_PREFIXED = re.compile(r"(?:^|\s)(?P<host>[A-Za-z0-9][\w.-]*):(?P<pid>\d+):\d+ \[\d+\](?: \S+:\d+)? "
+                       r"NCCL (?P<level>INFO|WARN) (?P<msg>.*)")
+_BARE = re.compile(r"(?:^|\s)(?:\S+:\d+ )?NCCL (?P<level>INFO|WARN) (?P<msg>.*)")
+_RAY_PID = re.compile(r"\(\w+ pid=(\d+)")
+# "Channel 00/0 : 0[0] -> 1[0] [send] via NET/IB/0" and "Channel 00 : 0[0] -> 1[1] via P2P/CUMEM/read";
+# the ring listing "Channel 00/02 :    0   1" has no arrow and is not a connection.
+_CHANNEL = re.compile(r"Channel \d+(?:/\d+)? : (?P<src>\d+)\[\w+\] -> (?P<dst>\d+)\[\w+\]"
+                      r"(?: \[(?:send|receive)\])? via (?P<via>\S+)")
+_VERSION = re.compile(r"NCCL version (\S+)")
+_NETWORK = re.compile(r"Using network (\S+)")
+_IB_USING = re.compile(r"NET/IB ?: Using (.*)")
+_IB_DEVICE = re.compile(r"\[\d+\]([\w.-]+):\d+/(?:IB|RoCE)")
+_IB_VIRTUAL = re.compile(r"NET/IB ?: Made virtual device \[\d+\] name=(\S+)")
+_GDR_HCA = re.compile(r"GPU Direct RDMA .*enabled for HCA \d+ '([^']+)'")
+_SOCKET_USING = re.compile(r"NET/Socket ?: Using (.*)")
+_SOCKET_IF = re.compile(r"\[\d+\]([^:\s\]]+):(\S+?)<\d+>")
+_OOB = re.compile(r"OOB ([^:\s]+):\S+?<\d+>")
+_BOOTSTRAP = re.compile(r"Bootstrap ?: Using ([^:\s]+):\S+?<\d+>")
+_IB_HCA_ENV = re.compile(r"NCCL_IB_HCA set (?:by environment )?to ?(.*)$")
+_IB_DISABLE = re.compile(r"NCCL_IB_DISABLE set by environment to (\d+)")
+_NO_IB_DEVICE = re.compile(r"NET/IB ?: No device found")
+_RANK = re.compile(r"\brank (\d+) n[Rr]anks \d+")
+_ERRORS = re.compile(r"unhandled (?:system|cuda) error|ibv_\w+ failed|Got completion .*status=|IBV_WC_\w+_ERR"
+                     r"|remote process exited|\bNCCL error\b|\bnccl(?:System|Remote|Internal)Error\b")
+
+
+@dataclass(frozen=True)
+class Channel:
+    rank_from: int
+    rank_to: int
+    transport: str  # normalised: "NET/IB", "NET/IBext", "NET/Socket", "P2P", "SHM", ...
+    line: int
+
+
+@dataclass(frozen=True)
+class RankLog:
+    """What one process's (or one file's) NCCL lines say."""
+
+    source: str  # the file name, plus "host:pid" when the lines carry NCCL's prefix
+    host: str | None
+    rank: int | None  # from the first "rank R nranks N" init line
+    nccl_lines: int  # NCCL INFO/WARN lines other than the version line
+    nccl_version: str | None
+    network: str | None  # "IB", "IBext" or "Socket"
+    ib_devices: tuple[str, ...]
+    socket_interfaces: tuple[str, ...]
+    socket_addresses: tuple[str, ...]
+    oob_interface: str | None
+    bootstrap_interface: str | None
+    ib_hca_env: str | None
+    no_ib_device: bool
+    ib_disabled: bool
+    init_complete: bool
+    channels: tuple[Channel, ...]
+    warnings: tuple[str, ...]  # "NCCL WARN msg", without the host:pid prefix
+    errors: tuple[str, ...]  # NCCL lines as "NCCL INFO|WARN msg", other lines (tracebacks) whole
+    truncated: bool  # NCCL lines but no Channel line: the log stops before any connection was made
+
+    @property
+    def transports(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(c.transport for c in self.channels))
+
+    @property
+    def inter_node(self) -> tuple[str, ...]:
+        return tuple(t for t in self.transports if t not in _INTRA_NODE)
+
+
+@dataclass
+class _Builder:
+    source: str
+    host: str | None = None
+    rank: int | None = None
+    nccl_lines: int = 0
+    nccl_version: str | None = None
+    network: str | None = None
+    ib_devices: list[str] = field(default_factory=list)
+    socket_interfaces: list[str] = field(default_factory=list)
+    socket_addresses: list[str] = field(default_factory=list)
+    oob_interface: str | None = None
+    bootstrap_interface: str | None = None
+    ib_hca_env: str | None = None
+    no_ib_device: bool = False
+    ib_disabled: bool = False
+    init_complete: bool = False
+    channels: list[Channel] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+    def nccl(self, level: str, msg: str, line_no: int) -> None:
+        if m := _VERSION.search(msg):
+            self.nccl_version = self.nccl_version or m[1]
+        else:
+            self.nccl_lines += 1
+        if level == "WARN":
+            self.warnings.append(f"NCCL WARN {msg.strip()}")
+        if _ERRORS.search(msg):
+            self.error(f"NCCL {level} {msg.strip()}")
+        if m := _CHANNEL.search(msg):
+            self.channels.append(Channel(int(m["src"]), int(m["dst"]), _transport(m["via"]), line_no))
+        elif m := _NETWORK.search(msg):
+            self.network = _strip_version(m[1])
+        elif m := _IB_USING.search(msg):
+            self._add(self.ib_devices, _IB_DEVICE.findall(m[1]))
+            if oob := _OOB.search(m[1]):
+                self.oob_interface = oob[1]
+        elif m := _IB_VIRTUAL.search(msg):
+            self._add(self.ib_devices, m[1].split("+"))  # NCCL_IB_MERGE_NICS joins twins as "a+b"
+        elif m := _GDR_HCA.search(msg):
+            self._add(self.ib_devices, [m[1]])
+        elif m := _SOCKET_USING.search(msg):
+            for name, address in _SOCKET_IF.findall(m[1]):
+                self._add(self.socket_interfaces, [name])
+                self._add(self.socket_addresses, [address])
+        elif m := _BOOTSTRAP.search(msg):
+            self.bootstrap_interface = m[1]
+        elif m := _IB_HCA_ENV.search(msg):
+            self.ib_hca_env = m[1].strip()
+        elif m := _IB_DISABLE.search(msg):
+            self.ib_disabled = m[1] != "0"
+        elif _NO_IB_DEVICE.search(msg):
+            self.no_ib_device = True
+        elif "Init COMPLETE" in msg:
+            self.init_complete = True
+        if self.rank is None and (m := _RANK.search(msg)):
+            self.rank = int(m[1])
+
+    def error(self, line: str) -> None:
+        self._add(self.errors, [line])
+
+    @staticmethod
+    def _add(values: list[str], new: Sequence[str]) -> None:
+        values.extend(v for v in new if v not in values)
+
+    def freeze(self) -> RankLog:
+        return RankLog(
+            source=self.source, host=self.host, rank=self.rank, nccl_lines=self.nccl_lines,
+            nccl_version=self.nccl_version, network=self.network, ib_devices=tuple(self.ib_devices),
+            socket_interfaces=tuple(self.socket_interfaces), socket_addresses=tuple(self.socket_addresses),
+            oob_interface=self.oob_interface, bootstrap_interface=self.bootstrap_interface,
+            ib_hca_env=self.ib_hca_env, no_ib_device=self.no_ib_device, ib_disabled=self.ib_disabled,
+            init_complete=self.init_complete, channels=tuple(self.channels), warnings=tuple(self.warnings),
+            errors=tuple(self.errors), truncated=self.nccl_lines > 0 and not self.channels,
+        )
+
+
+def _strip_version(name: str) -> str:
+    """IBext_v10 -> IBext: the plugin API version says nothing about the transport."""
+    return re.sub(r"_v\d+$", "", name)
+
+
+def _transport(via: str) -> str:
+    """NET/IBext_v10/1 -> NET/IBext, NET/IB/0(1)/GDRDMA -> NET/IB, P2P/CUMEM/read -> P2P, SHM/direct/direct -> SHM."""
+    parts = via.split("/")
+    if parts[0] == "NET" and len(parts) > 1:
+        return "NET/" + _strip_version(parts[1])
+    return parts[0]
+
+
+def read_log(text: str, source: str = "log") -> list[RankLog]:
+    """One RankLog per process (host:pid) for prefixed lines, else one for the whole text."""
+    whole = _Builder(source)
+    by_process: dict[tuple[str, str], _Builder] = {}
+    for line_no, raw in enumerate(text.splitlines(), 1):
+        line = _ANSI.sub("", raw)
+        if m := _PREFIXED.search(line):
+            key = (m["host"], m["pid"])
+            if key not in by_process:
+                by_process[key] = _Builder(f"{source} {m['host']}:{m['pid']}", host=m["host"])
+            by_process[key].nccl(m["level"], m["msg"], line_no)
+        elif m := _BARE.search(line):
+            whole.nccl(m["level"], m["msg"], line_no)
+        elif _ERRORS.search(line):
+            # A Python traceback ("NCCL error in: ...") belongs to the process Ray names, when it names one.
+            ray = _RAY_PID.search(line)
+            owner = next((b for (_, pid), b in by_process.items() if ray and pid == ray[1]), whole)
+            owner.error(line.strip())
+    ranks = [b.freeze() for b in by_process.values()]
+    # Unprefixed lines next to prefixed ones are mostly tracebacks that follow the ranks' own WARN lines.
+    if not by_process or whole.nccl_lines or whole.errors:
+        ranks.append(whole.freeze())
+    return ranks
+
+
+# ---- the probe's output ------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class BandwidthRow:
+    op: str
+    size_bytes: int
+    time_us: float
+    algbw_gbps: float  # GB/s (1e9 bytes), as nccl-tests prints
+    busbw_gbps: float
+
+
+def busbw(op: str, size_bytes: int, seconds: float, world: int) -> tuple[float, float]:
+    """(algbw, busbw) in GB/s with nccl-tests' factors (all_gather: `size_bytes` is the gathered size)."""
+    try:
+        return probe.bus_bandwidth(op, size_bytes, seconds, world)
+    except KeyError:
+        raise ValueError(f"unknown collective {op!r} (all_reduce, all_gather, reduce_scatter)") from None
+
+
+def format_table(rows: Sequence[BandwidthRow]) -> str:
+    """nccl-tests' layout, one block per collective, ending in its "# Avg bus bandwidth" line."""
+    return probe.format_table([asdict(r) for r in rows])
+
+
+def read_probe_output(text: str) -> tuple[list[BandwidthRow], list[dict]]:
+    """The rows of the last SPARKCLUSTER_PROBE_RESULT line, and every rank's SPARKCLUSTER_PROBE_RANK dict by rank."""
+    rows: list[BandwidthRow] = []
+    ranks: dict[int, dict] = {}
+    for line in text.splitlines():
+        if (doc := _marked_json(line, PROBE_RESULT)) is not None:
+            rows = [BandwidthRow(r["op"], int(r["size_bytes"]), float(r["time_us"]), float(r["algbw_gbps"]),
+                                 float(r["busbw_gbps"])) for r in doc.get("rows", ())]
+        elif (doc := _marked_json(line, PROBE_RANK)) is not None:
+            ranks[int(doc["rank"])] = doc
+    return rows, [ranks[r] for r in sorted(ranks)]
+
+
+def _marked_json(line: str, marker: str) -> dict | None:
+    # torchrun and Ray put their own prefixes before the marker; a line cut short by a killed rank is skipped.
+    _, found, rest = line.partition(marker + " ")
+    if not found:
+        return None
+    try:
+        doc = json.loads(rest)
+    except json.JSONDecodeError:
+        return None
+    return doc if isinstance(doc, dict) else None

@@ -1,0 +1,71 @@
+"""`sparkcluster nccl-report LOGFILE...` and `verify`'s output: the verdict as a person or a script reads it."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import asdict
+from pathlib import Path
+
+from rich.console import Console
+from rich.markup import escape
+
+from ..engine.errors import EXIT_FAILED, EXIT_OK, UsageError
+from .logs import BandwidthRow, RankLog, format_table, read_log, read_probe_output
+from .verdict import judge
+from .verify import VerifyResult
+
+
+def report(paths: Sequence[str], *, json_output: bool, min_busbw: float | None) -> tuple[int, str]:
+    """(exit code, text to print): 0 for PASS and WARN (the WARN is printed), 1 for FAIL."""
+    ranks: list[RankLog] = []
+    rows: list[BandwidthRow] = []
+    probe_ranks: list[dict] = []
+    for path in paths:
+        text = _read(path)
+        ranks += read_log(text, source=path)
+        file_rows, file_ranks = read_probe_output(text)
+        rows += file_rows
+        probe_ranks += file_ranks
+    verdict = judge(ranks, rows=rows, min_busbw_gbps=min_busbw)
+    code = EXIT_FAILED if verdict.status == "FAIL" else EXIT_OK
+    if json_output:
+        doc = {**asdict(verdict), "rows": [asdict(r) for r in rows], "probe_ranks": probe_ranks,
+               "ranks": [_rank_doc(r) for r in ranks]}
+        return code, json.dumps(doc, indent=2)
+    lines = [f"{verdict.status}  {verdict.cause}"]
+    if verdict.fix:
+        lines.append(f"  fix: {verdict.fix}")
+    lines += [f"  {d}" for d in verdict.details]
+    if rows:
+        lines.append(format_table(rows))
+    return code, "\n".join(lines)
+
+
+def _read(path: str) -> str:
+    try:
+        return Path(path).read_text(errors="replace")
+    except FileNotFoundError:
+        raise UsageError(f"{path}: no such file", "pass the NCCL log files (captured with NCCL_DEBUG=INFO)") from None
+    except OSError as e:
+        raise UsageError(f"{path}: cannot read it ({e.strerror})", "pass readable log files") from None
+
+
+def _rank_doc(rank: RankLog) -> dict:
+    doc = asdict(rank)
+    del doc["channels"]  # hundreds of lines in a vLLM log; the transports say what they showed
+    doc["transports"] = list(rank.transports)
+    return doc
+
+
+def render_verify(console: Console, result: VerifyResult) -> None:
+    style = {"PASS": "bold green", "WARN": "bold yellow", "FAIL": "bold red"}[result.verdict.status]
+    if result.rows:
+        console.print(format_table(result.rows), markup=False, highlight=False)
+    for node, lines in result.carried_by.items():
+        for line in lines:
+            console.print(f"{node}: {line}", highlight=False)
+    console.print(f"[{style}]{result.verdict.status}[/] ({result.backend}) {escape(result.verdict.cause)}",
+                  highlight=False)
+    if result.verdict.fix:
+        console.print(f"  fix: {escape(result.verdict.fix)}", highlight=False)
