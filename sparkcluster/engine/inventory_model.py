@@ -1,0 +1,75 @@
+"""The values an inventory becomes: Host, Inventory and InventoryError.
+
+They live apart from inventory.py so that the format readers and the shared checks can build and raise them
+without importing inventory.py, which imports the readers (an import cycle otherwise).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from .errors import UsageError, did_you_mean
+
+HEAD, WORKER = "head", "worker"
+
+
+class InventoryError(UsageError):
+    """An inventory that is missing or invalid (exit 2); `line` is set when the message points into the file."""
+
+    def __init__(self, message: str, fix: str = "", *, line: int | None = None) -> None:
+        super().__init__(message, fix)
+        self.line = line
+
+
+@dataclass(frozen=True)
+class Host:
+    name: str  # inventory name, used in all output
+    address: str  # what we connect to: an IP literal or a DNS/ssh-config host name
+    role: str  # HEAD or WORKER
+    user: str | None = None  # None: ~/.ssh/config or the local user decides
+    port: int = 22
+    key: str | None = None  # absolute path of the private key
+    known_hosts: str | None = None  # absolute path of an extra known_hosts file
+    become: bool = True
+    qsfp_interface: str | None = None
+    fabric_ip: str | None = None
+    hcas: tuple[str, ...] = ()
+    groups: tuple[str, ...] = ()  # in precedence order, lowest first
+    # Merged free-form vars (all < groups < host). Left out of the hash so hosts can be set members and dict keys.
+    vars: Mapping[str, Any] = field(default_factory=dict, hash=False)
+
+
+@dataclass(frozen=True)
+class Inventory:
+    path: Path  # as the user gave it
+    name: str
+    hosts: tuple[Host, ...]
+    vars: Mapping[str, Any] = field(hash=False)  # the free-form vars every host starts from
+    models: tuple[str, ...] = ()
+    format: str = "sparkcluster"  # or "ansible"
+
+    @property
+    def head(self) -> Host:
+        return next(h for h in self.hosts if h.role == HEAD)
+
+    @property
+    def workers(self) -> tuple[Host, ...]:
+        return tuple(h for h in self.hosts if h.role != HEAD)
+
+    def limit(self, names: Sequence[str]) -> Inventory:
+        """Only the named hosts and the members of the named groups (`all` is every host); the head must stay."""
+        selected: set[str] = set()
+        for name in names:
+            members = {h.name for h in self.hosts if name in (h.name, "all", *h.groups)}
+            if not members:
+                choices = sorted({h.name for h in self.hosts} | {g for h in self.hosts for g in h.groups})
+                raise InventoryError(f"{self.path}: no host or group named {name!r}{did_you_mean(name, choices)}",
+                                     f"choose from: {', '.join(choices)}")
+            selected |= members
+        if self.head.name not in selected:
+            raise InventoryError(f"{self.path}: the selection {', '.join(names) or '(empty)'} leaves out the head {self.head.name}",
+                                 f"include it as well ({', '.join([self.head.name, *names])}): every command needs the head")
+        return replace(self, hosts=tuple(h for h in self.hosts if h.name in selected))
