@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import argparse
-from contextlib import nullcontext
+from contextlib import AbstractContextManager
 import dataclasses
 import getpass
 import json
-import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -18,10 +17,10 @@ from rich.markup import escape
 from . import __version__
 from .engine.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, SparkclusterError, UsageError
 from .engine.events import RunFinished
-from .engine.facts import gather_all
 from .engine.inventory import Inventory, find_inventory, load_inventory, record_last_used
 from .engine.report import facts_table, make_reporter
 from .engine.runner import DEFAULT_FORKS, Runner
+from .engine.session import Session, connected
 from .engine.transport import Transport, Unreachable
 from .serving import commands as serve_cli
 from .engine.modelref import ModelRef
@@ -31,8 +30,7 @@ from .nccl import report as nccl_report
 from . import stepcatalog
 from .engine.playbook import Playbook
 from .staging import render as stage_render
-from .sim import render as sim_render
-from .sim.cluster import DEFAULT_DRIVER, DEFAULT_LAN_RATE, DEFAULT_NAME, DEFAULT_USER, SimCluster, UpOptions
+from .sim import commands as sim_commands
 
 console = Console()
 err_console = Console(stderr=True)
@@ -55,76 +53,66 @@ def _inventory(args: argparse.Namespace) -> Inventory:
     return inventory
 
 
-def _transports(inventory: Inventory, args: argparse.Namespace) -> dict[str, Transport]:
+def _become_password(args: argparse.Namespace) -> str | None:
     # Asked once, fed to sudo on stdin; never in argv, logs or --json.
-    password = getpass.getpass("BECOME (sudo) password: ") if getattr(args, "ask_become_pass", False) else None
+    return getpass.getpass("BECOME (sudo) password: ") if getattr(args, "ask_become_pass", False) else None
+
+
+def _transports(inventory: Inventory, args: argparse.Namespace) -> dict[str, Transport]:
+    password = _become_password(args)
     return {h.name: Transport(h, trust_new_host_keys=args.trust_new_host_keys, sudo_password=password)
             for h in inventory.hosts}
 
 
-def _connected(args: argparse.Namespace, check: Callable[[Inventory], None] = lambda inventory: None
-               ) -> tuple[Inventory, dict[str, Transport], dict]:
-    """Inventory, transports and the facts of every node; an unreachable node is an error naming it.
-    `check` sees the inventory before anything connects."""
+def _connect(args: argparse.Namespace, check: Callable[[Inventory], None] = lambda inventory: None,
+             require_all: bool = True) -> AbstractContextManager[Session]:
+    """The selected inventory (`check` sees it before anything connects), connected, with every node's facts."""
     inventory = _inventory(args)
     check(inventory)
-    transports = _transports(inventory, args)
-    gathered = gather_all(transports, args.forks)
-    down = [f"{n}: {v.message}" for n, v in gathered.items() if isinstance(v, Unreachable)]
-    if down:
-        for transport in transports.values():
-            transport.close()
-        raise SparkclusterError("unreachable: " + "; ".join(down), "power the nodes on, or --limit to the others")
-    return inventory, transports, gathered
+    return connected(inventory, forks=args.forks, trust_new_host_keys=args.trust_new_host_keys,
+                     sudo_password=_become_password(args), require_all=require_all)
 
 
-# ---- facts, run -----------------------------------------------------------------------------------
+def _print_unreachable(out: Console, name: str, address: str, error: Unreachable) -> None:
+    out.print(f"[bold magenta]unreachable[/] {name} ({address}): {escape(error.message)}\n"
+                      f"  fix: {escape(error.fix)}", highlight=False)
+
+
+# ---- facts, stage, verify -------------------------------------------------------------------------
 def cmd_facts(args: argparse.Namespace) -> int:
-    inventory = _inventory(args)
-    transports = _transports(inventory, args)
-    gathered = gather_all(transports, args.forks)
-    for transport in transports.values():
-        transport.close()
+    with _connect(args, require_all=False) as session:
+        hosts = session.inventory.hosts
     if args.json:
-        _print_json({name: ({"unreachable": v.message, "fix": v.fix} if isinstance(v, Unreachable) else v.to_json())
-                     for name, v in ((h.name, gathered[h.name]) for h in inventory.hosts)})
+        _print_json({h.name: ({"unreachable": session.unreachable[h.name].message,
+                               "fix": session.unreachable[h.name].fix} if h.name in session.unreachable
+                              else session.facts[h.name].to_json()) for h in hosts})
     else:
-        for h in inventory.hosts:
-            value = gathered[h.name]
-            if isinstance(value, Unreachable):
-                console.print(f"[bold magenta]unreachable[/] {h.name} ({h.address}): {escape(value.message)}\n"
-                              f"  fix: {escape(value.fix)}", highlight=False)
+        for h in hosts:
+            if h.name in session.unreachable:
+                _print_unreachable(console, h.name, h.address, session.unreachable[h.name])
             else:
-                facts_table(console, h.name, h.address, value)
-    return EXIT_FAILED if any(isinstance(v, Unreachable) for v in gathered.values()) else EXIT_OK
+                facts_table(console, h.name, h.address, session.facts[h.name])
+    return EXIT_FAILED if session.unreachable else EXIT_OK
 
 
 def cmd_stage(args: argparse.Namespace) -> int:
     model = ModelRef.parse(args.model)  # bad input fails before any connection
-    inventory = _inventory(args)
-    transports = _transports(inventory, args)
-    gathered = gather_all(transports, args.forks)
-    down = {n: v for n, v in gathered.items() if isinstance(v, Unreachable)}
-    for name, error in down.items():
-        err_console.print(f"[bold magenta]unreachable[/] {name}: {escape(error.message)}\n  fix: {escape(error.fix)}",
-                          highlight=False)
-    if down:
-        return EXIT_FAILED
-    facts = {n: v for n, v in gathered.items() if not isinstance(v, Unreachable)}
-    try:
+    with _connect(args, require_all=False) as session:
+        for h in session.inventory.hosts:
+            if h.name in session.unreachable:
+                _print_unreachable(err_console, h.name, h.address, session.unreachable[h.name])
+        if session.unreachable:
+            return EXIT_FAILED
         if args.status:
-            statuses = stage_status(inventory, transports, facts, model, args.verify)
+            statuses = stage_status(session.inventory, session.transports, session.facts, model, args.verify)
             if args.json:
                 _print_json(statuses)
             else:
                 stage_render.status_table(console, str(model), statuses)
             return EXIT_OK if all(s["state"] == "complete" for s in statuses["nodes"].values()) else EXIT_FAILED
         progress = (lambda event: None) if args.json else stage_render.progress_printer(err_console)
-        result = stage(inventory, transports, facts, model, source=args.source, verify=args.verify,
-                       streams=args.streams, over_lan=args.over_lan, progress=progress)
-    finally:
-        for transport in transports.values():
-            transport.close()
+        result = stage(session.inventory, session.transports, session.facts, model, source=args.source,
+                       verify=args.verify, streams=args.streams, over_lan=args.over_lan, progress=progress)
     if args.json:
         _print_json(dataclasses.asdict(result))
     else:
@@ -133,18 +121,9 @@ def cmd_stage(args: argparse.Namespace) -> int:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    inventory = _inventory(args)
-    transports = _transports(inventory, args)
-    try:
-        gathered = gather_all(transports, args.forks)
-        down = [f"{n}: {v.message}" for n, v in gathered.items() if isinstance(v, Unreachable)]
-        if down:
-            raise SparkclusterError("unreachable: " + "; ".join(down), "power the nodes on, or --limit to the others")
-        result = run_verify(inventory, transports, gathered, backend=args.backend, sizes=args.sizes,
-                            min_busbw=args.min_busbw)
-    finally:
-        for transport in transports.values():
-            transport.close()
+    with _connect(args) as session:
+        result = run_verify(session.inventory, session.transports, session.facts, backend=args.backend,
+                            sizes=args.sizes, min_busbw=args.min_busbw)
     if args.json:
         _print_json({"backend": result.backend, "verdict": dataclasses.asdict(result.verdict),
                      "rows": [dataclasses.asdict(r) for r in result.rows], "carried_by": result.carried_by})
@@ -200,88 +179,6 @@ def cmd_bootstrap(args: argparse.Namespace) -> int:
     if result.exit_code == 0 and not args.check and not args.limit:
         record_last_used(Path(inventory.path))  # what `serve` falls back to when no inventory is named
     return result.exit_code
-
-
-# ---- sim ------------------------------------------------------------------------------------------
-def cmd_sim_up(args: argparse.Namespace) -> int:
-    opts = UpOptions(
-        count=args.count, name=args.name, drivers=tuple(args.driver or [DEFAULT_DRIVER]),
-        port0_hosts=frozenset(args.port0 or []), docker=args.docker, lan_rate=args.lan_rate,
-        user=args.user, ssh_mesh=args.ssh_mesh, vllm_env=str(Path(args.vllm_env).resolve()) if args.vllm_env else None,
-    )
-    with err_console.status(f"booting {args.count} simulated Spark(s)…", spinner="dots") if not args.json else nullcontext():
-        cluster = SimCluster.up(opts)
-    if args.json:
-        _print_json(cluster.describe())
-    else:
-        sim_render.cluster(console, cluster.describe())
-        console.print(f"\nnext: [bold]sparkcluster bootstrap {cluster.inventory_path}[/bold]")
-    return EXIT_OK
-
-
-def cmd_sim_down(args: argparse.Namespace) -> int:
-    from .sim.state import existing_names
-
-    names = existing_names() if args.all else [args.name]
-    for name in names:
-        SimCluster.load(name).down()
-        if not args.json:
-            console.print(f"removed simulated cluster [bold]{name}[/bold]")
-    if args.json:
-        _print_json({"removed": names})
-    return EXIT_OK
-
-
-def cmd_sim_list(args: argparse.Namespace) -> int:
-    from .sim.state import existing_names
-
-    clusters = [SimCluster.load(n).describe() for n in existing_names()]
-    if args.json:
-        _print_json(clusters)
-        return EXIT_OK
-    if not clusters:
-        console.print("no simulated clusters (create one with `sparkcluster sim up 2`)")
-    for doc in clusters:
-        sim_render.cluster(console, doc)
-    return EXIT_OK
-
-
-def _host_action(action: Callable[[SimCluster, str], None], verb: str) -> Callable[[argparse.Namespace], int]:
-    def run(args: argparse.Namespace) -> int:
-        cluster = SimCluster.load(args.name)
-        action(cluster, args.host)
-        console.print(f"{args.host}: {verb}")
-        return EXIT_OK
-
-    return run
-
-
-def cmd_sim_ssh(args: argparse.Namespace) -> int:
-    cluster = SimCluster.load(args.name)
-    argv = cluster.ssh_argv(args.host, args.user, args.via) + args.remote
-    os.execvp(argv[0], argv)
-    return EXIT_OK  # not reached
-
-
-def cmd_sim_exec(args: argparse.Namespace) -> int:
-    command = args.remote
-    if not command:
-        raise UsageError("give a command after --", "e.g. `sparkcluster sim exec spark-1 -- ip -br addr`")
-    return SimCluster.load(args.name).exec_in(args.host, command).returncode
-
-
-def cmd_sim_image(args: argparse.Namespace) -> int:
-    from .sim import image
-
-    cluster = SimCluster.load(args.name)
-    hosts = args.hosts.split(",") if args.hosts else [h.name for h in cluster.topology.hosts]
-    for h in hosts:
-        cluster.host(h)  # unknown names fail before anything is built
-    tar = image.build(args.tag, rebuild=args.rebuild, ray_env=Path(args.ray_env) if args.ray_env else None,
-                      with_torch=args.torch)
-    image.import_into(cluster, hosts, args.tag, tar)
-    console.print(f"image [bold]{args.tag}[/bold] ({tar.stat().st_size / 1e6:.0f} MB) imported on {', '.join(hosts)}")
-    return EXIT_OK
 
 
 # ---- parser ---------------------------------------------------------------------------------------
@@ -355,75 +252,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("-e", "--extra-vars", action="append", metavar="KEY=VALUE", help="a variable for templates")
     run.set_defaults(func=cmd_run)
 
-    serve_cli.add_parsers(commands, connecting,
-                          lambda p, fn: p.set_defaults(func=lambda args: fn(args, _connected)))
+    serve_cli.add_parsers(commands, connecting, lambda p, fn: p.set_defaults(func=lambda args: fn(args, _connect)))
 
-    sim = commands.add_parser("sim", help="a simulated Spark cluster on this machine (needs root)")
-    sim_cmds = sim.add_subparsers(dest="sim_command", required=True, metavar="SIM_COMMAND")
-
-    def named(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
-        p.add_argument("--name", default=DEFAULT_NAME, help=f"cluster name (default: {DEFAULT_NAME})")
-        return p
-
-    up = named(sim_cmds.add_parser("up", help="create and boot N simulated Sparks"))
-    up.add_argument("count", type=int, metavar="N", help="number of Sparks")
-    up.add_argument("--driver", action="extend", nargs="+", metavar="VERSION",
-                    help=f"NVIDIA driver version: one for all hosts or one per host (default: {DEFAULT_DRIVER})")
-    up.add_argument("--docker", action=argparse.BooleanOptionalAction, default=True,
-                    help="run a Docker engine in every host (default: on)")
-    up.add_argument("--port0", action="extend", nargs="+", metavar="HOST",
-                    help="cable QSFP port 0 instead of port 1 on these hosts (a common mistake)")
-    up.add_argument("--lan-rate", default=DEFAULT_LAN_RATE,
-                    help=f"rate limit of the 10 GbE management link (default: {DEFAULT_LAN_RATE})")
-    up.add_argument("--user", default=DEFAULT_USER, help=f"login user with passwordless sudo (default: {DEFAULT_USER})")
-    up.add_argument("--ssh-mesh", action=argparse.BooleanOptionalAction, default=True,
-                    help="pre-install passwordless ssh between the hosts, as NVIDIA's setup does (default: on)")
-    up.add_argument("--vllm-env", metavar="VENV",
-                    help="a vLLM (CPU build) environment for `serve --runtime host`, e.g. .venv-vllm from "
-                         "scripts/setup-vllm.sh: the inventory names it, with the settings a CPU vLLM needs")
-    up.add_argument("--json", action="store_true", help="print the cluster as JSON")
-    up.set_defaults(func=cmd_sim_up)
-
-    down = sim_cmds.add_parser("down", help="remove a simulated cluster and everything it made")
-    down.add_argument("name", nargs="?", default=DEFAULT_NAME, help=f"cluster name (default: {DEFAULT_NAME})")
-    down.add_argument("--all", action="store_true", help="remove every simulated cluster")
-    down.add_argument("--json", action="store_true")
-    down.set_defaults(func=cmd_sim_down)
-
-    ls = sim_cmds.add_parser("list", help="list simulated clusters")
-    ls.add_argument("--json", action="store_true")
-    ls.set_defaults(func=cmd_sim_list)
-
-    for verb, action, done, help_text in (
-        ("power-off", SimCluster.power_off, "powered off", "cut a host's power (every process dies, its disk stays)"),
-        ("boot", SimCluster.boot, "booted", "boot a powered-off host"),
-        ("reset", SimCluster.reset, "reset to a fresh disk and booted", "re-image a host: fresh disk, then boot"),
-    ):
-        p = named(sim_cmds.add_parser(verb, help=help_text))
-        p.add_argument("host", help="host name, e.g. spark-2")
-        p.set_defaults(func=_host_action(action, done))
-
-    ssh = named(sim_cmds.add_parser("ssh", help="ssh into a host with the cluster's key and known_hosts"))
-    ssh.add_argument("host")
-    ssh.add_argument("--user", default=None)
-    ssh.add_argument("--via", choices=("mgmt", "fabric"), default="mgmt")
-    ssh.epilog = "a command to run goes after --, e.g. `sparkcluster sim ssh spark-1 -- hostname`"
-    ssh.set_defaults(func=cmd_sim_ssh)
-
-    ex = named(sim_cmds.add_parser("exec", help="run a command as root inside a host (no ssh)"))
-    ex.add_argument("host")
-    ex.epilog = "the command goes after --, e.g. `sparkcluster sim exec spark-1 -- ip -br addr`"
-    ex.set_defaults(func=cmd_sim_exec)
-
-    img = named(sim_cmds.add_parser("image", help="build the registry-free test image and docker-import it"))
-    img.add_argument("--tag", default="vllm-node")
-    img.add_argument("--hosts", help="comma-separated hosts (default: all)")
-    img.add_argument("--rebuild", action="store_true")
-    img.add_argument("--ray-env", metavar="VENV",
-                     help="a venv made with /usr/bin/python3 holding ray[default]: the image then runs a real Ray")
-    img.add_argument("--torch", action=argparse.BooleanOptionalAction, default=True,
-                     help="keep PyTorch from the Ray venv (the probe needs it; --no-torch: a 3x smaller image)")
-    img.set_defaults(func=cmd_sim_image)
+    sim_commands.add_parsers(commands)
     return parser
 
 

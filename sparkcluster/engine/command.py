@@ -6,11 +6,23 @@ enter it through shlex.quote, so they cannot inject shell.
 
 from __future__ import annotations
 
+import re
 import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 DEFAULT_TIMEOUT_S = 120.0
+# What a POSIX shell accepts as a variable name: anything else in `export NAME=...` would run as shell.
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def exports(env: Mapping[str, str]) -> str:
+    """`NAME='value' ...` for an `export` line: values quoted, names checked (a name is never quoted by the
+    shell, so one holding `;` would run as a command)."""
+    bad = [k for k in env if not ENV_NAME.fullmatch(k)]
+    if bad:
+        raise ValueError(f"not an environment variable name: {bad[0]!r}")
+    return " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(env.items()))
 
 
 def shell_path(path: str) -> str:
@@ -40,8 +52,7 @@ class Command:
         """The exact line sent to the remote shell. Only `env` reaches the remote environment."""
         body = self.script
         if self.env:
-            exports = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(self.env.items()))
-            body = f"export {exports}; {body}"
+            body = f"export {exports(self.env)}; {body}"
         if not self.sudo:
             return body
         # -n: never hang on a prompt. With a password, the remote shell reads it (the first stdin line) and

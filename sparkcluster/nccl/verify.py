@@ -11,7 +11,7 @@ from __future__ import annotations
 import ipaddress
 import shlex
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib import resources
 
 from ..engine.command import Command
@@ -71,9 +71,9 @@ def detect_backend(transport: Transport, check_line: str) -> str:
 
 def run_verify(inventory: Inventory, transports: Mapping[str, Transport], facts: Mapping[str, HostFacts], *,
                backend: str = "auto", sizes: str | None = None, min_busbw: float | None = None,
-               timeout: float = 600, in_serving_env: Mapping[str, Callable[[list[str]], str]] | None = None
+               timeout: float = 600, in_serving_env: Mapping[str, Callable[[list[str]], Command]] | None = None
                ) -> VerifyResult:
-    """`in_serving_env`: per node, the shell line that runs a command where vLLM will run (serve passes its
+    """`in_serving_env`: per node, the command that runs argv where vLLM will run (serve passes its
     runtime's, e.g. inside the vllm_node container); the probe then travels on stdin. Without it, the probe
     runs on the node with the inventory's `python` and the comm env file."""
     hosts = list(inventory.hosts)
@@ -83,7 +83,7 @@ def run_verify(inventory: Inventory, transports: Mapping[str, Transport], facts:
     if backend == "auto":
         check = f"{shlex.quote(python)} -c {shlex.quote(TORCH_CHECK)}"
         if in_serving_env is not None:
-            check = in_serving_env[head.name](["python3", "-c", TORCH_CHECK])
+            check = in_serving_env[head.name](["python3", "-c", TORCH_CHECK]).script
         backend = detect_backend(transports[head.name], check)
     # The file bootstrap wrote: its path may be set in the inventory (comm_env_path), as bootstrap.yml reads it.
     env_files = {h.name: remote_path(comm_env_path(h)) for h in hosts}
@@ -107,8 +107,8 @@ def run_verify(inventory: Inventory, transports: Mapping[str, Transport], facts:
         if sizes:
             args += ["--sizes", sizes]
         if in_serving_env is not None:
-            line = in_serving_env[name](["env", "NCCL_DEBUG=INFO", "python3", "-", *args]) + " 2>&1"
-            command = Command(line, stdin=script.decode(), timeout=timeout + 60)
+            probe = in_serving_env[name](["env", "NCCL_DEBUG=INFO", "python3", "-", *args])
+            command = replace(probe, script=probe.script + " 2>&1", stdin=script.decode(), timeout=timeout + 60)
         else:
             env_file = env_files[name] if env_files[name].startswith("/") else "./" + env_files[name]  # `.` needs a /
             line = (f"set -a; . {shlex.quote(env_file)}; set +a; NCCL_DEBUG=INFO; export NCCL_DEBUG; "

@@ -1,5 +1,5 @@
-"""The day-2 commands, `up`, `serve`, `status`, `logs` and `down`: wiring from parsed flags to serve.py, and
-their output (progress on stderr, results on stdout, or one JSON document with --json)."""
+"""The serving wing's sub-commands, `up`, `serve`, `status`, `logs` and `down`: wiring from parsed flags to the
+phases, and their output (progress on stderr, results on stdout, or one JSON document with --json)."""
 
 from __future__ import annotations
 
@@ -10,25 +10,25 @@ import subprocess
 import sys
 import threading
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from ..engine.command import Command
-from ..engine.errors import EXIT_FAILED, EXIT_OK, SparkclusterError
-from ..engine.facts import HostFacts
-from ..engine.modelref import ModelRef
+from ..engine.errors import EXIT_FAILED, EXIT_OK, UsageError
 from ..engine.inventory import Inventory
-from .recipes import load_recipe
-from .phases import Phases, ServeOptions, check_tp, hub_model, plan, serve, up
-from .status import adopt_state, logs_line, status
+from ..engine.session import Session
+from ..engine.transport import openssh_argv, ssh_destination
+from .lifecycle import stop_everywhere
 from .nodes import Cluster
-from ..staging.chain import stage
-from ..engine.transport import Transport, openssh_argv, ssh_destination
-from ..nccl.verify import run_verify
+from .phases import Phases, ServeOptions, check_tp, hub_model, plan, serve, up
+from .recipes import load_recipe
+from .runtime import RuntimeChoice
+from .status import logs_command, recorded, status
 
-Connect = Callable[..., tuple[Inventory, dict[str, Transport], dict[str, HostFacts]]]
+# The CLI's way to connect: the inventory its flags select, `check` run on it before anything connects.
+Connect = Callable[[argparse.Namespace, Callable[[Inventory], None]], AbstractContextManager[Session]]
 console = Console()
 err_console = Console(stderr=True)
 
@@ -64,20 +64,21 @@ def _image_progress(say: Callable[[str], None]) -> Callable[[str, int, int], Non
     return report
 
 
-def _cluster(args: argparse.Namespace, connect: Connect, check=lambda inventory: None) -> Cluster:
-    inventory, transports, facts = connect(args, check)
-    return Cluster(inventory, transports, facts, args.runtime, args.image, tuple(args.docker_arg or ()))
+def _chosen(args: argparse.Namespace) -> RuntimeChoice:
+    return RuntimeChoice(args.runtime, args.image, tuple(args.docker_arg or ()))
+
+
+def _no_check(inventory: Inventory) -> None:
+    pass
 
 
 def cmd_up(args: argparse.Namespace, connect: Connect) -> int:
     opts = options(args)
-    cluster = _cluster(args, connect)
     say = _say(args)
-    try:
-        phases = Phases()
-        members, reused = up(cluster, opts, phases, lambda p: say(f"{p} ..."), _image_progress(say))
-    finally:
-        cluster.close()
+    phases = Phases()
+    with connect(args, _no_check) as session:
+        cluster = Cluster(session.inventory, session.transports, session.facts)
+        _, _, members, reused = up(cluster, opts, phases, lambda p: say(f"{p} ..."), _image_progress(say))
     doc = {"reused": reused, "phases": phases.seconds,
            "members": [dataclasses.asdict(m) for m in members]}
     if args.json:
@@ -91,39 +92,15 @@ def cmd_up(args: argparse.Namespace, connect: Connect) -> int:
 def cmd_serve(args: argparse.Namespace, connect: Connect) -> int:
     opts = options(args)
     hub_model(opts.serve_args().model)  # a bad model or a recipe without one fails before any connection
-    cluster = _cluster(args, connect, lambda inventory: check_tp(opts.tp, inventory))  # before connecting
     say = _say(args)
-    opts = dataclasses.replace(opts, tp=check_tp(opts.tp, cluster.inventory))
-    if args.check:
-        try:
-            doc = plan(cluster, opts)
-        finally:
-            cluster.close()
-        _print_plan(doc, args.json)
-        return EXIT_OK
-
-    def stage_model(model: ModelRef) -> None:
-        result = stage(cluster.inventory, cluster.transports, cluster.facts, model)
-        if not result.ok:
-            failed = [f"{n}: {s.error}" for n, s in result.nodes.items() if s.state != "complete"]
-            raise SparkclusterError(f"staging {model} failed: " + "; ".join(failed),
-                                    f"run `sparkcluster stage {model}` to see each node's state")
-
-    def probe(c: Cluster) -> dict:
-        lines = {h.name: (lambda argv, h=h: c.runtime(h).run_in_env(argv, c.node_env(h), twin=True)) for h in c.hosts}
-        result = run_verify(c.inventory, c.transports, c.facts, min_busbw=opts.min_busbw, in_serving_env=lines)
-        verdict = result.verdict
-        say(f"  probe ({result.backend}): {verdict.status} {verdict.cause}")
-        if verdict.status == "FAIL" and not opts.allow_fallback:
-            raise SparkclusterError(f"refusing to serve: the NCCL probe found a fallback: {verdict.cause}",
-                                    f"{verdict.fix} (or serve anyway with --allow-fallback, 4-20x slower)")
-        return {"backend": result.backend, "verdict": dataclasses.asdict(verdict), "carried_by": result.carried_by}
-
-    try:
+    with connect(args, lambda inventory: check_tp(opts.tp, inventory)) as session:  # checked before connecting
+        cluster = Cluster(session.inventory, session.transports, session.facts)
+        opts = dataclasses.replace(opts, tp=check_tp(opts.tp, cluster.inventory))
+        if args.check:
+            _print_plan(plan(cluster, opts), args.json)
+            return EXIT_OK
         result = serve(cluster, opts, progress=lambda p: say(f"{p} ..."), image_progress=_image_progress(say),
-                       stage_model=stage_model, run_probe=probe)
-    finally:
-        cluster.close()
+                       say=say)
     if args.json:
         print(json.dumps(dataclasses.asdict(result), indent=2))
     else:
@@ -152,11 +129,8 @@ def _print_plan(doc: dict, as_json: bool) -> None:
 
 
 def cmd_status(args: argparse.Namespace, connect: Connect) -> int:
-    cluster = _cluster(args, connect)
-    try:
-        doc = status(cluster)
-    finally:
-        cluster.close()
+    with connect(args, _no_check) as session:
+        doc = status(Cluster(session.inventory, session.transports, session.facts), _chosen(args))
     if args.json:
         print(json.dumps(doc, indent=2))
     else:
@@ -189,21 +163,22 @@ def _status_table(doc: dict) -> None:
 
 
 def cmd_logs(args: argparse.Namespace, connect: Connect) -> int:
-    cluster = _cluster(args, connect)
-    hosts = [h for h in cluster.hosts if not args.node or h.name == args.node]
-    if not hosts:
-        raise SparkclusterError(f"no node named {args.node!r}", "choose from: " + ", ".join(h.name for h in cluster.hosts))
-    try:
-        lines = {h.name: logs_line(cluster, h, args.lines, args.follow) for h in hosts}
+    def check_node(inventory: Inventory) -> None:
+        if args.node and args.node not in {h.name for h in inventory.hosts}:
+            raise UsageError(f"no node named {args.node!r}", "choose from: " + ", ".join(h.name for h in inventory.hosts))
+
+    with connect(args, check_node) as session:
+        cluster = Cluster(session.inventory, session.transports, session.facts)
+        record, runtime = recorded(cluster, _chosen(args))
+        hosts = [h for h in cluster.hosts if not args.node or h.name == args.node]
+        commands = {h.name: logs_command(record, runtime, h, cluster.head, args.lines, args.follow) for h in hosts}
         if not args.follow:
             for h in hosts:
-                result = cluster.transports[h.name].run(Command(lines[h.name], timeout=60))
+                result = cluster.run(h, commands[h.name])
                 console.print(f"[bold]== {h.name} ==[/]", highlight=False)
                 print(result.stdout, end="")
             return EXIT_OK
-    finally:
-        cluster.close()
-    return _follow({h.name: [*openssh_argv(h), ssh_destination(h), lines[h.name]] for h in hosts})
+    return _follow({h.name: [*openssh_argv(h), ssh_destination(h), commands[h.name].line()] for h in hosts})
 
 
 def _follow(argvs: dict[str, list[str]]) -> int:
@@ -230,15 +205,11 @@ def _follow(argvs: dict[str, list[str]]) -> int:
 
 
 def cmd_down(args: argparse.Namespace, connect: Connect) -> int:
-    cluster = _cluster(args, connect)
-    try:
-        adopt_state(cluster)
-        stopped = cluster.stop_everywhere()
-        reachable_head = not stopped[cluster.head.name].startswith("unreachable")
-        if reachable_head:
-            cluster.clear_state()
-    finally:
-        cluster.close()
+    with connect(args, _no_check) as session:
+        cluster = Cluster(session.inventory, session.transports, session.facts)
+        stopped = stop_everywhere(cluster)
+        if not stopped[cluster.head.name].startswith("unreachable"):
+            cluster.clear_record()
     failed = {n: s for n, s in stopped.items() if s.startswith(("unreachable", "failed"))}
     if args.json:
         print(json.dumps({"stopped": stopped}, indent=2))

@@ -8,7 +8,11 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from ..engine.command import Command
 from ..engine.errors import SparkclusterError
+from .launch import RAY_PORT, Node
+from .nodes import Cluster, node_env
+from .runtime import RuntimeChoice
 
 # Runs inside the node's serving env (container or venv): waits for the head's GCS port, then until `want`
 # nodes are alive or the deadline passes, and prints what Ray reports.
@@ -80,3 +84,27 @@ def judge_members(members: Sequence[Member], fabric_ips: Mapping[str, str], othe
             problems.append(f"a node the inventory does not name joined Ray: {m.hostname or '?'} on {m.ip}; "
                             "stop Ray there (`ray stop`) or add it to the inventory")
     return problems
+
+
+def ray_members(cluster: Cluster, runtime: RuntimeChoice, nodes: Mapping[str, Node], want: int,
+                timeout: float) -> list[Member]:
+    """What Ray reports once `want` nodes joined or `timeout` passed, asked in the head's serving env."""
+    head = cluster.head
+    argv = ["python3", "-c", MEMBERS_PY, f"{nodes[head.name].ip}:{RAY_PORT}", str(want), str(timeout)]
+    query = runtime.on(head).run_in_env(argv, node_env(cluster.inventory, head))
+    result = cluster.run(head, Command(query.script, timeout=timeout + 90))
+    if not result.ok:
+        raise SparkclusterError(f"asking Ray for its nodes failed on {head.name}: "
+                                f"{result.stderr_tail(3) or result.stdout.strip()[-300:]}",
+                                f"see `sparkcluster logs --node {head.name}`")
+    return parse_members(result.stdout)
+
+
+def wait_ray(cluster: Cluster, runtime: RuntimeChoice, nodes: Mapping[str, Node], timeout: float) -> list[Member]:
+    """Ray's members once every node joined (or the deadline passed), judged: an error names each problem."""
+    members = ray_members(cluster, runtime, nodes, len(cluster.hosts), timeout)
+    problems = judge_members(members, cluster.fabric_ips(), cluster.other_ips())
+    if problems:
+        raise SparkclusterError("the Ray cluster is not up as it must be:\n  " + "\n  ".join(problems),
+                                "fix the named nodes and run the command again (nothing was left running)")
+    return members

@@ -1,4 +1,4 @@
-"""`up`, `serve`, `status` and `down`: a Ray cluster on the QSFP addresses and vLLM with TP = N across it,
+"""The phases of `up` and `serve`: a Ray cluster on the QSFP addresses and vLLM with TP = N across it,
 brought up phase by phase (image, model, Ray, NCCL probe, vLLM, readiness), each timed.
 
 Nothing is left half-started: when a phase fails, whatever this run started is stopped on every node it can
@@ -9,18 +9,27 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
+from typing import TypeVar
 
+from ..engine.command import Command
 from ..engine.errors import SparkclusterError, UsageError
+from ..engine.inventory import Host, Inventory
 from ..engine.modelref import ModelRef
-from ..engine.inventory import Inventory
-from .launch import DEFAULT_IMAGE, DEFAULT_VLLM_PORT, ServeArgs
+from ..nccl.verify import run_verify
+from ..staging.chain import stage
+from .image import check_images, sync_image
+from .launch import DEFAULT_IMAGE, DEFAULT_VLLM_PORT, Node, ServeArgs
+from .lifecycle import diagnosis, gone, ray_commands, running_current, start, stop_everywhere, vllm_commands
+from .membership import Member, wait_ray
+from .nodes import Cluster, node_env, read_nodes
 from .readiness import Readiness, wait_ready
 from .recipes import Recipe, merged_flags
-from .nodes import Cluster
+from .runtime import RuntimeChoice
 
 # A placement group stays reserved a few seconds after its vLLM exits (vllm-cpu.md): a new one must wait.
 PLACEMENT_GROUP_RELEASE_S = 5
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -40,6 +49,9 @@ class ServeOptions:
     allow_fallback: bool = False
     min_busbw: float | None = None
     docker_args: tuple[str, ...] = ()
+
+    def runtime_choice(self) -> RuntimeChoice:
+        return RuntimeChoice(self.runtime, self.image, self.docker_args)
 
     def serve_args(self) -> ServeArgs:
         model = self.model or self.recipe.model
@@ -73,7 +85,7 @@ class Phases:
 
     seconds: dict[str, float] = field(default_factory=dict)
 
-    def run(self, name: str, fn: Callable[[], object], progress: Callable[[str], None]) -> object:
+    def run(self, name: str, fn: Callable[[], T], progress: Callable[[str], None]) -> T:
         progress(name)
         start = time.monotonic()
         try:
@@ -97,92 +109,129 @@ class ServeResult:
 
 
 def up(cluster: Cluster, opts: ServeOptions, phases: Phases, progress: Callable[[str], None],
-       image_progress: Callable[[str, int, int], None]) -> tuple[list, bool]:
+       image_progress: Callable[[str, int, int], None]) -> tuple[RuntimeChoice, dict[str, Node], list[Member], bool]:
     """The Ray cluster (ray launcher). Reused when already up as it must be; otherwise started fresh.
-    Returns (members, reused)."""
-    cluster.read_nodes()
-    if opts.runtime == "docker":
-        phases.run("image", lambda: cluster.sync_image(image_progress), progress)
-    if all(cluster.run(h, cluster.current(h), timeout=30).ok for h in cluster.hosts):
+    Returns the runtime (completed by the image check), the nodes, Ray's members and whether it was reused."""
+    nodes = read_nodes(cluster)
+    runtime = _checked_image(cluster, opts, phases, progress, image_progress)
+    if all(cluster.run(h, running_current(runtime, h)).ok for h in cluster.hosts):
         try:
-            members = phases.run("ray", lambda: cluster.wait_ray(timeout=10), progress)
-            return members, True  # type: ignore[return-value]
+            members = phases.run("ray", lambda: wait_ray(cluster, runtime, nodes, timeout=10), progress)
+            return runtime, nodes, members, True
         except SparkclusterError:
             pass  # not the cluster it must be: start afresh
-    cluster.stop_everywhere()
+    stop_everywhere(cluster)
     try:
-        def bring_up() -> list:
-            cluster.start(cluster.ray_lines(opts.recipe.env), "Ray")
-            return cluster.wait_ray(opts.up_timeout)
+        def bring_up() -> list[Member]:
+            start(cluster, ray_commands(cluster, runtime, nodes, opts.recipe.env), "Ray", runtime.start_fix())
+            return wait_ray(cluster, runtime, nodes, opts.up_timeout)
         members = phases.run("ray", bring_up, progress)
     except BaseException:
-        cluster.stop_everywhere()
+        stop_everywhere(cluster)
         raise
-    cluster.write_state({"runtime": opts.runtime, "launcher": "ray", "image": opts.image,
-                         "nodes": [h.name for h in cluster.hosts], "serving": None})
-    return members, False  # type: ignore[return-value]
+    cluster.write_record({"runtime": opts.runtime, "launcher": "ray", "image": opts.image,
+                          "nodes": [h.name for h in cluster.hosts], "serving": None})
+    return runtime, nodes, members, False
 
 
 def serve(cluster: Cluster, opts: ServeOptions, *, progress: Callable[[str], None],
-          image_progress: Callable[[str, int, int], None], stage_model: Callable[[ModelRef], None],
-          run_probe: Callable[[Cluster], dict]) -> ServeResult:
+          image_progress: Callable[[str, int, int], None], say: Callable[[str], None]) -> ServeResult:
     args = opts.serve_args()
     phases = Phases()
     reused = False
     try:
         model_ref = hub_model(args.model)
         if model_ref is not None:
-            phases.run("stage", lambda: stage_model(model_ref), progress)
+            phases.run("stage", lambda: stage_model(cluster, model_ref), progress)
         if opts.launcher == "ray":
-            _, reused = up(cluster, opts, phases, progress, image_progress)
+            runtime, nodes, _, reused = up(cluster, opts, phases, progress, image_progress)
             if reused:
-                cluster.run(cluster.head, cluster.runtime(cluster.head).stop_vllm(), timeout=60)
+                stop = runtime.on(cluster.head).stop_vllm()
+                cluster.run(cluster.head, replace(stop, timeout=60))
                 time.sleep(PLACEMENT_GROUP_RELEASE_S)
         else:
-            cluster.read_nodes()
-            cluster.stop_everywhere()
-            if opts.runtime == "docker":
-                phases.run("image", lambda: cluster.sync_image(image_progress), progress)
+            nodes = read_nodes(cluster)
+            stop_everywhere(cluster)
+            runtime = _checked_image(cluster, opts, phases, progress, image_progress)
         verdict = None
         if opts.verify:
-            verdict = phases.run("verify", lambda: run_probe(cluster), progress)
-        phases.run("launch", lambda: cluster.start(cluster.vllm_lines(opts.launcher, args), "vLLM"), progress)
+            verdict = phases.run("verify", lambda: probe(cluster, runtime, opts, say), progress)
+        phases.run("launch", lambda: start(cluster, vllm_commands(cluster, runtime, nodes, opts.launcher, args),
+                                           "vLLM", runtime.start_fix()), progress)
         base = f"http://{cluster.head.address}:{args.port}"
-        ready: Readiness = phases.run(  # type: ignore[assignment]
+        ready: Readiness = phases.run(
             "ready", lambda: wait_ready(base, args.served_name or args.model, opts.ready_timeout,
-                                        lambda: cluster.gone(opts.launcher), lambda: cluster.diagnosis(opts.launcher)),
+                                        lambda: gone(cluster, runtime, opts.launcher),
+                                        lambda: diagnosis(cluster, runtime, opts.launcher)),
             progress)
     except BaseException:
-        cluster.stop_everywhere()
-        cluster.clear_state()
+        stop_everywhere(cluster)
+        cluster.clear_record()
         raise
     result = ServeResult(cluster.endpoint(args.port), args.model, args.served_name or args.model, opts.runtime,
-                         opts.launcher, [asdict(n) for n in cluster.nodes.values()], phases.seconds, asdict(ready),
-                         verdict, reused)  # type: ignore[arg-type]
-    cluster.write_state({"runtime": opts.runtime, "launcher": opts.launcher, "image": opts.image,
-                         "nodes": [h.name for h in cluster.hosts], "serving": {
-                             "model": args.model, "served_name": result.served_name, "port": args.port,
-                             "endpoint": result.endpoint, "tp": args.tp}})
+                         opts.launcher, [asdict(n) for n in nodes.values()], phases.seconds, asdict(ready),
+                         verdict, reused)
+    cluster.write_record({"runtime": opts.runtime, "launcher": opts.launcher, "image": opts.image,
+                          "nodes": [h.name for h in cluster.hosts], "serving": {
+                              "model": args.model, "served_name": result.served_name, "port": args.port,
+                              "endpoint": result.endpoint, "tp": args.tp}})
     return result
 
 
 def plan(cluster: Cluster, opts: ServeOptions) -> dict:
     """What serve would do, changing nothing (--check): the image copies and every node's command lines."""
     args = opts.serve_args()
-    cluster.read_nodes()
+    nodes = read_nodes(cluster)
+    runtime = opts.runtime_choice()
     doc: dict = {"runtime": opts.runtime, "launcher": opts.launcher, "model": args.model, "image_copies": []}
     if opts.runtime == "docker":
-        head_info, need = cluster.image_plan()
+        head_info, need = check_images(cluster, opts.image)
+        runtime = runtime.with_image(head_info)
         doc["image"] = {"name": opts.image, "id": head_info.id}
         doc["image_copies"] = [{"node": n, "over": cluster.fabric_ips()[n]} for n in need]
     commands: dict[str, list[str]] = {h.name: [] for h in cluster.hosts}
     if opts.launcher == "ray":
-        for name, line in cluster.ray_lines(opts.recipe.env).items():
-            commands[name].append(line)
-    for name, line in cluster.vllm_lines(opts.launcher, args).items():
-        commands[name].append(line)
+        for name, command in ray_commands(cluster, runtime, nodes, opts.recipe.env).items():
+            commands[name].append(command.display())
+    for name, command in vllm_commands(cluster, runtime, nodes, opts.launcher, args).items():
+        commands[name].append(command.display())
     doc["commands"] = commands
     return doc
+
+
+def probe(cluster: Cluster, runtime: RuntimeChoice, opts: ServeOptions, say: Callable[[str], None]) -> dict:
+    """The NCCL probe, one rank per node, where vLLM will run. A fallback (socket, or the management network)
+    refuses to serve, unless the user allowed it: serving 4-20x slower without knowing is the failure this
+    tool exists to prevent."""
+    def in_serving_env(host: Host) -> Callable[[list[str]], Command]:
+        return lambda argv: runtime.on(host).run_in_env(argv, node_env(cluster.inventory, host), twin=True)
+    result = run_verify(cluster.inventory, cluster.transports, cluster.facts, min_busbw=opts.min_busbw,
+                        in_serving_env={h.name: in_serving_env(h) for h in cluster.hosts})
+    verdict = result.verdict
+    say(f"  probe ({result.backend}): {verdict.status} {verdict.cause}")
+    if verdict.status == "FAIL" and not opts.allow_fallback:
+        raise SparkclusterError(f"refusing to serve: the NCCL probe found a fallback: {verdict.cause}",
+                                f"{verdict.fix} (or serve anyway with --allow-fallback, 4-20x slower)")
+    return {"backend": result.backend, "verdict": asdict(verdict), "carried_by": result.carried_by}
+
+
+def stage_model(cluster: Cluster, model: ModelRef) -> None:
+    """The model on every node that lacks it, as `sparkcluster stage` puts it there."""
+    result = stage(cluster.inventory, cluster.transports, cluster.facts, model)
+    if not result.ok:
+        failed = [f"{n}: {s.error}" for n, s in result.nodes.items() if s.state != "complete"]
+        raise SparkclusterError(f"staging {model} failed: " + "; ".join(failed),
+                                f"run `sparkcluster stage {model}` to see each node's state")
+
+
+def _checked_image(cluster: Cluster, opts: ServeOptions, phases: Phases, progress: Callable[[str], None],
+                   image_progress: Callable[[str, int, int], None]) -> RuntimeChoice:
+    """The runtime, completed with the head's image after every node holds it (docker); as chosen (host)."""
+    runtime = opts.runtime_choice()
+    if opts.runtime != "docker":
+        return runtime
+    head_info = phases.run("image", lambda: sync_image(cluster, opts.image, image_progress), progress)
+    return runtime.with_image(head_info)
 
 
 def hub_model(model: str) -> ModelRef | None:

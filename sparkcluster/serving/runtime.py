@@ -1,6 +1,6 @@
 """Where a node's Ray and vLLM run: in the vllm_node container (docker, eugr's setup) or as processes from a
 Python environment on the node (host). Each runtime turns "start this, detached", "is it alive", "show its
-log" and "stop everything" into one shell line for the node.
+log" and "stop everything" into one `Command` for the node, so tests compare them as values.
 
 Everything starts detached from the SSH session (a container with -d, or setsid + nohup with a pid file),
 so the cluster keeps serving when the CLI exits or is killed (F20: eugr's and vLLM's scripts stop the
@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from ..engine.command import shell_path
-from .launch import CONTAINER, docker_run_line
+from ..engine.command import Command, exports, shell_path
+from ..engine.errors import SparkclusterError
+from ..engine.inventory import Host
+from ..staging.images import ImageInfo
+from .launch import CONTAINER, DEFAULT_IMAGE, docker_run_line
 
 HOST_STATE_DIR = "~/.cache/sparkcluster/serve"  # host runtime: <role>.pid and <role>.log
 CONTAINER_VLLM_LOG = "/tmp/sparkcluster-vllm.log"
@@ -33,31 +36,32 @@ class NodeEnv:
 class Runtime:
     name = ""
 
-    def start_main(self, argv: Sequence[str], env: NodeEnv) -> str:
+    def start_main(self, argv: Sequence[str], env: NodeEnv) -> Command:
         """The node's long-lived process: Ray (ray launcher) or its vLLM rank (native launcher)."""
         raise NotImplementedError
 
-    def start_vllm_on_main(self, argv: Sequence[str], env: NodeEnv) -> str:
+    def start_vllm_on_main(self, argv: Sequence[str], env: NodeEnv) -> Command:
         """`vllm serve` beside the head's Ray (ray launcher)."""
         raise NotImplementedError
 
-    def run_in_env(self, argv: Sequence[str], env: NodeEnv, twin: bool = False) -> str:
+    def run_in_env(self, argv: Sequence[str], env: NodeEnv, twin: bool = False) -> Command:
         """A foreground command in the environment the serving processes see (Ray queries, the probe).
         twin: where the main process is not running, a short-lived copy of its environment may stand in."""
         raise NotImplementedError
 
-    def alive(self, role: str) -> str:
-        """Exit 0 when `role` ("main" or "vllm") runs."""
+    def alive(self, role: str) -> Command:
+        """Exits 0 when `role` ("main" or "vllm") runs."""
         raise NotImplementedError
 
-    def logs(self, role: str, lines: int, follow: bool) -> str:
+    def logs(self, role: str, lines: int, follow: bool) -> Command:
+        """The last `lines` of `role`'s log, stderr included; `follow` keeps streaming."""
         raise NotImplementedError
 
-    def stop_vllm(self) -> str:
+    def stop_vllm(self) -> Command:
         """Stop the `vllm serve` started beside Ray, and wait until it is gone (Ray stays up)."""
         raise NotImplementedError
 
-    def stop_all(self) -> str:
+    def stop_all(self) -> Command:
         """Stop whatever serving ran here, idempotently; prints one word per stopped thing."""
         raise NotImplementedError
 
@@ -69,45 +73,45 @@ class DockerRuntime(Runtime):
     docker_args: tuple[str, ...] = ()
     name = "docker"
 
-    def start_main(self, argv: Sequence[str], env: NodeEnv) -> str:
-        return docker_run_line(self.image, shell_path(env.env_file), argv, entrypoint=self.entrypoint,
-                               env=env.env, docker_args=self.docker_args)
+    def start_main(self, argv: Sequence[str], env: NodeEnv) -> Command:
+        return Command(docker_run_line(self.image, shell_path(env.env_file), argv, entrypoint=self.entrypoint,
+                                       env=env.env, docker_args=self.docker_args))
 
-    def start_vllm_on_main(self, argv: Sequence[str], env: NodeEnv) -> str:
+    def start_vllm_on_main(self, argv: Sequence[str], env: NodeEnv) -> Command:
         # The container already holds the env (--env-file, -e): no `bash -i` and .bashrc needed, as in eugr's.
         inner = f"echo $$ > {CONTAINER_VLLM_PID}; exec {shlex.join(argv)} >> {CONTAINER_VLLM_LOG} 2>&1"
-        return f"docker exec -d {CONTAINER} sh -c {shlex.quote(inner)}"
+        return Command.argv(["docker", "exec", "-d", CONTAINER, "sh", "-c", inner])
 
-    def run_in_env(self, argv: Sequence[str], env: NodeEnv, twin: bool = False) -> str:
+    def run_in_env(self, argv: Sequence[str], env: NodeEnv, twin: bool = False) -> Command:
         """In the running vllm_node; with `twin`, where it does not run, in a short-lived container with the
         same flags and env (the probe before the native launcher's containers exist)."""
-        exec_line = f"docker exec -i {CONTAINER} {shlex.join(argv)}"
+        exec_line = shlex.join(["docker", "exec", "-i", CONTAINER, *argv])
         if not twin:
-            return exec_line
+            return Command(exec_line)
         fresh = docker_run_line(self.image, shell_path(env.env_file), argv, entrypoint=self.entrypoint, env=env.env,
                                 docker_args=self.docker_args, detached=False)
-        return f"if {self.alive('main')}; then {exec_line}; else {fresh}; fi"
+        return Command(f"if {self.alive('main').script}; then {exec_line}; else {fresh}; fi")
 
-    def alive(self, role: str) -> str:
+    def alive(self, role: str) -> Command:
         if role == "main":
-            return f"test \"$(docker inspect -f '{{{{.State.Running}}}}' {CONTAINER} 2>/dev/null)\" = true"
-        return f"docker exec {CONTAINER} sh -c 'kill -0 $(cat {CONTAINER_VLLM_PID} 2>/dev/null) 2>/dev/null'"
+            return Command(f"test \"$(docker inspect -f '{{{{.State.Running}}}}' {CONTAINER} 2>/dev/null)\" = true")
+        return Command(f"docker exec {CONTAINER} sh -c 'kill -0 $(cat {CONTAINER_VLLM_PID} 2>/dev/null) 2>/dev/null'")
 
-    def logs(self, role: str, lines: int, follow: bool) -> str:
-        f = " -f" if follow else ""
+    def logs(self, role: str, lines: int, follow: bool) -> Command:
+        f = ["-f"] if follow else []
         if role == "main":
-            return f"docker logs --tail {lines}{f} {CONTAINER} 2>&1"
-        return f"docker exec {CONTAINER} tail -n {lines}{f} {CONTAINER_VLLM_LOG}"
+            return Command(shlex.join(["docker", "logs", "--tail", str(lines), *f, CONTAINER]) + " 2>&1")
+        return Command(shlex.join(["docker", "exec", CONTAINER, "tail", "-n", str(lines), *f, CONTAINER_VLLM_LOG]) + " 2>&1")
 
-    def stop_vllm(self) -> str:
+    def stop_vllm(self) -> Command:
         inner = (f"p=$(cat {CONTAINER_VLLM_PID} 2>/dev/null) && kill $p 2>/dev/null; "
                  "while kill -0 $p 2>/dev/null; do sleep 0.2; done; true")
-        return f"docker exec {CONTAINER} sh -c {shlex.quote(inner)}"
+        return Command.argv(["docker", "exec", CONTAINER, "sh", "-c", inner])
 
-    def stop_all(self) -> str:
-        return (f"if docker inspect {CONTAINER} >/dev/null 2>&1; then docker stop -t {STOP_GRACE_S} {CONTAINER} "
-                f">/dev/null 2>&1; docker rm -f {CONTAINER} >/dev/null 2>&1; echo container; fi; "
-                f"! docker inspect {CONTAINER} >/dev/null 2>&1")
+    def stop_all(self) -> Command:
+        return Command(f"if docker inspect {CONTAINER} >/dev/null 2>&1; then docker stop -t {STOP_GRACE_S} {CONTAINER} "
+                       f">/dev/null 2>&1; docker rm -f {CONTAINER} >/dev/null 2>&1; echo container; fi; "
+                       f"! docker inspect {CONTAINER} >/dev/null 2>&1")
 
 
 @dataclass(frozen=True)
@@ -116,45 +120,84 @@ class HostRuntime(Runtime):
     name = "host"
 
     def _enter(self, env: NodeEnv) -> str:
-        exports = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(env.env.items()))
-        env_file = shell_path(env.env_file)
-        return (f"cd || exit 1\nset -a; . {env_file} || exit 1; set +a\n"
-                f"export PATH={shell_path(self.python_env)}/bin:\"$PATH\" {exports}\n")
+        # The comm env first, then the fixed variables, so a recipe's or the inventory's serve_env wins.
+        fixed = f" {exports(env.env)}" if env.env else ""
+        return (f"cd || exit 1\nset -a; . {shell_path(env.env_file)} || exit 1; set +a\n"
+                f"export PATH={shell_path(self.python_env)}/bin:\"$PATH\"{fixed}\n")
 
-    def _start(self, role: str, argv: Sequence[str], env: NodeEnv) -> str:
+    def _start(self, role: str, argv: Sequence[str], env: NodeEnv) -> Command:
         d = shell_path(HOST_STATE_DIR)
-        return (f"mkdir -p {d} || exit 1\n{self._enter(env)}"
-                f"if kill -0 $(cat {d}/{role}.pid 2>/dev/null) 2>/dev/null; then echo 'already running' >&2; exit 3; fi\n"
-                f"setsid nohup {shlex.join(argv)} > {d}/{role}.log 2>&1 < /dev/null &\n"
-                f"echo $! > {d}/{role}.pid")
+        return Command(f"mkdir -p {d} || exit 1\n{self._enter(env)}"
+                       f"if kill -0 $(cat {d}/{role}.pid 2>/dev/null) 2>/dev/null; then echo 'already running' >&2; exit 3; fi\n"
+                       f"setsid nohup {shlex.join(argv)} > {d}/{role}.log 2>&1 < /dev/null &\n"
+                       f"echo $! > {d}/{role}.pid")
 
-    def start_main(self, argv: Sequence[str], env: NodeEnv) -> str:
+    def start_main(self, argv: Sequence[str], env: NodeEnv) -> Command:
         return self._start("main", argv, env)
 
-    def start_vllm_on_main(self, argv: Sequence[str], env: NodeEnv) -> str:
+    def start_vllm_on_main(self, argv: Sequence[str], env: NodeEnv) -> Command:
         return self._start("vllm", argv, env)
 
-    def run_in_env(self, argv: Sequence[str], env: NodeEnv, twin: bool = False) -> str:
-        return f"{self._enter(env)}exec {shlex.join(argv)}"
+    def run_in_env(self, argv: Sequence[str], env: NodeEnv, twin: bool = False) -> Command:
+        return Command(f"{self._enter(env)}exec {shlex.join(argv)}")
 
-    def alive(self, role: str) -> str:
-        return f"kill -0 $(cat {shell_path(HOST_STATE_DIR)}/{role}.pid 2>/dev/null) 2>/dev/null"
+    def alive(self, role: str) -> Command:
+        return Command(f"kill -0 $(cat {shell_path(HOST_STATE_DIR)}/{role}.pid 2>/dev/null) 2>/dev/null")
 
-    def logs(self, role: str, lines: int, follow: bool) -> str:
-        return f"tail -n {lines}{' -f' if follow else ''} {shell_path(HOST_STATE_DIR)}/{role}.log"
+    def logs(self, role: str, lines: int, follow: bool) -> Command:
+        return Command(f"tail -n {lines}{' -f' if follow else ''} {shell_path(HOST_STATE_DIR)}/{role}.log 2>&1")
 
-    def stop_vllm(self) -> str:
+    def stop_vllm(self) -> Command:
         d = shell_path(HOST_STATE_DIR)
-        return (f"p=$(cat {d}/vllm.pid 2>/dev/null) && kill -TERM -- -$p 2>/dev/null && "
-                f"while kill -0 $p 2>/dev/null; do sleep 0.2; done; rm -f {d}/vllm.pid; true")
+        return Command(f"p=$(cat {d}/vllm.pid 2>/dev/null) && kill -TERM -- -$p 2>/dev/null && "
+                       f"while kill -0 $p 2>/dev/null; do sleep 0.2; done; rm -f {d}/vllm.pid; true")
 
-    def stop_all(self) -> str:
+    def stop_all(self) -> Command:
         d = shell_path(HOST_STATE_DIR)
         # setsid made each process a group leader: signal the whole group (Ray's raylet, vLLM's workers).
         stop_one = (f"p=$(cat {d}/$r.pid 2>/dev/null); if [ -n \"$p\" ] && kill -0 \"$p\" 2>/dev/null; then "
                     f"kill -TERM -- -\"$p\" 2>/dev/null; i=0; while kill -0 \"$p\" 2>/dev/null && [ $i -lt {STOP_GRACE_S * 5} ]; "
                     f"do sleep 0.2; i=$((i+1)); done; kill -KILL -- -\"$p\" 2>/dev/null; echo $r; fi; rm -f {d}/$r.pid")
         ray = f"{shell_path(self.python_env)}/bin/ray"
-        return (f"for r in vllm main; do {stop_one}; done; "
-                f"if [ -x {ray} ] && pgrep -u \"$(id -u)\" -f 'ray/core/src/ray/(raylet|gcs)' >/dev/null 2>&1; then "
-                f"{ray} stop --force >/dev/null 2>&1; echo ray; fi; true")
+        return Command(f"for r in vllm main; do {stop_one}; done; "
+                       f"if [ -x {ray} ] && pgrep -u \"$(id -u)\" -f 'ray/core/src/ray/(raylet|gcs)' >/dev/null 2>&1; then "
+                       f"{ray} stop --force >/dev/null 2>&1; echo ray; fi; true")
+
+
+@dataclass(frozen=True)
+class RuntimeChoice:
+    """Which runtime serves, and from what: set by the flags (or the head's record of the last serve), then
+    completed by the image check with the head's image ID and entrypoint. A value: every use names its input."""
+
+    name: str  # docker | host
+    image: str = DEFAULT_IMAGE
+    docker_args: tuple[str, ...] = ()
+    entrypoint: tuple[str, ...] | None = None
+    image_id: str | None = None  # the head's, once checked; None before the check (or with the host runtime)
+
+    def with_image(self, head_image: ImageInfo) -> RuntimeChoice:
+        return replace(self, entrypoint=head_image.entrypoint, image_id=head_image.id)
+
+    def on(self, host: Host) -> Runtime:
+        if self.name == "docker":
+            return DockerRuntime(self.image, self.entrypoint, self.docker_args)
+        env = host.vars.get("python_env")
+        if not env:
+            raise SparkclusterError(f"{host.name}: the host runtime needs `python_env` (a virtual environment with "
+                                    "ray and vllm) in the inventory", "set vars: {python_env: /path/to/venv}, or "
+                                    "use --runtime docker")
+        return HostRuntime(str(env))
+
+    def start_fix(self) -> str:
+        if self.name == "docker":
+            return (f"check Docker on that node (docker ps) and the image {self.image}; "
+                    "`sparkcluster down` clears leftovers")
+        return "check python_env on that node holds ray and vllm; `sparkcluster down` clears leftovers"
+
+
+def stop_all_serving(host: Host) -> Command:
+    """Stops every kind of serving this tool starts (both runtimes), whatever the head's record says."""
+    docker = DockerRuntime(DEFAULT_IMAGE).stop_all().script
+    env = host.vars.get("python_env")
+    return Command(f"if command -v docker >/dev/null 2>&1; then {docker}; fi; "
+                   + HostRuntime(str(env) if env else "/nonexistent").stop_all().script)

@@ -2,40 +2,52 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+from ..engine.command import Command
 from ..engine.errors import SparkclusterError
 from ..engine.inventory import Host
-from .membership import judge_members
-from .readiness import http, served_models
-from .nodes import Cluster
 from ..engine.transport import Unreachable
+from .membership import judge_members, ray_members
+from .nodes import Cluster, read_nodes
+from .readiness import http, served_models
+from .runtime import RuntimeChoice
 
 
-def status(cluster: Cluster) -> dict:
+def recorded(cluster: Cluster, chosen: RuntimeChoice) -> tuple[dict, RuntimeChoice]:
+    """What the last `up`/`serve` recorded on the head, and the runtime it used (the flags' where none)."""
+    record = cluster.read_record()
+    if not record:
+        return record, chosen
+    return record, replace(chosen, name=record["runtime"], image=record["image"])
+
+
+def status(cluster: Cluster, chosen: RuntimeChoice) -> dict:
     """Per node: process state, Ray membership and address, GPUs; the server's health, model, endpoint."""
-    state = adopt_state(cluster)
-    serving = state.get("serving") or {}
-    launcher = state.get("launcher", "ray")
+    record, runtime = recorded(cluster, chosen)
+    serving = record.get("serving") or {}
+    launcher = record.get("launcher", "ray")
     nodes: dict[str, dict] = {h.name: {} for h in cluster.hosts}
     try:
-        cluster.read_nodes()
+        fabric = read_nodes(cluster)
     except SparkclusterError as e:
-        return {"state": state, "error": e.message, "nodes": nodes}
+        return {"state": record, "error": e.message, "nodes": nodes}
     for host in cluster.hosts:
-        runtime = cluster.runtime(host)
         entry = nodes[host.name]
-        entry["fabric_ip"] = cluster.nodes[host.name].ip
+        entry["fabric_ip"] = fabric[host.name].ip
         roles = ["main"] + (["vllm"] if serving and launcher == "ray" and host.name == cluster.head.name else [])
         try:
             for role in roles:
-                entry[role] = "running" if cluster.run(host, runtime.alive(role), timeout=30).ok else "stopped"
+                alive = replace(runtime.on(host).alive(role), timeout=30)
+                entry[role] = "running" if cluster.run(host, alive).ok else "stopped"
         except Unreachable as e:
             entry["main"] = f"unreachable: {e.message}"
     ray: dict = {}
     if launcher == "ray" and nodes[cluster.head.name].get("main") == "running":
         try:
-            members = cluster.ray_members(len(cluster.hosts), 5)
+            members = ray_members(cluster, runtime, fabric, len(cluster.hosts), 5)
             by_ip = {m.ip: m for m in members}
-            for name, node in cluster.nodes.items():
+            for name, node in fabric.items():
                 member = by_ip.get(node.ip)
                 nodes[name]["ray"] = {"member": member is not None, "address": member.ip if member else None,
                                       "gpus": member.gpus if member else 0}
@@ -50,20 +62,14 @@ def status(cluster: Cluster) -> dict:
         code, text = http(f"{base}/v1/models")
         server = {"endpoint": serving["endpoint"], "model": serving["model"], "served_name": serving["served_name"],
                   "health": health, "models": served_models(text) if code == 200 else []}
-    return {"state": state, "ray": ray, "server": server, "nodes": nodes}
+    return {"state": record, "ray": ray, "server": server, "nodes": nodes}
 
 
-def adopt_state(cluster: Cluster) -> dict:
-    """What the last `up`/`serve` recorded on the head; the cluster then speaks to that runtime and image."""
-    state = cluster.read_state() or {}
-    if state:
-        cluster.runtime_name, cluster.image = state["runtime"], state["image"]
-    return state
-
-
-def logs_line(cluster: Cluster, host: Host, lines: int, follow: bool) -> str:
-    state = adopt_state(cluster)
-    runtime = cluster.runtime(host)
-    roles = ["main"] + (["vllm"] if host.name == cluster.head.name and state.get("launcher", "ray") == "ray" else [])
-    parts = [runtime.logs(role, lines, follow) + " 2>&1" for role in roles]
-    return " & ".join(parts) + "; wait" if follow else "; ".join(f"echo '== {r} =='; {p}" for r, p in zip(roles, parts))
+def logs_command(record: dict, runtime: RuntimeChoice, host: Host, head: Host, lines: int, follow: bool) -> Command:
+    """One node's logs: Ray's (or its vLLM rank's), and the head's vLLM beside Ray; followed in parallel with -f."""
+    on = runtime.on(host)
+    roles = ["main"] + (["vllm"] if host.name == head.name and record.get("launcher", "ray") == "ray" else [])
+    parts = [on.logs(role, lines, follow).script for role in roles]
+    if follow:
+        return Command(" & ".join(parts) + "; wait", timeout=60)
+    return Command("; ".join(f"echo '== {r} =='; {p}" for r, p in zip(roles, parts)), timeout=60)

@@ -1,0 +1,170 @@
+"""`sparkcluster sim ...`: the simulated cluster's sub-commands, wired from parsed flags to SimCluster."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from collections.abc import Callable
+from contextlib import nullcontext
+from pathlib import Path
+
+from rich.console import Console
+
+from ..engine.errors import EXIT_OK, UsageError
+from . import render as sim_render
+from .cluster import DEFAULT_DRIVER, DEFAULT_LAN_RATE, DEFAULT_NAME, DEFAULT_USER, SimCluster, UpOptions
+from .state import existing_names
+
+console = Console()
+err_console = Console(stderr=True)
+
+
+def _print_json(doc: object) -> None:
+    print(json.dumps(doc, indent=2))
+
+
+def cmd_sim_up(args: argparse.Namespace) -> int:
+    opts = UpOptions(
+        count=args.count, name=args.name, drivers=tuple(args.driver or [DEFAULT_DRIVER]),
+        port0_hosts=frozenset(args.port0 or []), docker=args.docker, lan_rate=args.lan_rate,
+        user=args.user, ssh_mesh=args.ssh_mesh, vllm_env=str(Path(args.vllm_env).resolve()) if args.vllm_env else None,
+    )
+    with err_console.status(f"booting {args.count} simulated Spark(s)…", spinner="dots") if not args.json else nullcontext():
+        cluster = SimCluster.up(opts)
+    if args.json:
+        _print_json(cluster.describe())
+    else:
+        sim_render.cluster(console, cluster.describe())
+        console.print(f"\nnext: [bold]sparkcluster bootstrap {cluster.inventory_path}[/bold]")
+    return EXIT_OK
+
+
+def cmd_sim_down(args: argparse.Namespace) -> int:
+    names = existing_names() if args.all else [args.name]
+    for name in names:
+        SimCluster.load(name).down()
+        if not args.json:
+            console.print(f"removed simulated cluster [bold]{name}[/bold]")
+    if args.json:
+        _print_json({"removed": names})
+    return EXIT_OK
+
+
+def cmd_sim_list(args: argparse.Namespace) -> int:
+    clusters = [SimCluster.load(n).describe() for n in existing_names()]
+    if args.json:
+        _print_json(clusters)
+        return EXIT_OK
+    if not clusters:
+        console.print("no simulated clusters (create one with `sparkcluster sim up 2`)")
+    for doc in clusters:
+        sim_render.cluster(console, doc)
+    return EXIT_OK
+
+
+def _host_action(action: Callable[[SimCluster, str], None], verb: str) -> Callable[[argparse.Namespace], int]:
+    def run(args: argparse.Namespace) -> int:
+        cluster = SimCluster.load(args.name)
+        action(cluster, args.host)
+        console.print(f"{args.host}: {verb}")
+        return EXIT_OK
+
+    return run
+
+
+def cmd_sim_ssh(args: argparse.Namespace) -> int:
+    cluster = SimCluster.load(args.name)
+    argv = cluster.ssh_argv(args.host, args.user, args.via) + args.remote
+    os.execvp(argv[0], argv)
+    return EXIT_OK  # not reached
+
+
+def cmd_sim_exec(args: argparse.Namespace) -> int:
+    command = args.remote
+    if not command:
+        raise UsageError("give a command after --", "e.g. `sparkcluster sim exec spark-1 -- ip -br addr`")
+    return SimCluster.load(args.name).exec_in(args.host, command).returncode
+
+
+def cmd_sim_image(args: argparse.Namespace) -> int:
+    from . import image  # builds with docker: loaded only when asked
+
+    cluster = SimCluster.load(args.name)
+    hosts = args.hosts.split(",") if args.hosts else [h.name for h in cluster.topology.hosts]
+    for h in hosts:
+        cluster.host(h)  # unknown names fail before anything is built
+    tar = image.build(args.tag, rebuild=args.rebuild, ray_env=Path(args.ray_env) if args.ray_env else None,
+                      with_torch=args.torch)
+    image.import_into(cluster, hosts, args.tag, tar)
+    console.print(f"image [bold]{args.tag}[/bold] ({tar.stat().st_size / 1e6:.0f} MB) imported on {', '.join(hosts)}")
+    return EXIT_OK
+
+
+def add_parsers(commands: argparse._SubParsersAction) -> None:
+    sim = commands.add_parser("sim", help="a simulated Spark cluster on this machine (needs root)")
+    sim_cmds = sim.add_subparsers(dest="sim_command", required=True, metavar="SIM_COMMAND")
+
+    def named(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+        p.add_argument("--name", default=DEFAULT_NAME, help=f"cluster name (default: {DEFAULT_NAME})")
+        return p
+
+    up = named(sim_cmds.add_parser("up", help="create and boot N simulated Sparks"))
+    up.add_argument("count", type=int, metavar="N", help="number of Sparks")
+    up.add_argument("--driver", action="extend", nargs="+", metavar="VERSION",
+                    help=f"NVIDIA driver version: one for all hosts or one per host (default: {DEFAULT_DRIVER})")
+    up.add_argument("--docker", action=argparse.BooleanOptionalAction, default=True,
+                    help="run a Docker engine in every host (default: on)")
+    up.add_argument("--port0", action="extend", nargs="+", metavar="HOST",
+                    help="cable QSFP port 0 instead of port 1 on these hosts (a common mistake)")
+    up.add_argument("--lan-rate", default=DEFAULT_LAN_RATE,
+                    help=f"rate limit of the 10 GbE management link (default: {DEFAULT_LAN_RATE})")
+    up.add_argument("--user", default=DEFAULT_USER, help=f"login user with passwordless sudo (default: {DEFAULT_USER})")
+    up.add_argument("--ssh-mesh", action=argparse.BooleanOptionalAction, default=True,
+                    help="pre-install passwordless ssh between the hosts, as NVIDIA's setup does (default: on)")
+    up.add_argument("--vllm-env", metavar="VENV",
+                    help="a vLLM (CPU build) environment for `serve --runtime host`, e.g. .venv-vllm from "
+                         "scripts/setup-vllm.sh: the inventory names it, with the settings a CPU vLLM needs")
+    up.add_argument("--json", action="store_true", help="print the cluster as JSON")
+    up.set_defaults(func=cmd_sim_up)
+
+    down = sim_cmds.add_parser("down", help="remove a simulated cluster and everything it made")
+    down.add_argument("name", nargs="?", default=DEFAULT_NAME, help=f"cluster name (default: {DEFAULT_NAME})")
+    down.add_argument("--all", action="store_true", help="remove every simulated cluster")
+    down.add_argument("--json", action="store_true")
+    down.set_defaults(func=cmd_sim_down)
+
+    ls = sim_cmds.add_parser("list", help="list simulated clusters")
+    ls.add_argument("--json", action="store_true")
+    ls.set_defaults(func=cmd_sim_list)
+
+    for verb, action, done, help_text in (
+        ("power-off", SimCluster.power_off, "powered off", "cut a host's power (every process dies, its disk stays)"),
+        ("boot", SimCluster.boot, "booted", "boot a powered-off host"),
+        ("reset", SimCluster.reset, "reset to a fresh disk and booted", "re-image a host: fresh disk, then boot"),
+    ):
+        p = named(sim_cmds.add_parser(verb, help=help_text))
+        p.add_argument("host", help="host name, e.g. spark-2")
+        p.set_defaults(func=_host_action(action, done))
+
+    ssh = named(sim_cmds.add_parser("ssh", help="ssh into a host with the cluster's key and known_hosts"))
+    ssh.add_argument("host")
+    ssh.add_argument("--user", default=None)
+    ssh.add_argument("--via", choices=("mgmt", "fabric"), default="mgmt")
+    ssh.epilog = "a command to run goes after --, e.g. `sparkcluster sim ssh spark-1 -- hostname`"
+    ssh.set_defaults(func=cmd_sim_ssh)
+
+    ex = named(sim_cmds.add_parser("exec", help="run a command as root inside a host (no ssh)"))
+    ex.add_argument("host")
+    ex.epilog = "the command goes after --, e.g. `sparkcluster sim exec spark-1 -- ip -br addr`"
+    ex.set_defaults(func=cmd_sim_exec)
+
+    img = named(sim_cmds.add_parser("image", help="build the registry-free test image and docker-import it"))
+    img.add_argument("--tag", default="vllm-node")
+    img.add_argument("--hosts", help="comma-separated hosts (default: all)")
+    img.add_argument("--rebuild", action="store_true")
+    img.add_argument("--ray-env", metavar="VENV",
+                     help="a venv made with /usr/bin/python3 holding ray[default]: the image then runs a real Ray")
+    img.add_argument("--torch", action=argparse.BooleanOptionalAction, default=True,
+                     help="keep PyTorch from the Ray venv (the probe needs it; --no-torch: a 3x smaller image)")
+    img.set_defaults(func=cmd_sim_image)

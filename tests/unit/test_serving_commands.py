@@ -1,0 +1,161 @@
+"""The serving wing's commands as values: what each runtime runs on a node (start, alive, logs, stop), the start
+commands of a whole cluster, and the rule that a fallback refuses to serve. No simulator: Commands compared as
+data, exactly as the engine's steps are."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sparkcluster.engine.command import Command, exports
+from sparkcluster.engine.errors import SparkclusterError
+from sparkcluster.engine.inventory import Host, Inventory
+from sparkcluster.nccl.verdict import Verdict
+from sparkcluster.nccl.verify import VerifyResult
+from sparkcluster.serving import phases
+from sparkcluster.serving.launch import Node, ServeArgs
+from sparkcluster.serving.lifecycle import ray_commands, running_current, vllm_commands
+from sparkcluster.serving.nodes import Cluster, node_env
+from sparkcluster.serving.phases import ServeOptions
+from sparkcluster.serving.runtime import DockerRuntime, HostRuntime, NodeEnv, RuntimeChoice, stop_all_serving
+from sparkcluster.serving.status import logs_command
+from sparkcluster.staging.images import ImageInfo
+
+ENV = NodeEnv("~/.config/sparkcluster/comm.env", {"HF_HUB_OFFLINE": "1"})
+NODES = {"spark-1": Node("spark-1", 0, "192.168.177.11", "192.168.177.11"),
+         "spark-2": Node("spark-2", 1, "192.168.177.12", "192.168.177.11")}
+
+
+def inventory(**vars: object) -> Inventory:
+    hosts = (Host("spark-1", "10.0.0.1", role="head", vars=dict(vars)), Host("spark-2", "10.0.0.2", role="worker", vars=dict(vars)))
+    return Inventory(path=Path("inv.yml"), name="t", hosts=hosts, vars={})
+
+
+def cluster(**vars: object) -> Cluster:
+    return Cluster(inventory(**vars), transports={}, facts={})  # command values need no connection
+
+
+def test_docker_runtime_commands():
+    docker = DockerRuntime("vllm-node")
+    start = docker.start_main(["ray", "start", "--block"], ENV)
+    assert start == Command(
+        "docker run -d --privileged --gpus all --rm --ipc=host --network host --name vllm_node "
+        '--env-file "$HOME"/.config/sparkcluster/comm.env -e HF_HUB_OFFLINE=1 '
+        '-v "${HF_HOME:-$HOME/.cache/huggingface}":/root/.cache/huggingface vllm-node ray start --block')
+    assert docker.start_vllm_on_main(["vllm", "serve", "m"], ENV) == Command(
+        "docker exec -d vllm_node sh -c 'echo $$ > /tmp/sparkcluster-vllm.pid; "
+        "exec vllm serve m >> /tmp/sparkcluster-vllm.log 2>&1'")
+    assert docker.run_in_env(["python3", "-c", "print(1)"], ENV) == Command("docker exec -i vllm_node python3 -c 'print(1)'")
+    assert docker.logs("main", 50, follow=True) == Command("docker logs --tail 50 -f vllm_node 2>&1")
+    assert docker.logs("vllm", 50, follow=False) == Command("docker exec vllm_node tail -n 50 /tmp/sparkcluster-vllm.log 2>&1")
+    twin = docker.run_in_env(["python3", "-"], ENV, twin=True).script
+    assert twin.startswith(f"if {docker.alive('main').script}; then docker exec -i vllm_node python3 -; else docker run --rm -i ")
+
+
+def test_host_runtime_commands_source_the_comm_env_then_the_fixed_env():
+    host = HostRuntime("/opt/venv")
+    start = host.start_main(["ray", "start", "--block"], NodeEnv("~/c.env", {"B": "two words", "A": "1"}))
+    assert start.script.splitlines() == [
+        'mkdir -p "$HOME"/.cache/sparkcluster/serve || exit 1',
+        "cd || exit 1",
+        'set -a; . "$HOME"/c.env || exit 1; set +a',
+        "export PATH=/opt/venv/bin:\"$PATH\" A=1 B='two words'",
+        'if kill -0 $(cat "$HOME"/.cache/sparkcluster/serve/main.pid 2>/dev/null) 2>/dev/null; then '
+        "echo 'already running' >&2; exit 3; fi",
+        'setsid nohup ray start --block > "$HOME"/.cache/sparkcluster/serve/main.log 2>&1 < /dev/null &',
+        'echo $! > "$HOME"/.cache/sparkcluster/serve/main.pid']
+    assert host.alive("vllm") == Command('kill -0 $(cat "$HOME"/.cache/sparkcluster/serve/vllm.pid 2>/dev/null) 2>/dev/null')
+
+
+@pytest.mark.parametrize("name", ["A;touch /tmp/x;B", "1X", "A B", "", "A-B", "$(id)"])
+def test_an_env_name_that_is_not_a_name_never_reaches_a_shell(name):
+    with pytest.raises(ValueError, match="not an environment variable name"):
+        HostRuntime("/opt/venv").start_main(["true"], NodeEnv("~/c.env", {name: "1"}))
+    with pytest.raises(ValueError):
+        Command("true", env={name: "1"}).line()
+    assert exports({"GOOD_1": "x;y"}) == "GOOD_1='x;y'"
+
+
+def test_runtime_choice_is_completed_by_the_image_check():
+    chosen = RuntimeChoice("docker", "vllm-node")
+    assert chosen.on(inventory().hosts[0]) == DockerRuntime("vllm-node")
+    checked = chosen.with_image(ImageInfo("sha256:abc", 10, ("/opt/nvidia/entrypoint.sh",)))
+    assert checked.on(inventory().hosts[0]) == DockerRuntime("vllm-node", ("/opt/nvidia/entrypoint.sh",))
+    # A Ray started from another image is not reused: the check compares the container's image with the head's.
+    assert running_current(checked, inventory().hosts[0]).script.endswith(
+        "test \"$(docker inspect -f '{{.Image}}' vllm_node)\" = sha256:abc")
+    assert running_current(chosen, inventory().hosts[0]) == chosen.on(inventory().hosts[0]).alive("main")
+
+
+def test_the_host_runtime_needs_a_python_env():
+    with pytest.raises(SparkclusterError, match="spark-1: the host runtime needs `python_env`"):
+        RuntimeChoice("host").on(inventory().hosts[0])
+    assert RuntimeChoice("host").on(inventory(python_env="/v").hosts[0]) == HostRuntime("/v")
+
+
+def test_cluster_start_commands_give_each_node_its_own_address_and_env():
+    c = cluster(serve_env={"VLLM_CPU_KVCACHE_SPACE": "1"})
+    runtime = RuntimeChoice("docker", "vllm-node")
+    ray = ray_commands(c, runtime, NODES, {"RECIPE": "1"})
+    assert list(ray) == ["spark-1", "spark-2"]
+    assert ray["spark-1"].script.endswith("vllm-node ray start --block --head --port 6379 --node-ip-address "
+                                          "192.168.177.11 --include-dashboard=True --dashboard-host 0.0.0.0 "
+                                          "--dashboard-port 8265 --disable-usage-stats")
+    assert ray["spark-2"].script.endswith("ray start --block --address=192.168.177.11:6379 --node-ip-address 192.168.177.12")
+    assert "-e HF_HUB_OFFLINE=1 -e RECIPE=1 -e VLLM_CPU_KVCACHE_SPACE=1" in ray["spark-2"].script
+    args = ServeArgs("org/m", 2, served_name="m")
+    assert list(vllm_commands(c, runtime, NODES, "ray", args)) == ["spark-1"]  # Ray places the workers
+    native = vllm_commands(c, runtime, NODES, "native", args)
+    assert "--node-rank 1 --master-addr 192.168.177.11 --master-port 29501 --headless" in native["spark-2"].script
+
+
+def test_node_env_layers_inventory_then_host_then_recipe():
+    inv = Inventory(path=Path("i.yml"), name="t", vars={"serve_env": {"A": "all", "B": "all"}},
+                    hosts=(Host("h", "10.0.0.1", role="head", vars={"serve_env": {"B": "host", "C": "host"}}),))
+    env = node_env(inv, inv.hosts[0], {"C": "recipe"})
+    assert env == NodeEnv("~/.config/sparkcluster/comm.env",
+                          {"HF_HUB_OFFLINE": "1", "A": "all", "B": "host", "C": "recipe"})
+
+
+def test_logs_commands():
+    runtime, (head, worker) = RuntimeChoice("docker"), inventory().hosts
+    shown = logs_command({"launcher": "ray"}, runtime, head, head, 20, follow=False)
+    assert shown == Command("echo '== main =='; docker logs --tail 20 vllm_node 2>&1; echo '== vllm =='; "
+                            "docker exec vllm_node tail -n 20 /tmp/sparkcluster-vllm.log 2>&1", timeout=60)
+    followed = logs_command({"launcher": "native"}, runtime, worker, head, 20, follow=True)
+    assert followed == Command("docker logs --tail 20 -f vllm_node 2>&1; wait", timeout=60)
+
+
+def test_stop_all_serving_stops_both_runtimes():
+    script = stop_all_serving(inventory(python_env="/v").hosts[0]).script
+    assert script.startswith("if command -v docker >/dev/null 2>&1; then if docker inspect vllm_node")
+    assert "for r in vllm main; do" in script and "/v/bin/ray stop --force" in script
+
+
+def _verdict(status: str) -> VerifyResult:
+    return VerifyResult("gloo", Verdict(status, "traffic on enP7s7", "bind to the QSFP interface", (), ("tcp",), False), [])
+
+
+def test_a_fallback_refuses_to_serve_unless_allowed(monkeypatch):
+    monkeypatch.setattr(phases, "run_verify", lambda *a, **k: _verdict("FAIL"))
+    said: list[str] = []
+    with pytest.raises(SparkclusterError, match="refusing to serve: the NCCL probe found a fallback: traffic on enP7s7"):
+        phases.probe(cluster(), RuntimeChoice("docker"), ServeOptions(), said.append)
+    assert said == ["  probe (gloo): FAIL traffic on enP7s7"]
+    allowed = phases.probe(cluster(), RuntimeChoice("docker"), ServeOptions(allow_fallback=True), said.append)
+    assert allowed["verdict"]["status"] == "FAIL"
+    monkeypatch.setattr(phases, "run_verify", lambda *a, **k: _verdict("PASS"))
+    assert phases.probe(cluster(), RuntimeChoice("docker"), ServeOptions(), said.append)["verdict"]["status"] == "PASS"
+
+
+def test_the_probe_runs_where_vllm_will_run(monkeypatch):
+    seen = {}
+
+    def fake_verify(inventory, transports, facts, *, min_busbw, in_serving_env):
+        seen.update({name: make(["python3", "-"]) for name, make in in_serving_env.items()})
+        return _verdict("PASS")
+    monkeypatch.setattr(phases, "run_verify", fake_verify)
+    phases.probe(cluster(python_env="/v"), RuntimeChoice("host"), ServeOptions(), lambda text: None)
+    assert seen["spark-2"].script.endswith("exec python3 -")
+    assert 'export PATH=/v/bin:"$PATH" HF_HUB_OFFLINE=1' in seen["spark-2"].script
