@@ -5,6 +5,7 @@ run, what the head's log says when they do not, and stopping everything this too
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 
 from ..engine.command import Command
 from ..engine.errors import SparkclusterError
@@ -56,7 +57,7 @@ def start(cluster: Cluster, commands: Mapping[str, Command], what: str, fix: str
 def running_current(runtime: RuntimeChoice, host: Host) -> Command:
     """Exits 0 when the node's Ray runs, and in a container of the image just checked: one started from an older
     image is not reused."""
-    alive = runtime.on(host).alive("main")
+    alive = replace(runtime.on(host).alive("main"), timeout=30)
     if runtime.name != "docker" or not runtime.image_id:
         return alive
     return Command(f"{alive.script} && test \"$(docker inspect -f '{{{{.Image}}}}' {CONTAINER})\" = {runtime.image_id}",
@@ -69,7 +70,7 @@ def gone(cluster: Cluster, runtime: RuntimeChoice, launcher: str) -> str | None:
     for host, role in checks:
         try:
             alive = runtime.on(host).alive(role)
-            if not cluster.run(host, Command(alive.script, timeout=30)).ok:
+            if not cluster.run(host, replace(alive, timeout=30)).ok:
                 what = "vLLM" if role == "vllm" or launcher == "native" else "Ray"
                 return f"{what} on {host.name} exited"
         except Unreachable as e:
@@ -83,7 +84,7 @@ def diagnosis(cluster: Cluster, runtime: RuntimeChoice, launcher: str) -> str:
     head = cluster.head
     try:
         logs = runtime.on(head).logs(role, 200, False)
-        lines = cluster.run(head, Command(logs.script, timeout=30)).stdout.strip().splitlines()
+        lines = cluster.run(head, replace(logs, timeout=30)).stdout.strip().splitlines()
     except Unreachable as e:
         return f"{head.name} is unreachable: {e.message}"
     hints = []
@@ -101,7 +102,7 @@ def stop_everywhere(cluster: Cluster) -> dict[str, str]:
         try:
             # A failed phase may have closed every connection to interrupt its threads: open a new one.
             cluster.transports[host.name].reconnect()
-            result = cluster.run(host, Command(stop_all_serving(host).script, timeout=60))
+            result = cluster.run(host, replace(stop_all_serving(host), timeout=60))
             return host.name, " ".join(result.stdout.split()) if result.ok else f"failed: {result.stderr_tail(2)}"
         except Unreachable as e:
             return host.name, f"unreachable: {e.message}"

@@ -6,9 +6,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from ..engine.command import Command
 from ..engine.errors import SparkclusterError
 from .launch import RAY_PORT, Node
 from .nodes import Cluster, node_env
@@ -92,7 +91,7 @@ def ray_members(cluster: Cluster, runtime: RuntimeChoice, nodes: Mapping[str, No
     head = cluster.head
     argv = ["python3", "-c", MEMBERS_PY, f"{nodes[head.name].ip}:{RAY_PORT}", str(want), str(timeout)]
     query = runtime.on(head).run_in_env(argv, node_env(cluster.inventory, head))
-    result = cluster.run(head, Command(query.script, timeout=timeout + 90))
+    result = cluster.run(head, replace(query, timeout=timeout + 90))
     if not result.ok:
         raise SparkclusterError(f"asking Ray for its nodes failed on {head.name}: "
                                 f"{result.stderr_tail(3) or result.stdout.strip()[-300:]}",
