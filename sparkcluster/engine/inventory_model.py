@@ -50,6 +50,8 @@ class Inventory:
     vars: Mapping[str, Any] = field(hash=False)  # the free-form vars every host starts from
     models: tuple[str, ...] = ()
     format: str = "sparkcluster"  # or "ansible"
+    # Every host's name in the file's order, kept through --limit: what numbers a node stably (fabric addresses).
+    everyone: tuple[str, ...] = ()
 
     @property
     def head(self) -> Host:
@@ -58,6 +60,11 @@ class Inventory:
     @property
     def workers(self) -> tuple[Host, ...]:
         return tuple(h for h in self.hosts if h.role != HEAD)
+
+    def position(self, name: str) -> int:
+        """0 for the head, then 1, 2, ... for the other hosts in the file's order, counting those --limit left out."""
+        names = self.everyone or tuple(h.name for h in self.hosts)
+        return [self.head.name, *(n for n in names if n != self.head.name)].index(name)
 
     def limit(self, names: Sequence[str]) -> Inventory:
         """Only the named hosts and the members of the named groups (`all` is every host); the head must stay."""
@@ -72,4 +79,5 @@ class Inventory:
         if self.head.name not in selected:
             raise InventoryError(f"{self.path}: the selection {', '.join(names) or '(empty)'} leaves out the head {self.head.name}",
                                  f"include it as well ({', '.join([self.head.name, *names])}): every command needs the head")
-        return replace(self, hosts=tuple(h for h in self.hosts if h.name in selected))
+        return replace(self, hosts=tuple(h for h in self.hosts if h.name in selected),
+                       everyone=self.everyone or tuple(h.name for h in self.hosts))

@@ -17,7 +17,7 @@ from . import yamlsource
 from .errors import UsageError, did_you_mean
 from .steps import REGISTRY, Step
 
-PLAY_KEYS = {"name", "hosts", "require", "gather_facts", "steps"}
+PLAY_KEYS = {"name", "hosts", "require", "gather_facts", "refresh_facts", "steps"}
 
 
 @dataclass(frozen=True)
@@ -38,6 +38,8 @@ class Play:
     steps: tuple[StepCall, ...]
     require_all: bool = False  # tensor parallelism needs every GPU: one failed host stops the run
     gather_facts: bool = True
+    # Gather again for hosts an earlier play changed (their addresses, say); otherwise facts are gathered once.
+    refresh_facts: bool = False
 
 
 @dataclass(frozen=True)
@@ -84,7 +86,8 @@ def _play(where: str, raw: Any) -> Play:
     if not isinstance(steps, list) or not steps:
         raise UsageError(f"{where}:{line}: play {raw.get('name', '?')!r} has no steps", "add a `steps:` list")
     return Play(str(raw.get("name", "play")), str(raw.get("hosts", "all")),
-                tuple(_step(where, s) for s in steps), require == "all", bool(raw.get("gather_facts", True)))
+                tuple(_step(where, s) for s in steps), require == "all", bool(raw.get("gather_facts", True)),
+                bool(raw.get("refresh_facts", False)))
 
 
 def _step(where: str, raw: Any) -> StepCall:

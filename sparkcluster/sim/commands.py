@@ -28,7 +28,8 @@ def cmd_sim_up(args: argparse.Namespace) -> int:
     opts = UpOptions(
         count=args.count, name=args.name, drivers=tuple(args.driver or [DEFAULT_DRIVER]),
         port0_hosts=frozenset(args.port0 or []), docker=args.docker, lan_rate=args.lan_rate,
-        user=args.user, ssh_mesh=args.ssh_mesh, vllm_env=str(Path(args.vllm_env).resolve()) if args.vllm_env else None,
+        user=args.user, ssh_mesh=args.ssh_mesh, fabric_addresses=args.fabric_addresses,
+        vllm_env=str(Path(args.vllm_env).resolve()) if args.vllm_env else None,
     )
     with err_console.status(f"booting {args.count} simulated Spark(s)…", spinner="dots") if not args.json else nullcontext():
         cluster = SimCluster.up(opts)
@@ -122,6 +123,9 @@ def add_parsers(commands: argparse._SubParsersAction) -> None:
     up.add_argument("--user", default=DEFAULT_USER, help=f"login user with passwordless sudo (default: {DEFAULT_USER})")
     up.add_argument("--ssh-mesh", action=argparse.BooleanOptionalAction, default=True,
                     help="pre-install passwordless ssh between the hosts, as NVIDIA's setup does (default: on)")
+    up.add_argument("--fabric-addresses", action=argparse.BooleanOptionalAction, default=True,
+                    help="address the cabled QSFP twins (default: on); --no-fabric-addresses: fresh from the box, "
+                         "up but unaddressed at MTU 1500, for `bootstrap` to address them")
     up.add_argument("--vllm-env", metavar="VENV",
                     help="a vLLM (CPU build) environment for `serve --runtime host`, e.g. .venv-vllm from "
                          "scripts/setup-vllm.sh: the inventory names it, with the settings a CPU vLLM needs")

@@ -18,7 +18,7 @@ GPU_NAME = "NVIDIA GB10"
 GB10_COMPUTE_CAP = "12.1"
 HARDWARE_JSON = "etc/sparkcluster-sim/hardware.json"
 SPEEDS = "etc/sparkcluster-sim/speeds"
-EMULATORS = ("nvidia-smi", "ibdev2netdev", "ethtool", "nvidia-container-runtime-hook")
+EMULATORS = ("nvidia-smi", "ibdev2netdev", "ethtool", "nvidia-container-runtime-hook", "sim-gid-cache")
 
 
 def gpu_uuid(cluster: str, host: str) -> str:
@@ -65,15 +65,16 @@ def _ipv4_gid(address: ipaddress.IPv4Address) -> str:
     return f"0000:0000:0000:0000:0000:ffff:{packed[0]:02x}{packed[1]:02x}:{packed[2]:02x}{packed[3]:02x}"
 
 
-def gid_table(nic: Nic) -> list[tuple[str, str]]:
-    """(gid, type) by index: 0/1 link-local RoCE v1/v2; 2/3 the IPv4-mapped pair when the port has an address."""
+def gid_table(nic: Nic, ipv4: bool = True) -> list[tuple[str, str]]:
+    """(gid, type) by index: 0/1 link-local RoCE v1/v2; 2/3 the IPv4-mapped pair when the port has an address.
+    Inside a running host, sim-gid-cache keeps 2/3 in step with the netdev's address, as the kernel does."""
     gids = [(_link_local_gid(nic.mac), "IB/RoCE v1"), (_link_local_gid(nic.mac), "RoCE v2")]
-    if nic.address is not None:
+    if nic.address is not None and ipv4:
         gids += [(_ipv4_gid(nic.address.ip), "IB/RoCE v1"), (_ipv4_gid(nic.address.ip), "RoCE v2")]
     return gids
 
 
-def write_infiniband_tree(host: HostSpec, root: Path) -> None:
+def write_infiniband_tree(host: HostSpec, root: Path, ipv4_gids: bool = True) -> None:
     """Render /sys/class/infiniband for the host's four RDMA devices into `root` (bind-mounted read-only)."""
     for nic in host.nics:
         if nic.hca is None:
@@ -87,7 +88,7 @@ def write_infiniband_tree(host: HostSpec, root: Path) -> None:
         (port / "state").write_text("4: ACTIVE\n" if nic.cabled else "1: DOWN\n")
         (port / "phys_state").write_text("5: LinkUp\n" if nic.cabled else "3: Disabled\n")
         (port / "link_layer").write_text("Ethernet\n")
-        for index, (gid, kind) in enumerate(gid_table(nic)):
+        for index, (gid, kind) in enumerate(gid_table(nic, ipv4_gids)):
             (port / "gids" / str(index)).write_text(gid + "\n")
             (port / "gid_attrs" / "types" / str(index)).write_text(kind + "\n")
             (port / "gid_attrs" / "ndevs" / str(index)).write_text(nic.netdev + "\n")

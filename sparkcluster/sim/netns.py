@@ -41,15 +41,23 @@ def root_batch(topo: Topology) -> list[str]:
     return lines
 
 
-def host_batch(host: HostSpec) -> list[str]:
+def host_batch(host: HostSpec, address_fabric: bool = True) -> list[str]:
     """`ip -n NS -batch` lines inside one host: loopback up, cabled ports addressed and up. Idempotent, so
-    every boot re-applies it, as a real Spark applies its netplan (a test may have changed the addresses)."""
+    every boot re-applies it, as a real Spark applies its netplan (a test may have changed the addresses).
+    Without `address_fabric` the cabled QSFP twins only come up: their addresses are whatever the host's own
+    configuration gave them (none, fresh from the box), and they survive a reboot as netplan's would."""
     lines = ["link set lo up"]
     for nic in host.nics:
+        if nic.cabled and (address_fabric or nic.hca is None):
+            lines += [f"addr flush dev {nic.netdev}", f"addr add {nic.address} dev {nic.netdev}"]
         if nic.cabled:
-            lines += [f"addr flush dev {nic.netdev}", f"addr add {nic.address} dev {nic.netdev}",
-                      f"link set {nic.netdev} up"]
+            lines.append(f"link set {nic.netdev} up")
     return lines
+
+
+def fresh_fabric_batch(host: HostSpec) -> list[str]:
+    """The cabled twins as a new Spark has them: no address, the default MTU (the switch side keeps 9000)."""
+    return [f"link set {nic.netdev} mtu 1500" for nic in host.nics if nic.cabled and nic.hca]
 
 
 def lan_shaping(topo: Topology, rate: str) -> tuple[list[str], dict[str, list[str]]]:
@@ -70,10 +78,11 @@ def run_batch(tool: str, lines: Iterable[str], netns: str | None = None) -> None
                                 "remove leftovers of an earlier run with `sparkcluster sim down --all`")
 
 
-def create(topo: Topology, lan_rate: str) -> None:
+def create(topo: Topology, lan_rate: str, address_fabric: bool = True) -> None:
     run_batch("ip", root_batch(topo))
     for host in topo.hosts:
-        run_batch("ip", host_batch(host), host.netns)
+        run_batch("ip", host_batch(host, address_fabric) + ([] if address_fabric else fresh_fabric_batch(host)),
+                  host.netns)
     root_lines, host_lines = lan_shaping(topo, lan_rate)
     run_batch("tc", root_lines)
     for netns, lines in host_lines.items():

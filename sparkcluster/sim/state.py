@@ -49,6 +49,7 @@ class ClusterState:
     uid: int
     ssh_mesh: bool
     vllm_env: str = ""  # a CPU vLLM environment the inventory names for `serve --runtime host`
+    fabric_addresses: bool = True  # False: the cabled twins come up without addresses, as from the box
     docker_runtime: str = ""  # runc wrapper path, where this machine's capability set needs one
     storage_driver: str = "overlay2"
     status: str = "creating"

@@ -27,14 +27,17 @@ def plan_file(ctx: HostContext, path: str, content: str, mode: str) -> Plan:
         raise StepFailed(f"cannot read {path}", f"make it readable by {ctx.host.user or 'the login user'}") from None
     if current == want and _mode(ctx, remote) == int(mode, 8):
         return Plan(f"{path} is up to date")
-    diff = "".join(difflib.unified_diff(
-        (current or b"").decode(errors="replace").splitlines(keepends=True), content.splitlines(keepends=True),
-        fromfile=f"{ctx.host.name}:{path} (current)", tofile=f"{ctx.host.name}:{path}",
-    ))
+    diff = unified_diff(ctx.host.name, path, (current or b"").decode(errors="replace"), content)
     reason = "create" if current is None else "update" if current != want else "fix the mode of"
     # Shown in --check; write_file() writes through SFTP rather than running this line.
     shown = Command.argv(["install", "-m", mode, "/dev/stdin", path])
-    return Plan(f"{reason} {path}", (shown,), diff=diff or None)
+    return Plan(f"{reason} {path}", (shown,), diff=diff)
+
+
+def unified_diff(host: str, path: str, current: str, wanted: str) -> str | None:
+    """What --diff shows for a file change on `host`."""
+    return "".join(difflib.unified_diff(current.splitlines(keepends=True), wanted.splitlines(keepends=True),
+                                        fromfile=f"{host}:{path} (current)", tofile=f"{host}:{path}")) or None
 
 
 def write_file(ctx: HostContext, path: str, content: str, mode: str) -> None:

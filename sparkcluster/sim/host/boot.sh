@@ -41,8 +41,7 @@ for d in /sys/class/*; do
   mount --rbind "$d" "$R/sys/class/${d##*/}"
 done
 mkdir "$R/sys/class/infiniband"
-mount --bind "$H/sys-infiniband" "$R/sys/class/infiniband"
-mount -o remount,bind,ro "$R/sys/class/infiniband"
+mount --bind "$H/sys-infiniband" "$R/sys/class/infiniband"   # root-owned; sim-gid-cache rewrites the IPv4 GIDs
 
 mount -t tmpfs -o mode=755 run "$R/run"
 mkdir -p "$R/run/sshd"
@@ -82,6 +81,9 @@ if [ ! -e "$FIRST_BOOT_DONE" ]; then
   mkdir -p "${FIRST_BOOT_DONE%/*}"
   touch "$FIRST_BOOT_DONE"
 fi
+
+# The kernel adds and drops the IPv4-mapped RoCE GIDs as addresses come and go: so does the emulation.
+setsid /usr/local/bin/sim-gid-cache < /dev/null > /var/log/sim-gid-cache.log 2>&1 &
 
 if [ "$SIM_DOCKER" = 1 ]; then
   # Like the system service of a real Spark. No iptables, no bridge: the host's netns stays as sim made it.

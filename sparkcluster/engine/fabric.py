@@ -1,0 +1,207 @@
+"""The QSFP fabric's addresses, planned from facts: which port is cabled, which of its twins lack an IPv4
+address, what each gets, and the netplan file that keeps it across reboots. Pure functions; the step in
+steps/fabric.py carries the plan out.
+
+The layout is the one real Sparks need (dual-node-spec.md §1.3, eugr's NETWORKING.md, NVIDIA's playbook): each
+twin of the cabled port on its own subnet, one address per node per subnet, MTU 9000. A direct cable and a
+switch use the same scheme. Addresses a user already gave a twin are kept, never renumbered.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from ipaddress import IPv4Address, IPv4Interface, IPv4Network
+
+import yaml
+
+from .facts import HostFacts
+from .inventory import Host, Inventory
+from .network import QsfpError, qsfp_port
+
+# eugr's pair (NETWORKING.md): twin 0 of the cabled port on the first, twin 1 on the second.
+DEFAULT_SUBNETS = ("192.168.177.0/24", "192.168.178.0/24")
+DEFAULT_MTU = 9000
+# How long a node waits for the CLI to reach it again after its addresses change before it rolls back by itself.
+DEFAULT_CONFIRM_S = 30
+FIRST_HOST = 11  # the head is .11, the next node .12, as in eugr's setup
+NETPLAN_FILE = "/etc/netplan/40-sparkcluster-fabric.yaml"
+ANY_ADDRESS_FIX = "set vars: {fabric: {subnets: [A/24, B/24], mtu: 9000}} in the inventory"
+
+
+class FabricError(QsfpError):
+    """The fabric cannot be addressed as planned: what was found, and the fix."""
+
+
+@dataclass(frozen=True)
+class FabricConfig:
+    subnets: tuple[IPv4Network, IPv4Network]
+    mtu: int
+    confirm_s: float = DEFAULT_CONFIRM_S
+
+
+@dataclass(frozen=True)
+class Twin:
+    netdev: str
+    subnet: IPv4Network
+    address: IPv4Interface  # this node's address on it: the one it has, or the one it gets
+    mtu: int  # what it has now
+    assign: bool  # the address is ours to add (the twin has no IPv4 yet)
+    managed: bool  # the netplan file holds this twin (we addressed it, now or in an earlier run)
+
+
+@dataclass(frozen=True)
+class AddressPlan:
+    port: int
+    twins: tuple[Twin, ...]
+    mtu: int
+    notes: tuple[str, ...] = ()
+
+    @property
+    def to_assign(self) -> tuple[Twin, ...]:
+        return tuple(t for t in self.twins if t.assign)
+
+    @property
+    def to_retune(self) -> tuple[Twin, ...]:
+        return tuple(t for t in self.twins if t.managed and t.mtu != self.mtu)
+
+
+def fabric_config(inventory: Inventory, host: Host) -> FabricConfig:
+    """`fabric: {subnets: [A, B], mtu: 9000}` from the inventory's vars (host over group over all), or the defaults."""
+    raw = host.vars.get("fabric", inventory.vars.get("fabric")) or {}
+    if not isinstance(raw, Mapping):
+        raise FabricError(f"fabric: must be a mapping, not {raw!r}", ANY_ADDRESS_FIX)
+    unknown = sorted(set(raw) - {"subnets", "mtu", "confirm_timeout"})
+    if unknown:
+        raise FabricError(f"fabric: unknown key {unknown[0]!r} (known: subnets, mtu, confirm_timeout)",
+                          ANY_ADDRESS_FIX)
+    subnets = raw.get("subnets", DEFAULT_SUBNETS)
+    if not isinstance(subnets, Sequence) or isinstance(subnets, str) or len(subnets) != 2:
+        raise FabricError(f"fabric.subnets must list two IPv4 networks (one per twin), not {subnets!r}",
+                          ANY_ADDRESS_FIX)
+    try:
+        nets = tuple(IPv4Network(str(s)) for s in subnets)
+    except ValueError as e:
+        raise FabricError(f"fabric.subnets: {e}", ANY_ADDRESS_FIX) from None
+    if nets[0].overlaps(nets[1]):
+        raise FabricError(f"fabric.subnets {nets[0]} and {nets[1]} overlap: each twin needs its own subnet",
+                          ANY_ADDRESS_FIX)
+    mtu = raw.get("mtu", DEFAULT_MTU)
+    if not isinstance(mtu, int) or isinstance(mtu, bool) or not 1280 <= mtu <= 9216:
+        raise FabricError(f"fabric.mtu must be a number from 1280 to 9216, not {mtu!r}", ANY_ADDRESS_FIX)
+    confirm = raw.get("confirm_timeout", DEFAULT_CONFIRM_S)
+    if not isinstance(confirm, (int, float)) or isinstance(confirm, bool) or not 5 <= confirm <= 600:
+        raise FabricError(f"fabric.confirm_timeout must be 5 to 600 seconds, not {confirm!r}", ANY_ADDRESS_FIX)
+    return FabricConfig((nets[0], nets[1]), mtu, float(confirm))
+
+
+def host_number(inventory: Inventory, name: str) -> int:
+    """The last part of a node's fabric addresses: the head is FIRST_HOST, the others follow in inventory order.
+    Counted over the whole inventory, so `--limit` never renumbers a node."""
+    order = inventory.position(name)
+    return FIRST_HOST + order
+
+
+def cabled_port(facts: HostFacts) -> tuple[int, tuple[str, ...]]:
+    """The QSFP port whose RDMA devices are Up (the cable is in it), and its twins' netdevs, twin 0 first."""
+    up = [d for d in facts.rdma if d.up and qsfp_port(d.netdev) is not None]
+    if not up:
+        raise FabricError("no QSFP port has a link (no RDMA device is Up): the cable is not connected",
+                          "seat the QSFP cable at both ends (either port works; the same port on every node is "
+                          "simplest); `ibdev2netdev` must then show two devices (Up)")
+    ports = sorted({qsfp_port(d.netdev) for d in up})
+    if len(ports) > 1:
+        raise FabricError(f"both QSFP ports have a link ({', '.join(d.netdev for d in up)}): which carries the "
+                          "cluster is ambiguous", "pin it with qsfp_interface: in the inventory, or unplug one")
+    port = ports[0]
+    # enpXs0fNnpN (the eugr-preferred twin) before enP2pXs0fNnpN: the same twin lands on the same subnet everywhere.
+    twins = tuple(sorted({d.netdev for d in up}, key=lambda n: (n.startswith("enP"), n)))
+    return port, twins  # type: ignore[return-value]
+
+
+def plan_addresses(inventory: Inventory, host: Host, facts: HostFacts, config: FabricConfig,
+                   managed_now: Sequence[str] = ()) -> AddressPlan:
+    """What this node's cabled twins need. `managed_now`: the twins the node's netplan file already holds."""
+    port, netdevs = cabled_port(facts)
+    number = host_number(inventory, host.name)
+    if host.fabric_ip:  # a pin: twin 0 gets exactly it, twin 1 the same host part on its own subnet
+        pin = IPv4Address(host.fabric_ip)
+        if pin not in config.subnets[0]:
+            raise FabricError(f"{host.name}: fabric_ip {pin} is not in the first fabric subnet {config.subnets[0]}",
+                              "pin an address inside it, or " + ANY_ADDRESS_FIX)
+        number = int(pin) - int(config.subnets[0].network_address)
+    twins, notes = [], []
+    for index, netdev in enumerate(netdevs[:2]):
+        subnet = config.subnets[index]
+        interface = facts.interface(netdev)
+        if interface is None:
+            raise FabricError(f"{host.name}: {netdev} has an Up RDMA device but no network interface",
+                              "check the mlx5 driver (`ibdev2netdev` and `ip link` must agree)")
+        existing = [IPv4Interface(c) for c in interface.ipv4]
+        if existing:
+            if netdev not in managed_now:
+                notes.append(f"{netdev} keeps {existing[0]}, set outside sparkcluster")
+            twins.append(Twin(netdev, existing[0].network, existing[0], interface.mtu, False, netdev in managed_now))
+            continue
+        if number >= subnet.num_addresses - 1:
+            raise FabricError(f"{subnet} has no address .{number} for {host.name}", ANY_ADDRESS_FIX)
+        address = IPv4Interface(f"{subnet[number]}/{subnet.prefixlen}")
+        twins.append(Twin(netdev, subnet, address, interface.mtu, True, True))
+    if len(twins) == 2 and twins[0].address.network.overlaps(twins[1].address.network):
+        raise FabricError(f"{twins[0].netdev} ({twins[0].address}) and {twins[1].netdev} ({twins[1].address}) would "
+                          "share a subnet: each twin needs its own", ANY_ADDRESS_FIX)
+    if len(twins) < 2:
+        notes.append(f"only one twin of port {port} is Up ({netdevs[0]}): half the link's bandwidth")
+    return AddressPlan(port, tuple(twins), config.mtu, tuple(notes))
+
+
+def collisions(plan: AddressPlan, facts: HostFacts) -> list[str]:
+    """A planned subnet that overlaps one of the node's other networks (the management LAN above all): the
+    kernel would route between them and traffic could leave by the wrong port."""
+    problems = []
+    fabric_netdevs = {t.netdev for t in plan.twins}
+    for twin in plan.to_assign:
+        for interface in facts.interfaces:
+            if interface.name in fabric_netdevs:
+                continue
+            for cidr in interface.ipv4:
+                network = IPv4Interface(cidr).network
+                if network.overlaps(twin.subnet):
+                    problems.append(f"the fabric subnet {twin.subnet} for {twin.netdev} overlaps {network} on "
+                                    f"{interface.name}")
+    return problems
+
+
+def duplicates(plans: Mapping[str, AddressPlan]) -> list[str]:
+    """The same address planned (or held) by two nodes of the inventory."""
+    seen: dict[str, str] = {}
+    problems = []
+    for name, plan in plans.items():
+        for twin in plan.twins:
+            ip = str(twin.address.ip)
+            if ip in seen and seen[ip] != name:
+                problems.append(f"{ip} is {seen[ip]}'s and {name}'s")
+            seen.setdefault(ip, name)
+    return problems
+
+
+def netplan_yaml(plan: AddressPlan) -> str:
+    """The netplan file for the twins this tool addresses (mode 600, as netplan wants): link-local off, so
+    NCCL and Ray never pick a 169.254 address."""
+    ethernets = {t.netdev: {"dhcp4": False, "dhcp6": False, "link-local": [], "mtu": plan.mtu,
+                            "addresses": [str(t.address)]}
+                 for t in plan.twins if t.managed}
+    header = ("# Written by `sparkcluster bootstrap`: the QSFP fabric's addresses (each twin on its own subnet).\n"
+              "# Addresses you set yourself live in other files and are kept.\n")
+    return header + yaml.safe_dump({"network": {"version": 2, "ethernets": ethernets}}, sort_keys=False)
+
+
+def managed_netdevs(netplan_text: str | None) -> tuple[str, ...]:
+    """The twins an existing sparkcluster netplan file holds."""
+    if not netplan_text:
+        return ()
+    try:
+        doc = yaml.safe_load(netplan_text)
+        return tuple((doc.get("network") or {}).get("ethernets") or {})
+    except (yaml.YAMLError, AttributeError):
+        return ()

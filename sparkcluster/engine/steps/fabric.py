@@ -1,0 +1,189 @@
+"""fabric.addresses: the cabled QSFP twins get their IPv4 addresses and MTU, live and in a netplan file.
+
+A change to a node's network can cut the CLI off from it, so it is applied the way `netplan try` does it: the
+node first arms a watchdog that restores the previous netplan file and addresses unless the CLI reaches it again
+over a new SSH connection and confirms within `fabric.confirm_timeout` seconds. The interface SSH arrives on is
+never touched. check() reads the addresses fresh from the node (facts are from before the change).
+"""
+
+from __future__ import annotations
+
+import shlex
+import time
+from dataclasses import dataclass, replace
+
+from ..command import Command
+from ..fabric import (NETPLAN_FILE, AddressPlan, FabricError, collisions, duplicates, fabric_config,
+                      managed_netdevs, netplan_yaml, plan_addresses)
+from ..facts import parse_ip_addr
+from ..transport import Unreachable
+from .base import HostContext, Plan, Step, StepFailed, register
+from .files import unified_diff
+from .preflight import facts_of
+
+STATE_DIR = "/var/lib/sparkcluster/fabric"  # root-owned: the previous file, the rollback script, its outcome
+NETPLAN_FIX = ("install netplan (DGX OS and Ubuntu ship netplan.io: sudo apt-get install netplan.io), or give the "
+               "QSFP twins their addresses yourself (shared/reference/dual-node-spec.md §1.3)")
+RECONNECT_GRACE_S = 60  # after the watchdog's deadline, how long to wait for the node to answer again
+LIVE_DELAY_S = 1  # between the session that arms the change and the change itself
+
+
+@dataclass(frozen=True)
+class NoArgs:
+    pass
+
+
+@register
+class FabricAddresses(Step):
+    name = "fabric.addresses"
+    Args = NoArgs
+    fix = NETPLAN_FIX
+
+    def check(self, ctx: HostContext) -> Plan:
+        if not any(d.up for d in facts_of(ctx).rdma):
+            return Plan("no QSFP link to address: preflight.qsfp tells why", skip=True)
+        plan, current_file = self._plan(ctx)
+        wanted = netplan_yaml(plan)
+        file_changes = any(t.managed for t in plan.twins) and current_file != wanted
+        if not plan.to_assign and not plan.to_retune and not file_changes:
+            return Plan(_describe(plan, "already addressed"), warnings=plan.notes)
+        problems = collisions(plan, facts_of(ctx)) + self._taken_on_fabric(ctx, plan)
+        if problems:
+            raise StepFailed("; ".join(problems) + "; nothing was changed",
+                             "choose free subnets: set vars: {fabric: {subnets: [A/24, B/24]}} in the inventory")
+        if not ctx.run(Command("command -v netplan >/dev/null", sudo=True)).ok:  # in sudo's PATH (/usr/sbin)
+            raise StepFailed("netplan is not installed: the fabric's addresses could not survive a reboot", NETPLAN_FIX)
+        diff = unified_diff(ctx.host.name, NETPLAN_FILE, current_file or "", wanted) if file_changes else None
+        return Plan(_describe(plan, "to address"), self._commands(ctx, plan, wanted), diff=diff, warnings=plan.notes)
+
+    def apply(self, ctx: HostContext, plan: Plan) -> None:
+        config = fabric_config(ctx.inventory, ctx.host)
+        for command in plan.commands:
+            ctx.must(command, NETPLAN_FIX)
+        if self._confirmed(ctx, config.confirm_s):
+            return
+        outcome = self._outcome_after_rollback(ctx, config.confirm_s)
+        raise StepFailed(f"{ctx.host.name} stopped answering over SSH after its fabric addresses changed; {outcome}",
+                         "the fabric subnets must not carry the management traffic: check `ip route` on the node, "
+                         "choose other subnets (vars: {fabric: {subnets: [A/24, B/24]}}) and run bootstrap again")
+
+    # ---- check ---------------------------------------------------------------------------------------------
+    def _plan(self, ctx: HostContext) -> tuple[AddressPlan, str | None]:
+        facts = facts_of(ctx)
+        fresh = ctx.must(Command("ip -j addr"), "check that iproute2 runs on the node").stdout
+        interfaces = parse_ip_addr(fresh, {i.name: i.speed_mbps for i in facts.interfaces})
+        if not interfaces:
+            raise StepFailed(f"`ip -j addr` printed no interfaces: {fresh.strip()[:200]!r}", "run bootstrap again")
+        facts = replace(facts, interfaces=interfaces)
+        current = ctx.run(Command(f"cat {NETPLAN_FILE} 2>/dev/null || true", sudo=True)).stdout or None
+        try:
+            config = fabric_config(ctx.inventory, ctx.host)
+            plan = plan_addresses(ctx.inventory, ctx.host, facts, config, managed_netdevs(current))
+        except FabricError as e:
+            raise StepFailed(e.message, e.fix) from None
+        others = {}
+        for other in ctx.inventory.hosts:  # what the others hold or will get; their own problems are theirs to report
+            if other.name != ctx.host.name and other.name in ctx.all_facts:
+                try:
+                    others[other.name] = plan_addresses(ctx.inventory, other, ctx.all_facts[other.name], config)
+                except FabricError:
+                    continue
+        clashes = [c for c in duplicates({ctx.host.name: plan, **others}) if ctx.host.name in c]
+        if clashes:
+            raise StepFailed("the same fabric address for two nodes: " + "; ".join(clashes) + "; nothing was changed",
+                             "give each node its own fabric_ip, or leave the numbering to sparkcluster")
+        return plan, current
+
+    def _taken_on_fabric(self, ctx: HostContext, plan: AddressPlan) -> list[str]:
+        """Duplicate address detection (RFC 5227) on the wire: a device outside the inventory may hold it."""
+        if not plan.to_assign or not ctx.run(Command("command -v arping >/dev/null")).ok:
+            return []
+        probes = " ".join(f"(arping -D -q -c 2 -w 3 -I {shlex.quote(t.netdev)} {t.address.ip} || "
+                          f"echo {t.address.ip}) &" for t in plan.to_assign)
+        taken = ctx.run(Command(f"{probes} wait", sudo=True, timeout=30)).stdout.split()
+        return [f"{ip} is already in use on the fabric (it answered ARP)" for ip in taken]
+
+    def _commands(self, ctx: HostContext, plan: AddressPlan, wanted: str) -> tuple[Command, ...]:
+        config = fabric_config(ctx.inventory, ctx.host)
+        ssh_netdev = self._ssh_interface(ctx)
+        live = []
+        for twin in plan.to_retune + plan.to_assign:
+            if twin.netdev == ssh_netdev:
+                raise StepFailed(f"{twin.netdev} carries this SSH session: it is never changed",
+                                 "connect over the management port (enP7s7), or configure it yourself")
+            live.append(f"ip link set {shlex.quote(twin.netdev)} mtu {plan.mtu}")
+        live += [f"ip addr add {t.address} dev {shlex.quote(t.netdev)}" for t in plan.to_assign]
+        rollback = ["#!/bin/sh", "# Restores what was there before sparkcluster changed the fabric's addresses.",
+                    f"if [ -e {STATE_DIR}/previous.yaml ]; then cp -p {STATE_DIR}/previous.yaml {NETPLAN_FILE}; "
+                    f"else rm -f {NETPLAN_FILE}; fi"]
+        rollback += [f"ip addr del {t.address} dev {shlex.quote(t.netdev)} 2>/dev/null" for t in plan.to_assign]
+        rollback += [f"ip link set {shlex.quote(t.netdev)} mtu {t.mtu}" for t in (*plan.to_retune, *plan.to_assign)]
+        rollback += ["netplan generate 2>/dev/null", f'echo "rolled-back-$1" > {STATE_DIR}/state']
+        # Unless a new session confirms in time, the watchdog (setsid: it outlives this session) rolls back.
+        watchdog = (f"sleep {config.confirm_s:g}; [ -e {STATE_DIR}/confirmed ] || "
+                    f"[ \"$(cat {STATE_DIR}/state)\" = rolled-back-refused ] || sh {STATE_DIR}/rollback.sh unconfirmed")
+        # The live change starts a second after this session ends, so no session ever waits on a change that may
+        # cut it off; a change the kernel refuses rolls back at once.
+        change = (f"sleep {LIVE_DELAY_S}; ( set -e; {'; '.join(live or ['true'])} ) && echo live > {STATE_DIR}/state "
+                  f"|| sh {STATE_DIR}/rollback.sh refused")
+        # One root shell: keep the previous file, write the new one atomically (mode 600, as netplan wants), let
+        # netplan validate it, and only then arm the watchdog and schedule the live change.
+        script = (f"set -e; umask 077; mkdir -p {STATE_DIR}\n"
+                  f"if [ -e {NETPLAN_FILE} ]; then cp -p {NETPLAN_FILE} {STATE_DIR}/previous.yaml; "
+                  f"else rm -f {STATE_DIR}/previous.yaml; fi\n"
+                  f"printf '%s\\n' {shlex.quote(chr(10).join(rollback))} > {STATE_DIR}/rollback.sh\n"
+                  f"cat > {NETPLAN_FILE}.tmp; chmod 600 {NETPLAN_FILE}.tmp; mv {NETPLAN_FILE}.tmp {NETPLAN_FILE}\n"
+                  f"if ! netplan generate 2> {STATE_DIR}/generate.err; then sh {STATE_DIR}/rollback.sh refused; "
+                  f"echo \"netplan refused the file: $(cat {STATE_DIR}/generate.err)\" >&2; exit 3; fi\n"
+                  f"rm -f {STATE_DIR}/confirmed; echo armed > {STATE_DIR}/state\n"
+                  f"setsid sh -c {shlex.quote(watchdog)} < /dev/null > /dev/null 2>&1 & echo $! > {STATE_DIR}/watchdog.pid\n"
+                  f"setsid sh -c {shlex.quote(change)} < /dev/null > /dev/null 2>&1 &")
+        return (Command(script, sudo=True, stdin=wanted),)
+
+    def _ssh_interface(self, ctx: HostContext) -> str | None:
+        """The interface this SSH session arrives on (SSH_CONNECTION's server address)."""
+        out = ctx.run(Command('set -- $SSH_CONNECTION; [ -n "$3" ] && ip -o addr show to "$3" | '
+                              "awk '{print $2; exit}'")).stdout.strip()
+        return out or None
+
+    # ---- apply -----------------------------------------------------------------------------------------------
+    def _confirmed(self, ctx: HostContext, confirm_s: float) -> bool:
+        """A new SSH connection reaches the node after the change and disarms its watchdog before the deadline.
+        A change the kernel refused has rolled back already: that is a failure with its own message."""
+        deadline = time.monotonic() + confirm_s - 3
+        time.sleep(LIVE_DELAY_S + 1)
+        while time.monotonic() < deadline:
+            try:
+                ctx.transport.reconnect()
+                state = ctx.run(Command(f"cat {STATE_DIR}/state", sudo=True, timeout=5)).stdout.strip()
+                if state == "rolled-back-unconfirmed":
+                    return False  # too late: the watchdog already restored the previous state
+                if state == "rolled-back-refused":
+                    raise StepFailed("the kernel refused the fabric addresses; the node rolled back to its previous "
+                                     "netplan file and addresses", "check `ip addr` and `dmesg` on the node")
+                if state == "live" and ctx.run(Command(
+                        f"touch {STATE_DIR}/confirmed && kill $(cat {STATE_DIR}/watchdog.pid) 2>/dev/null; "
+                        f"echo applied > {STATE_DIR}/state", sudo=True, timeout=5)).ok:
+                    return True
+            except Unreachable:
+                pass
+            time.sleep(1)
+        return False
+
+    def _outcome_after_rollback(self, ctx: HostContext, confirm_s: float) -> str:
+        deadline = time.monotonic() + RECONNECT_GRACE_S
+        while time.monotonic() < deadline:
+            try:
+                ctx.transport.reconnect()
+                state = ctx.run(Command(f"cat {STATE_DIR}/state", sudo=True, timeout=5)).stdout.strip()
+                if state.startswith("rolled-back"):
+                    return "it rolled back to its previous netplan file and addresses, and answers again"
+            except Unreachable:
+                pass
+            time.sleep(2)
+        return f"its watchdog restores the previous addresses {confirm_s:g} s after the change"
+
+
+def _describe(plan: AddressPlan, verb: str) -> str:
+    twins = ", ".join(f"{t.netdev} {t.address}{' (new)' if t.assign else ''}" for t in plan.twins)
+    return f"address port {plan.port}: {twins}, MTU {plan.mtu}" if verb == "to address" else f"{verb}: {twins}"
