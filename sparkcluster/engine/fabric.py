@@ -138,9 +138,7 @@ def plan_addresses(inventory: Inventory, host: Host, facts: HostFacts, config: F
             raise FabricError(f"{host.name}: {netdev} has an Up RDMA device but no network interface",
                               "check the mlx5 driver (`ibdev2netdev` and `ip link` must agree)")
         existing = [IPv4Interface(c) for c in interface.ipv4]
-        if existing:
-            if netdev not in managed_now:
-                notes.append(f"{netdev} keeps {existing[0]}, set outside sparkcluster")
+        if existing:  # kept as it is, whoever set it
             twins.append(Twin(netdev, existing[0].network, existing[0], interface.mtu, False, netdev in managed_now))
             continue
         if number >= subnet.num_addresses - 1:
