@@ -124,3 +124,31 @@ def test_serve_refuses_a_fallback_onto_the_management_network(cluster, tmp_path)
             assert "vllm serve" not in processes(cluster, host)
     finally:
         host_bootstrap(cluster, tmp_path)  # rewrites the comm env
+
+
+def test_bench_measures_the_served_cluster(cluster, tmp_path):
+    """`bench` finds the endpoint from the inventory (the record serve left on the head), keeps 1, 2 and 4
+    requests in flight against the real vLLM, and counts what the server itself counted."""
+    head = cluster.topology.hosts[0]
+    served = sc(cluster, "serve", "--runtime", "host", "--launcher", "native", "--tp", "2", "--model", MODEL,
+                "--ready-timeout", "300", *VLLM_FLAGS)
+    try:
+        assert served.returncode == 0, served.stderr[-3000:]
+        plot = tmp_path / "bench.png"
+        result = sc(cluster, "bench", "--concurrency", "1,2,4", "--runs", "1", "--output-tokens", "8",
+                    "--prompt-tokens", "32", "--requests-per-stream", "2", "--plot", str(plot), "--json")
+        assert result.returncode == 0, result.stderr[-3000:]
+        doc = json.loads(result.stdout)
+        assert doc["config"]["endpoint"] == f"http://{head.mgmt_ip}:8000/v1"
+        assert doc["config"]["tp"] == 2 and doc["config"]["launcher"] == "native"
+        assert doc["config"]["server_version"]  # vLLM's /version
+        for row, server, c in zip(doc["rows"], doc["server"], (1, 2, 4), strict=True):
+            assert row["concurrency"] == c and row["errors"] == 0 and row["requests"] == 2 * c
+            assert row["completion_tokens"] == 8 * 2 * c  # the server's usage: exactly --output-tokens each
+            assert server["generation_tokens"] == row["completion_tokens"]  # vLLM's own counter agrees
+            assert server["prompt_tokens"] == row["prompt_tokens"] > 0
+            assert row["generation_tps"] > 0 and row["ttft_s"]["p50"] > 0
+        assert plot.read_bytes()[:4] == b"\x89PNG"
+    finally:
+        down = sc(cluster, "down", "--json")
+    assert down.returncode == 0, down.stderr

@@ -1,0 +1,197 @@
+"""`sparkcluster bench`: flags checked before anything connects, the target found, the sweep run with a progress
+bar per concurrency, then the results (table or --json on stdout, --csv, --plot, --compare). A failure or Ctrl-C
+still prints the rows measured so far (exit 1 or 130)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import datetime
+import importlib.util
+import json
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from importlib.metadata import version
+from pathlib import Path
+
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from .. import __version__
+from ..engine.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, UsageError
+from ..engine.session import Session
+from ..serving.recipes import Reference
+from . import compare, plot, table
+from .sweep import BenchFailed, Hooks, Level, Prepared, SweepOptions, sweep
+from .target import Target, from_cluster, from_url
+
+Connect = Callable[..., AbstractContextManager[Session]]
+console = Console()
+if not console.is_terminal:
+    console.width = 140  # piped into a file: the whole table, not 80 columns of wrapped cells
+err_console = Console(stderr=True)
+
+METHOD = """method: one warm-up request first (the JIT warms on it, as the published recipes do); then, at each
+concurrency C, --runs runs of C x --requests-per-stream streamed /v1/completions requests with C kept in flight
+(each stream sends its next request when its last one ends). Token counts are the server's
+(stream_options.include_usage), every request produces exactly --output-tokens (ignore_eos), and prompts of
+--prompt-tokens (learnt from the server's usage, no tokenizer needed) differ from their first token on, so the
+prefix cache finds nothing unless --prefix-cache. Per row: prefill tok/s (prompt tokens over the time some
+request waited for its first token), generation tok/s (output tokens while all C streams were busy, over that
+time), peak tok/s (the best 1 s of output), TTFT / ITL / E2E mean, p50, p90, p99 per request; the median of the
+runs (counts are totals). vLLM's /metrics is sampled once a second beside each run."""
+
+
+def concurrency_list(text: str) -> tuple[int, ...]:
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        values = []
+    if not values or any(v < 1 or v > 4096 for v in values):
+        raise UsageError(f"--concurrency {text!r} is not a list of concurrencies", "e.g. --concurrency 1,2,4,8,16")
+    return tuple(dict.fromkeys(values))  # each once, in the order given
+
+
+def sweep_options(args: argparse.Namespace) -> SweepOptions:
+    for flag, value, least in (("--prompt-tokens", args.prompt_tokens, 1), ("--output-tokens", args.output_tokens, 1),
+                               ("--runs", args.runs, 1), ("--warmup", args.warmup, 0),
+                               ("--requests-per-stream", args.requests_per_stream, 1)):
+        if value < least:
+            raise UsageError(f"{flag} {value} is below {least}", f"give {flag} {max(least, 1)} or more")
+    if args.timeout <= 0:
+        raise UsageError(f"--timeout {args.timeout:g} is not a duration", "give seconds, e.g. --timeout 600")
+    return SweepOptions(concurrency_list(args.concurrency), args.prompt_tokens, args.output_tokens, args.runs,
+                        args.warmup, args.requests_per_stream, args.prefix_cache, args.timeout)
+
+
+def check_outputs(args: argparse.Namespace) -> None:
+    """Output paths and the plotting library, before any request is sent."""
+    for flag, path in (("--csv", args.csv), ("--plot", args.plot)):
+        if path and not Path(path).resolve().parent.is_dir():
+            raise UsageError(f"{flag} {path}: its directory does not exist", "create it, or write elsewhere")
+    if args.plot:
+        if not args.plot.lower().endswith(".png"):
+            raise UsageError(f"--plot {args.plot} is not a .png file", "e.g. --plot bench.png")
+        if importlib.util.find_spec("matplotlib") is None:
+            raise UsageError("--plot needs matplotlib", "pip install matplotlib (sparkcluster depends on it)")
+
+
+def document(target: Target, opts: SweepOptions, prepared: Prepared, levels: list[Level], started: str) -> dict:
+    config = {
+        **target.config, "model": prepared.model or target.model, "server_version": prepared.server_version,
+        "method": {
+            "api": "/v1/completions, streamed", "concurrency": list(opts.concurrency),
+            "prompt_tokens": opts.prompt_tokens, "prompt_tokens_measured": prepared.prompt_tokens or None,
+            "output_tokens": opts.output_tokens, "runs": opts.runs, "warmup": opts.warmup,
+            "requests_per_stream": opts.requests_per_stream, "prefix_cache": opts.prefix_cache,
+            "token_counts": "server usage" if prepared.usage else "stream chunks (the server sent no usage)",
+        },
+        "client": f"sparkcluster {__version__}, aiohttp {version('aiohttp')}", "started": started,
+    }
+    return {"config": config, "rows": [level.row.to_json() for level in levels],
+            "server": [table.server_doc(level.server) for level in levels]}
+
+
+def _progress(enabled: bool) -> tuple[Progress | None, Hooks]:
+    if not enabled:
+        return None, Hooks()
+    bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                   console=err_console, transient=False)
+    tasks: dict[int, int] = {}
+
+    def level(concurrency: int, total: int) -> None:
+        tasks[concurrency] = bar.add_task(f"c={concurrency:<4}", total=total)
+
+    return bar, Hooks(level=level, request=lambda c: bar.advance(tasks[c]),
+                      note=lambda text: err_console.print(text, highlight=False))
+
+
+def cmd_bench(args: argparse.Namespace, connect: Connect) -> int:
+    opts = sweep_options(args)
+    check_outputs(args)
+    reference: Reference | None = compare.load_reference(args.compare) if args.compare else None
+    if args.url:
+        target = from_url(args.url, args.model)
+    else:
+        with connect(args, lambda inventory: None) as session:
+            target = from_cluster(session)
+        if args.model:
+            target = dataclasses.replace(target, model=args.model)
+    if not args.json:
+        err_console.print(f"bench: {escape(target.base_url)} ({', '.join(map(str, opts.concurrency))} concurrent)",
+                          highlight=False)
+    started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    levels: list[Level] = []
+    prepared = Prepared()
+    bar, hooks = _progress(not args.json)
+    failure: BenchFailed | None = None
+    code = EXIT_OK
+    try:
+        if bar:
+            bar.start()
+        asyncio.run(sweep(target.base_url, target.model, opts, levels, prepared, hooks))
+    except BenchFailed as e:
+        failure, code = e, EXIT_FAILED
+    except KeyboardInterrupt:
+        code = EXIT_INTERRUPTED
+    finally:
+        if bar:
+            bar.stop()
+    doc = document(target, opts, prepared, levels, started)
+    found = compare.ratios([level.row for level in levels], reference) if reference else []
+    if reference:
+        doc["compare"] = {"reference": dataclasses.asdict(reference), "ratios": [
+            {**dataclasses.asdict(r), "ratio": r.ratio} for r in found]}
+    if failure:
+        doc["error"] = {"message": failure.message, "fix": failure.fix}
+    if args.json:
+        print(json.dumps(doc, indent=2))
+    elif levels:
+        title = (f"{prepared.model} at {target.base_url}: prompt {prepared.prompt_tokens or opts.prompt_tokens} "
+                 f"tok, output {opts.output_tokens} tok, median of {opts.runs} run{'s' if opts.runs > 1 else ''}")
+        console.print(table.render(levels, escape(title)))
+        if reference:
+            console.print(compare.render(found, reference))
+    if levels and args.csv:
+        table.save_csv(levels, Path(args.csv))
+    if levels and args.plot:
+        plot.save([level.row for level in levels], Path(args.plot),
+                  f"{prepared.model} at {target.base_url} (prompt {opts.prompt_tokens}, output {opts.output_tokens})",
+                  reference)
+    if failure:
+        err_console.print(f"[bold red]error:[/] {escape(failure.message)}", highlight=False)
+        if failure.fix:
+            err_console.print(f"  [bold]fix:[/] {escape(failure.fix)}", highlight=False)
+    elif code == EXIT_INTERRUPTED:
+        err_console.print(f"interrupted: {len(levels)} of {len(opts.concurrency)} concurrencies measured",
+                          highlight=False)
+    return code
+
+
+def add_parser(commands, connecting: Callable[..., argparse.ArgumentParser], wire: Callable) -> None:
+    p = connecting(commands.add_parser(
+        "bench", help="measure what the served cluster delivers: throughput and latency at each concurrency",
+        description="Throughput and latency of the served model at each concurrency, measured the way the "
+                    "DGX Spark community publishes them.", epilog=METHOD,
+        formatter_class=argparse.RawDescriptionHelpFormatter), inventory_positional=False)
+    p.add_argument("--url", help="any OpenAI-compatible endpoint, e.g. http://HOST:8000/v1 (then no inventory is "
+                                 "needed); default: the endpoint `serve` recorded on the inventory's head")
+    p.add_argument("--model", help="the served model name (default: the one `serve` recorded, or the server's)")
+    p.add_argument("--concurrency", default="1,2,4,8,16,32,64", help="requests in flight (default 1,2,4,8,16,32,64)")
+    p.add_argument("--prompt-tokens", type=int, default=512, help="prompt length in tokens (default 512)")
+    p.add_argument("--output-tokens", type=int, default=128, help="tokens each request generates (default 128)")
+    p.add_argument("--runs", type=int, default=3, help="runs per concurrency; rows are their median (default 3)")
+    p.add_argument("--warmup", type=int, default=1, help="warm-up requests before measuring (default 1)")
+    p.add_argument("--requests-per-stream", type=int, default=4,
+                   help="requests each of the C streams sends per run (default 4)")
+    p.add_argument("--prefix-cache", action="store_true",
+                   help="send the same prompt every time, so the prefix cache serves it (default: unique prompts)")
+    p.add_argument("--timeout", type=float, default=600.0,
+                   help="seconds a stream may stay silent before it counts as failed (default 600)")
+    p.add_argument("--csv", metavar="FILE", help="write the rows as CSV")
+    p.add_argument("--plot", metavar="FILE.png", help="draw throughput and latency against concurrency")
+    p.add_argument("--compare", metavar="RECIPE|FILE",
+                   help="print each row beside a recipe's published reference rows, with the ratio (gpt-oss-120b)")
+    wire(p, cmd_bench)

@@ -1,0 +1,108 @@
+"""vLLM's own view while the load runs: /metrics (Prometheus text) sampled once a second, and read exactly at the
+start and end of every run so counter deltas belong to that run. Reported beside each row: the peak KV-cache
+usage, the prefix-cache hit rate, preemptions, and the server's own token counters (a cross-check of usage).
+A server without /metrics (not vLLM) simply gives no such figures."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import aiohttp
+
+SAMPLE_EVERY_S = 1.0
+KV_USAGE = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")  # the older name before vLLM V1
+COUNTERS = {
+    "prefix_hits": "vllm:prefix_cache_hits_total", "prefix_queries": "vllm:prefix_cache_queries_total",
+    "preemptions": "vllm:num_preemptions_total", "generation_tokens": "vllm:generation_tokens_total",
+    "prompt_tokens": "vllm:prompt_tokens_total",
+}
+
+
+def parse(text: str) -> dict[str, float]:
+    """Each metric's value summed over its label sets (one per engine or model)."""
+    values: dict[str, float] = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        name_part, _, rest = line.rpartition("}") if "}" in line else line.partition(" ")
+        name = name_part.split("{", 1)[0].strip()
+        try:
+            value = float(rest.split()[0])
+        except (IndexError, ValueError):
+            continue
+        values[name] = values.get(name, 0.0) + value
+    return values
+
+
+@dataclass(frozen=True)
+class ServerSide:
+    """What the server reports for a concurrency (all its runs)."""
+
+    kv_cache_peak: float | None  # fraction, 0..1
+    prefix_cache_hit_rate: float | None  # fraction of queried prompt tokens found in the cache
+    preemptions: int | None
+    generation_tokens: int | None
+    prompt_tokens: int | None
+
+
+def summarize(windows: Sequence[tuple[Mapping[str, float], Mapping[str, float], Sequence[Mapping[str, float]]]]
+              ) -> ServerSide | None:
+    """From (first sample, last sample, every sample) per run."""
+    if not windows or not any(first for first, _, _ in windows):
+        return None
+
+    def delta(key: str) -> float | None:
+        name = COUNTERS[key]
+        if not all(name in first and name in last for first, last, _ in windows):
+            return None
+        return sum(last[name] - first[name] for first, last, _ in windows)
+
+    kv = [s[name] for _, _, samples in windows for s in samples for name in KV_USAGE if name in s]
+    hits, queries, preempted = delta("prefix_hits"), delta("prefix_queries"), delta("preemptions")
+    generated, prompted = delta("generation_tokens"), delta("prompt_tokens")
+    return ServerSide(max(kv) if kv else None, hits / queries if hits is not None and queries else None,
+                      None if preempted is None else round(preempted),
+                      None if generated is None else round(generated), None if prompted is None else round(prompted))
+
+
+class Sampler:
+    """Polls /metrics in the background of one run; `stop()` returns (first, last, all samples)."""
+
+    def __init__(self, client: aiohttp.ClientSession, metrics_url: str) -> None:
+        self.client, self.url = client, metrics_url
+        self.samples: list[dict[str, float]] = []
+        self.available = True
+        self._task: asyncio.Task | None = None
+
+    async def read(self) -> dict[str, float]:
+        if not self.available:
+            return {}
+        try:
+            async with self.client.get(self.url, timeout=aiohttp.ClientTimeout(total=5)) as response:
+                if response.status != 200:
+                    self.available = False  # not vLLM, or metrics turned off: stop asking
+                    return {}
+                return parse(await response.text())
+        except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
+            return {}
+
+    async def start(self) -> None:
+        self.samples = [await self.read()]
+        self._task = asyncio.create_task(self._poll())
+
+    async def _poll(self) -> None:
+        while self.available:
+            await asyncio.sleep(SAMPLE_EVERY_S)
+            self.samples.append(await self.read())
+
+    async def stop(self) -> tuple[dict[str, float], dict[str, float], list[dict[str, float]]]:
+        if self._task:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+        self.samples.append(await self.read())
+        return self.samples[0], self.samples[-1], [s for s in self.samples if s]

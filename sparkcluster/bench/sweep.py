@@ -1,0 +1,160 @@
+"""The method, in order: find the model; learn the prompt length from the server's usage (short probes); warm up
+(the first requests pay JIT and graph capture, as the published recipes say); then at each concurrency C,
+`--runs` runs of C x `--requests-per-stream` requests with C kept in flight, /metrics sampled beside them.
+Rows are appended to the caller's list as they complete, so a failure or Ctrl-C still leaves what was measured."""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import aiohttp
+
+from ..engine.errors import EXIT_FAILED, SparkclusterError
+from . import prompts
+from .load import Endpoint, describe_error, run_concurrency, session, stream_completion
+from .metrics import Sampler, ServerSide, summarize
+from .stats import Row, combine, summarize_run
+from .timeline import RequestTimeline
+
+
+class BenchFailed(SparkclusterError):
+    """The endpoint refused, timed out or failed requests: exit 1, with the rows measured so far."""
+
+    def __init__(self, message: str, fix: str = "") -> None:
+        super().__init__(message, fix, EXIT_FAILED)
+
+
+@dataclass(frozen=True)
+class SweepOptions:
+    concurrency: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64)
+    prompt_tokens: int = 512
+    output_tokens: int = 128
+    runs: int = 3
+    warmup: int = 1
+    requests_per_stream: int = 4
+    prefix_cache: bool = False
+    timeout_s: float = 600.0
+
+
+@dataclass(frozen=True)
+class Level:
+    row: Row
+    server: ServerSide | None
+
+
+@dataclass
+class Prepared:
+    """What the sweep learnt before measuring; recorded in the output's config."""
+
+    model: str = ""
+    server_version: str | None = None
+    prompt_words: int = 0
+    prompt_tokens: int = 0  # what the calibrated prompt measured, by the server's count
+    usage: bool = True  # False when the server sent no usage (token counts are then chunk counts)
+
+
+@dataclass
+class Hooks:
+    """Progress for the terminal; all optional."""
+
+    level: Callable[[int, int], None] = lambda concurrency, total: None
+    request: Callable[[int], None] = lambda concurrency: None
+    note: Callable[[str], None] = lambda text: None
+
+
+FIX = ("check that the server runs (`sparkcluster status`) and that --url names its OpenAI base, "
+       "e.g. http://HOST:8000/v1")
+
+
+def root_of(base_url: str) -> str:
+    return base_url[: -len("/v1")] if base_url.endswith("/v1") else base_url
+
+
+async def get_json(client: aiohttp.ClientSession, url: str) -> tuple[int, object]:
+    """(status, document); raises BenchFailed when nothing answers."""
+    try:
+        async with client.get(url, timeout=aiohttp.ClientTimeout(total=30)) as response:
+            text = await response.text()
+    except (aiohttp.ClientError, TimeoutError, OSError) as e:
+        raise BenchFailed(describe_error(e, url), FIX) from None
+    try:
+        return response.status, json.loads(text)
+    except ValueError:
+        return response.status, None
+
+
+async def resolve_model(client: aiohttp.ClientSession, base_url: str, wanted: str | None) -> str:
+    status, doc = await get_json(client, f"{base_url}/models")
+    served = [m.get("id") for m in doc.get("data", [])] if status == 200 and isinstance(doc, dict) else []
+    if not served:
+        raise BenchFailed(f"{base_url}/models answered {status} without a model list", FIX)
+    if wanted is None:
+        return served[0]
+    if wanted not in served:
+        raise BenchFailed(f"{base_url} serves {', '.join(served)}, not {wanted!r}", "give --model with a served name")
+    return wanted
+
+
+def _failed(result: RequestTimeline, what: str) -> BenchFailed:
+    return BenchFailed(f"{what} failed: {result.error}", FIX)
+
+
+async def calibrate(client: aiohttp.ClientSession, endpoint: Endpoint, target: int) -> tuple[int, int]:
+    """(words, tokens): the word count whose prompt the server counts as `target` tokens (or the closest seen)."""
+    samples: list[tuple[int, int]] = []
+    words = target
+    for _ in range(prompts.MAX_PROBES):
+        result = await stream_completion(client, endpoint, prompts.prompt(words, prompts.SHARED_SEED), 1)
+        if not result.ok:
+            raise _failed(result, "the first request")
+        if not result.usage:
+            return words, 0  # no usage: the words stand for tokens, and the config says so
+        samples.append((words, result.prompt_tokens))
+        if prompts.close_enough(target, result.prompt_tokens):
+            break
+        words = prompts.next_guess(target, samples)
+    return min(samples, key=lambda s: abs(s[1] - target))
+
+
+async def sweep(base_url: str, model: str | None, opts: SweepOptions, levels: list[Level],
+                prepared: Prepared, hooks: Hooks = Hooks()) -> None:
+    async with session(max(opts.concurrency), opts.timeout_s) as client:
+        prepared.model = await resolve_model(client, base_url, model)
+        _, version = await get_json(client, f"{root_of(base_url)}/version")
+        prepared.server_version = version.get("version") if isinstance(version, dict) else None
+        endpoint = Endpoint(base_url, prepared.model)
+        hooks.note(f"calibrating a {opts.prompt_tokens}-token prompt from the server's usage ...")
+        prepared.prompt_words, prepared.prompt_tokens = await calibrate(client, endpoint, opts.prompt_tokens)
+        prepared.usage = prepared.prompt_tokens > 0
+        for i in range(opts.warmup):
+            hooks.note(f"warm-up request {i + 1}/{opts.warmup} ...")
+            result = await stream_completion(client, endpoint, prompts.prompt(prepared.prompt_words, -1 - i),
+                                             opts.output_tokens)
+            if not result.ok:
+                raise _failed(result, "the warm-up request")
+        nonce = random.SystemRandom().getrandbits(48)  # a second bench must not hit the first one's cache
+        sampler = Sampler(client, f"{root_of(base_url)}/metrics")
+        for concurrency in opts.concurrency:
+            count = concurrency * opts.requests_per_stream
+            hooks.level(concurrency, count * opts.runs)
+            rows: list[Row] = []
+            windows = []
+            for run in range(opts.runs):
+                texts = [prompts.prompt(prepared.prompt_words, prompts.SHARED_SEED if opts.prefix_cache
+                                        else hash((nonce, concurrency, run, i))) for i in range(count)]
+                await sampler.start()
+                timeline = await run_concurrency(client, endpoint, texts, concurrency, opts.output_tokens,
+                                                 lambda r, c=concurrency: hooks.request(c))
+                windows.append(await sampler.stop())
+                rows.append(summarize_run(timeline))
+                prepared.usage = prepared.usage and all(r.usage for r in timeline.requests if r.ok)
+                first_error = next((r.error for r in timeline.requests if not r.ok), None)
+                if first_error:
+                    levels.append(Level(combine(rows), summarize(windows)))
+                    raise BenchFailed(f"at concurrency {concurrency}, run {run + 1}: "
+                                      f"{rows[-1].errors} of {rows[-1].requests} requests failed; "
+                                      f"the first: {first_error}", FIX)
+            levels.append(Level(combine(rows), summarize(windows)))

@@ -1,0 +1,82 @@
+"""The results as people read them: a rich table shaped like the community's recipe tables (concurrency, prefill,
+generation, peak, TTFT p50, ITL p50) with the server's own figures beside each row, and the same rows as CSV
+(one column per figure, distributions flattened as ttft_s_p50 and so on) for a spreadsheet."""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TextIO
+
+from rich import box
+from rich.table import Table
+
+from .metrics import ServerSide
+from .sweep import Level
+
+DISTRIBUTIONS = ("ttft_s", "itl_s", "e2e_s")
+STATS = ("mean", "p50", "p90", "p99")
+SERVER_COLUMNS = ("kv_cache_peak", "prefix_cache_hit_rate", "preemptions", "generation_tokens", "prompt_tokens")
+
+
+def _ms(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds * 1000:,.0f} ms" if seconds < 10 else f"{seconds:,.1f} s"
+
+
+def _tps(value: float) -> str:
+    return f"{value:,.0f}" if value >= 100 else f"{value:,.1f}"
+
+
+def _percent(value: float | None) -> str:
+    return "-" if value is None else f"{value * 100:.0f}%"
+
+
+def render(levels: Sequence[Level], title: str = "") -> Table:
+    table = Table("c", "prefill\ntok/s", "generation\ntok/s", "peak\ntok/s", "TTFT\np50", "ITL\np50", "E2E\np50",
+                  "requests", "errors", "KV cache\npeak", "prefix\nhits", "preempt-\nions", title=title or None,
+                  box=box.SIMPLE_HEAD)
+    for column in table.columns:
+        column.justify, column.no_wrap = "right", True
+    for level in levels:
+        row, server = level.row, level.server
+        table.add_row(str(row.concurrency), _tps(row.prefill_tps), _tps(row.generation_tps), _tps(row.peak_tps),
+                      _ms(row.ttft_s.p50), _ms(row.itl_s.p50), _ms(row.e2e_s.p50), str(row.requests),
+                      f"[red]{row.errors}[/]" if row.errors else "0",
+                      _percent(server.kv_cache_peak) if server else "-",
+                      _percent(server.prefix_cache_hit_rate) if server else "-",
+                      str(server.preemptions) if server and server.preemptions is not None else "-")
+    return table
+
+
+def flat(level: Level) -> dict[str, object]:
+    """One CSV line: the row's figures, then the server's (server_ prefix; empty where not reported)."""
+    doc = level.row.to_json()
+    out: dict[str, object] = {}
+    for key, value in doc.items():
+        if key in DISTRIBUTIONS:
+            out.update({f"{key}_{stat}": value[stat] for stat in STATS})
+        else:
+            out[key] = value
+    server = dataclasses.asdict(level.server) if level.server else {}
+    out.update({f"server_{key}": server.get(key) for key in SERVER_COLUMNS})
+    return out
+
+
+def write_csv(levels: Sequence[Level], out: TextIO) -> None:
+    if not levels:
+        return
+    lines = [flat(level) for level in levels]
+    writer = csv.DictWriter(out, fieldnames=list(lines[0]))
+    writer.writeheader()
+    writer.writerows(lines)
+
+
+def save_csv(levels: Sequence[Level], path: Path) -> None:
+    with path.open("w", newline="") as out:
+        write_csv(levels, out)
+
+
+def server_doc(server: ServerSide | None) -> dict | None:
+    return dataclasses.asdict(server) if server else None

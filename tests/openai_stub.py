@@ -1,0 +1,199 @@
+"""An OpenAI-compatible completions server with exactly known timing, for `sparkcluster bench`'s tests and
+benchmarks/bench_client.py: the first token `ttft` seconds after the request, then one token every `itl`
+seconds (scheduled on absolute times, so sleeps never drift), usage at the end when the client asks for it,
+and vLLM's /metrics counters. No batching effects: every stream runs as if alone, so the truth is arithmetic.
+
+    python -m tests.openai_stub --port 0 --ttft 0.2 --itl 0.02     # prints `port N` once it listens
+
+It speaks just enough HTTP/1.1 itself (keep-alive, Content-Length bodies, chunked responses) to stay cheap
+next to the client it measures. A prompt's token count is its number of whitespace-separated words.
+Loopback only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+@dataclass
+class StubOptions:
+    ttft: float = 0.0
+    itl: float = 0.0
+    model: str = "stub-model"
+    fail_after: int = -1  # answer HTTP 500 to every request after this many (-1: never)
+    stall_after: int = -1  # accept but never answer requests after this many (-1: never)
+    chunk_bytes: int = 0  # pad each token's text to about this size (0: short words)
+
+
+@dataclass
+class StubState:
+    requests: int = 0
+    prompt_tokens: int = 0
+    generation_tokens: int = 0
+    running: int = 0
+    peak_running: int = 0
+    sockets: set = field(default_factory=set)
+
+
+class Stub:
+    def __init__(self, options: StubOptions) -> None:
+        self.options, self.state = options, StubState()
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                lines = head.decode("latin-1").split("\r\n")
+                method, path, _ = lines[0].split(" ", 2)
+                headers = {k.strip().lower(): v.strip() for k, _, v in (h.partition(":") for h in lines[1:] if h)}
+                body = await reader.readexactly(int(headers.get("content-length", "0")))
+                if method == "POST" and path in ("/v1/completions", "/v1/chat/completions"):
+                    await self.complete(json.loads(body), writer, chat=path.endswith("chat/completions"))
+                elif path == "/v1/models":
+                    self.send_json(writer, 200, {"object": "list", "data": [{"id": self.options.model}]})
+                elif path == "/version":
+                    self.send_json(writer, 200, {"version": "stub"})
+                elif path == "/metrics":
+                    self.send(writer, 200, self.metrics().encode(), "text/plain")
+                else:
+                    self.send_json(writer, 404, {"error": f"no {path}"})
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError, asyncio.LimitOverrunError):
+            pass
+        finally:
+            writer.close()
+
+    def send(self, writer: asyncio.StreamWriter, status: int, data: bytes, kind: str) -> None:
+        writer.write(f"HTTP/1.1 {status} X\r\nContent-Type: {kind}\r\nContent-Length: {len(data)}\r\n\r\n".encode()
+                     + data)
+
+    def send_json(self, writer: asyncio.StreamWriter, status: int, doc: dict) -> None:
+        self.send(writer, status, json.dumps(doc).encode(), "application/json")
+
+    async def complete(self, request: dict, writer: asyncio.StreamWriter, chat: bool) -> None:
+        o, s = self.options, self.state
+        s.requests += 1
+        if 0 <= o.stall_after < s.requests:
+            await asyncio.sleep(3600)
+        if 0 <= o.fail_after < s.requests:
+            self.send_json(writer, 500, {"error": {"message": "stub: failing as asked"}})
+            return
+        prompt = request["messages"][-1]["content"] if chat else request["prompt"]
+        prompt_tokens = len(prompt.split())
+        tokens = int(request.get("max_tokens") or 16)
+        s.prompt_tokens += prompt_tokens
+        s.running += 1
+        s.peak_running = max(s.peak_running, s.running)
+        start = time.monotonic()
+        try:
+            if not request.get("stream"):
+                await asyncio.sleep(o.ttft + max(tokens - 1, 0) * o.itl)
+                s.generation_tokens += tokens
+                self.send_json(writer, 200, {"choices": [{"text": "tok " * tokens, "index": 0}],
+                                             "usage": self.usage(prompt_tokens, tokens)})
+                return
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
+            word = "t" * max(o.chunk_bytes - 100, 3)
+            for i in range(tokens):
+                due = start + o.ttft + i * o.itl
+                delay = due - time.monotonic()
+                if delay > 0 or i % 16 == 0:  # an instant stub still lets other streams in now and then
+                    await asyncio.sleep(max(delay, 0))
+                last = i == tokens - 1
+                choice = ({"index": 0, "delta": {"content": f" {word}{i}"}, "finish_reason": "length" if last else None}
+                          if chat else {"index": 0, "text": f" {word}{i}", "finish_reason": "length" if last else None})
+                self.event(writer, {"id": "x", "object": "text_completion", "model": o.model, "choices": [choice]})
+                s.generation_tokens += 1
+                await writer.drain()
+            if (request.get("stream_options") or {}).get("include_usage"):
+                self.event(writer, {"id": "x", "model": o.model, "choices": [],
+                                    "usage": self.usage(prompt_tokens, tokens)})
+            data = b"data: [DONE]\n\n"
+            writer.write(b"%x\r\n%s\r\n0\r\n\r\n" % (len(data), data))
+        finally:
+            s.running -= 1
+
+    @staticmethod
+    def usage(prompt_tokens: int, completion_tokens: int) -> dict:
+        return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+                "total_tokens": prompt_tokens + completion_tokens}
+
+    @staticmethod
+    def event(writer: asyncio.StreamWriter, doc: dict) -> None:
+        data = b"data: " + json.dumps(doc, separators=(",", ":")).encode() + b"\n\n"
+        writer.write(b"%x\r\n%s\r\n" % (len(data), data))
+
+    def metrics(self) -> str:
+        s = self.state
+        labels = f'{{model_name="{self.options.model}"}}'
+        return "\n".join([
+            "# HELP vllm:kv_cache_usage_perc KV-cache usage. 1 means 100 percent usage.",
+            "# TYPE vllm:kv_cache_usage_perc gauge",
+            f"vllm:kv_cache_usage_perc{labels} {min(s.running / 256, 1.0)}",
+            f"vllm:prompt_tokens_total{labels} {float(s.prompt_tokens)}",
+            f"vllm:generation_tokens_total{labels} {float(s.generation_tokens)}",
+            f"vllm:num_preemptions_total{labels} 0.0",
+            f"vllm:prefix_cache_queries_total{labels} {float(s.prompt_tokens)}",
+            f"vllm:prefix_cache_hits_total{labels} 0.0",
+            f"stub:requests_total {s.requests}",  # every completion request received, answered or not
+            f"stub:peak_running {s.peak_running}",  # the most streams in flight at once
+            "",
+        ])
+
+
+async def serve(options: StubOptions, port: int) -> None:
+    stub = Stub(options)
+    server = await asyncio.start_server(stub.handle, "127.0.0.1", port, backlog=1024)
+    print(f"port {server.sockets[0].getsockname()[1]}", flush=True)
+    async with server:
+        await server.serve_forever()
+
+
+@contextmanager
+def running_stub(**options: object) -> Iterator[str]:
+    """A stub in its own process (its CPU never counts as the client's; its timing is not held up by the
+    client's GIL); yields the base URL, e.g. http://127.0.0.1:40123/v1."""
+    argv = [sys.executable, "-m", "tests.openai_stub", "--port", "0"]
+    for key, value in options.items():
+        argv += [f"--{key.replace('_', '-')}", str(value)]
+    root = Path(__file__).resolve().parents[1]
+    process = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, cwd=root,
+                               env={**os.environ, "PYTHONPATH": str(root)})
+    try:
+        assert process.stdout is not None
+        line = process.stdout.readline()
+        if not line.startswith("port "):
+            raise RuntimeError(f"the stub did not start: {line!r}")
+        yield f"http://127.0.0.1:{int(line.split()[1])}/v1"
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=10)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--port", type=int, default=0)
+    for name, default in vars(StubOptions()).items():
+        parser.add_argument(f"--{name.replace('_', '-')}", type=type(default), default=default)
+    args = vars(parser.parse_args())
+    port = args.pop("port")
+    signal.signal(signal.SIGTERM, lambda *_: os._exit(0))  # no orderly shutdown needed: nothing to keep
+    try:
+        asyncio.run(serve(StubOptions(**args), port))
+    except KeyboardInterrupt:
+        pass
+
+
+if __name__ == "__main__":
+    main()
