@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from . import __version__
+from .engine import flags
 from .engine.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, SparkclusterError, UsageError
 from .engine.events import RunFinished
 from .engine.inventory import Inventory, find_inventory, load_inventory, record_last_used
@@ -23,6 +24,7 @@ from .engine.runner import DEFAULT_FORKS, Runner
 from .engine.session import Session, connected
 from .engine.transport import Transport, Unreachable
 from .serving import commands as serve_cli
+from .bench import commands as bench_commands
 from .engine.modelref import ModelRef
 from .staging.chain import stage, stage_status
 from .nccl.verify import run_verify
@@ -96,12 +98,27 @@ def cmd_facts(args: argparse.Namespace) -> int:
 
 
 def cmd_stage(args: argparse.Namespace) -> int:
+    try:
+        return _stage(args)
+    except SparkclusterError as e:
+        if not args.json:
+            raise
+        # A script reading --json gets a document whatever happened, never an empty stdout.
+        _print_json({"model": args.model, "error": e.message, "fix": e.fix})
+        err_console.print(f"[bold red]error:[/bold red] {escape(e.message)}", highlight=False)
+        return e.exit_code
+
+
+def _stage(args: argparse.Namespace) -> int:
     model = ModelRef.parse(args.model)  # bad input fails before any connection
     with _connect(args, require_all=False) as session:
         for h in session.inventory.hosts:
             if h.name in session.unreachable:
                 _print_unreachable(err_console, h.name, h.address, session.unreachable[h.name])
         if session.unreachable:
+            if args.json:
+                _print_json({"model": str(model), "unreachable": {
+                    name: {"error": e.message, "fix": e.fix} for name, e in session.unreachable.items()}})
             return EXIT_FAILED
         if args.status:
             statuses = stage_status(session.inventory, session.transports, session.facts, model, args.verify)
@@ -195,8 +212,8 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("inventory_arg", nargs="?", metavar="INVENTORY", help="inventory file")
         p.add_argument("-i", "--inventory", help="inventory file (else $SPARKCLUSTER_INVENTORY, ./inventory.yml, "
                                                   "then the one the last bootstrap used)")
-        p.add_argument("--limit", help="comma-separated hosts or groups to act on")
-        p.add_argument("--forks", type=int, default=DEFAULT_FORKS, help=f"hosts in parallel (default {DEFAULT_FORKS})")
+        p.add_argument("--limit", type=flags.names, help="comma-separated hosts or groups to act on")
+        p.add_argument("--forks", type=flags.count, default=DEFAULT_FORKS, help=f"hosts in parallel (default {DEFAULT_FORKS})")
         p.add_argument("--trust-new-host-keys", action="store_true",
                        help="accept and record host keys not yet in known_hosts (never a changed key)")
         p.add_argument("--json", action="store_true", help="machine-readable output")
@@ -230,7 +247,7 @@ def build_parser() -> argparse.ArgumentParser:
     stg.add_argument("--verify", choices=("size", "full"), default="size",
                      help="check existing copies by size (default) or by hashing every blob")
     stg.add_argument("--status", action="store_true", help="report each node's copy; change nothing")
-    stg.add_argument("--streams", type=int, default=2, help="files in flight per destination (default 2)")
+    stg.add_argument("--streams", type=flags.count, default=2, help="files in flight per destination (default 2)")
     stg.add_argument("--over-lan", action="store_true", help=argparse.SUPPRESS)  # benchmarks only
     stg.set_defaults(func=cmd_stage)
 
@@ -238,12 +255,12 @@ def build_parser() -> argparse.ArgumentParser:
     ver.add_argument("--backend", choices=("auto", "nccl", "gloo"), default="auto",
                      help="nccl on GPUs (auto when the head's torch sees CUDA), gloo on CPU-only nodes")
     ver.add_argument("--sizes", help="bytes per collective, e.g. 1M,64M,1G (at most 1 GiB)")
-    ver.add_argument("--min-busbw", type=float, help="bus bandwidth a pass needs, GB/s")
+    ver.add_argument("--min-busbw", type=flags.bandwidth, help="bus bandwidth a pass needs, GB/s")
     ver.set_defaults(func=cmd_verify)
 
     rep = commands.add_parser("nccl-report", help="read NCCL_DEBUG=INFO logs: transports, devices, a verdict")
     rep.add_argument("logfiles", nargs="+", metavar="LOGFILE")
-    rep.add_argument("--min-busbw", type=float, help="bus bandwidth a pass needs, GB/s (probe output only)")
+    rep.add_argument("--min-busbw", type=flags.bandwidth, help="bus bandwidth a pass needs, GB/s (probe output only)")
     rep.add_argument("--json", action="store_true")
     rep.set_defaults(func=cmd_nccl_report)
 
@@ -253,6 +270,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.set_defaults(func=cmd_run)
 
     serve_cli.add_parsers(commands, connecting, lambda p, fn: p.set_defaults(func=lambda args: fn(args, _connect)))
+    bench_commands.add_parser(commands, connecting, lambda p, fn: p.set_defaults(func=lambda args: fn(args, _connect)))
 
     sim_commands.add_parsers(commands)
     return parser

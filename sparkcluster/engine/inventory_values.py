@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .command import ENV_NAME
 from .errors import UsageError, did_you_mean
 from .inventory_model import HEAD, WORKER, Host, InventoryError
 from .modelref import ModelRef
@@ -61,8 +62,28 @@ def read_layer(values: SourceMap, src: Source, classify: Classify) -> Layer:
         if setting:
             settings[setting] = Value(value, key, line)
         else:
+            if key == "serve_env":
+                check_serve_env(value, line, src)
             free[key] = value
     return settings, free
+
+
+def check_serve_env(value: Any, line: int, src: Source) -> None:
+    """`serve_env` becomes `export NAME=value` on every node: a name the shell does not read as a name would run as
+    a command there, so it is refused here, before any connection, where its line is still known."""
+    if value is None:
+        return
+    if not isinstance(value, SourceMap):
+        raise src.error(line, f"serve_env must map variable names to values, not {describe(value)}",
+                        "e.g. `serve_env: {VLLM_LOGGING_LEVEL: INFO}`")
+    for name, setting in value.items():
+        at = value.key_line(name)
+        if not isinstance(name, str) or not ENV_NAME.fullmatch(name):
+            raise src.error(at, f"serve_env: {describe(name)} is not an environment variable name",
+                            "use letters, digits and '_', not starting with a digit, e.g. VLLM_LOGGING_LEVEL")
+        if setting is None or isinstance(setting, dict | list):
+            raise src.error(at, f"serve_env: {name} must be one value, not {describe(setting)}",
+                            f"e.g. `{name}: '1'` (quote an empty value: `{name}: ''`)")
 
 
 def merge_layers(layers: Iterable[Layer]) -> Layer:

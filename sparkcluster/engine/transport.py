@@ -7,8 +7,10 @@ off during a run, raises Unreachable, which the runner records as that host's st
 from __future__ import annotations
 
 import io
+import logging
 import os
 import posixpath
+import shlex
 import threading
 import time
 import uuid
@@ -29,6 +31,11 @@ RETRY_BACKOFF_S = 0.5  # doubled after each failed attempt
 # AES-GCM (hardware-accelerated on the Spark's cores) and no compression (weights do not compress).
 SSH_FOR_BULK = ("ssh -T -c aes128-gcm@openssh.com -o Compression=no -o BatchMode=yes "
                 "-o StrictHostKeyChecking=yes -o ConnectTimeout=10")
+
+# paramiko logs each failed handshake with a traceback, which Python's last-resort handler prints on stderr; the
+# reason already reaches the user as one Unreachable line per host, so paramiko's records go nowhere.
+logging.getLogger("paramiko").addHandler(logging.NullHandler())
+logging.getLogger("paramiko").propagate = False
 
 
 class Unreachable(SparkclusterError):
@@ -56,11 +63,16 @@ class Result:
 
 
 class _TrustNewKeys(paramiko.MissingHostKeyPolicy):
-    """--trust-new-host-keys: accept an unknown key and append it to ~/.ssh/known_hosts (never a changed key:
-    paramiko raises BadHostKeyException for that before consulting the policy)."""
+    """--trust-new-host-keys: accept an unknown key and append it to the inventory's known_hosts, or to
+    ~/.ssh/known_hosts where the inventory names none (never a changed key: paramiko raises BadHostKeyException
+    for that before consulting the policy). The inventory's file is the one its later runs and ssh read; a key
+    written elsewhere would be shadowed by a stale entry there."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
 
     def missing_host_key(self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey) -> None:
-        path = Path.home() / ".ssh" / "known_hosts"
+        path = self.path
         path.parent.mkdir(mode=0o700, exist_ok=True)
         with open(path, "a") as f:
             f.write(f"{hostname} {key.get_name()} {key.get_base64()}\n")
@@ -102,7 +114,7 @@ class Transport:
                 raise Unreachable(
                     f"the host key of {host.address} has CHANGED (got {e.key.get_name()} "
                     f"{e.key.get_fingerprint().hex()}); refusing to connect",
-                    f"if the host was re-installed, remove its old key: ssh-keygen -R {host.address}",
+                    _changed_key_fix(host, _known_hosts_files(conn, host)),
                 ) from None
             except paramiko.SSHException as e:
                 if "not found in known_hosts" in str(e):
@@ -143,7 +155,7 @@ class Transport:
         for path in _known_hosts_files(conn, host):
             conn.client.load_host_keys(str(path))
         conn.client.set_missing_host_key_policy(
-            _TrustNewKeys() if self.trust_new_host_keys else paramiko.RejectPolicy()
+            _TrustNewKeys(trusted_keys_file(host)) if self.trust_new_host_keys else paramiko.RejectPolicy()
         )
         return conn
 
@@ -266,6 +278,31 @@ def _known_hosts_files(conn: Connection, host: Host) -> list[Path]:
     if host.known_hosts:
         candidates.append(Path(host.known_hosts))
     return [p for p in candidates if p.is_file()]
+
+
+def known_hosts_name(host: Host) -> str:
+    """The name a host's key is recorded under: `[address]:port` off port 22, as OpenSSH and paramiko write it."""
+    return host.address if host.port == 22 else f"[{host.address}]:{host.port}"
+
+
+def trusted_keys_file(host: Host) -> Path:
+    return Path(host.known_hosts) if host.known_hosts else Path.home() / ".ssh" / "known_hosts"
+
+
+def _changed_key_fix(host: Host, files: list[Path]) -> str:
+    """Names the files that hold the old key, so the removal hits the entry that is read, not only ~/.ssh's."""
+    name = known_hosts_name(host)
+    holding = [f for f in files if _has_entry(f, name)] or [trusted_keys_file(host)]
+    removals = "; ".join(f"ssh-keygen -R {shlex.quote(name)} -f {shlex.quote(str(f))}" for f in holding)
+    return (f"if the host was re-installed, remove its old key: {removals}; then check the new fingerprint and "
+            "connect once with --trust-new-host-keys")
+
+
+def _has_entry(path: Path, name: str) -> bool:
+    try:
+        return paramiko.HostKeys(str(path)).lookup(name) is not None
+    except (OSError, paramiko.SSHException, ValueError):
+        return False
 
 
 def _reachability_fix(host: Host) -> str:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 
 # The probe imports only the standard library at load time, so its arithmetic and table serve here too.
@@ -17,6 +17,10 @@ from . import probe
 
 PROBE_RESULT = "SPARKCLUSTER_PROBE_RESULT"
 PROBE_RANK = "SPARKCLUSTER_PROBE_RANK"
+# NCCL's and the probe's lines are short; a longer one is a binary or mangled file, kept to its first part so that
+# one 200 MB "line" costs no more memory than any other.
+MAX_LINE_CHARS = 64 * 1024
+Lines = str | Iterable[str]  # a whole text, or its lines as a file yields them (read once, never held whole)
 
 _INTRA_NODE = frozenset({"P2P", "SHM", "NVLS"})
 
@@ -182,11 +186,27 @@ def _transport(via: str) -> str:
     return parts[0]
 
 
-def read_log(text: str, source: str = "log") -> list[RankLog]:
+def split_lines(text: Lines) -> Iterator[str]:
+    """Each line without its end, cut to MAX_LINE_CHARS."""
+    for line in text.splitlines() if isinstance(text, str) else text:
+        yield line.rstrip("\r\n")[:MAX_LINE_CHARS]
+
+
+def read_capped_lines(readline: Callable[[int], str]) -> Iterator[str]:
+    """The lines of a text stream, each cut to MAX_LINE_CHARS: the rest of a longer line is read and dropped, piece by
+    piece, so memory stays bounded however long it is."""
+    while line := readline(MAX_LINE_CHARS):
+        if not line.endswith("\n"):
+            while (rest := readline(MAX_LINE_CHARS)) and not rest.endswith("\n"):
+                pass
+        yield line.rstrip("\r\n")
+
+
+def read_log(text: Lines, source: str = "log") -> list[RankLog]:
     """One RankLog per process (host:pid) for prefixed lines, else one for the whole text."""
     whole = _Builder(source)
     by_process: dict[tuple[str, str], _Builder] = {}
-    for line_no, raw in enumerate(text.splitlines(), 1):
+    for line_no, raw in enumerate(split_lines(text), 1):
         line = _ANSI.sub("", raw)
         if m := _PREFIXED.search(line):
             key = (m["host"], m["pid"])
@@ -230,17 +250,29 @@ def format_table(rows: Sequence[BandwidthRow]) -> str:
     return probe.format_table([asdict(r) for r in rows])
 
 
-def read_probe_output(text: str) -> tuple[list[BandwidthRow], list[dict]]:
-    """The rows of the last SPARKCLUSTER_PROBE_RESULT line, and every rank's SPARKCLUSTER_PROBE_RANK dict by rank."""
+def read_probe_output(text: Lines) -> tuple[list[BandwidthRow], list[dict]]:
+    """The rows of the last SPARKCLUSTER_PROBE_RESULT line, and every rank's SPARKCLUSTER_PROBE_RANK dict by rank.
+    A marker line of another shape (a hand-edited or foreign log) is skipped like a line cut short."""
     rows: list[BandwidthRow] = []
     ranks: dict[int, dict] = {}
-    for line in text.splitlines():
+    for line in split_lines(text):
         if (doc := _marked_json(line, PROBE_RESULT)) is not None:
-            rows = [BandwidthRow(r["op"], int(r["size_bytes"]), float(r["time_us"]), float(r["algbw_gbps"]),
-                                 float(r["busbw_gbps"])) for r in doc.get("rows", ())]
-        elif (doc := _marked_json(line, PROBE_RANK)) is not None:
-            ranks[int(doc["rank"])] = doc
+            rows = _rows(doc.get("rows")) if isinstance(doc.get("rows"), list) else rows
+        elif (doc := _marked_json(line, PROBE_RANK)) is not None and _is_int(doc.get("rank")):
+            ranks[doc["rank"]] = doc
     return rows, [ranks[r] for r in sorted(ranks)]
+
+
+def _rows(docs: list) -> list[BandwidthRow]:
+    try:
+        return [BandwidthRow(str(r["op"]), int(r["size_bytes"]), float(r["time_us"]), float(r["algbw_gbps"]),
+                             float(r["busbw_gbps"])) for r in docs]
+    except (KeyError, TypeError, ValueError):
+        return []
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _marked_json(line: str, marker: str) -> dict | None:

@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import json
+import os
+import stat
 from collections.abc import Sequence
 from dataclasses import asdict
-from pathlib import Path
+from typing import TextIO
 
 from rich.console import Console
 from rich.markup import escape
 
 from ..engine.errors import EXIT_FAILED, EXIT_OK, UsageError
-from .logs import BandwidthRow, RankLog, format_table, read_log, read_probe_output
+from .logs import BandwidthRow, RankLog, format_table, read_capped_lines, read_log, read_probe_output
 from .verdict import judge
 from .verify import VerifyResult
 
@@ -22,9 +24,11 @@ def report(paths: Sequence[str], *, json_output: bool, min_busbw: float | None) 
     rows: list[BandwidthRow] = []
     probe_ranks: list[dict] = []
     for path in paths:
-        text = _read(path)
-        ranks += read_log(text, source=path)
-        file_rows, file_ranks = read_probe_output(text)
+        _check_regular(path)
+        with _open(path) as f:  # two passes over a regular file: neither keeps the text whole
+            ranks += read_log(read_capped_lines(f.readline), source=path)
+        with _open(path) as f:
+            file_rows, file_ranks = read_probe_output(read_capped_lines(f.readline))
         rows += file_rows
         probe_ranks += file_ranks
     verdict = judge(ranks, rows=rows, min_busbw_gbps=min_busbw)
@@ -42,11 +46,26 @@ def report(paths: Sequence[str], *, json_output: bool, min_busbw: float | None) 
     return code, "\n".join(lines)
 
 
-def _read(path: str) -> str:
+def _check_regular(path: str) -> None:
+    """Only a regular file has an end: /dev/zero never does, and opening a FIFO waits for a writer forever."""
     try:
-        return Path(path).read_text(errors="replace")
+        mode = os.stat(path).st_mode
     except FileNotFoundError:
         raise UsageError(f"{path}: no such file", "pass the NCCL log files (captured with NCCL_DEBUG=INFO)") from None
+    except OSError as e:
+        raise UsageError(f"{path}: cannot read it ({e.strerror})", "pass readable log files") from None
+    if not stat.S_ISREG(mode):
+        raise UsageError(f"{path}: not a regular file ({_KINDS.get(stat.S_IFMT(mode), 'a special file')})",
+                         "save the log to a file first (e.g. `... 2>&1 | tee nccl.log`) and pass that file")
+
+
+_KINDS = {stat.S_IFDIR: "a directory", stat.S_IFIFO: "a FIFO", stat.S_IFCHR: "a character device",
+          stat.S_IFBLK: "a block device", stat.S_IFSOCK: "a socket"}
+
+
+def _open(path: str) -> TextIO:
+    try:
+        return open(path, encoding="utf-8", errors="replace")
     except OSError as e:
         raise UsageError(f"{path}: cannot read it ({e.strerror})", "pass readable log files") from None
 

@@ -16,6 +16,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from ..engine import flags
 from ..engine.errors import EXIT_FAILED, EXIT_OK, UsageError
 from ..engine.inventory import Inventory
 from ..engine.session import Session
@@ -224,10 +225,10 @@ def add_parsers(commands, connecting: Callable[..., argparse.ArgumentParser], wi
         p.add_argument("--runtime", choices=("docker", "host"), default="docker",
                        help="docker: the vllm_node container per node (eugr's setup, default); host: processes "
                             "from the inventory's python_env")
-        p.add_argument("--image", default="vllm-node", help="container image (default vllm-node)")
+        p.add_argument("--image", type=flags.image, default="vllm-node", help="container image (default vllm-node)")
         p.add_argument("--docker-arg", action="append", metavar="ARG",
                        help="an extra `docker run` argument, e.g. --docker-arg=--shm-size=16g (repeatable)")
-        p.add_argument("--up-timeout", type=float, default=180.0,
+        p.add_argument("--up-timeout", type=flags.seconds, default=180.0,
                        help="seconds for every node to join Ray (default 180)")
         return p
 
@@ -236,20 +237,20 @@ def add_parsers(commands, connecting: Callable[..., argparse.ArgumentParser], wi
 
     s = common(connecting(commands.add_parser("serve", help="serve a model with TP = N across the nodes"),
                           inventory_positional=False))
-    s.add_argument("--tp", type=int, help="tensor parallelism: the number of nodes (one GPU each)")
+    s.add_argument("--tp", type=flags.count, help="tensor parallelism: the number of nodes (one GPU each)")
     s.add_argument("--model", help="ORG/NAME[@REVISION] (staged on every node first), or a path on the nodes")
     s.add_argument("--recipe", help="a bundled recipe (default, gpt-oss-120b, nemotron-3-super) or a .yml file")
     s.add_argument("--launcher", choices=("ray", "native"), default="ray",
                    help="ray (eugr's setup, default) or native (vLLM's own --nnodes multi-node mode)")
-    s.add_argument("--port", type=int, help="API port (default 8000)")
+    s.add_argument("--port", type=flags.port, help="API port (default 8000)")
     s.add_argument("--served-model-name", help="the name clients ask for (default: the model)")
-    s.add_argument("--ready-timeout", type=float, default=1800.0,
+    s.add_argument("--ready-timeout", type=flags.seconds, default=1800.0,
                    help="seconds for vLLM to load and answer (default 1800: large models take 10-15 min)")
     s.add_argument("--no-verify", dest="verify", action="store_false",
                    help="skip the NCCL probe before vLLM starts")
     s.add_argument("--allow-fallback", action="store_true",
                    help="serve even when the probe finds NCCL off RDMA (socket or management network)")
-    s.add_argument("--min-busbw", type=float, help="bus bandwidth the probe needs, GB/s")
+    s.add_argument("--min-busbw", type=flags.bandwidth, help="bus bandwidth the probe needs, GB/s")
     s.add_argument("--check", action="store_true",
                    help="show the image copies and every node's command lines; start nothing")
     s.epilog = "extra vLLM flags go after --, replacing the recipe's flags of the same name"
@@ -261,7 +262,7 @@ def add_parsers(commands, connecting: Callable[..., argparse.ArgumentParser], wi
     lg = common(connecting(commands.add_parser("logs", help="Ray and vLLM logs of the nodes")))
     lg.add_argument("-f", "--follow", action="store_true", help="keep streaming")
     lg.add_argument("--node", help="only this node")
-    lg.add_argument("-n", "--lines", type=int, default=100, help="lines per log (default 100)")
+    lg.add_argument("-n", "--lines", type=flags.lines, default=100, help="lines per log (default 100)")
     wire(lg, cmd_logs)
 
     dn = common(connecting(commands.add_parser("down", help="stop vLLM and Ray on every node (idempotent)")))

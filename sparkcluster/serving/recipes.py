@@ -10,9 +10,14 @@ from pathlib import Path
 
 from ..engine.errors import UsageError, did_you_mean
 from ..engine import yamlsource
+from . import recipe_values
 
 BUNDLED = resources.files("sparkcluster") / "recipes"
-KEYS = {"description", "model", "served_model_name", "port", "env", "flags"}
+KEYS = {"description", "model", "served_model_name", "port", "env", "flags", "reference"}
+# Published figures a recipe may carry (`sparkcluster bench --compare`): per-concurrency rows, rates in tok/s,
+# latencies as means in seconds.
+REFERENCE_KEYS = {"source", "hardware", "nodes", "rows"}
+REFERENCE_FIGURES = {"prefill_tps", "generation_tps", "peak_tps", "total_tps", "ttft_s", "itl_s", "e2e_s"}
 # Flags sparkcluster sets itself from its own options: given twice, vLLM would take the last one silently.
 OWNED_FLAGS = {
     "--tensor-parallel-size": "--tp", "-tp": "--tp", "--port": "--port", "--host": "(always 0.0.0.0)",
@@ -31,6 +36,17 @@ class Recipe:
     port: int | None = None
     env: Mapping[str, str] = field(default_factory=dict)
     flags: Mapping[str, str | None] = field(default_factory=dict)  # None: a bare flag
+    reference: Reference | None = None
+
+
+@dataclass(frozen=True)
+class Reference:
+    """Published rows measured with this recipe, and where and on what they were measured."""
+
+    source: str
+    hardware: str
+    nodes: int
+    rows: tuple[Mapping[str, float], ...]  # each with `concurrency` and some of REFERENCE_FIGURES
 
 
 def bundled_names() -> list[str]:
@@ -43,7 +59,7 @@ def load_recipe(name_or_path: str) -> Recipe:
     if name_or_path.endswith((".yml", ".yaml")) or path.is_file():
         if not path.is_file():
             raise UsageError(f"recipe file {name_or_path} does not exist", "give a bundled name or an existing file")
-        text, shown, name = path.read_text(), name_or_path, path.stem
+        text, shown, name = _read_file(path), name_or_path, path.stem
     else:
         names = bundled_names()
         if name_or_path not in names:
@@ -57,33 +73,58 @@ def load_recipe(name_or_path: str) -> Recipe:
     return _recipe(name, shown, doc)
 
 
+def _read_file(path: Path) -> str:
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise UsageError(f"recipe file {path}: cannot read it: {e.strerror}", "check the file's permissions") from None
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        raise UsageError(f"{path}:{line}: the recipe is not UTF-8 text", "save it as UTF-8") from None
+
+
 def _recipe(name: str, shown: str, doc: object) -> Recipe:
-    if not isinstance(doc, dict):
-        raise UsageError(f"{shown}: a recipe is a mapping of {', '.join(sorted(KEYS))}", "see recipes/default.yml")
-    unknown = sorted(set(doc) - KEYS)
-    if unknown:
-        raise UsageError(f"{shown}: unknown key {unknown[0]!r}{did_you_mean(str(unknown[0]), sorted(KEYS))}",
-                         f"recipe keys: {', '.join(sorted(KEYS))}")
-    flags: dict[str, str | None] = {}
-    for flag, value in (doc.get("flags") or {}).items():
-        flag = str(flag)
-        if not flag.startswith("-"):
-            raise UsageError(f"{shown}: flag {flag!r} must start with --", f"write it as --{flag}")
-        if flag in OWNED_FLAGS:
-            raise UsageError(f"{shown}: {flag} is set by sparkcluster", f"use sparkcluster's {OWNED_FLAGS[flag]}")
-        if value is False:
-            continue
-        flags[flag] = None if value is True else str(value)
-    env = {str(k): str(v) for k, v in (doc.get("env") or {}).items()}
-    port = doc.get("port")
-    if port is not None and not (isinstance(port, int) and 0 < port < 65536):
-        raise UsageError(f"{shown}: port {port!r} is not a TCP port", "give a number between 1 and 65535")
-    return Recipe(name, str(doc.get("description", "")), _opt_str(doc.get("model")),
-                  _opt_str(doc.get("served_model_name")), port, env, flags)
+    doc = recipe_values.top_level(doc, shown, KEYS)
+    flags = recipe_values.flags(doc, shown, OWNED_FLAGS)
+    env = recipe_values.env(doc, shown)
+    port = recipe_values.port(doc, shown)
+    text = {key: recipe_values.text(doc, key, shown) for key in ("description", "model", "served_model_name")}
+    return Recipe(name, text["description"] or "", text["model"], text["served_model_name"], port, env, flags,
+                  _reference(shown, doc["reference"], _line(doc, "reference")) if "reference" in doc else None)
 
 
-def _opt_str(value: object) -> str | None:
-    return None if value is None else str(value)
+def _line(doc: object, key: str) -> int:
+    return doc.key_line(key) if hasattr(doc, "key_line") else 0  # a SourceMap from yamlsource knows its lines
+
+
+def _reference(shown: str, ref: object, line: int) -> Reference:
+    """`reference:` checked like the rest, each problem at its file:line."""
+    fix = "reference: {source: TEXT, hardware: TEXT, nodes: N, rows: [{concurrency: C, generation_tps: X, ...}]}"
+    if not isinstance(ref, dict) or set(ref) != REFERENCE_KEYS:
+        raise UsageError(f"{shown}:{line}: reference needs exactly {', '.join(sorted(REFERENCE_KEYS))}", fix)
+    nodes = ref["nodes"]
+    if not isinstance(nodes, int) or isinstance(nodes, bool) or nodes < 1:
+        raise UsageError(f"{shown}:{_line(ref, 'nodes')}: reference nodes {nodes!r} is not a count", fix)
+    rows_doc = ref["rows"]
+    if not isinstance(rows_doc, list) or not rows_doc:
+        raise UsageError(f"{shown}:{_line(ref, 'rows')}: reference rows must be a non-empty list", fix)
+    rows = []
+    for i, row in enumerate(rows_doc):
+        at = f"{shown}:{rows_doc.item_line(i) if hasattr(rows_doc, 'item_line') else line}"
+        if not isinstance(row, dict) or not isinstance(row.get("concurrency"), int) or row["concurrency"] < 1:
+            raise UsageError(f"{at}: a reference row needs a concurrency (a positive integer)", fix)
+        unknown = sorted(set(row) - REFERENCE_FIGURES - {"concurrency"})
+        if unknown:
+            figures = sorted(REFERENCE_FIGURES)
+            raise UsageError(f"{at}: unknown figure {unknown[0]!r}{did_you_mean(unknown[0], figures)}",
+                             f"figures: {', '.join(figures)}")
+        bad = [k for k, v in row.items() if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0]
+        if bad:
+            raise UsageError(f"{at}: {bad[0]} {row[bad[0]]!r} is not a non-negative number", fix)
+        rows.append({str(k): float(v) if k != "concurrency" else v for k, v in row.items()})
+    return Reference(str(ref["source"]), str(ref["hardware"]), nodes, tuple(rows))
 
 
 def parse_flags(args: Sequence[str]) -> dict[str, str | None]:

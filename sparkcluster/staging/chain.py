@@ -205,6 +205,7 @@ class Chain:
             if name in self.unpublish and not self._prepare(name):
                 continue
             self._mkdirs(name)
+            self._check_space(name)
         queues = {n: [b for b in self.blobs if b.blob in self.need[n]] for n in self.chain[1:]
                   if not self.failed[n].is_set()}
         workers = [n for n, queue in queues.items() for _ in range(min(self.s.streams, len(queue)))]
@@ -254,6 +255,29 @@ class Chain:
         d = self.s.scans[name].model_dir
         self._run(name, Command.argv(["mkdir", "-p", f"{d}/blobs/{PARTIAL_DIR}", f"{d}/refs", f"{d}/snapshots"]))
 
+    def _check_space(self, name: str) -> None:
+        """A copy that cannot fit fails before it starts, with the sizes; filling the disk midway would
+        otherwise read as a failed link between two nodes."""
+        needed = sum(b.size for b in self.blobs if b.blob in self.need[name])
+        free = self._free_bytes(name)
+        if free is not None and free < needed:
+            self._fail(name, *self._no_space(name, needed, free))
+
+    def _free_bytes(self, name: str) -> int | None:
+        blobs = f"{self.s.scans[name].model_dir}/blobs"
+        try:
+            result = self.s.transports[name].run(Command.argv(["df", "-Pk", "--", blobs], timeout=30))
+        except Unreachable:
+            return None  # the copy itself will find and name that
+        fields = result.stdout.strip().splitlines()[-1].split() if result.ok and result.stdout.strip() else []
+        return int(fields[3]) * 1024 if len(fields) > 3 and fields[3].isdigit() else None
+
+    def _no_space(self, name: str, needed: int, free: int | None) -> tuple[str, str]:
+        has = f", has {_size(free)}" if free is not None else ""
+        return (f"no space left on {name} (needs {_size(needed)}{has}) for {self.s.model}",
+                f"free space on {name} under {self.s.scans[name].model_dir} (or point HF_HOME there at a larger "
+                "disk), then stage again: what arrived is kept")
+
     def _upstream(self, name: str) -> str | None:
         """The nearest node before `name` in the chain that has not failed."""
         for up in reversed(self.chain[: self.chain.index(name)]):
@@ -292,8 +316,13 @@ class Chain:
             self._fail(up, e.message, e.fix)
             return False
         if not result.ok:
-            # Either end may be at fault: the destination if it is gone, else the sender.
+            # Either end may be at fault: the destination if it is gone or full, else the link between them.
             if not self._reachable(name):
+                return False
+            if "No space left on device" in result.stderr:
+                left = sum(b.size for b in self.blobs
+                           if b.blob in self.need[name] and not self.have[(name, b.blob)].is_set())
+                self._fail(name, *self._no_space(name, left, self._free_bytes(name)))
                 return False
             self._fail(name, f"copy of {blob.path} from {up} failed: {result.stderr_tail(3)}",
                        f"check that {up} reaches {self.addresses[name]} by ssh (sparkcluster bootstrap sets that up)")
@@ -337,6 +366,10 @@ class Chain:
     def _finalize(self, name: str) -> None:
         if self._run(name, finalize_command(self.s.scans[name].model_dir, self.manifest)):
             self.result.nodes[name].state = "complete"
+
+
+def _size(n: int) -> str:
+    return f"{n / 1e9:.1f} GB" if n >= 1e9 else f"{n / 1e6:.0f} MB"
 
 
 def stage(inventory: Inventory, transports: Mapping[str, Transport], facts: Mapping[str, HostFacts],

@@ -182,4 +182,9 @@ def finalize_command(model_dir: str, manifest: Manifest) -> Command:
         ref = f"{model_dir}/refs/{manifest.model.revision}"
         lines.append(f"printf %s {shlex.quote(manifest.commit)} > {shlex.quote(ref + '.tmp')}")
         lines.append(f"mv -f {shlex.quote(ref + '.tmp')} {shlex.quote(ref)}")
+    # Every blob is in place: what interrupted transfers left (rsync's `.HASH.XXXXXX` temp files, the partial
+    # dir) can never be resumed into anything and only holds disk. Blob names never start with a dot.
+    blobs = shlex.quote(model_dir + "/blobs")
+    lines.append(f"rm -rf -- {blobs}/{PARTIAL_DIR}")
+    lines.append(f"find {blobs} -maxdepth 1 -type f -name '.*' -delete")
     return Command("\n".join(lines), timeout=120)

@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from ..engine.command import Command
-from ..engine.errors import SparkclusterError
+from ..engine.errors import SparkclusterError, UsageError
 from ..engine.transport import SSH_FOR_BULK, Transport
 
 # Between `docker save` and ssh on the head: passes the bytes through and reports the count on stderr
@@ -31,12 +31,21 @@ class ImageInfo:
 
 def inspect(transport: Transport, image: str) -> ImageInfo:
     result = transport.run(Command.argv(["docker", "image", "inspect", "--format",
-                                         "{{json .Id}} {{json .Size}} {{json .Config.Entrypoint}}", image]))
+                                         "{{json .Id}} {{json .Size}} {{json .Config.Entrypoint}}", "--", image]))
     if not result.ok:
         if "No such image" in result.stderr or "No such object" in result.stderr:
             return ImageInfo(None)
-        raise SparkclusterError(f"{transport.host.name}: docker image inspect failed: {result.stderr_tail(2)}",
-                                "check that Docker runs and the user is in the docker group (sparkcluster bootstrap)")
+        # Only docker's own words say whose fault it is: a bad name is the user's, not the docker group's.
+        if "invalid reference format" in result.stderr:
+            raise UsageError(f"{transport.host.name}: {image!r} is not a valid image name: {result.stderr_tail(1)}",
+                             "name an image as REPOSITORY[:TAG], e.g. --image vllm-node or "
+                             "--image nvcr.io/nvidia/vllm:25.09-py3")
+        if "permission denied" in result.stderr.lower() and "docker" in result.stderr.lower():
+            fix = (f"add the login user to the docker group on {transport.host.name} "
+                   "(sparkcluster bootstrap does it), then connect again")
+        else:
+            fix = f"check that Docker runs on {transport.host.name}: docker info"
+        raise SparkclusterError(f"{transport.host.name}: docker image inspect {image} failed: {result.stderr_tail(2)}", fix)
     id_, size, entrypoint = (json.loads(w) for w in result.stdout.split(" ", 2))
     return ImageInfo(id_, int(size), tuple(entrypoint) if entrypoint else None)
 
