@@ -7,16 +7,21 @@ cd "$(dirname "$0")/.."
 SC=.venv/bin/sparkcluster
 NAME="${SPARKCLUSTER_DEMO_NAME:-demo}"
 $SC sim down "$NAME" >/dev/null 2>&1 || true   # a re-run starts from fresh hosts
-# Fresh Sparks as they come out of the box: no passwordless ssh between them yet.
-# --vllm-env: the inventory names the CPU vLLM environment for `serve --runtime host`.
-$SC sim up 2 --name "$NAME" --no-ssh-mesh --vllm-env .venv-vllm
+# Fresh Sparks as they come out of the box: the QSFP twins cabled but unaddressed, no passwordless ssh between
+# them yet. --vllm-env: the inventory names the CPU vLLM environment for `serve --runtime host`.
+$SC sim up 2 --name "$NAME" --no-ssh-mesh --no-fabric-addresses --vllm-env .venv-vllm
 INVENTORY=$($SC sim list --json | .venv/bin/python -c "import json,sys; print(next(c['inventory'] for c in json.load(sys.stdin) if c['name'] == '$NAME'))")
 
 echo; echo "== facts: what each node is"
 $SC facts "$INVENTORY"
-echo; echo "== bootstrap: preflight + provisioning (then again: nothing left to change)"
+echo; echo "== the first mile: spark-2's QSFP twins before bootstrap (no IPv4, MTU 1500)"
+$SC sim ssh spark-2 --name "$NAME" -- 'ip -br addr show enp1s0f1np1; ip -br addr show enP2p1s0f1np1; ip -o link show enp1s0f1np1 | grep -o "mtu [0-9]*"'
+echo; echo "== bootstrap --check --diff: the netplan file and the addresses, before anything changes"
+$SC bootstrap "$INVENTORY" --check --diff | sed -n '/PLAY fabric addresses/,/PLAY preflight/p' || true  # check mode stops at the QSFP preflight: it needs the addresses
+echo; echo "== bootstrap: fabric addresses, preflight, provisioning (then again: nothing left to change)"
 $SC bootstrap "$INVENTORY"
 $SC bootstrap "$INVENTORY" | tail -n 4
+$SC sim ssh spark-2 --name "$NAME" -- 'ip -br addr show enp1s0f1np1; ip -br addr show enP2p1s0f1np1; ip -o link show enp1s0f1np1 | grep -o "mtu [0-9]*"; sudo cat /etc/netplan/40-sparkcluster-fabric.yaml'
 echo; echo "== the head's comm env, every variable bound to its own QSFP interface"
 $SC sim ssh spark-1 --name "$NAME" -- 'cat ~/.config/sparkcluster/comm.env'
 echo; echo "== stage: a generated 1 GiB model on the head, fanned out over the fabric, then checked"
@@ -43,6 +48,8 @@ HEAD_ADDRESS=$($SC sim list --json | .venv/bin/python -c "import json,sys; print
 curl -sS "http://$HEAD_ADDRESS:8000/v1/completions" -H 'Content-Type: application/json' \
   -d '{"model": "local/tiny-llama", "prompt": "The cluster of sparks", "max_tokens": 12, "temperature": 0}'
 echo
+echo; echo "== bench: throughput and latency at each concurrency, as the community's recipes publish them"
+$SC bench -i "$INVENTORY" --concurrency 1,2,4 --runs 1 --prompt-tokens 64 --output-tokens 16 --plot "${TMPDIR:-/tmp}/sparkcluster-demo-bench.png"
 $SC down -i "$INVENTORY"
 echo
 echo "inventory: $INVENTORY"
