@@ -20,6 +20,7 @@ import yaml
 
 from ..engine.errors import SparkclusterError, UsageError
 from . import hardware
+from . import machine
 from . import hostproc
 from . import netns
 from . import prerequisites
@@ -256,21 +257,21 @@ class SimCluster:
     # ---- internals ---------------------------------------------------------------------------------
     def _prepare_files(self) -> None:
         d = self.dir
-        _keygen(self.client_key, "sparkcluster-sim-client")
+        machine.keygen(self.client_key, "sparkcluster-sim-client")
         if self.state.ssh_mesh:
-            _keygen(d / "mesh_ed25519", "sparkcluster-sim-mesh")
+            machine.keygen(d / "mesh_ed25519", "sparkcluster-sim-mesh")
         for name in ("boot.sh", "sshd_config", "runc-capfilter"):
             (d / name).write_bytes((HOST_FILES / name).read_bytes())
         os.chmod(d / "runc-capfilter", 0o755)
         # The lab dir is read by the hosts through their lower layer: the login user needs to traverse it.
         os.chmod(d, 0o755)
-        self.state.docker_runtime = str(d / "runc-capfilter") if _capabilities_restricted() else ""
-        self.state.storage_driver = "vfs" if _fs_type(d) == "overlayfs" else "overlay2"
+        self.state.docker_runtime = str(d / "runc-capfilter") if machine.capabilities_restricted() else ""
+        self.state.storage_driver = "vfs" if machine.fs_type(d) == "overlayfs" else "overlay2"
         known, hosts_lines = [], []
         for host in self.topology.hosts:
             hd = self.host_dir(host)
             hd.mkdir(parents=True)
-            _keygen(hd / "ssh_host_ed25519_key", f"root@{host.name}")
+            machine.keygen(hd / "ssh_host_ed25519_key", f"root@{host.name}")
             pub = (hd / "ssh_host_ed25519_key.pub").read_text().split()[:2]
             names = [host.name, f"{host.name}-fabric", f"{host.name}-fabric2", *host.addresses]
             known.append(f"{','.join(names)} {' '.join(pub)}")
@@ -287,13 +288,13 @@ class SimCluster:
         hd = self.host_dir(host)
         upper = hd / "upper"
         shutil.rmtree(upper / "tmp", ignore_errors=True)
-        _write_into_upper(upper, "/" + hardware.HARDWARE_JSON, hardware.hardware_json(self.state.name, host).encode(), 0o644)
-        _write_into_upper(upper, "/" + hardware.SPEEDS, hardware.speeds_file(host).encode(), 0o644)
+        machine.write_into_upper(upper, "/" + hardware.HARDWARE_JSON, hardware.hardware_json(self.state.name, host).encode(), 0o644)
+        machine.write_into_upper(upper, "/" + hardware.SPEEDS, hardware.speeds_file(host).encode(), 0o644)
         for tool in hardware.EMULATORS:
-            _write_into_upper(upper, f"/usr/local/bin/{tool}", (HOST_FILES / tool).read_bytes(), 0o755)
+            machine.write_into_upper(upper, f"/usr/local/bin/{tool}", (HOST_FILES / tool).read_bytes(), 0o755)
         # The host's identity where a real sshd keeps it (the machine's own keys sit in the lower layer).
         for name, mode in (("ssh_host_ed25519_key", 0o600), ("ssh_host_ed25519_key.pub", 0o644)):
-            _write_into_upper(upper, f"/etc/ssh/{name}", (hd / name).read_bytes(), mode)
+            machine.write_into_upper(upper, f"/etc/ssh/{name}", (hd / name).read_bytes(), mode)
         ib = hd / "sys-infiniband"
         shutil.rmtree(ib, ignore_errors=True)
         ib.mkdir()
@@ -344,7 +345,7 @@ class SimCluster:
         st = self.state.hosts.get(host.name)
         if st:
             hostproc.power_off(st.unshare_pid, self.host_dir(host))
-        _remove_cgroups(self._cgroup_parent(host))
+        machine.remove_cgroups(self._cgroup_parent(host))
 
     def _open_forwarding(self) -> None:
         """Where a Docker engine of this machine set FORWARD to DROP with bridge netfilter on, frames between
@@ -399,67 +400,3 @@ def _free_block() -> int:
         if not any(net.overlaps(u) for net in Subnets(k).all() for u in used):
             return k
     raise SparkclusterError("no free subnets left for a simulated cluster", "remove one with `sparkcluster sim down NAME`")
-
-
-def _keygen(path: Path, comment: str) -> None:
-    result = subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(path)],
-                            capture_output=True, text=True)
-    if result.returncode != 0:
-        raise SparkclusterError(f"ssh-keygen failed: {result.stderr.strip()}", "check that openssh-client works")
-
-
-def _write_into_upper(upper: Path, path: str, content: bytes, mode: int) -> None:
-    """Write a file into an overlay's upper layer. Parent dirs copy the mode and owner of the real ones:
-    an upper dir's attributes win in the merged view, and a 0700 /usr/local would break every login."""
-    target = upper / path.lstrip("/")
-    missing = []
-    parent = target.parent
-    while not parent.exists():
-        missing.append(parent)
-        parent = parent.parent
-    for d in reversed(missing):
-        d.mkdir()
-        real = Path("/") / d.relative_to(upper)
-        if real.exists():
-            st = real.stat()
-            os.chmod(d, st.st_mode & 0o7777)
-            os.chown(d, st.st_uid, st.st_gid)
-        else:
-            os.chmod(d, 0o755)
-    tmp = target.with_name(target.name + ".sim-tmp")
-    tmp.write_bytes(content)
-    os.chmod(tmp, mode)
-    tmp.replace(target)
-
-
-def _capabilities_restricted() -> bool:
-    """True where root lacks capabilities (this CI kind lacks CAP_SYS_RESOURCE): `--privileged` then needs
-    the runc wrapper."""
-    last = int(Path("/proc/sys/kernel/cap_last_cap").read_text())
-    status = Path("/proc/self/status").read_text()
-    mask = int(next(line for line in status.splitlines() if line.startswith("CapBnd:")).split()[1], 16)
-    full = (1 << (last + 1)) - 1
-    return mask & full != full
-
-
-def _fs_type(path: Path) -> str:
-    return subprocess.run(["stat", "-f", "-c", "%T", str(path)], capture_output=True, text=True).stdout.strip()
-
-
-def _remove_cgroups(parent: str) -> None:
-    """dockerd creates <controller>/.../<parent>/<container> dirs; they outlive the host. Remove them."""
-    root = Path("/sys/fs/cgroup")
-    if not root.is_dir():
-        return
-    for dirpath, dirnames, _ in os.walk(root, topdown=True):
-        depth = len(Path(dirpath).relative_to(root).parts)
-        if parent in dirnames:
-            found = Path(dirpath) / parent
-            for sub, _, _ in sorted(os.walk(found), key=lambda t: -len(t[0])):
-                try:
-                    os.rmdir(sub)
-                except OSError:
-                    pass
-            dirnames.remove(parent)
-        if depth >= 3:
-            dirnames.clear()

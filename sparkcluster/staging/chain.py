@@ -19,6 +19,7 @@ from ..engine.command import Command
 from ..engine.modelref import ModelRef
 from ..engine.errors import SparkclusterError, UsageError
 from ..engine.facts import HostFacts
+from .space import free_bytes, no_space
 from .hfcache import (
     PARTIAL_DIR, Manifest, NodeModel, NodeStatus, finalize_command, node_status, parse_scan, rsync_blobs_argv,
     scan_command, source_manifest, verify_command,
@@ -264,19 +265,10 @@ class Chain:
             self._fail(name, *self._no_space(name, needed, free))
 
     def _free_bytes(self, name: str) -> int | None:
-        blobs = f"{self.s.scans[name].model_dir}/blobs"
-        try:
-            result = self.s.transports[name].run(Command.argv(["df", "-Pk", "--", blobs], timeout=30))
-        except Unreachable:
-            return None  # the copy itself will find and name that
-        fields = result.stdout.strip().splitlines()[-1].split() if result.ok and result.stdout.strip() else []
-        return int(fields[3]) * 1024 if len(fields) > 3 and fields[3].isdigit() else None
+        return free_bytes(self.s.transports[name], f"{self.s.scans[name].model_dir}/blobs")
 
     def _no_space(self, name: str, needed: int, free: int | None) -> tuple[str, str]:
-        has = f", has {_size(free)}" if free is not None else ""
-        return (f"no space left on {name} (needs {_size(needed)}{has}) for {self.s.model}",
-                f"free space on {name} under {self.s.scans[name].model_dir} (or point HF_HOME there at a larger "
-                "disk), then stage again: what arrived is kept")
+        return no_space(name, str(self.s.model), self.s.scans[name].model_dir, needed, free)
 
     def _upstream(self, name: str) -> str | None:
         """The nearest node before `name` in the chain that has not failed."""
@@ -366,10 +358,6 @@ class Chain:
     def _finalize(self, name: str) -> None:
         if self._run(name, finalize_command(self.s.scans[name].model_dir, self.manifest)):
             self.result.nodes[name].state = "complete"
-
-
-def _size(n: int) -> str:
-    return f"{n / 1e9:.1f} GB" if n >= 1e9 else f"{n / 1e6:.0f} MB"
 
 
 def stage(inventory: Inventory, transports: Mapping[str, Transport], facts: Mapping[str, HostFacts],
