@@ -132,6 +132,11 @@ class Runner:
             self._finish(host, "facts", "gather facts", "unreachable", e.message, started,
                          failure=Failure(e.message, e.fix))
             return
+        except Exception as e:  # a bug must fail this host, never vanish with its thread
+            message = f"internal error in gather facts: {type(e).__name__}: {e}"
+            self._finish(host, "facts", "gather facts", "failed", message, started,
+                         failure=Failure(message, "please report this as a bug"))
+            return
         with self._lock:
             self.facts[host.name] = facts
 
@@ -185,7 +190,8 @@ class Runner:
                          failure=Failure(e.message, e.fix))
         except UsageError as e:
             self._finish(host, play.name, call.name, "failed", e.message, started, failure=Failure(e.message, e.fix))
-        except Exception as e:  # a bug must not kill the other hosts' threads; report it as this step's failure
+        except (Exception, SystemExit, GeneratorExit) as e:  # a bug (or a library's sys.exit) must not end this
+            # host's thread unreported; it is this step's failure, and the other hosts go on. Ctrl-C stays Ctrl-C.
             message = f"internal error in {call.name}: {type(e).__name__}: {e}"
             self._finish(host, play.name, call.name, "failed", message, started,
                          failure=Failure(message, "please report this as a bug"))

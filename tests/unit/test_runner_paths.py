@@ -192,10 +192,6 @@ def test_an_unexpected_command_on_a_strict_transport_fails_the_step_and_the_test
         transports["spark-1"].verify()
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "runner._gather catches only Unreachable, and _parallel never looks at its futures' results: any other "
-    "exception while gathering facts (a bug in the transport or in parse_probe) is dropped silently. The host gets "
-    "no event and no failure, stays in the run without facts, and its steps run anyway"))
 def test_a_bug_while_gathering_facts_fails_that_host_instead_of_vanishing(thread_exceptions):
     def parser_bug(command: Command) -> None:
         raise ValueError("unexpected probe output")
@@ -213,10 +209,6 @@ def test_a_bug_while_gathering_facts_fails_that_host_instead_of_vanishing(thread
     verify_all(transports)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "Runner._run_step catches Exception only: a BaseException that is not an Exception (SystemExit from a library "
-    "calling sys.exit(), GeneratorExit) ends the host's thread, and _parallel never reads the future, so the step "
-    "has a StepStarted but no StepFinished, the host counts nothing, and the run exits 0"))
 def test_a_step_raising_system_exit_is_reported_as_failed(thread_exceptions):
     @dataclass(frozen=True)
     class NoArgs:

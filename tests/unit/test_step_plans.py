@@ -219,8 +219,6 @@ def test_the_cases_cover_the_engines_steps_and_nothing_else():
     assert len(ids) == len(set(ids))
 
 
-@pytest.mark.xfail(strict=True, reason="file.content shows `install -m 0644 /dev/stdin '~/.config/sparkcluster/comm.env'`: "
-                   "the whole path is shlex-quoted, so a shell would not expand `~` (shell_path() gives \"$HOME\"/...)")
 def test_shown_install_line_keeps_a_home_relative_path_relative_to_home():
     """--check shows `install -m MODE /dev/stdin PATH` for a file write; for the default comm.env path it must be a
     line the remote user's shell runs as meant (DESIGN.md §5: remote paths are resolved on the remote host)."""

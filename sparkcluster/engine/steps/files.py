@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import shlex
 import posixpath
 from dataclasses import dataclass
 
@@ -30,7 +31,7 @@ def plan_file(ctx: HostContext, path: str, content: str, mode: str) -> Plan:
     diff = unified_diff(ctx.host.name, path, (current or b"").decode(errors="replace"), content)
     reason = "create" if current is None else "update" if current != want else "fix the mode of"
     # Shown in --check; write_file() writes through SFTP rather than running this line.
-    shown = Command.argv(["install", "-m", mode, "/dev/stdin", path])
+    shown = Command(f"install -m {shlex.quote(mode)} /dev/stdin {shell_path(path)}")
     return Plan(f"{reason} {path}", (shown,), diff=diff)
 
 

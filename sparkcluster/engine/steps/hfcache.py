@@ -27,7 +27,7 @@ class HfCacheDir(Step):
     fix = "check the disk and the path in HF_HOME on the node"
 
     def check(self, ctx: HostContext) -> Plan:
-        lines = ctx.must(Command(RESOLVE)).stdout.splitlines()
+        lines = ctx.must(Command(RESOLVE), self.fix).stdout.splitlines()
         if len(lines) < 3 or not lines[0].startswith("/"):
             raise StepFailed(f"could not resolve the HF cache path on {ctx.host.name}: {lines!r}")
         path, uid, gid = lines[0], lines[1], lines[2]

@@ -22,7 +22,8 @@ class PackagesPresent(Step):
     def check(self, ctx: HostContext) -> Plan:
         query = Command.argv(["dpkg-query", "-W", "-f", "${Package} ${Status}\n", *self.args.names])
         out = ctx.run(query).stdout
-        installed = {line.split()[0] for line in out.splitlines() if line.endswith("install ok installed")}
+        # "hold ok installed" is installed too: a held package is the user's choice, not something to reinstall.
+        installed = {line.split()[0] for line in out.splitlines() if line.endswith(" ok installed")}
         missing = [n for n in self.args.names if n not in installed]
         if not missing:
             return Plan(f"installed: {', '.join(self.args.names)}")
