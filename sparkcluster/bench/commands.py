@@ -20,6 +20,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from .. import __version__
+from ..engine import flags
 from ..engine.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, UsageError
 from ..engine.session import Session
 from ..serving.recipes import Reference
@@ -180,15 +181,15 @@ def add_parser(commands, connecting: Callable[..., argparse.ArgumentParser], wir
                                  "needed); default: the endpoint `serve` recorded on the inventory's head")
     p.add_argument("--model", help="the served model name (default: the one `serve` recorded, or the server's)")
     p.add_argument("--concurrency", default="1,2,4,8,16,32,64", help="requests in flight (default 1,2,4,8,16,32,64)")
-    p.add_argument("--prompt-tokens", type=int, default=512, help="prompt length in tokens (default 512)")
-    p.add_argument("--output-tokens", type=int, default=128, help="tokens each request generates (default 128)")
-    p.add_argument("--runs", type=int, default=3, help="runs per concurrency; rows are their median (default 3)")
-    p.add_argument("--warmup", type=int, default=1, help="warm-up requests before measuring (default 1)")
-    p.add_argument("--requests-per-stream", type=int, default=4,
+    p.add_argument("--prompt-tokens", type=flags.count, default=512, help="prompt length in tokens (default 512)")
+    p.add_argument("--output-tokens", type=flags.count, default=128, help="tokens each request generates (default 128)")
+    p.add_argument("--runs", type=flags.count, default=3, help="runs per concurrency; rows are their median (default 3)")
+    p.add_argument("--warmup", type=flags.non_negative, default=1, help="warm-up requests before measuring (default 1)")
+    p.add_argument("--requests-per-stream", type=flags.count, default=4,
                    help="requests each of the C streams sends per run (default 4)")
     p.add_argument("--prefix-cache", action="store_true",
                    help="send the same prompt every time, so the prefix cache serves it (default: unique prompts)")
-    p.add_argument("--timeout", type=float, default=600.0,
+    p.add_argument("--timeout", type=flags.seconds, default=600.0,
                    help="seconds a stream may stay silent before it counts as failed (default 600)")
     p.add_argument("--csv", metavar="FILE", help="write the rows as CSV")
     p.add_argument("--plot", metavar="FILE.png", help="draw throughput and latency against concurrency")

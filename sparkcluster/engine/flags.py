@@ -31,6 +31,14 @@ def count(text: str) -> int:
     return value
 
 
+def non_negative(text: str) -> int:
+    """0 or more: warm-up requests."""
+    value = _int(text, "a whole number")
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text} is negative: give 0 or more")
+    return value
+
+
 def lines(text: str) -> int:
     value = _int(text, "a number of lines")
     if value < 0:

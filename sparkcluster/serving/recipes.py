@@ -3,6 +3,8 @@ with the extra arguments after `--`."""
 
 from __future__ import annotations
 
+import math
+
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
@@ -113,14 +115,17 @@ def _reference(shown: str, ref: object, line: int) -> Reference:
     rows = []
     for i, row in enumerate(rows_doc):
         at = f"{shown}:{rows_doc.item_line(i) if hasattr(rows_doc, 'item_line') else line}"
-        if not isinstance(row, dict) or not isinstance(row.get("concurrency"), int) or row["concurrency"] < 1:
+        concurrency = row.get("concurrency") if isinstance(row, dict) else None
+        if not isinstance(concurrency, int) or isinstance(concurrency, bool) or concurrency < 1:
             raise UsageError(f"{at}: a reference row needs a concurrency (a positive integer)", fix)
         unknown = sorted(set(row) - REFERENCE_FIGURES - {"concurrency"})
         if unknown:
             figures = sorted(REFERENCE_FIGURES)
             raise UsageError(f"{at}: unknown figure {unknown[0]!r}{did_you_mean(unknown[0], figures)}",
                              f"figures: {', '.join(figures)}")
-        bad = [k for k, v in row.items() if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0]
+        # isfinite: NaN compares false with everything, so `v < 0` alone would let it pass as a published figure
+        bad = [k for k, v in row.items()
+               if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0]
         if bad:
             raise UsageError(f"{at}: {bad[0]} {row[bad[0]]!r} is not a non-negative number", fix)
         rows.append({str(k): float(v) if k != "concurrency" else v for k, v in row.items()})

@@ -215,3 +215,17 @@ def test_readiness_failures_name_the_step_and_carry_the_diagnosis(server, served
 def test_readiness_stops_waiting_when_the_server_died():
     with pytest.raises(NotReady, match="stopped before it answered /health: vLLM on spark-1 exited"):
         wait_ready("http://127.0.0.1:9", "m", 30, lambda: "vLLM on spark-1 exited", lambda: "tail")
+
+
+@pytest.mark.parametrize("rows, message", [
+    ("[{concurrency: true, generation_tps: 1}]", "needs a concurrency"),
+    ("[{concurrency: 1, generation_tps: .nan}]", "generation_tps nan is not a non-negative number"),
+    ("[{concurrency: 1, peak_tps: .inf}]", "peak_tps inf is not a non-negative number"),
+    ("[{concurrency: 1, generation_tps: -3}]", "generation_tps -3 is not a non-negative number"),
+])
+def test_published_reference_rows_are_checked(tmp_path, rows, message):
+    recipe = tmp_path / "r.yml"
+    recipe.write_text(f"model: a/b\nreference: {{source: s, hardware: h, nodes: 1, rows: {rows}}}\n")
+    with pytest.raises(UsageError, match=message) as e:
+        load_recipe(str(recipe))
+    assert e.value.message.startswith(f"{recipe}:2: ")
