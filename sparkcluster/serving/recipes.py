@@ -4,7 +4,6 @@ with the extra arguments after `--`."""
 from __future__ import annotations
 
 import math
-
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
