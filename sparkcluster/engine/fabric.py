@@ -9,6 +9,7 @@ switch use the same scheme. Addresses a user already gave a twin are kept, never
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from ipaddress import IPv4Address, IPv4Interface, IPv4Network
@@ -66,8 +67,10 @@ class AddressPlan:
         return tuple(t for t in self.twins if t.managed and t.mtu != self.mtu)
 
 
-def fabric_config(inventory: Inventory, host: Host) -> FabricConfig:
-    """`fabric: {subnets: [A, B], mtu: 9000}` from the inventory's vars (host over group over all), or the defaults."""
+def fabric_config(inventory: Inventory, host: Host, fabric: Sequence[HostFacts] = ()) -> FabricConfig:
+    """`fabric: {subnets: [A, B], mtu: 9000}` from the inventory's vars (host over group over all). Without
+    subnets there, the ones the fabric already uses (`fabric`: the nodes' facts), so a node that lost an address
+    rejoins its peers' subnet; on a fabric with no addresses yet, the defaults."""
     raw = host.vars.get("fabric", inventory.vars.get("fabric")) or {}
     if not isinstance(raw, Mapping):
         raise FabricError(f"fabric: must be a mapping, not {raw!r}", ANY_ADDRESS_FIX)
@@ -75,7 +78,7 @@ def fabric_config(inventory: Inventory, host: Host) -> FabricConfig:
     if unknown:
         raise FabricError(f"fabric: unknown key {unknown[0]!r} (known: subnets, mtu, confirm_timeout)",
                           ANY_ADDRESS_FIX)
-    subnets = raw.get("subnets", DEFAULT_SUBNETS)
+    subnets = raw.get("subnets") or in_use(fabric)
     if not isinstance(subnets, Sequence) or isinstance(subnets, str) or len(subnets) != 2:
         raise FabricError(f"fabric.subnets must list two IPv4 networks (one per twin), not {subnets!r}",
                           ANY_ADDRESS_FIX)
@@ -93,6 +96,22 @@ def fabric_config(inventory: Inventory, host: Host) -> FabricConfig:
     if not isinstance(confirm, (int, float)) or isinstance(confirm, bool) or not 5 <= confirm <= 600:
         raise FabricError(f"fabric.confirm_timeout must be 5 to 600 seconds, not {confirm!r}", ANY_ADDRESS_FIX)
     return FabricConfig((nets[0], nets[1]), mtu, float(confirm))
+
+
+def in_use(fabric: Sequence[HostFacts]) -> tuple[str, str]:
+    """Per twin (0, 1), the subnet most of the nodes' cabled twins already sit on; the default where none does."""
+    seen: tuple[Counter[str], Counter[str]] = (Counter(), Counter())
+    for facts in fabric:
+        try:
+            _, netdevs = cabled_port(facts)
+        except FabricError:
+            continue
+        for index, netdev in enumerate(netdevs[:2]):
+            interface = facts.interface(netdev)
+            for cidr in interface.ipv4 if interface else ():
+                seen[index][str(IPv4Interface(cidr).network)] += 1
+    return (seen[0].most_common(1)[0][0] if seen[0] else DEFAULT_SUBNETS[0],
+            seen[1].most_common(1)[0][0] if seen[1] else DEFAULT_SUBNETS[1])
 
 
 def host_number(inventory: Inventory, name: str) -> int:

@@ -106,3 +106,18 @@ def test_the_netplan_file_round_trips():
         "dhcp4": False, "dhcp6": False, "link-local": [], "mtu": 9000, "addresses": ["192.168.177.11/24"]}
     assert managed_netdevs(text) == ("enp1s0f1np1", "enP2p1s0f1np1")
     assert managed_netdevs("not: [yaml") == () and managed_netdevs(None) == ()
+
+
+def test_without_configured_subnets_the_fabric_keeps_the_ones_in_use():
+    def on(a: str, b: str) -> HostFacts:
+        facts = spark()
+        moved = {"enp1s0f1np1": (a,), "enP2p1s0f1np1": (b,)}
+        return replace(facts, interfaces=tuple(replace(i, ipv4=moved.get(i.name, i.ipv4)) for i in facts.interfaces))
+    inv = inventory("spark-a", "spark-b", "spark-c")
+    peers = [on("10.9.0.11/24", "10.9.1.11/24"), on("10.9.0.12/24", "10.9.1.12/24"), fresh_from_the_box()]
+    config = fabric_config(inv, inv.hosts[2], peers)
+    assert config.subnets == (IPv4Network("10.9.0.0/24"), IPv4Network("10.9.1.0/24"))
+    plan = plan_addresses(inv, inv.hosts[2], fresh_from_the_box(), config)
+    assert [str(t.address) for t in plan.to_assign] == ["10.9.0.13/24", "10.9.1.13/24"]
+    assert fabric_config(inv, inv.hosts[2], [fresh_from_the_box()]).subnets == (
+        IPv4Network("192.168.177.0/24"), IPv4Network("192.168.178.0/24"))

@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass, replace
 
 from ..command import Command
-from ..fabric import (NETPLAN_FILE, AddressPlan, FabricError, collisions, duplicates, fabric_config,
+from ..fabric import (NETPLAN_FILE, AddressPlan, FabricConfig, FabricError, collisions, duplicates, fabric_config,
                       managed_netdevs, netplan_yaml, plan_addresses)
 from ..facts import parse_ip_addr
 from ..transport import Unreachable
@@ -57,7 +57,7 @@ class FabricAddresses(Step):
         return Plan(_describe(plan, "to address"), self._commands(ctx, plan, wanted), diff=diff, warnings=plan.notes)
 
     def apply(self, ctx: HostContext, plan: Plan) -> None:
-        config = fabric_config(ctx.inventory, ctx.host)
+        config = _config(ctx)
         for command in plan.commands:
             ctx.must(command, NETPLAN_FIX)
         if self._confirmed(ctx, config.confirm_s):
@@ -77,7 +77,7 @@ class FabricAddresses(Step):
         facts = replace(facts, interfaces=interfaces)
         current = ctx.run(Command(f"cat {NETPLAN_FILE} 2>/dev/null || true", sudo=True)).stdout or None
         try:
-            config = fabric_config(ctx.inventory, ctx.host)
+            config = _config(ctx)
             plan = plan_addresses(ctx.inventory, ctx.host, facts, config, managed_netdevs(current))
         except FabricError as e:
             raise StepFailed(e.message, e.fix) from None
@@ -104,7 +104,7 @@ class FabricAddresses(Step):
         return [f"{ip} is already in use on the fabric (it answered ARP)" for ip in taken]
 
     def _commands(self, ctx: HostContext, plan: AddressPlan, wanted: str) -> tuple[Command, ...]:
-        config = fabric_config(ctx.inventory, ctx.host)
+        config = _config(ctx)
         ssh_netdev = self._ssh_interface(ctx)
         live = []
         for twin in plan.to_retune + plan.to_assign:
@@ -182,6 +182,11 @@ class FabricAddresses(Step):
                 pass
             time.sleep(2)
         return f"its watchdog restores the previous addresses {confirm_s:g} s after the change"
+
+
+def _config(ctx: HostContext) -> FabricConfig:
+    # The facts gathered at the play's start: every check of this run infers the same subnets from them.
+    return fabric_config(ctx.inventory, ctx.host, list(ctx.all_facts.values()))
 
 
 def _describe(plan: AddressPlan, verb: str) -> str:

@@ -41,10 +41,14 @@ for d in /sys/class/*; do
   mount --rbind "$d" "$R/sys/class/${d##*/}"
 done
 mkdir "$R/sys/class/infiniband"
-mount --bind "$H/sys-infiniband" "$R/sys/class/infiniband"   # root-owned; sim-gid-cache rewrites the IPv4 GIDs
+mount --bind "$H/sys-infiniband" "$R/sys/class/infiniband"
+mount -o remount,bind,ro "$R/sys/class/infiniband"   # read-only, like sysfs
 
 mount -t tmpfs -o mode=755 run "$R/run"
 mkdir -p "$R/run/sshd"
+# The emulated kernel's own writable view of the RDMA tree: sim-gid-cache updates the GIDs through it.
+mkdir -m 700 "$R/run/sim-infiniband"
+mount --bind "$H/sys-infiniband" "$R/run/sim-infiniband"
 # Docker's overlay2 cannot stack on the host's overlay: give it a directory of the real filesystem.
 mkdir -p "$R/var/lib/docker"
 mount --bind "$H/docker-data" "$R/var/lib/docker"
