@@ -135,7 +135,8 @@ class StrictTransport:
         if found.before is not None:
             found.before(command)
         if found.unreachable:
-            raise Unreachable(f"{self.name} dropped off while running `{command.display()}`", "power it on")
+            raise Unreachable(f"{self.name} dropped off while running `{command.display()}`", "power it on",
+                              host=self.name)  # as the real Transport names its host
         return Result(command, found.exit_code, found.stdout, found.stderr, 0.0, found.timed_out)
 
     def read_file(self, path: str) -> bytes | None:

@@ -146,7 +146,7 @@ class Runner:
                 return
             self._run_step(play, host, call)
 
-    def _run_step(self, play: Play, host: Host, call: StepCall) -> None:
+    def _run_step(self, play: Play, host: Host, call: StepCall, retried: bool = False) -> None:
         started = time.monotonic()
         self.emit(StepStarted(host.name, play.name, call.name))
         # Cross-node steps see only the nodes still in the run: a failed node is not a peer to set up.
@@ -186,8 +186,17 @@ class Runner:
             )
             self._finish(host, play.name, call.name, "failed", e.message, started, failure=failure)
         except Unreachable as e:
-            self._finish(host, play.name, call.name, "unreachable", e.message, started,
-                         failure=Failure(e.message, e.fix))
+            peer = next((h for h in self.inventory.hosts if h.name == e.host and h.name != host.name), None)
+            if peer is None or retried:
+                self._finish(host, play.name, call.name, "unreachable", e.message, started,
+                             failure=Failure(e.message, e.fix))
+                return
+            # A step on this node reached for another that is gone: that node is the unreachable one, and this
+            # node's step runs again without it, rather than failing for what it could not help.
+            if peer.name not in self.down:
+                self._finish(peer, play.name, call.name, "unreachable", e.message, started,
+                             failure=Failure(e.message, e.fix))
+            self._run_step(play, host, call, retried=True)
         except UsageError as e:
             self._finish(host, play.name, call.name, "failed", e.message, started, failure=Failure(e.message, e.fix))
         except (Exception, SystemExit, GeneratorExit) as e:  # a bug (or a library's sys.exit) must not end this

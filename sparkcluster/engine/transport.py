@@ -39,10 +39,12 @@ logging.getLogger("paramiko").propagate = False
 
 
 class Unreachable(SparkclusterError):
-    """The host could not be reached or dropped off; `fix` says what to try (exit 1)."""
+    """The host could not be reached or dropped off; `fix` says what to try (exit 1). `host` names it, so a
+    step on one node that reached for another can blame the right one."""
 
-    def __init__(self, message: str, fix: str) -> None:
+    def __init__(self, message: str, fix: str, host: str | None = None) -> None:
         super().__init__(message, fix)
+        self.host = host
 
 
 @dataclass(frozen=True)
@@ -92,13 +94,16 @@ class Transport:
         # sshd's default MaxSessions is 10 channels per connection: stay below it whatever runs in parallel.
         self._channels = threading.BoundedSemaphore(8)
 
+    def _unreachable(self, message: str, fix: str) -> Unreachable:
+        return Unreachable(message, fix, host=self.host.name)
+
     # ---- connection --------------------------------------------------------------------------------
     def _connect(self) -> Connection:
         with self._lock:
             if self._connection is not None and self._connection.is_connected:
                 return self._connection
             if self._connection is not None:
-                raise Unreachable(f"lost the connection to {self.host.address}", _reachability_fix(self.host))
+                raise self._unreachable(f"lost the connection to {self.host.address}", _reachability_fix(self.host))
             self._connection = self._open_with_retries()
             return self._connection
 
@@ -111,20 +116,20 @@ class Transport:
                 conn.open()
                 return conn
             except paramiko.BadHostKeyException as e:
-                raise Unreachable(
+                raise self._unreachable(
                     f"the host key of {host.address} has CHANGED (got {e.key.get_name()} "
                     f"{e.key.get_fingerprint().hex()}); refusing to connect",
                     _changed_key_fix(host, _known_hosts_files(conn, host)),
                 ) from None
             except paramiko.SSHException as e:
                 if "not found in known_hosts" in str(e):
-                    raise Unreachable(
+                    raise self._unreachable(
                         f"{host.address} is not in known_hosts, so its identity cannot be verified",
                         f"connect once with `ssh {host.address}` and check the fingerprint, add it to the "
                         "inventory's known_hosts file, or re-run with --trust-new-host-keys",
                     ) from None
                 if isinstance(e, paramiko.AuthenticationException):
-                    raise Unreachable(
+                    raise self._unreachable(
                         f"authentication as {conn.user}@{host.address} failed: {e}",
                         f"check `key:` in the inventory, or install the key: ssh-copy-id {conn.user}@{host.address}",
                     ) from None
@@ -135,7 +140,7 @@ class Transport:
             if attempt < CONNECT_ATTEMPTS:
                 time.sleep(delay)
                 delay *= 2
-        raise Unreachable(
+        raise self._unreachable(
             f"cannot connect to {host.address}:{host.port} after {CONNECT_ATTEMPTS} attempts: {error}",
             _reachability_fix(host),
         )
@@ -190,7 +195,7 @@ class Transport:
             with self._channels:
                 return self._exec(conn, command, stdin, use_password, start)
         except (paramiko.SSHException, OSError, EOFError) as e:
-            raise Unreachable(f"{self.host.address} dropped off while running `{command.display()}`: {e}",
+            raise self._unreachable(f"{self.host.address} dropped off while running `{command.display()}`: {e}",
                               _reachability_fix(self.host)) from None
 
     def _exec(self, conn: Connection, command: Command, stdin: str, use_password: bool, start: float) -> Result:
@@ -238,7 +243,7 @@ class Transport:
         except PermissionError:
             raise
         except (paramiko.SSHException, OSError, EOFError) as e:
-            raise Unreachable(f"{self.host.address} dropped off while reading {path}: {e}",
+            raise self._unreachable(f"{self.host.address} dropped off while reading {path}: {e}",
                               _reachability_fix(self.host)) from None
 
     def write_file_atomic(self, path: str, content: bytes, mode: int) -> None:

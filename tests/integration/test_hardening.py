@@ -114,3 +114,43 @@ def test_a_disk_that_fills_during_the_copy_is_named_too(pair, small_disk):
     assert code == 1 and node["state"] == "failed"
     assert node["error"].startswith(f"no space left on {small_disk} (needs "), node["error"]
     assert "ssh" not in node["fix"]
+
+
+# ---- 4. the node a failure is blamed on ----------------------------------------------------------------
+DIES_BETWEEN_PLAYS = """
+plays:
+  - name: before
+    hosts: all
+    steps:
+      - command.run: {cmd: "true"}
+  - name: the worker dies
+    hosts: spark-2
+    gather_facts: false
+    steps:
+      # sshd is the simulated host's PID 1: stopping it powers the host off, a second after this step returns.
+      - command.run: {cmd: "sudo -n sh -c 'sleep 1; kill -TERM 1' >/dev/null 2>&1 </dev/null & true"}
+  - name: the head sets up the mesh
+    hosts: head
+    gather_facts: false
+    steps:
+      - command.run: {cmd: "sleep 3"}
+      - ssh.mesh: {}
+"""
+
+
+def test_a_worker_that_dies_between_plays_is_blamed_not_the_head(tmp_path):
+    require_sim(docker=False)
+    c = SimCluster.up(UpOptions(count=2, name=unique_name("blame"), docker=False))
+    try:
+        book = tmp_path / "pb.yml"
+        book.write_text(DIES_BETWEEN_PLAYS)
+        result = run_cli("run", str(book), "-i", str(c.inventory_path), "--json")
+        doc = json.loads(result.stdout)
+        assert result.returncode == 1, result.stdout + result.stderr
+        assert set(doc["failures"]) == {"spark-2"}, doc["failures"]
+        assert doc["recap"]["spark-2"]["unreachable"] == 1 and doc["recap"]["spark-1"]["failed"] == 0
+        mesh = [s for s in doc["steps"] if s["host"] == "spark-1" and s["step"] == "ssh.mesh"]
+        assert [s["status"] for s in mesh] in (["ok"], ["changed"]), mesh
+        assert "sshd" not in json.dumps(doc["failures"])
+    finally:
+        c.down()

@@ -312,3 +312,35 @@ def test_interrupt_while_gathering_facts_exits_130_with_an_empty_recap(thread_ex
     assert [type(e) for e in recorder.events] == [RunStarted, PlayStarted, RunFinished]
     verify_all(transports)
     assert thread_exceptions == []
+
+
+# ---- a peer that is gone -------------------------------------------------------------------------------
+def test_a_peer_that_dropped_off_is_blamed_instead_of_the_node_that_reached_for_it(thread_exceptions):
+    """A cross-node step on the head (as ssh.mesh and preflight.fabric are) reaches for a worker that died
+    between plays: the worker is the unreachable one, and the head's step runs again without it."""
+    @dataclass(frozen=True)
+    class NoArgs:
+        pass
+
+    class TouchEveryPeer(Step):
+        name = "test.peers"
+        Args = NoArgs
+
+        def check(self, ctx: HostContext) -> Plan:
+            peers = [n for n in ctx.all_facts if n != ctx.host.name]
+            ctx.probe_peers(peers)
+            return Plan(f"reached {', '.join(peers)}")
+
+    transports = {name: StrictTransport(name).expect_probe(PROBE_TEXT).expect("echo alive") for name in NAMES}
+    transports["spark-2"].expect("true", times=2)  # asked once, then again when the step runs without spark-3
+    transports["spark-3"].expect("true", unreachable=True)  # it died after the first play
+    book = playbook(Play("first", "all", (call("command.run", cmd="echo alive"),)),
+                    Play("mesh", "head", (StepCall(TouchEveryPeer, {}, 1),)))
+    result, recorder = run(NAMES, book, transports)
+    assert ("spark-1", "test.peers", "ok") in recorder.finished()
+    assert [e.reason for e in recorder.of("spark-1") if e.step == "test.peers"] == ["reached spark-2"]
+    assert [(e.step, e.status) for e in recorder.of("spark-3")] == [("command.run", "changed"),
+                                                                     ("test.peers", "unreachable")]
+    assert set(result.failures) == {"spark-3"} and result.exit_code == 1
+    assert not thread_exceptions
+    verify_all(transports)

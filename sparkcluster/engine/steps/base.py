@@ -4,7 +4,7 @@ afterwards check() must return a no-op, or the step failed to converge."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -50,6 +50,13 @@ class HostContext:
 
     def run(self, command: Command) -> Result:
         return self.transport.run(command)
+
+    def probe_peers(self, names: Iterable[str]) -> None:
+        """Before this node is blamed for not reaching `names`: each must answer over its own SSH connection.
+        One that does not raises its own Unreachable, which the runner puts on that node, not on this one."""
+        for name in names:
+            if name in self.transports:
+                self.transports[name].run(Command("true", timeout=15))
 
     def must(self, command: Command, fix: str = "") -> Result:
         result = self.transport.run(command)

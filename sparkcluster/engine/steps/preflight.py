@@ -225,6 +225,7 @@ class PreflightFabric(Step):
         answered = {line.split()[0] for line in out.splitlines() if line.endswith(" ok")}
         failed = sorted(set(peers) - answered)
         if failed:
+            ctx.probe_peers(failed)  # a peer that is down altogether is its own failure, not this node's
             listing = ", ".join(f"{n} ({peers[n]})" for n in failed)
             raise StepFailed(f"cannot reach {listing} over {mine.netdev}",
                              "check the QSFP cable/switch and that both ends are up with addresses in one subnet: "

@@ -98,6 +98,7 @@ class SshMesh(Step):
         answered = set(ctx.transports[head].run(Command(f"{probes} wait", timeout=30)).stdout.split())
         failed = sorted(set(workers) - answered)
         if failed:
+            ctx.probe_peers(failed)  # a worker that is down is named as such, not as an sshd problem of the head's
             raise StepFailed(f"keys and known_hosts are in place, yet {head} cannot ssh to {', '.join(sorted(failed))}",
                              "check sshd on those nodes (AllowUsers, StrictModes: ~/.ssh must not be group-writable)")
 
