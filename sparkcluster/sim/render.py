@@ -11,9 +11,13 @@ def cluster(console: Console, doc: dict) -> None:
     table = Table(title=title, title_justify="left")
     for column in ("host", "power", "management (enP7s7)", "QSFP twins", "port", "driver"):
         table.add_column(column)
+    def fabric(ips: list[str]) -> str:
+        # Fresh from the box, the twins have no address yet: show where bootstrap will put them, marked as such.
+        return " ".join(ips) if doc.get("fabric_addresses", True) else f"none yet (bootstrap: {' '.join(ips)})"
+
     for h in doc["hosts"]:
         table.add_row(
-            h["name"], "on" if h["running"] else "[red]off[/red]", h["mgmt_ip"], " ".join(h["fabric_ips"]),
+            h["name"], "on" if h["running"] else "[red]off[/red]", h["mgmt_ip"], fabric(h["fabric_ips"]),
             str(h["cabled_port"]), h["driver"],
         )
     console.print(table)
