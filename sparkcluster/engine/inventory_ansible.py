@@ -24,14 +24,13 @@ from .inventory_values import (
     check_cluster,
     check_keys,
     check_name,
-    describe,
     inventory_name,
     mapping_at,
     merge_layers,
     model_ids,
     read_layer,
 )
-from .yamlsource import SourceMap
+from .yamlsource import SourceMap, describe
 
 _ANSIBLE_GROUP_KEYS = ("hosts", "children", "vars")
 _ANSIBLE_SETTINGS = {

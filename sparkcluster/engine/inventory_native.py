@@ -22,14 +22,13 @@ from .inventory_values import (
     check_group_name,
     check_keys,
     check_name,
-    describe,
     inventory_name,
     mapping_at,
     merge_layers,
     model_ids,
     read_layer,
 )
-from .yamlsource import SourceList, SourceMap
+from .yamlsource import SourceList, SourceMap, describe
 
 TOP_KEYS = ("name", "vars", "groups", "hosts", "models")
 _HOST_KEYS = ("address", "role", "user", "port", "key", "known_hosts", "become", "qsfp_interface", "fabric_ip", "hcas", "vars")

@@ -19,7 +19,7 @@ from .command import ENV_NAME
 from .errors import UsageError, did_you_mean
 from .inventory_model import HEAD, WORKER, Host, InventoryError
 from .modelref import ModelRef
-from .yamlsource import SourceList, SourceMap
+from .yamlsource import SourceList, SourceMap, describe
 
 
 @dataclass(frozen=True)
@@ -179,15 +179,6 @@ def model_ids(value: Any, line: int, key: str, src: Source) -> tuple[str, ...]:
             raise src.error(value.item_line(i), f"{key}: {describe(model)} is not a Hugging Face repo id",
                             "write ORG/NAME or ORG/NAME@REVISION, e.g. Qwen/Qwen3-0.6B")
     return tuple(value)
-
-
-def describe(value: Any) -> str:
-    if value is None:
-        return "empty"
-    if isinstance(value, dict | list):
-        return "a mapping" if isinstance(value, dict) else "a list"
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
 
 
 # ---- values ----------------------------------------------------------------------------------------------

@@ -165,3 +165,13 @@ class _Builder:
         if not isinstance(node, ScalarNode):
             raise YamlError(_line(node), "a list or mapping cannot be a key", "use a plain name as the key")
         return self._scalar(node)
+
+
+def describe(value: Any) -> str:
+    """A YAML value as an error message names it: its kind for a mapping or a list, else its (shortened) repr."""
+    if value is None:
+        return "empty"
+    if isinstance(value, dict | list):
+        return "a mapping" if isinstance(value, dict) else "a list"
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."

@@ -13,7 +13,7 @@ from typing import Any
 
 from ..engine.command import ENV_NAME
 from ..engine.errors import UsageError, did_you_mean
-from ..engine.yamlsource import SourceList, SourceMap
+from ..engine.yamlsource import SourceList, SourceMap, describe
 
 # vLLM's flags: `--max-num-seqs`, `-O`, `--compilation-config.level`; never a space or a shell character.
 FLAG_NAME = re.compile(r"--?[A-Za-z0-9][A-Za-z0-9_.-]*")
@@ -32,7 +32,7 @@ def key_line(doc: Any, key: Any) -> int:
 def top_level(doc: Any, shown: str, keys: Collection[str]) -> dict:
     if not isinstance(doc, dict):
         line = doc.line if isinstance(doc, SourceList) else 1
-        raise error(shown, line, f"a recipe is a mapping of {', '.join(sorted(keys))}, not {_describe(doc)}",
+        raise error(shown, line, f"a recipe is a mapping of {', '.join(sorted(keys))}, not {describe(doc)}",
                     "see recipes/default.yml")
     for key in doc:
         if key not in keys:
@@ -47,7 +47,7 @@ def text(doc: dict, key: str, shown: str) -> str | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, _SCALAR):
-        raise error(shown, key_line(doc, key), f"{key} must be text, not {_describe(value)}", f"e.g. `{key}: some-text`")
+        raise error(shown, key_line(doc, key), f"{key} must be text, not {describe(value)}", f"e.g. `{key}: some-text`")
     return str(value)
 
 
@@ -56,7 +56,7 @@ def port(doc: dict, shown: str) -> int | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or not 0 < value < 65536:
-        raise error(shown, key_line(doc, "port"), f"port {_describe(value)} is not a TCP port",
+        raise error(shown, key_line(doc, "port"), f"port {describe(value)} is not a TCP port",
                     "give a number between 1 and 65535")
     return value
 
@@ -67,7 +67,7 @@ def env(doc: dict, shown: str) -> dict[str, str]:
     for name, value in values.items():
         line = key_line(values, name)
         if not isinstance(name, str) or not ENV_NAME.fullmatch(name):
-            raise error(shown, line, f"env: {_describe(name)} is not an environment variable name",
+            raise error(shown, line, f"env: {describe(name)} is not an environment variable name",
                         "use letters, digits and '_', not starting with a digit, e.g. VLLM_LOGGING_LEVEL")
         result[name] = _one_value(value, f"env: {name}", shown, line)
     return result
@@ -80,7 +80,7 @@ def flags(doc: dict, shown: str, owned: dict[str, str]) -> dict[str, str | None]
     for flag, value in values.items():
         line = key_line(values, flag)
         if not isinstance(flag, str) or not flag.startswith("-"):
-            raise error(shown, line, f"flag {_describe(flag)} must start with --", f"write it as --{flag}")
+            raise error(shown, line, f"flag {describe(flag)} must start with --", f"write it as --{flag}")
         if not FLAG_NAME.fullmatch(flag):
             raise error(shown, line, f"{flag!r} is not a flag name",
                         "vLLM's flags are letters, digits and '-', e.g. --max-num-seqs")
@@ -97,21 +97,14 @@ def _mapping(doc: dict, key: str, shown: str, example: str) -> dict:
     if value is None:
         return {}
     if not isinstance(value, dict):
-        raise error(shown, key_line(doc, key), f"{key} must map names to values, not {_describe(value)}", f"write {example}")
+        raise error(shown, key_line(doc, key), f"{key} must map names to values, not {describe(value)}", f"write {example}")
     return value
 
 
 def _one_value(value: Any, what: str, shown: str, line: int) -> str:
     if isinstance(value, _SCALAR):  # bool is an int: `true` stays the word True, as YAML wrote it
         return str(value)
-    raise error(shown, line, f"{what} must be one value, not {_describe(value)}",
+    raise error(shown, line, f"{what} must be one value, not {describe(value)}",
                 "write one word or number; quote JSON as a string, e.g. '{\"level\": 3}'; for an empty value write ''")
 
 
-def _describe(value: Any) -> str:
-    if value is None:
-        return "empty"
-    if isinstance(value, dict | list):
-        return "a mapping" if isinstance(value, dict) else "a list"
-    shown = repr(value)
-    return shown if len(shown) <= 60 else shown[:57] + "..."
