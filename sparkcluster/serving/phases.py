@@ -174,7 +174,12 @@ def serve(cluster: Cluster, opts: ServeOptions, *, progress: Callable[[str], Non
     cluster.write_record({"runtime": opts.runtime, "launcher": opts.launcher, "image": opts.image,
                           "nodes": [h.name for h in cluster.hosts], "serving": {
                               "model": args.model, "served_name": result.served_name, "port": args.port,
-                              "endpoint": result.endpoint, "tp": args.tp}})
+                              "endpoint": result.endpoint, "tp": args.tp,
+                              # What produced the numbers bench measures later: published figures compare only
+                              # together with their configuration.
+                              "recipe": opts.recipe.name, "flags": list(args.flags),
+                              "verify": {"backend": verdict["backend"], "status": verdict["verdict"]["status"],
+                                         "cause": verdict["verdict"]["cause"]} if verdict else None}})
     return result
 
 

@@ -142,6 +142,9 @@ def test_bench_measures_the_served_cluster(cluster, tmp_path):
         assert doc["config"]["endpoint"] == f"http://{head.mgmt_ip}:8000/v1"
         assert doc["config"]["tp"] == 2 and doc["config"]["launcher"] == "native"
         assert doc["config"]["server_version"]  # vLLM's /version
+        # What produced the numbers: the recipe and its flags, and the verdict of the probe serve ran first.
+        assert doc["config"]["recipe"] == "default" and "--enforce-eager" in doc["config"]["recipe_flags"]
+        assert doc["config"]["nccl_verdict"]["status"] == "PASS"
         for row, server, c in zip(doc["rows"], doc["server"], (1, 2, 4), strict=True):
             assert row["concurrency"] == c and row["errors"] == 0 and row["requests"] == 2 * c
             assert row["completion_tokens"] == 8 * 2 * c  # the server's usage: exactly --output-tokens each
