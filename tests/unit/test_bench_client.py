@@ -92,7 +92,8 @@ def test_ctrl_c_prints_the_partial_table_and_exits_130():
     with running_stub(ttft=0.01, itl=0.001, stall_after=5) as url:
         process = subprocess.Popen([sys.executable, "-m", "sparkcluster", "bench", "--url", url, "--runs", "1",
                                     "--requests-per-stream", "3", "--output-tokens", "5", "--prompt-tokens", "16",
-                                    "--concurrency", "1,2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                                    "--concurrency", "1,2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                   preexec_fn=_sigint_as_a_terminal_sends_it)
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline and process.poll() is None:
             time.sleep(0.5)
@@ -103,6 +104,12 @@ def test_ctrl_c_prints_the_partial_table_and_exits_130():
     assert process.returncode == 130, err
     assert "interrupted: 1 of 2 concurrencies measured" in err
     assert "stub-model" in out and "\n  1 " in out
+
+
+def _sigint_as_a_terminal_sends_it() -> None:
+    """A run started in the background by a shell without job control inherits SIGINT ignored, and the child
+    would then never see Ctrl-C: give it the default disposition, as an interactive terminal does."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def _stub_requests(url: str) -> int:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import _thread
 import copy
 import re
+import signal
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -229,6 +230,15 @@ def test_a_step_raising_system_exit_is_reported_as_failed(thread_exceptions):
 
 
 # ---- interrupt ------------------------------------------------------------------------------------------
+@pytest.fixture
+def ctrl_c_raises() -> Iterator[None]:
+    """Ctrl-C raises KeyboardInterrupt, as under a terminal: a run started in the background by a shell without job
+    control inherits SIGINT ignored, and interrupt_main() then does nothing."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
 class Interrupt:
     """Commands that block until the runner closes their transport (as a real SSH command would until the
     connection drops); once every one of them is blocked, Ctrl-C reaches the main thread."""
@@ -265,7 +275,7 @@ class Interrupt:
             assert self.returned.acquire(timeout=10), "a blocked command never returned"
 
 
-def test_interrupt_mid_play_exits_130_with_the_partial_recap_as_events(thread_exceptions):
+def test_interrupt_mid_play_exits_130_with_the_partial_recap_as_events(thread_exceptions, ctrl_c_raises):
     interrupt = Interrupt(blocked=2)
     transports = {}
     for name in NAMES[:2]:
@@ -298,7 +308,7 @@ def test_interrupt_mid_play_exits_130_with_the_partial_recap_as_events(thread_ex
     assert thread_exceptions == []
 
 
-def test_interrupt_while_gathering_facts_exits_130_with_an_empty_recap(thread_exceptions):
+def test_interrupt_while_gathering_facts_exits_130_with_an_empty_recap(thread_exceptions, ctrl_c_raises):
     interrupt = Interrupt(blocked=2)
     transports = {name: StrictTransport(name).expect(re.compile("@@sparkcluster@@"), unreachable=True,
                                                      before=interrupt.hook(name)) for name in NAMES[:2]}
