@@ -6,7 +6,6 @@ import argparse
 from contextlib import AbstractContextManager
 import dataclasses
 import getpass
-import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -19,7 +18,7 @@ from .engine import flags
 from .engine.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, SparkclusterError, UsageError
 from .engine.events import RunFinished
 from .engine.inventory import Inventory, find_inventory, load_inventory, record_last_used
-from .engine.report import facts_table, make_reporter
+from .engine.report import facts_table, make_reporter, print_json
 from .engine.runner import DEFAULT_FORKS, Runner
 from .engine.session import Session, connected
 from .engine.transport import Transport, Unreachable
@@ -37,9 +36,6 @@ from .sim import commands as sim_commands
 console = Console()
 err_console = Console(stderr=True)
 
-
-def _print_json(doc: object) -> None:
-    print(json.dumps(doc, indent=2))
 
 
 # ---- inventory, transports ------------------------------------------------------------------------
@@ -85,7 +81,7 @@ def cmd_facts(args: argparse.Namespace) -> int:
     with _connect(args, require_all=False) as session:
         hosts = session.inventory.hosts
     if args.json:
-        _print_json({h.name: ({"unreachable": session.unreachable[h.name].message,
+        print_json({h.name: ({"unreachable": session.unreachable[h.name].message,
                                "fix": session.unreachable[h.name].fix} if h.name in session.unreachable
                               else session.facts[h.name].to_json()) for h in hosts})
     else:
@@ -104,7 +100,7 @@ def cmd_stage(args: argparse.Namespace) -> int:
         if not args.json:
             raise
         # A script reading --json gets a document whatever happened, never an empty stdout.
-        _print_json({"model": args.model, "error": e.message, "fix": e.fix})
+        print_json({"model": args.model, "error": e.message, "fix": e.fix})
         err_console.print(f"[bold red]error:[/bold red] {escape(e.message)}", highlight=False)
         return e.exit_code
 
@@ -117,13 +113,13 @@ def _stage(args: argparse.Namespace) -> int:
                 _print_unreachable(err_console, h.name, h.address, session.unreachable[h.name])
         if session.unreachable:
             if args.json:
-                _print_json({"model": str(model), "unreachable": {
+                print_json({"model": str(model), "unreachable": {
                     name: {"error": e.message, "fix": e.fix} for name, e in session.unreachable.items()}})
             return EXIT_FAILED
         if args.status:
             statuses = stage_status(session.inventory, session.transports, session.facts, model, args.verify)
             if args.json:
-                _print_json(statuses)
+                print_json(statuses)
             else:
                 stage_render.status_table(console, str(model), statuses)
             return EXIT_OK if all(s["state"] == "complete" for s in statuses["nodes"].values()) else EXIT_FAILED
@@ -131,7 +127,7 @@ def _stage(args: argparse.Namespace) -> int:
         result = stage(session.inventory, session.transports, session.facts, model, source=args.source,
                        verify=args.verify, streams=args.streams, over_lan=args.over_lan, progress=progress)
     if args.json:
-        _print_json(dataclasses.asdict(result))
+        print_json(dataclasses.asdict(result))
     else:
         stage_render.result_table(console, result)
     return EXIT_OK if result.ok else EXIT_FAILED
@@ -142,7 +138,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
         result = run_verify(session.inventory, session.transports, session.facts, backend=args.backend,
                             sizes=args.sizes, min_busbw=args.min_busbw)
     if args.json:
-        _print_json({"backend": result.backend, "verdict": dataclasses.asdict(result.verdict),
+        print_json({"backend": result.backend, "verdict": dataclasses.asdict(result.verdict),
                      "rows": [dataclasses.asdict(r) for r in result.rows], "carried_by": result.carried_by})
     else:
         nccl_report.render_verify(console, result)

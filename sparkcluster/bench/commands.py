@@ -9,7 +9,6 @@ import asyncio
 import dataclasses
 import datetime
 import importlib.util
-import json
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from importlib.metadata import version
@@ -22,6 +21,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from .. import __version__
 from ..engine import flags
 from ..engine.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, UsageError
+from ..engine.report import print_json
 from ..engine.session import Session
 from ..serving.recipes import Reference
 from . import compare, plot, table
@@ -148,7 +148,7 @@ def cmd_bench(args: argparse.Namespace, connect: Connect) -> int:
     if failure:
         doc["error"] = {"message": failure.message, "fix": failure.fix}
     if args.json:
-        print(json.dumps(doc, indent=2))
+        print_json(doc)
     elif levels:
         title = (f"{prepared.model} at {target.base_url}: prompt {prepared.prompt_tokens or opts.prompt_tokens} "
                  f"tok, output {opts.output_tokens} tok, median of {opts.runs} run{'s' if opts.runs > 1 else ''}")

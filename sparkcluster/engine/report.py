@@ -190,6 +190,11 @@ class JsonReporter(Reporter):
             self.out.write(json.dumps(self.doc, indent=2) + "\n")
 
 
+def print_json(doc: object) -> None:
+    """A command's --json document on stdout: the one shape every command prints."""
+    print(json.dumps(doc, indent=2))
+
+
 def make_reporter(console: Console, *, json_output: bool, show_diff: bool, out: TextIO) -> Reporter:
     if json_output:
         return JsonReporter(out)

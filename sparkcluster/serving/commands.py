@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import subprocess
 import sys
 import threading
@@ -19,6 +18,7 @@ from rich.table import Table
 from ..engine import flags
 from ..engine.errors import EXIT_FAILED, EXIT_OK, UsageError
 from ..engine.inventory import Inventory
+from ..engine.report import print_json
 from ..engine.session import Session
 from ..engine.transport import openssh_argv, ssh_destination
 from .lifecycle import stop_everywhere
@@ -83,7 +83,7 @@ def cmd_up(args: argparse.Namespace, connect: Connect) -> int:
     doc = {"reused": reused, "phases": phases.seconds,
            "members": [dataclasses.asdict(m) for m in members]}
     if args.json:
-        print(json.dumps(doc, indent=2))
+        print_json(doc)
     else:
         console.print(f"Ray cluster {'already ' if reused else ''}up: {len(members)} nodes, "
                       f"{sum(m.gpus for m in members):g} GPUs, on {', '.join(m.ip for m in members)}", highlight=False)
@@ -103,7 +103,7 @@ def cmd_serve(args: argparse.Namespace, connect: Connect) -> int:
         result = serve(cluster, opts, progress=lambda p: say(f"{p} ..."), image_progress=_image_progress(say),
                        say=say)
     if args.json:
-        print(json.dumps(dataclasses.asdict(result), indent=2))
+        print_json(dataclasses.asdict(result))
     else:
         timings = ", ".join(f"{k} {v:.1f} s" for k, v in result.phases.items())
         console.print(f"[bold green]serving[/] {escape(result.served_name)} with TP {len(result.nodes)} "
@@ -117,7 +117,7 @@ def cmd_serve(args: argparse.Namespace, connect: Connect) -> int:
 
 def _print_plan(doc: dict, as_json: bool) -> None:
     if as_json:
-        print(json.dumps(doc, indent=2))
+        print_json(doc)
         return
     console.print(f"would serve {escape(doc['model'])} ({doc['runtime']}, {doc['launcher']}); nothing was changed",
                   highlight=False)
@@ -133,7 +133,7 @@ def cmd_status(args: argparse.Namespace, connect: Connect) -> int:
     with connect(args, _no_check) as session:
         doc = status(Cluster(session.inventory, session.transports, session.facts), _chosen(args))
     if args.json:
-        print(json.dumps(doc, indent=2))
+        print_json(doc)
     else:
         _status_table(doc)
     server = doc.get("server") or {}
@@ -213,7 +213,7 @@ def cmd_down(args: argparse.Namespace, connect: Connect) -> int:
             cluster.clear_record()
     failed = {n: s for n, s in stopped.items() if s.startswith(("unreachable", "failed"))}
     if args.json:
-        print(json.dumps({"stopped": stopped}, indent=2))
+        print_json({"stopped": stopped})
     else:
         for name, what in stopped.items():
             console.print(f"{name}: {escape(what) if what else 'nothing was running'}", highlight=False)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 from collections.abc import Callable
 from contextlib import nullcontext
@@ -12,6 +11,7 @@ from pathlib import Path
 from rich.console import Console
 
 from ..engine.errors import EXIT_OK, UsageError
+from ..engine.report import print_json
 from . import render as sim_render
 from .cluster import DEFAULT_DRIVER, DEFAULT_LAN_RATE, DEFAULT_NAME, DEFAULT_USER, SimCluster, UpOptions
 from .state import existing_names
@@ -19,9 +19,6 @@ from .state import existing_names
 console = Console()
 err_console = Console(stderr=True)
 
-
-def _print_json(doc: object) -> None:
-    print(json.dumps(doc, indent=2))
 
 
 def cmd_sim_up(args: argparse.Namespace) -> int:
@@ -34,7 +31,7 @@ def cmd_sim_up(args: argparse.Namespace) -> int:
     with err_console.status(f"booting {args.count} simulated Spark(s)…", spinner="dots") if not args.json else nullcontext():
         cluster = SimCluster.up(opts)
     if args.json:
-        _print_json(cluster.describe())
+        print_json(cluster.describe())
     else:
         sim_render.cluster(console, cluster.describe())
         console.print(f"\nnext: [bold]sparkcluster bootstrap {cluster.inventory_path}[/bold]")
@@ -48,14 +45,14 @@ def cmd_sim_down(args: argparse.Namespace) -> int:
         if not args.json:
             console.print(f"removed simulated cluster [bold]{name}[/bold]")
     if args.json:
-        _print_json({"removed": names})
+        print_json({"removed": names})
     return EXIT_OK
 
 
 def cmd_sim_list(args: argparse.Namespace) -> int:
     clusters = [SimCluster.load(n).describe() for n in existing_names()]
     if args.json:
-        _print_json(clusters)
+        print_json(clusters)
         return EXIT_OK
     if not clusters:
         console.print("no simulated clusters (create one with `sparkcluster sim up 2`)")
