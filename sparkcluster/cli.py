@@ -37,7 +37,6 @@ console = Console()
 err_console = Console(stderr=True)
 
 
-
 # ---- inventory, transports ------------------------------------------------------------------------
 def _inventory(args: argparse.Namespace) -> Inventory:
     positional = getattr(args, "inventory_arg", None)
@@ -209,7 +208,8 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("-i", "--inventory", help="inventory file (else $SPARKCLUSTER_INVENTORY, ./inventory.yml, "
                                                   "then the one the last bootstrap used)")
         p.add_argument("--limit", type=flags.names, help="comma-separated hosts or groups to act on")
-        p.add_argument("--forks", type=flags.count, default=DEFAULT_FORKS, help=f"hosts in parallel (default {DEFAULT_FORKS})")
+        p.add_argument("--forks", type=flags.count, default=DEFAULT_FORKS,
+                       help=f"hosts in parallel (default {DEFAULT_FORKS})")
         p.add_argument("--trust-new-host-keys", action="store_true",
                        help="accept and record host keys not yet in known_hosts (never a changed key)")
         p.add_argument("--json", action="store_true", help="machine-readable output")

@@ -24,6 +24,9 @@ from .steps import HostContext, StepFailed
 from .transport import Transport, Unreachable
 
 DEFAULT_FORKS = 16
+# A bug, or a library calling sys.exit(), must fail its host and never end that host's thread unreported; the
+# other hosts go on. KeyboardInterrupt is not among them: Ctrl-C stays an interrupt.
+BUGS = (Exception, SystemExit, GeneratorExit)
 
 
 class Runner:
@@ -132,10 +135,9 @@ class Runner:
             self._finish(host, "facts", "gather facts", "unreachable", e.message, started,
                          failure=Failure(e.message, e.fix))
             return
-        except Exception as e:  # a bug must fail this host, never vanish with its thread
-            message = f"internal error in gather facts: {type(e).__name__}: {e}"
-            self._finish(host, "facts", "gather facts", "failed", message, started,
-                         failure=Failure(message, "please report this as a bug"))
+        except BUGS as e:
+            message, failure = _internal_error("gather facts", e)
+            self._finish(host, "facts", "gather facts", "failed", message, started, failure=failure)
             return
         with self._lock:
             self.facts[host.name] = facts
@@ -199,11 +201,9 @@ class Runner:
             self._run_step(play, host, call, retried=True)
         except UsageError as e:
             self._finish(host, play.name, call.name, "failed", e.message, started, failure=Failure(e.message, e.fix))
-        except (Exception, SystemExit, GeneratorExit) as e:  # a bug (or a library's sys.exit) must not end this
-            # host's thread unreported; it is this step's failure, and the other hosts go on. Ctrl-C stays Ctrl-C.
-            message = f"internal error in {call.name}: {type(e).__name__}: {e}"
-            self._finish(host, play.name, call.name, "failed", message, started,
-                         failure=Failure(message, "please report this as a bug"))
+        except BUGS as e:
+            message, failure = _internal_error(call.name, e)
+            self._finish(host, play.name, call.name, "failed", message, started, failure=failure)
 
     def _template_context(self, host: Host) -> dict[str, Any]:
         facts = self.facts.get(host.name)
@@ -234,3 +234,6 @@ class Runner:
                                warnings))
 
 
+def _internal_error(what: str, error: BaseException) -> tuple[str, Failure]:
+    message = f"internal error in {what}: {type(error).__name__}: {error}"
+    return message, Failure(message, "please report this as a bug")

@@ -22,6 +22,7 @@ from sparkcluster.engine.inventory import Host, Inventory
 from sparkcluster.engine.playbook import Play, Playbook, StepCall
 from sparkcluster.engine.runner import Runner
 from sparkcluster.engine.steps import REGISTRY, HostContext, Plan, Step
+from sparkcluster.engine.steps.preflight import NoArgs
 from tests.strict_transport import StrictTransport, verify_all
 
 PROBE_TEXT = (Path(__file__).resolve().parent.parent / "fixtures" / "probe-spark.txt").read_text()
@@ -211,10 +212,6 @@ def test_a_bug_while_gathering_facts_fails_that_host_instead_of_vanishing(thread
 
 
 def test_a_step_raising_system_exit_is_reported_as_failed(thread_exceptions):
-    @dataclass(frozen=True)
-    class NoArgs:
-        pass
-
     class Exits(Step):
         name = "test.exits"
         Args = NoArgs
@@ -328,10 +325,6 @@ def test_interrupt_while_gathering_facts_exits_130_with_an_empty_recap(thread_ex
 def test_a_peer_that_dropped_off_is_blamed_instead_of_the_node_that_reached_for_it(thread_exceptions):
     """A cross-node step on the head (as ssh.mesh and preflight.fabric are) reaches for a worker that died
     between plays: the worker is the unreachable one, and the head's step runs again without it."""
-    @dataclass(frozen=True)
-    class NoArgs:
-        pass
-
     class TouchEveryPeer(Step):
         name = "test.peers"
         Args = NoArgs

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import shlex
 import time
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from ..command import Command
 from ..fabric import (NETPLAN_FILE, AddressPlan, FabricConfig, FabricError, collisions, duplicates, fabric_config,
@@ -19,18 +19,13 @@ from ..facts import parse_ip_addr
 from ..transport import Unreachable
 from .base import HostContext, Plan, Step, StepFailed, register
 from .files import unified_diff
-from .preflight import facts_of
+from .preflight import NoArgs, facts_of
 
 STATE_DIR = "/var/lib/sparkcluster/fabric"  # root-owned: the previous file, the rollback script, its outcome
 NETPLAN_FIX = ("install netplan (DGX OS and Ubuntu ship netplan.io: sudo apt-get install netplan.io), or give the "
                "QSFP twins their addresses yourself (shared/reference/dual-node-spec.md §1.3)")
 RECONNECT_GRACE_S = 60  # after the watchdog's deadline, how long to wait for the node to answer again
 LIVE_DELAY_S = 1  # between the session that arms the change and the change itself
-
-
-@dataclass(frozen=True)
-class NoArgs:
-    pass
 
 
 @register
@@ -42,11 +37,12 @@ class FabricAddresses(Step):
     def check(self, ctx: HostContext) -> Plan:
         if not any(d.up for d in facts_of(ctx).rdma):
             return Plan("no QSFP link to address: preflight.qsfp tells why", skip=True)
-        plan, current_file = self._plan(ctx)
+        config = _config(ctx)
+        plan, current_file = self._plan(ctx, config)
         wanted = netplan_yaml(plan)
         file_changes = any(t.managed for t in plan.twins) and current_file != wanted
         if not plan.to_assign and not plan.to_retune and not file_changes:
-            return Plan(_describe(plan, "already addressed"), warnings=plan.notes)
+            return Plan(f"already addressed: {_twins(plan)}", warnings=plan.notes)
         problems = collisions(plan, facts_of(ctx)) + self._taken_on_fabric(ctx, plan)
         if problems:
             raise StepFailed("; ".join(problems) + "; nothing was changed",
@@ -54,7 +50,8 @@ class FabricAddresses(Step):
         if not ctx.run(Command("command -v netplan >/dev/null", sudo=True)).ok:  # in sudo's PATH (/usr/sbin)
             raise StepFailed("netplan is not installed: the fabric's addresses could not survive a reboot", NETPLAN_FIX)
         diff = unified_diff(ctx.host.name, NETPLAN_FILE, current_file or "", wanted) if file_changes else None
-        return Plan(_describe(plan, "to address"), self._commands(ctx, plan, wanted), diff=diff, warnings=plan.notes)
+        return Plan(f"address port {plan.port}: {_twins(plan)}, MTU {plan.mtu}",
+                    self._commands(ctx, plan, wanted, config), diff=diff, warnings=plan.notes)
 
     def apply(self, ctx: HostContext, plan: Plan) -> None:
         config = _config(ctx)
@@ -68,7 +65,7 @@ class FabricAddresses(Step):
                          "choose other subnets (vars: {fabric: {subnets: [A/24, B/24]}}) and run bootstrap again")
 
     # ---- check ---------------------------------------------------------------------------------------------
-    def _plan(self, ctx: HostContext) -> tuple[AddressPlan, str | None]:
+    def _plan(self, ctx: HostContext, config: FabricConfig) -> tuple[AddressPlan, str | None]:
         facts = facts_of(ctx)
         fresh = ctx.must(Command("ip -j addr"), "check that iproute2 runs on the node").stdout
         interfaces = parse_ip_addr(fresh, {i.name: i.speed_mbps for i in facts.interfaces})
@@ -77,7 +74,6 @@ class FabricAddresses(Step):
         facts = replace(facts, interfaces=interfaces)
         current = ctx.run(Command(f"cat {NETPLAN_FILE} 2>/dev/null || true", sudo=True)).stdout or None
         try:
-            config = _config(ctx)
             plan = plan_addresses(ctx.inventory, ctx.host, facts, config, managed_netdevs(current))
         except FabricError as e:
             raise StepFailed(e.message, e.fix) from None
@@ -103,8 +99,7 @@ class FabricAddresses(Step):
         taken = ctx.run(Command(f"{probes} wait", sudo=True, timeout=30)).stdout.split()
         return [f"{ip} is already in use on the fabric (it answered ARP)" for ip in taken]
 
-    def _commands(self, ctx: HostContext, plan: AddressPlan, wanted: str) -> tuple[Command, ...]:
-        config = _config(ctx)
+    def _commands(self, ctx: HostContext, plan: AddressPlan, wanted: str, config: FabricConfig) -> tuple[Command, ...]:
         ssh_netdev = self._ssh_interface(ctx)
         live = []
         for twin in plan.to_retune + plan.to_assign:
@@ -136,7 +131,8 @@ class FabricAddresses(Step):
                   f"if ! netplan generate 2> {STATE_DIR}/generate.err; then sh {STATE_DIR}/rollback.sh refused; "
                   f"echo \"netplan refused the file: $(cat {STATE_DIR}/generate.err)\" >&2; exit 3; fi\n"
                   f"rm -f {STATE_DIR}/confirmed; echo armed > {STATE_DIR}/state\n"
-                  f"setsid sh -c {shlex.quote(watchdog)} < /dev/null > /dev/null 2>&1 & echo $! > {STATE_DIR}/watchdog.pid\n"
+                  f"setsid sh -c {shlex.quote(watchdog)} < /dev/null > /dev/null 2>&1 & "
+                  f"echo $! > {STATE_DIR}/watchdog.pid\n"
                   f"setsid sh -c {shlex.quote(change)} < /dev/null > /dev/null 2>&1 &")
         return (Command(script, sudo=True, stdin=wanted),)
 
@@ -154,8 +150,7 @@ class FabricAddresses(Step):
         time.sleep(LIVE_DELAY_S + 1)
         while time.monotonic() < deadline:
             try:
-                ctx.transport.reconnect()
-                state = ctx.run(Command(f"cat {STATE_DIR}/state", sudo=True, timeout=5)).stdout.strip()
+                state = _node_state(ctx)
                 if state == "rolled-back-unconfirmed":
                     return False  # too late: the watchdog already restored the previous state
                 if state == "rolled-back-refused":
@@ -174,9 +169,7 @@ class FabricAddresses(Step):
         deadline = time.monotonic() + RECONNECT_GRACE_S
         while time.monotonic() < deadline:
             try:
-                ctx.transport.reconnect()
-                state = ctx.run(Command(f"cat {STATE_DIR}/state", sudo=True, timeout=5)).stdout.strip()
-                if state.startswith("rolled-back"):
+                if _node_state(ctx).startswith("rolled-back"):
                     return "it rolled back to its previous netplan file and addresses, and answers again"
             except Unreachable:
                 pass
@@ -189,6 +182,12 @@ def _config(ctx: HostContext) -> FabricConfig:
     return fabric_config(ctx.inventory, ctx.host, list(ctx.all_facts.values()))
 
 
-def _describe(plan: AddressPlan, verb: str) -> str:
-    twins = ", ".join(f"{t.netdev} {t.address}{' (new)' if t.assign else ''}" for t in plan.twins)
-    return f"address port {plan.port}: {twins}, MTU {plan.mtu}" if verb == "to address" else f"{verb}: {twins}"
+def _node_state(ctx: HostContext) -> str:
+    """Where the node's change stands (armed, live, applied, rolled-back-*), over a new SSH connection: the old
+    one may have died with the change."""
+    ctx.transport.reconnect()
+    return ctx.run(Command(f"cat {STATE_DIR}/state", sudo=True, timeout=5)).stdout.strip()
+
+
+def _twins(plan: AddressPlan) -> str:
+    return ", ".join(f"{t.netdev} {t.address}{' (new)' if t.assign else ''}" for t in plan.twins)
