@@ -26,6 +26,7 @@ from .serving import commands as serve_cli
 from .bench import commands as bench_commands
 from .engine.modelref import ModelRef
 from .staging.chain import stage, stage_status
+from .staging.wire import TRANSPORTS
 from .nccl.verify import run_verify
 from .nccl import report as nccl_report
 from . import stepcatalog
@@ -124,7 +125,8 @@ def _stage(args: argparse.Namespace) -> int:
             return EXIT_OK if all(s["state"] == "complete" for s in statuses["nodes"].values()) else EXIT_FAILED
         progress = (lambda event: None) if args.json else stage_render.progress_printer(err_console)
         result = stage(session.inventory, session.transports, session.facts, model, source=args.source,
-                       verify=args.verify, streams=args.streams, over_lan=args.over_lan, progress=progress)
+                       verify=args.verify, streams=args.streams, transport=args.transport, over_lan=args.over_lan,
+                       progress=progress)
     if args.json:
         print_json(dataclasses.asdict(result))
     else:
@@ -244,6 +246,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="check existing copies by size (default) or by hashing every blob")
     stg.add_argument("--status", action="store_true", help="report each node's copy; change nothing")
     stg.add_argument("--streams", type=flags.count, default=2, help="files in flight per destination (default 2)")
+    stg.add_argument("--transport", choices=TRANSPORTS, default="tcp",
+                     help="tcp: plain TCP between the fabric addresses, each blob hashed as it arrives (default); "
+                          "ssh: rsync over ssh, for encryption on the wire")
     stg.add_argument("--over-lan", action="store_true", help=argparse.SUPPRESS)  # benchmarks only
     stg.set_defaults(func=cmd_stage)
 

@@ -23,6 +23,8 @@ from ..engine.session import Session
 from ..engine.transport import openssh_argv, ssh_destination
 from .lifecycle import stop_everywhere
 from .nodes import Cluster
+from ..staging.images import held_layers
+from .image import check_images, sync_image
 from .phases import Phases, ServeOptions, check_tp, hub_model, plan, serve, up
 from .recipes import load_recipe
 from .runtime import RuntimeChoice
@@ -220,6 +222,39 @@ def cmd_down(args: argparse.Namespace, connect: Connect) -> int:
     return EXIT_FAILED if failed else EXIT_OK
 
 
+def cmd_image_sync(args: argparse.Namespace, connect: Connect) -> int:
+    say = _say(args)
+    with connect(args, _no_check) as session:
+        cluster = Cluster(session.inventory, session.transports, session.facts)
+        if args.check:
+            head_info, need = check_images(cluster, args.image)
+            held = {h.name: held_layers(cluster.transports[h.name])(head_info.layers)
+                    for h in cluster.hosts if h.name in need}
+            doc = {"image": args.image, "id": head_info.id, "layers": len(head_info.layers),
+                   "nodes": {name: {"layers_held": n} for name, n in held.items()}}
+            if args.json:
+                print_json(doc)
+            else:
+                console.print(f"{escape(args.image)} on {cluster.head.name}: {head_info.id} "
+                              f"({len(head_info.layers)} layers)", highlight=False)
+                for name, n in held.items():
+                    console.print(f"  {name}: would receive {len(head_info.layers) - n} layer(s), holds {n}",
+                                  highlight=False)
+                if not held:
+                    console.print("  every node holds it", highlight=False)
+            return EXIT_OK
+        synced = sync_image(cluster, args.image, _image_progress(say))
+    if args.json:
+        print_json({"image": args.image, "id": synced.head.id,
+                    "nodes": {name: {"id": got, "sent_bytes": synced.sent.get(name, 0)} for name, got in synced.ids.items()}})
+    else:
+        for name, got in synced.ids.items():
+            how = (f"received {synced.sent[name] / 1e6:,.1f} MB over the fabric" if name in synced.sent
+                   else "already held it")
+            console.print(f"{name}: {got} ({how})", highlight=False)
+    return EXIT_OK
+
+
 def add_parsers(commands, connecting: Callable[..., argparse.ArgumentParser], wire: Callable) -> None:
     def common(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
         p.add_argument("--runtime", choices=("docker", "host"), default="docker",
@@ -267,3 +302,11 @@ def add_parsers(commands, connecting: Callable[..., argparse.ArgumentParser], wi
 
     dn = common(connecting(commands.add_parser("down", help="stop vLLM and Ray on every node (idempotent)")))
     wire(dn, cmd_down)
+
+    img = commands.add_parser("image", help="container images across the nodes")
+    img_cmds = img.add_subparsers(dest="image_command", metavar="IMAGE_COMMAND", required=True)
+    sync = connecting(img_cmds.add_parser("sync", help="the head's image on every node: only the layers a node "
+                                                       "lacks cross the fabric"), inventory_positional=False)
+    sync.add_argument("image", nargs="?", type=flags.image, default="vllm-node", help="image (default vllm-node)")
+    sync.add_argument("--check", action="store_true", help="show what each node lacks; copy nothing")
+    wire(sync, cmd_image_sync)

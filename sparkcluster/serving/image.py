@@ -1,14 +1,23 @@
 """The same container image on every node (F16): the head's image is the reference; nodes that lack it or hold
-another ID get the head's copy over the fabric, then every ID is compared again."""
+another ID get the layers they lack from the head over the fabric, then every ID is compared again.
+`sparkcluster image sync` and serve's image phase both run `sync_image`."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from ..engine.errors import SparkclusterError
-from ..engine.transport import openssh_argv, ssh_destination
-from ..staging.images import ImageInfo, copy_from_head, inspect, plan_copies
+from ..staging.images import ImageInfo, inspect, plan_copies, sync_from_head
 from .nodes import Cluster
+
+
+@dataclass
+class ImageSync:
+    image: str
+    head: ImageInfo
+    sent: dict[str, int] = field(default_factory=dict)  # bytes that crossed the fabric to each node that needed it
+    ids: dict[str, str | None] = field(default_factory=dict)  # every node's image ID afterwards
 
 
 def check_images(cluster: Cluster, image: str) -> tuple[ImageInfo, list[str]]:
@@ -17,17 +26,20 @@ def check_images(cluster: Cluster, image: str) -> tuple[ImageInfo, list[str]]:
     return infos[cluster.head.name], plan_copies(infos, cluster.head.name, image)
 
 
-def sync_image(cluster: Cluster, image: str, progress: Callable[[str, int, int], None]) -> ImageInfo:
-    """Copies the head's image where it is missing or different; returns the head's image."""
+def sync_image(cluster: Cluster, image: str, progress: Callable[[str, int, int], None]) -> ImageSync:
+    """Copies the head's image where it is missing or different, then checks the ID on every node."""
     head_info, need = check_images(cluster, image)
-    fabric = cluster.fabric_ips()  # from the facts, not the comm env: the image goes over the QSFP link
-    users = {h.name: h.user or "root" for h in cluster.hosts}
-    for name in need:  # one at a time: the head's disk and CPU feed every copy
-        copy_from_head([*openssh_argv(cluster.head), ssh_destination(cluster.head)], image, users[name],
-                       fabric[name], name, head_info.size, progress)
-    for name in need:
-        got = inspect(cluster.transports[name], image).id
-        if got != head_info.id:
-            raise SparkclusterError(f"{name} holds image {image} as {got}, not the head's {head_info.id}",
-                                    f"remove it there (docker rmi {image}) and serve again")
-    return head_info
+    sent = {}
+    if need:
+        nodes = [h for h in cluster.hosts if h.name in need]
+        # The fabric addresses come from the facts, not the comm env: the image goes over the QSFP link.
+        sent = sync_from_head(cluster.head, nodes, cluster.transports, cluster.fabric_ips(), image, head_info,
+                              progress)
+    ids = dict(zip((h.name for h in cluster.hosts),
+                   cluster.each(lambda h: inspect(cluster.transports[h.name], image).id)))
+    wrong = {name: got for name, got in ids.items() if got != head_info.id}
+    if wrong:
+        name, got = next(iter(wrong.items()))
+        raise SparkclusterError(f"{name} holds image {image} as {got}, not the head's {head_info.id}",
+                                f"remove it there (docker rmi {image}) and run `sparkcluster image sync {image}` again")
+    return ImageSync(image, head_info, sent, ids)

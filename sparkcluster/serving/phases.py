@@ -235,8 +235,8 @@ def _checked_image(cluster: Cluster, opts: ServeOptions, phases: Phases, progres
     runtime = opts.runtime_choice()
     if opts.runtime != "docker":
         return runtime
-    head_info = phases.run("image", lambda: sync_image(cluster, opts.image, image_progress), progress)
-    return runtime.with_image(head_info)
+    synced = phases.run("image", lambda: sync_image(cluster, opts.image, image_progress), progress)
+    return runtime.with_image(synced.head)
 
 
 def hub_model(model: str) -> ModelRef | None:

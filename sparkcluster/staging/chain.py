@@ -2,10 +2,12 @@
 fabric in a pipelined chain (source -> n1 -> n2 ...: each node forwards a blob as soon as it holds it, so the
 total stays close to one transfer rather than growing with N as a star from one source does).
 
-Blobs travel with rsync over ssh between the nodes themselves (the bootstrap key mesh), AES-GCM and no
-compression; interrupted blobs wait in a hidden partial dir and resume; each received blob is checked
-against the hash in its name; links and then the ref are written last, so an interrupted copy never looks
-complete (reference/dual-node-spec.md F14/F15).
+Blobs travel over plain TCP between the nodes' fabric addresses (`--transport tcp`, the default: `wire.py`,
+`blobwire.py`), hashed as they arrive, or with rsync over ssh between the nodes themselves (`--transport
+ssh`: the bootstrap key mesh, AES-GCM, for encryption on the wire). Either way interrupted blobs wait in a
+hidden partial dir and resume, each received blob is checked against the hash in its name, and links and
+then the ref are written last, so an interrupted copy never looks complete (reference/dual-node-spec.md
+F14/F15).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from ..engine.modelref import ModelRef
 from ..engine.errors import SparkclusterError, UsageError
 from ..engine.facts import HostFacts
 from .space import free_bytes, no_space
+from .wire import EXIT_CORRUPT, TRANSPORTS, Sender, fetch_command, new_token, parse_started, serve_command
 from .hfcache import (
     PARTIAL_DIR, Manifest, NodeModel, NodeStatus, finalize_command, node_status, parse_scan, rsync_blobs_argv,
     scan_command, source_manifest, verify_command,
@@ -72,10 +75,13 @@ class StageResult:
 
 class Stager:
     def __init__(self, inventory: Inventory, transports: Mapping[str, Transport], facts: Mapping[str, HostFacts],
-                 model: ModelRef, *, verify: str = "size", streams: int = 2, over_lan: bool = False,
-                 progress: Callable[[BlobDone], None] = lambda event: None) -> None:
+                 model: ModelRef, *, verify: str = "size", streams: int = 2, transport: str = "tcp",
+                 over_lan: bool = False, progress: Callable[[BlobDone], None] = lambda event: None) -> None:
         if verify not in ("size", "full"):
             raise UsageError(f"--verify must be size or full, not {verify!r}")
+        if transport not in TRANSPORTS:
+            raise UsageError(f"--transport must be {' or '.join(TRANSPORTS)}, not {transport!r}")
+        self.transport = transport
         self.inventory = inventory
         self.transports = transports
         self.facts = facts
@@ -200,6 +206,8 @@ class Chain:
         self.failed: dict[str, threading.Event] = {n: threading.Event() for n in chain}
         self.done_files = {n: len(self.blobs) - len(self.need[n]) for n in chain[1:]}
         self.lock = threading.Lock()
+        self.token = new_token()
+        self.senders: dict[str, Sender] = {}
 
     def run(self) -> None:
         for name in self.chain[1:]:
@@ -211,16 +219,55 @@ class Chain:
                   if not self.failed[n].is_set()}
         workers = [n for n, queue in queues.items() for _ in range(min(self.s.streams, len(queue)))]
         started = time.monotonic()
+        if self.s.transport == "tcp":
+            self._start_senders()
         # `streams` workers per destination, each taking that node's next blob in manifest order, so a node
         # asks for blobs in the order its upstream receives them.
-        parallel_map(lambda name: self._drain(name, queues[name]), workers, workers=len(workers),
-                     on_abort=self.s.close)
+        try:
+            parallel_map(lambda name: self._drain(name, queues[name]), workers, workers=len(workers),
+                         on_abort=self.s.close)
+        finally:
+            self._stop_senders()
         for name in self.chain[1:]:
             node = self.result.nodes[name]
             node.seconds = time.monotonic() - started
             if self.failed[name].is_set():
                 continue
             self._finalize(name)
+
+    # ---- TCP senders ------------------------------------------------------------------------------------
+    def _start_senders(self) -> None:
+        """A sender on every node that feeds another (all but the last), bound to its fabric address and
+        serving only the chain's addresses; a node whose sender cannot start drops out like a failed one."""
+        allowed = [self.addresses[n] for n in self.chain]
+
+        def start(name: str) -> None:
+            if self.failed[name].is_set():
+                return
+            blobs = f"{self.s.scans[name].model_dir}/blobs"
+            try:
+                result = self.s.transports[name].run(serve_command(self.addresses[name], blobs, allowed, self.token))
+                if not result.ok:
+                    return self._fail(name, f"the blob sender did not start: {result.stderr_tail(3)}",
+                                      f"check that {self.addresses[name]} is an address of {name}, "
+                                      "or stage with --transport ssh")
+                self.senders[name] = parse_started(name, self.addresses[name], result.stdout)
+            except Unreachable as e:
+                self._fail(name, e.message, e.fix)
+            except SparkclusterError as e:
+                self._fail(name, e.message, e.fix)
+
+        parallel_map(start, self.chain[:-1], workers=len(self.chain) - 1, on_abort=self.s.close)
+
+    def _stop_senders(self) -> None:
+        """Senders also exit on their own once idle; stopping them now closes their ports at once."""
+        def stop(name: str) -> None:
+            try:
+                self.s.transports[name].run(self.senders[name].stop_command())
+            except Unreachable:
+                pass  # a node that is gone took its sender with it
+
+        parallel_map(stop, list(self.senders), workers=max(1, len(self.senders)))
 
     # ---- per node --------------------------------------------------------------------------------------
     def _run(self, name: str, command: Command) -> bool:
@@ -297,29 +344,34 @@ class Chain:
                 return  # done, or this node failed (recorded by _send)
 
     def _send(self, up: str, name: str, blob) -> bool:
-        up_dir, dest_dir = self.s.scans[up].model_dir, self.s.scans[name].model_dir
-        user = self.s.facts[name].user if name in self.s.facts else ""
-        target = f"{user}@{self.addresses[name]}:{dest_dir}/blobs/"
-        rsync = rsync_blobs_argv([f"{up_dir}/blobs/{blob.blob}"], target, SSH_FOR_BULK)
         started = time.monotonic()
-        try:
-            result = self.s.transports[up].run(Command.argv(rsync, timeout=24 * 3600))
-        except Unreachable as e:
-            self._fail(up, e.message, e.fix)
-            return False
+        # ssh: rsync runs on the upstream node and pushes; tcp: blobwire runs on the destination and pulls.
+        runs_on = up if self.s.transport == "ssh" else name
+        for attempt in (1, 2):
+            try:
+                result = self.s.transports[runs_on].run(self._copy_command(up, name, blob))
+            except Unreachable as e:
+                self._fail(runs_on, e.message, e.fix)
+                return False
+            if result.exit_code != EXIT_CORRUPT or self.s.transport != "tcp":
+                break  # a corrupt stream (the partial is gone) is fetched again once, from the start
         if not result.ok:
-            # Either end may be at fault: the destination if it is gone or full, else the link between them.
-            if not self._reachable(name):
+            # Either end may be at fault: the destination if it is gone or full, the upstream if it is gone
+            # (its successors re-route), else the link between them.
+            if not self._reachable(name) or not self._reachable(up):
                 return False
             if "No space left on device" in result.stderr:
                 left = sum(b.size for b in self.blobs
                            if b.blob in self.need[name] and not self.have[(name, b.blob)].is_set())
                 self._fail(name, *self._no_space(name, left, self._free_bytes(name)))
                 return False
+            how = "by ssh (sparkcluster bootstrap sets that up)" if self.s.transport == "ssh" else \
+                "over TCP (a firewall between the fabric addresses?), or stage with --transport ssh"
             self._fail(name, f"copy of {blob.path} from {up} failed: {result.stderr_tail(3)}",
-                       f"check that {up} reaches {self.addresses[name]} by ssh (sparkcluster bootstrap sets that up)")
+                       f"check that {name} reaches {up} at {self.addresses[up]} {how}")
             return False
-        if not self._check_arrival(name, blob):
+        # blobwire hashed the bytes as they arrived and named the file only once they matched
+        if self.s.transport == "ssh" and not self._check_arrival(name, blob):
             return False
         seconds = time.monotonic() - started
         with self.lock:
@@ -330,6 +382,15 @@ class Chain:
         self.have[(name, blob.blob)].set()
         self.s.progress(BlobDone(name, blob.blob, blob.path, blob.size, seconds, done, len(self.blobs)))
         return True
+
+    def _copy_command(self, up: str, name: str, blob) -> Command:
+        up_blobs, dest_blobs = f"{self.s.scans[up].model_dir}/blobs", f"{self.s.scans[name].model_dir}/blobs"
+        if self.s.transport == "tcp":
+            return fetch_command(self.senders[up].endpoint, self.addresses[name], dest_blobs, blob.blob, blob.size,
+                                 self.token)
+        user = self.s.facts[name].user if name in self.s.facts else ""
+        target = f"{user}@{self.addresses[name]}:{dest_blobs}/"
+        return Command.argv(rsync_blobs_argv([f"{up_blobs}/{blob.blob}"], target, SSH_FOR_BULK), timeout=24 * 3600)
 
     def _reachable(self, name: str) -> bool:
         try:
@@ -361,14 +422,14 @@ class Chain:
 
 
 def stage(inventory: Inventory, transports: Mapping[str, Transport], facts: Mapping[str, HostFacts],
-          model: ModelRef, *, source: str = "auto", verify: str = "size", streams: int = 2, over_lan: bool = False,
-          progress: Callable[[BlobDone], None] = lambda event: None) -> StageResult:
+          model: ModelRef, *, source: str = "auto", verify: str = "size", streams: int = 2, transport: str = "tcp",
+          over_lan: bool = False, progress: Callable[[BlobDone], None] = lambda event: None) -> StageResult:
     """Make every node hold `model`: find or make the first copy, then fan it out over the fabric."""
     from .source import download_on, push_local  # only needed when no node holds the model yet
 
     head = inventory.head
-    stager = Stager(inventory, transports, facts, model, verify=verify, streams=streams, over_lan=over_lan,
-                    progress=progress)
+    stager = Stager(inventory, transports, facts, model, verify=verify, streams=streams, transport=transport,
+                    over_lan=over_lan, progress=progress)
     if source == "local":
         push_local(model, head, transports[head.name], openssh_argv(head))
         return stager.run("head")

@@ -1,5 +1,13 @@
-"""The same container image on every node (F16): compare image IDs, and copy the head's image to nodes that
-lack it or hold another one, over the fabric (`docker save | ssh node docker load`), with progress."""
+"""The same container image on every node (F16): compare image IDs, and copy the head's image to the nodes that
+lack it or hold another one, over the fabric, sending only the layers each node lacks.
+
+How (chosen by measurement, see benchmarks/image_sync.py): the head saves the image once (`docker save -o`);
+for each node the control side picks the saved tar's byte ranges it needs (every member but the layers the
+node already holds, by layer chain); the head's blob sender (`blobwire.py serve`, bound to its fabric address,
+the run's token, the nodes' addresses only) streams each node its ranges as one tar, straight into `docker
+load` there, every node at once. `docker load` skips a layer whose chain it holds without reading it, and
+checks each layer it loads against the image's config; the image ID is compared on every node afterwards.
+"""
 
 from __future__ import annotations
 
@@ -12,14 +20,16 @@ from dataclasses import dataclass
 
 from ..engine.command import Command
 from ..engine.errors import SparkclusterError, UsageError
-from ..engine.transport import SSH_FOR_BULK, Transport
+from ..engine.inventory import Host
+from ..engine.parallel import parallel_map
+from ..engine.transport import Transport, Unreachable, openssh_argv, ssh_destination
+from .space import free_bytes, size_text
+from .wire import BLOBWIRE_PY, new_token, parse_started, serve_command
 
-# Between `docker save` and ssh on the head: passes the bytes through and reports the count on stderr
-# about once a second, so the CLI can show progress while the copy runs.
-RELAY_PY = ("import sys,time\nsrc,dst,n,t=sys.stdin.buffer,sys.stdout.buffer,0,0\n"
-            "while True:\n b=src.read(1<<20)\n if not b: break\n dst.write(b); n+=len(b)\n"
-            " if time.time()-t>=1: t=time.time(); sys.stderr.write('bytes %d\\n'%n); sys.stderr.flush()\n"
-            "dst.flush(); sys.stderr.write('bytes %d\\n'%n)\n")
+WORK_DIR = ".cache/sparkcluster/image-sync"  # under the head's login home: the saved tar and the parts plans
+SAVED_TAR = "image.tar"
+LAYER_CHAINS = ("docker image ls -q --no-trunc | sort -u | "
+                "xargs -r docker image inspect --format '{{json .RootFS.Layers}}'")
 
 
 @dataclass(frozen=True)
@@ -27,11 +37,13 @@ class ImageInfo:
     id: str | None  # None: the node lacks the image
     size: int = 0
     entrypoint: tuple[str, ...] | None = None
+    layers: tuple[str, ...] = ()  # diff IDs, bottom first
 
 
 def inspect(transport: Transport, image: str) -> ImageInfo:
     result = transport.run(Command.argv(["docker", "image", "inspect", "--format",
-                                         "{{json .Id}} {{json .Size}} {{json .Config.Entrypoint}}", "--", image]))
+                                         "{{json .Id}} {{json .Size}} {{json .RootFS.Layers}} "
+                                         "{{json .Config.Entrypoint}}", "--", image]))
     if not result.ok:
         if "No such image" in result.stderr or "No such object" in result.stderr:
             return ImageInfo(None)
@@ -40,44 +52,16 @@ def inspect(transport: Transport, image: str) -> ImageInfo:
             raise UsageError(f"{transport.host.name}: {image!r} is not a valid image name: {result.stderr_tail(1)}",
                              "name an image as REPOSITORY[:TAG], e.g. --image vllm-node or "
                              "--image nvcr.io/nvidia/vllm:25.09-py3")
-        if "permission denied" in result.stderr.lower() and "docker" in result.stderr.lower():
-            fix = (f"add the login user to the docker group on {transport.host.name} "
-                   "(sparkcluster bootstrap does it), then connect again")
-        else:
-            fix = f"check that Docker runs on {transport.host.name}: docker info"
-        raise SparkclusterError(f"{transport.host.name}: docker image inspect {image} failed: {result.stderr_tail(2)}", fix)
-    id_, size, entrypoint = (json.loads(w) for w in result.stdout.split(" ", 2))
-    return ImageInfo(id_, int(size), tuple(entrypoint) if entrypoint else None)
+        raise SparkclusterError(f"{transport.host.name}: docker image inspect {image} failed: {result.stderr_tail(2)}",
+                                docker_fix(transport.host.name, result.stderr))
+    id_, size, layers, entrypoint = (json.loads(w) for w in result.stdout.split(" ", 3))
+    return ImageInfo(id_, int(size), tuple(entrypoint) if entrypoint else None, tuple(layers or ()))
 
 
-def copy_from_head(head_ssh: Sequence[str], image: str, user: str, target_ip: str, node: str, size: int,
-                   progress: Callable[[str, int, int], None]) -> None:
-    """Run `docker save | relay | ssh node docker load` on the head, through `head_ssh` (an OpenSSH command
-    to the head), so the image crosses the fabric and the CLI sees the relay's byte counts as they come."""
-    pipeline = (f"set -o pipefail; docker save {shlex.quote(image)} | python3 -c {shlex.quote(RELAY_PY)} | "
-                f"{SSH_FOR_BULK} {shlex.quote(f'{user}@{target_ip}')} docker load")
-    process = subprocess.Popen([*head_ssh, f"bash -c {shlex.quote(pipeline)}"], stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True)
-    errors: list[str] = []
-
-    def read_stderr() -> None:
-        assert process.stderr is not None
-        for line in process.stderr:
-            if line.startswith("bytes "):
-                progress(node, int(line.split()[1]), size)
-            else:
-                errors.append(line.rstrip())
-
-    reader = threading.Thread(target=read_stderr, daemon=True)
-    reader.start()
-    stdout, _ = process.communicate()
-    reader.join(timeout=5)
-    if process.returncode != 0:
-        raise SparkclusterError(
-            f"copying image {image} to {node} over the fabric ({target_ip}) failed (exit {process.returncode}): "
-            + ("; ".join(errors[-3:]) or stdout.strip()[-200:]),
-            f"check that the head reaches {node} by ssh on {target_ip} (sparkcluster bootstrap sets that up) "
-            f"and that {node} has room for the image; or load it there yourself: docker load < image.tar")
+def docker_fix(node: str, stderr: str) -> str:
+    if "permission denied" in stderr.lower() and "docker" in stderr.lower():
+        return f"add the login user to the docker group on {node} (sparkcluster bootstrap does it), then connect again"
+    return f"check that Docker runs on {node}: docker info"
 
 
 def plan_copies(infos: Mapping[str, ImageInfo], head: str, image: str) -> list[str]:
@@ -86,3 +70,132 @@ def plan_copies(infos: Mapping[str, ImageInfo], head: str, image: str) -> list[s
         raise SparkclusterError(f"the head {head} has no image {image!r}",
                                 f"build or pull it on {head} (eugr: ./build-and-copy.sh), or name another with --image")
     return [name for name, info in infos.items() if info.id != infos[head].id]
+
+
+def held_layers(transport: Transport) -> Callable[[Sequence[str]], int]:
+    """A function telling how many of an image's bottom layers the node already holds (by layer chain: a layer
+    is the same only on the same layers below it)."""
+    result = transport.run(Command(LAYER_CHAINS, timeout=120))
+    if not result.ok:
+        raise SparkclusterError(f"{transport.host.name}: listing its image layers failed: {result.stderr_tail(2)}",
+                                docker_fix(transport.host.name, result.stderr))
+    chains = [tuple(json.loads(line) or ()) for line in result.stdout.splitlines() if line.strip()]
+
+    def prefix(layers: Sequence[str]) -> int:
+        best = 0
+        for chain in chains:
+            n = 0
+            while n < min(len(chain), len(layers)) and chain[n] == layers[n]:
+                n += 1
+            best = max(best, n)
+        return best
+
+    return prefix
+
+
+def ranges_for(index: Mapping, held: int) -> list[tuple[int, int]]:
+    """The saved tar's byte ranges a node needs: every member but the layer files of its `held` bottom layers."""
+    skip = set(index["manifest"][0]["Layers"][:held])
+    return [(start, length) for name, start, length in index["members"] if name not in skip]
+
+
+class HeadSender:
+    """The head's saved image and its blob sender, for the length of one sync; removed afterwards."""
+
+    def __init__(self, head: Host, transport: Transport, image: str, head_info: ImageInfo, fabric_ip: str) -> None:
+        self.head, self.transport, self.image, self.info, self.fabric_ip = head, transport, image, head_info, fabric_ip
+        self.token = new_token()
+        self.sender = None
+
+    def _run(self, command: Command, what: str) -> str:
+        result = self.transport.run(command)
+        if not result.ok:
+            raise SparkclusterError(f"{self.head.name}: {what} failed: {result.stderr_tail(3)}",
+                                    docker_fix(self.head.name, result.stderr))
+        return result.stdout
+
+    def save(self) -> dict:
+        """`docker save` into the work dir (checked for room first) and the tar's index."""
+        self._run(Command.argv(["mkdir", "-p", WORK_DIR]), "creating the image work dir")
+        free = free_bytes(self.transport, WORK_DIR)
+        if free is not None and free < self.info.size:
+            raise SparkclusterError(f"no space on {self.head.name} to save {self.image} ({size_text(self.info.size)}, "
+                                    f"has {size_text(free)})", f"free space under ~/{WORK_DIR} on {self.head.name}")
+        tar = f"{WORK_DIR}/{SAVED_TAR}"
+        # The ID, not the name: the image saved is the one compared, even if the tag moves meanwhile.
+        self._run(Command(f"docker save -o {tar}.tmp {shlex.quote(self.info.id or self.image)} && "
+                          f"mv -f {tar}.tmp {tar}", timeout=3600), f"docker save {self.image}")
+        index = json.loads(self._run(Command(f"python3 -c {shlex.quote(BLOBWIRE_PY)} tar-index --tar {tar}",
+                                             timeout=600), "reading the saved image"))
+        return index  # saved by ID, the image has no name in the tar: each node tags what it loaded
+
+    def plan(self, node_index: int, ranges: list[tuple[int, int]]) -> tuple[str, int]:
+        """Writes the node's parts plan; returns its name and the bytes it will send (with the tar's end)."""
+        name = f"node{node_index}.parts"
+        self.transport.write_file_atomic(f"{WORK_DIR}/{name}", json.dumps({"file": SAVED_TAR, "ranges": ranges})
+                                         .encode(), 0o600)
+        return name, sum(length for _, length in ranges) + 1024
+
+    def start(self, allowed: Sequence[str]) -> str:
+        started = self._run(serve_command(self.fabric_ip, WORK_DIR, allowed, self.token), "starting the image sender")
+        self.sender = parse_started(self.head.name, self.fabric_ip, started)
+        return self.sender.endpoint
+
+    def close(self) -> None:
+        try:
+            if self.sender:
+                self.transport.run(self.sender.stop_command())
+            self.transport.run(Command.argv(["rm", "-rf", "--", WORK_DIR], timeout=120))
+        except Unreachable:
+            pass
+
+
+def load_on(node: Host, endpoint: str, source_ip: str, parts: str, size: int, token: str, image: str, image_id: str,
+            progress: Callable[[str, int, int], None]) -> None:
+    """On `node`, through OpenSSH (so progress arrives as it happens): its parts stream into `docker load`,
+    then the image's name on the loaded ID."""
+    pipeline = (f"set -o pipefail; python3 -c {shlex.quote(BLOBWIRE_PY)} stream --connect {shlex.quote(endpoint)} "
+                f"--source {shlex.quote(source_ip)} --name {parts} --size {size} | docker load -q && "
+                f"docker tag {shlex.quote(image_id)} {shlex.quote(image)}")
+    process = subprocess.Popen([*openssh_argv(node), ssh_destination(node), f"bash -c {shlex.quote(pipeline)}"],
+                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    errors: list[str] = []
+
+    def read_stderr() -> None:
+        assert process.stderr is not None
+        for line in process.stderr:
+            if line.startswith("bytes "):
+                progress(node.name, int(line.split()[1]), size)
+            else:
+                errors.append(line.rstrip())
+
+    reader = threading.Thread(target=read_stderr, daemon=True)
+    reader.start()
+    stdout, _ = process.communicate(token + "\n")  # the token on stdin, never in argv
+    reader.join(timeout=5)
+    if process.returncode != 0:
+        raise SparkclusterError(
+            f"loading image {image} on {node.name} from the head's sender at {endpoint} failed "
+            f"(exit {process.returncode}): " + ("; ".join(errors[-3:]) or stdout.strip()[-200:]),
+            f"check that {node.name} reaches {endpoint} over the fabric and has room for the image; "
+            "then run `sparkcluster image sync` again (layers already loaded are not sent again)")
+
+
+def sync_from_head(head: Host, nodes: Sequence[Host], transports: Mapping[str, Transport], fabric: Mapping[str, str],
+                   image: str, head_info: ImageInfo, progress: Callable[[str, int, int], None]) -> dict[str, int]:
+    """Copies the head's image to `nodes` (which lack it), every node at once; returns the bytes sent to each."""
+    holds = dict(zip((n.name for n in nodes), parallel_map(lambda n: held_layers(transports[n.name]), nodes,
+                                                            workers=len(nodes))))
+    sender = HeadSender(head, transports[head.name], image, head_info, fabric[head.name])
+    try:
+        index = sender.save()
+        plans = {}
+        for i, node in enumerate(nodes):
+            held = holds[node.name](head_info.layers)
+            plans[node.name] = sender.plan(i, ranges_for(index, held))
+        endpoint = sender.start([fabric[n.name] for n in nodes])
+        parallel_map(lambda n: load_on(n, endpoint, fabric[n.name], *plans[n.name], sender.token, image,
+                                       head_info.id or image, progress), nodes, workers=len(nodes))
+    finally:
+        sender.close()
+    return {name: size for name, (_, size) in plans.items()}

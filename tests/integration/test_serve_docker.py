@@ -234,21 +234,51 @@ def test_a_node_on_its_management_address_is_refused_and_nothing_is_left(two, tm
 
 
 def test_a_node_missing_the_image_with_no_way_to_copy_it(two):
-    worker = two.topology.hosts[1]
+    head, worker = two.topology.hosts
     assert sc(two, "stage", MODEL).returncode == 0  # the model is in place: only the image is missing
     ssh(two, worker.name, f"docker rmi -f {TAG} >/dev/null 2>&1; true")
-    # Only this machine's key stays authorized on the worker: the head cannot log in there any more.
-    ssh(two, worker.name, "cd ~/.ssh && cp authorized_keys authorized_keys.away && "
-                          "grep sparkcluster-sim-client authorized_keys.away > authorized_keys")
+    # The worker can no longer reach the head's fabric address (ssh from this machine still works).
+    ssh(two, worker.name, f"sudo ip route add prohibit {head.fabric_ips[0]}/32")
     try:
         result = serve(two)
         assert result.returncode == 1
         err = " ".join(result.stderr.split())
-        assert f"copying image {TAG} to spark-2 over the fabric ({worker.fabric_ips[0]}) failed" in err
+        assert f"loading image {TAG} on spark-2 from the head's sender at {head.fabric_ips[0]}:" in err
         assert running_anywhere(two) == []
+        # Nothing is left behind on the head: no sender listening, no saved image.
+        assert ssh(two, head.name, "ss -Hltn; ls ~/.cache/sparkcluster/image-sync 2>&1; true").stdout.count(
+            head.fabric_ips[0]) == 0
     finally:
-        ssh(two, worker.name, "mv ~/.ssh/authorized_keys.away ~/.ssh/authorized_keys")
+        ssh(two, worker.name, f"sudo ip route del prohibit {head.fabric_ips[0]}/32")
         sc(two, "down")
+
+
+def test_image_sync_sends_only_the_layers_a_node_lacks(two):
+    head, worker = two.topology.hosts
+    ssh(two, worker.name, f"docker rmi -f {TAG} {TAG}:patched >/dev/null 2>&1; true")
+    first = sc(two, "image", "sync", TAG, "--json")
+    assert first.returncode == 0, first.stderr
+    doc = json.loads(first.stdout)
+    head_id = ssh(two, head.name, f"docker image inspect --format '{{{{.Id}}}}' {TAG}").stdout.strip()
+    assert doc["id"] == head_id and {n["id"] for n in doc["nodes"].values()} == {head_id}
+    size = int(ssh(two, head.name, f"docker image inspect --format '{{{{.Size}}}}' {TAG}").stdout)
+    assert doc["nodes"]["spark-2"]["sent_bytes"] >= size  # the whole image: the worker held none of it
+
+    # A rebuilt image that differs by one small layer: only that layer crosses the fabric.
+    ssh(two, head.name, "mkdir -p ~/patch && cd ~/patch && head -c 300000 /dev/urandom > patch.bin && "
+                        f"printf 'FROM {TAG}\nCOPY patch.bin /opt/patch.bin\n' > Dockerfile && "
+                        f"DOCKER_BUILDKIT=0 docker build -q -t {TAG}:patched . >/dev/null")
+    check = sc(two, "image", "sync", f"{TAG}:patched", "--check", "--json")
+    assert json.loads(check.stdout)["nodes"] == {"spark-2": {"layers_held": 1}}
+    second = sc(two, "image", "sync", f"{TAG}:patched", "--json")
+    assert second.returncode == 0, second.stderr
+    sent = json.loads(second.stdout)["nodes"]["spark-2"]["sent_bytes"]
+    assert 300_000 < sent < 2_000_000, sent
+    # The same image ID (the hash of a config that names every layer's content hash) as the head's.
+    assert {n["id"] for n in json.loads(second.stdout)["nodes"].values()} == {
+        ssh(two, head.name, f"docker image inspect --format '{{{{.Id}}}}' {TAG}:patched").stdout.strip()}
+    again = json.loads(sc(two, "image", "sync", f"{TAG}:patched", "--json").stdout)
+    assert again["nodes"]["spark-2"]["sent_bytes"] == 0
 
 
 def test_tp_larger_than_the_gpus_is_refused_before_anything_starts(two):

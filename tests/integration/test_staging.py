@@ -15,6 +15,7 @@ import pytest
 from sparkcluster.engine.modelref import ModelRef
 from sparkcluster.sim import SimCluster, UpOptions
 from sparkcluster.sim.fakemodel import generate
+from sparkcluster.sim.topology import MGMT_NETDEV
 from tests.helpers import bootstrapped, require_sim, run_cli, ssh, unique_name
 
 pytestmark = [pytest.mark.sim, pytest.mark.slow]
@@ -94,12 +95,20 @@ def model_sizes(cluster: SimCluster) -> dict[str, int]:
     return {str(p.relative_to(snap)): os.path.getsize(os.path.realpath(p)) for p in snap.rglob("*") if p.is_symlink()}
 
 
+def received_bytes(cluster: SimCluster, host: str) -> dict[str, int]:
+    """The kernel's receive counter of each of the host's interfaces."""
+    out = ssh(cluster, host, "for d in /sys/class/net/*; do echo ${d##*/} $(cat $d/statistics/rx_bytes); done").stdout
+    return {name: int(count) for name, count in (line.split() for line in out.splitlines())}
+
+
 def test_stage_fans_out_identically_and_a_rerun_sends_nothing(staged_cluster):
     c = staged_cluster
     sizes = model_sizes(c)
     assert sum(sizes.values()) >= 1 << 30
+    workers = ("spark-2", "spark-3", "spark-4")
+    before = {w: received_bytes(c, w) for w in workers}
     with RefWatcher(c, sizes) as watcher:
-        code, doc = stage_json(c)
+        code, doc = stage_json(c)  # the default transport: plain TCP between the fabric addresses
     assert code == 0, doc
     assert watcher.samples > 10 and watcher.violations == []
     assert doc["source"] == "spark-1"
@@ -107,12 +116,12 @@ def test_stage_fans_out_identically_and_a_rerun_sends_nothing(staged_cluster):
     assert all(doc["nodes"][w]["bytes"] == sum(sizes.values()) for w in ("spark-2", "spark-3", "spark-4"))
     reference = sums(c, "spark-1")
     assert reference.count("safetensors") == 5
-    # The copies came over the fabric: each worker's sshd saw peers' QSFP addresses, never their LAN ones.
-    for w in ("spark-2", "spark-3", "spark-4"):
-        log = (c.host_dir(c.host(w)) / "boot.log").read_text()
-        peers = [h for h in c.topology.hosts if h.name != w]
-        assert any(f"Connection from {h.fabric_ips[0]} " in log for h in peers)
-        assert not any(f"Connection from {h.mgmt_ip} " in log for h in peers)
+    # The copies came over the fabric: each worker's QSFP interfaces received the model, its management port
+    # only the control traffic (ssh from this machine).
+    for w in workers:
+        grew = {name: count - before[w].get(name, 0) for name, count in received_bytes(c, w).items()}
+        assert sum(n for name, n in grew.items() if name.startswith(("enp1s0f", "enP2p1s0f"))) >= sum(sizes.values())
+        assert grew[MGMT_NETDEV] < sum(sizes.values()) // 20, grew
     for w in ("spark-2", "spark-3", "spark-4"):
         assert sums(c, w) == reference
         assert ssh(c, w, f"stat -c %U ~/{MODEL_DIR[len('home/spark/'):]}/blobs/*| sort -u").stdout == "spark\n"
@@ -138,9 +147,15 @@ def test_corrupt_blob_is_found_and_repaired(staged_cluster):
     status = json.loads(cli(c, "stage", MODEL, "--status", "--verify", "full", "--json").stdout)
     assert status["nodes"]["spark-3"]["state"] == "corrupt" and len(status["nodes"]["spark-3"]["corrupt"]) == 1
     assert status["nodes"]["spark-2"]["state"] == "complete"
-    code, doc = stage_json(c, "--verify", "full")
+    # Repaired over rsync and ssh, the transport for encryption on the wire: it goes between the nodes' QSFP
+    # addresses, never their LAN ones (the worker's sshd logs each connection's address).
+    code, doc = stage_json(c, "--verify", "full", "--transport", "ssh")
     assert code == 0 and doc["nodes"]["spark-3"]["state"] == "complete" and doc["nodes"]["spark-3"]["bytes"] > 0
     assert sums(c, "spark-3") == reference
+    log = (c.host_dir(c.host("spark-3")) / "boot.log").read_text()
+    peers = [h for h in c.topology.hosts if h.name != "spark-3"]
+    assert any(f"Connection from {h.fabric_ips[0]} " in log for h in peers)
+    assert not any(f"Connection from {h.mgmt_ip} " in log for h in peers)
 
 
 def _drop_copies(c: SimCluster, hosts: list[str]) -> None:
@@ -157,7 +172,7 @@ def test_worker_powered_off_mid_transfer_then_rerun_completes(staged_cluster):
         timer.start()
         code, doc = stage_json(c)
         timer.join()
-    assert code == 1
+    assert code == 1 and "nodes" in doc, doc
     assert doc["nodes"]["spark-3"]["state"] == "failed"
     # spark-4 followed spark-3 in the chain: it re-routed to the node before it and still completed
     assert doc["nodes"]["spark-4"]["state"] == "complete"

@@ -1,0 +1,65 @@
+"""The control side of staging's TCP transport (`blobwire.py` is the node side): the commands that start a
+sender on a node, fetch one blob from it, and stop it. ssh carries these commands and the run's token (on
+stdin, never in argv); the blobs themselves go over plain TCP between the fabric addresses."""
+
+from __future__ import annotations
+
+import secrets
+import shlex
+from collections.abc import Iterable
+from dataclasses import dataclass
+from importlib import resources
+
+from ..engine.command import Command
+from ..engine.errors import SparkclusterError
+
+TRANSPORTS = ("tcp", "ssh")
+BLOBWIRE_PY = (resources.files("sparkcluster.staging") / "blobwire.py").read_text()
+EXIT_CORRUPT, EXIT_CONNECTION, EXIT_REFUSED = 3, 4, 5  # blobwire fetch's exit codes
+
+
+def new_token() -> str:
+    """One per staging run: the senders serve only connections that present it."""
+    return secrets.token_hex(32)
+
+
+def _blobwire(*args: str, token: str, timeout: float) -> Command:
+    return Command(f"python3 -c {shlex.quote(BLOBWIRE_PY)} {shlex.join(args)}", stdin=token + "\n",
+                   timeout=timeout, secrets=(token,))
+
+
+def serve_command(bind: str, blobs_dir: str, allowed: Iterable[str], token: str) -> Command:
+    return _blobwire("serve", "--bind", bind, "--dir", blobs_dir, "--allow", ",".join(sorted(allowed)),
+                     token=token, timeout=30)
+
+
+def fetch_command(connect: str, source: str, blobs_dir: str, blob: str, size: int, token: str) -> Command:
+    return _blobwire("fetch", "--connect", connect, "--source", source, "--dir", blobs_dir, "--blob", blob,
+                     "--size", str(size), token=token, timeout=24 * 3600)
+
+
+@dataclass(frozen=True)
+class Sender:
+    """A running sender: where fetchers connect, and the process to stop afterwards."""
+
+    address: str
+    port: int
+    pid: int
+
+    @property
+    def endpoint(self) -> str:
+        return f"[{self.address}]:{self.port}" if ":" in self.address else f"{self.address}:{self.port}"
+
+    def stop_command(self) -> Command:
+        # Only our own server (its command line has --allow): a recycled PID is left alone.
+        return Command(f"grep -qa -- --allow /proc/{self.pid}/cmdline 2>/dev/null && kill {self.pid}; true",
+                       timeout=15)
+
+
+def parse_started(name: str, address: str, stdout: str) -> Sender:
+    try:
+        port, pid = (int(word) for word in stdout.split())
+    except ValueError:
+        raise SparkclusterError(f"{name}: the blob sender did not start (it printed {stdout.strip()[:200]!r})",
+                                "check that python3 runs there, or stage with --transport ssh") from None
+    return Sender(address, port, pid)
