@@ -253,10 +253,14 @@ def test_a_node_missing_the_image_with_no_way_to_copy_it(two):
         sc(two, "down")
 
 
+def image_sync(c: SimCluster, *args: str) -> subprocess.CompletedProcess:
+    return run_cli("image", "sync", *args, "-i", str(c.inventory_path), timeout=300)
+
+
 def test_image_sync_sends_only_the_layers_a_node_lacks(two):
     head, worker = two.topology.hosts
     ssh(two, worker.name, f"docker rmi -f {TAG} {TAG}:patched >/dev/null 2>&1; true")
-    first = sc(two, "image", "sync", TAG, "--json")
+    first = image_sync(two, TAG, "--json")
     assert first.returncode == 0, first.stderr
     doc = json.loads(first.stdout)
     head_id = ssh(two, head.name, f"docker image inspect --format '{{{{.Id}}}}' {TAG}").stdout.strip()
@@ -268,16 +272,16 @@ def test_image_sync_sends_only_the_layers_a_node_lacks(two):
     ssh(two, head.name, "mkdir -p ~/patch && cd ~/patch && head -c 300000 /dev/urandom > patch.bin && "
                         f"printf 'FROM {TAG}\nCOPY patch.bin /opt/patch.bin\n' > Dockerfile && "
                         f"DOCKER_BUILDKIT=0 docker build -q -t {TAG}:patched . >/dev/null")
-    check = sc(two, "image", "sync", f"{TAG}:patched", "--check", "--json")
+    check = image_sync(two, f"{TAG}:patched", "--check", "--json")
     assert json.loads(check.stdout)["nodes"] == {"spark-2": {"layers_held": 1}}
-    second = sc(two, "image", "sync", f"{TAG}:patched", "--json")
+    second = image_sync(two, f"{TAG}:patched", "--json")
     assert second.returncode == 0, second.stderr
     sent = json.loads(second.stdout)["nodes"]["spark-2"]["sent_bytes"]
     assert 300_000 < sent < 2_000_000, sent
     # The same image ID (the hash of a config that names every layer's content hash) as the head's.
     assert {n["id"] for n in json.loads(second.stdout)["nodes"].values()} == {
         ssh(two, head.name, f"docker image inspect --format '{{{{.Id}}}}' {TAG}:patched").stdout.strip()}
-    again = json.loads(sc(two, "image", "sync", f"{TAG}:patched", "--json").stdout)
+    again = json.loads(image_sync(two, f"{TAG}:patched", "--json").stdout)
     assert again["nodes"]["spark-2"]["sent_bytes"] == 0
 
 
