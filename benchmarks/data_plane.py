@@ -80,9 +80,10 @@ def raw_tcp(cluster: SimCluster, path: str, sink: str = "/dev/null") -> Measured
     return m
 
 
-def stage(cluster: SimCluster, *args: str) -> tuple[Measured, float]:
+def stage(cluster: SimCluster, *args: str, drop: bool = True) -> tuple[Measured, float]:
     """(the CLI run measured, the copy phase's seconds as it reports them)."""
-    root(cluster, "spark-2", "rm -rf /home/spark/.cache/huggingface/hub/models--acme--bench")
+    if drop:
+        root(cluster, "spark-2", "rm -rf /home/spark/.cache/huggingface/hub/models--acme--bench")
     with Measured() as m:
         doc = json.loads(cli(cluster, "stage", MODEL, "--json", "--limit", "spark-1,spark-2", *args))
     return m, doc["nodes"]["spark-2"]["seconds"]
@@ -104,8 +105,8 @@ def registry_sync(cluster: SimCluster, tag: str) -> tuple[Measured, Measured]:
         with Measured() as pull:
             root(cluster, "spark-2", f"docker pull -q 127.0.0.1:5000/{tag}")
     finally:
-        root(cluster, "spark-1", "pkill -f docker-registry; pkill socat; true")
-        root(cluster, "spark-2", f"pkill socat; docker rmi -f 127.0.0.1:5000/{tag} >/dev/null 2>&1; true")
+        root(cluster, "spark-1", "pkill -x docker-registry; pkill -x socat; true")
+        root(cluster, "spark-2", f"pkill -x socat; docker rmi -f 127.0.0.1:5000/{tag} >/dev/null 2>&1; true")
     return push, pull
 
 
@@ -126,6 +127,7 @@ def main() -> int:
         tcp, tcp_copy = stage(cluster)
         tcp1, tcp1_copy = stage(cluster, "--streams", "1")
         ssh, ssh_copy = stage(cluster, "--transport", "ssh")
+        idle, _ = stage(cluster, drop=False)  # the CLI's fixed cost (start, facts, scan) with nothing to copy
         print(f"raw TCP (socat) {gb:.2f} GB spark-1 -> spark-2: {gb / raw.wall * 1e3:.0f} MB/s, "
               f"{raw.cpu / gb:.2f} CPU-s/GB; into a file: {gb / raw_file.wall * 1e3:.0f} MB/s, "
               f"{raw_file.cpu / gb:.2f} CPU-s/GB")
@@ -134,7 +136,9 @@ def main() -> int:
             print(f"stage {name:15} copy {copy:6.2f} s = {gb / copy * 1e3:5.0f} MB/s = {raw.wall / copy:.2f} x raw TCP "
                   f"({raw_file.wall / copy:.2f} x into a file); whole CLI {m.wall:5.2f} s, {m.cpu / gb:.2f} CPU-s/GB")
         print(f"(a) tcp staging / raw TCP = {raw.wall / tcp_copy:.2f} (goal >= 0.7)")
-        print(f"(b) CPU-s per GB, tcp / ssh = {tcp.cpu / ssh.cpu:.2f} (goal <= 0.33)")
+        print(f"(b) CPU-s per GB, tcp / ssh = {tcp.cpu / ssh.cpu:.2f} whole CLI runs; without the fixed "
+              f"{idle.cpu:.2f} CPU-s of a run with nothing to copy: {(tcp.cpu - idle.cpu) / gb:.2f} vs "
+              f"{(ssh.cpu - idle.cpu) / gb:.2f} CPU-s/GB = {(tcp.cpu - idle.cpu) / (ssh.cpu - idle.cpu):.2f} (goal <= 0.33)")
 
         tar = image.build(TAG, ray_env=RAY_ENV, with_torch=True)  # the 1.1 GB test image (cached)
         image.import_into(cluster, ["spark-1"], TAG, tar)

@@ -22,7 +22,7 @@ from ..engine.modelref import ModelRef
 from ..engine.errors import SparkclusterError, UsageError
 from ..engine.facts import HostFacts
 from .space import free_bytes, no_space
-from .wire import EXIT_CORRUPT, TRANSPORTS, Sender, fetch_command, new_token, parse_started, serve_command
+from .wire import EXIT_CORRUPT, TRANSPORTS, Sender, fetch_command, new_token, start_senders, stop_senders
 from .hfcache import (
     PARTIAL_DIR, Manifest, NodeModel, NodeStatus, finalize_command, node_status, parse_scan, rsync_blobs_argv,
     scan_command, source_manifest, verify_command,
@@ -227,7 +227,7 @@ class Chain:
             parallel_map(lambda name: self._drain(name, queues[name]), workers, workers=len(workers),
                          on_abort=self.s.close)
         finally:
-            self._stop_senders()
+            stop_senders(self.s.transports, self.senders)
         for name in self.chain[1:]:
             node = self.result.nodes[name]
             node.seconds = time.monotonic() - started
@@ -237,37 +237,13 @@ class Chain:
 
     # ---- TCP senders ------------------------------------------------------------------------------------
     def _start_senders(self) -> None:
-        """A sender on every node that feeds another (all but the last), bound to its fabric address and
-        serving only the chain's addresses; a node whose sender cannot start drops out like a failed one."""
-        allowed = [self.addresses[n] for n in self.chain]
-
-        def start(name: str) -> None:
-            if self.failed[name].is_set():
-                return
-            blobs = f"{self.s.scans[name].model_dir}/blobs"
-            try:
-                result = self.s.transports[name].run(serve_command(self.addresses[name], blobs, allowed, self.token))
-                if not result.ok:
-                    return self._fail(name, f"the blob sender did not start: {result.stderr_tail(3)}",
-                                      f"check that {self.addresses[name]} is an address of {name}, "
-                                      "or stage with --transport ssh")
-                self.senders[name] = parse_started(name, self.addresses[name], result.stdout)
-            except Unreachable as e:
-                self._fail(name, e.message, e.fix)
-            except SparkclusterError as e:
-                self._fail(name, e.message, e.fix)
-
-        parallel_map(start, self.chain[:-1], workers=len(self.chain) - 1, on_abort=self.s.close)
-
-    def _stop_senders(self) -> None:
-        """Senders also exit on their own once idle; stopping them now closes their ports at once."""
-        def stop(name: str) -> None:
-            try:
-                self.s.transports[name].run(self.senders[name].stop_command())
-            except Unreachable:
-                pass  # a node that is gone took its sender with it
-
-        parallel_map(stop, list(self.senders), workers=max(1, len(self.senders)))
+        """A sender on every node that feeds another (all but the last); one that cannot start drops out."""
+        feeders = [n for n in self.chain[:-1] if not self.failed[n].is_set()]
+        self.senders, failures = start_senders(
+            self.s.transports, {n: f"{self.s.scans[n].model_dir}/blobs" for n in feeders},
+            {n: self.addresses[n] for n in feeders}, [self.addresses[n] for n in self.chain], self.token)
+        for name, (error, fix) in failures.items():
+            self._fail(name, error, fix)
 
     # ---- per node --------------------------------------------------------------------------------------
     def _run(self, name: str, command: Command) -> bool:

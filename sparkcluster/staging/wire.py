@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import secrets
 import shlex
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from importlib import resources
 
 from ..engine.command import Command
 from ..engine.errors import SparkclusterError
+from ..engine.parallel import parallel_map
+from ..engine.transport import Transport, Unreachable
 
 TRANSPORTS = ("tcp", "ssh")
 BLOBWIRE_PY = (resources.files("sparkcluster.staging") / "blobwire.py").read_text()
@@ -63,3 +65,37 @@ def parse_started(name: str, address: str, stdout: str) -> Sender:
         raise SparkclusterError(f"{name}: the blob sender did not start (it printed {stdout.strip()[:200]!r})",
                                 "check that python3 runs there, or stage with --transport ssh") from None
     return Sender(address, port, pid)
+
+
+def start_senders(transports: Mapping[str, Transport], blobs_dirs: Mapping[str, str], addresses: Mapping[str, str],
+                  allowed: Iterable[str], token: str) -> tuple[dict[str, Sender], dict[str, tuple[str, str]]]:
+    """A sender on each named node, bound to its address, serving its blobs dir to `allowed` only. Returns
+    the senders and, for nodes where none started, (error, fix)."""
+    senders: dict[str, Sender] = {}
+    failures: dict[str, tuple[str, str]] = {}
+    allowed = list(allowed)
+
+    def start(name: str) -> None:
+        try:
+            result = transports[name].run(serve_command(addresses[name], blobs_dirs[name], allowed, token))
+            if not result.ok:
+                failures[name] = (f"the blob sender did not start: {result.stderr_tail(3)}",
+                                  f"check that {addresses[name]} is an address of {name}, or use --transport ssh")
+                return
+            senders[name] = parse_started(name, addresses[name], result.stdout)
+        except SparkclusterError as e:  # Unreachable included
+            failures[name] = (e.message, e.fix)
+
+    parallel_map(start, list(blobs_dirs), workers=max(1, len(blobs_dirs)))
+    return senders, failures
+
+
+def stop_senders(transports: Mapping[str, Transport], senders: Mapping[str, Sender]) -> None:
+    """Senders also exit on their own once idle; stopping them now closes their ports at once."""
+    def stop(name: str) -> None:
+        try:
+            transports[name].run(senders[name].stop_command())
+        except Unreachable:
+            pass  # a node that is gone took its sender with it
+
+    parallel_map(stop, list(senders), workers=max(1, len(senders)))
