@@ -286,7 +286,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args)
     except SparkclusterError as e:
-        err_console.print(f"[bold red]error:[/bold red] {escape(e.message)}", highlight=False)
+        message = e.message
+        if isinstance(e, Unreachable) and e.host and e.host not in message:
+            message = f"{e.host}: {message}"  # the transport names the address; the user knows the node's name
+        err_console.print(f"[bold red]error:[/bold red] {escape(message)}", highlight=False)
         if e.fix:
             err_console.print(f"  [bold]fix:[/bold] {escape(e.fix)}", highlight=False)
         return e.exit_code

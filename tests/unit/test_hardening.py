@@ -24,7 +24,7 @@ from sparkcluster.engine.command import ENV_NAME, Command
 from sparkcluster.engine.errors import EXIT_USAGE, SparkclusterError, UsageError
 from sparkcluster.engine.inventory import Host
 from sparkcluster.engine.modelref import ModelRef
-from sparkcluster.engine.transport import Result
+from sparkcluster.engine.transport import Result, Unreachable
 from sparkcluster.engine.inventory import InventoryError, load_inventory
 from sparkcluster.nccl.logs import read_probe_output
 from sparkcluster.serving.recipes import load_recipe
@@ -438,3 +438,14 @@ def test_random_flag_values_parse_in_range_or_exit_2(capsys, flag, text):
         assert e.code == EXIT_USAGE and f"{flag}: " in capsys.readouterr().err  # `argument [-n/]--lines: ...`
     else:
         assert valid(getattr(args, flag[2:].replace("-", "_")))
+
+
+def test_a_lost_connection_that_reaches_the_top_names_the_node(monkeypatch, capsys):
+    # Failed before the fix: serve printed "lost the connection to 192.168.103.12", and the user had to map the
+    # address back to the node that was powered off.
+    def lose_spark_2(args: object) -> int:
+        raise Unreachable("lost the connection to 192.168.103.12", "power it on", host="spark-2")
+    monkeypatch.setattr(cli, "cmd_facts", lose_spark_2)
+    code, err = run_cli(monkeypatch, capsys, "facts", "-i", "unused.yml")
+    assert code == 1
+    assert "error: spark-2: lost the connection to 192.168.103.12" in err and "fix: power it on" in err
