@@ -25,7 +25,7 @@ from .engine.transport import Transport, Unreachable
 from .serving import commands as serve_cli
 from .bench import commands as bench_commands
 from .engine.modelref import ModelRef
-from .staging.chain import stage, stage_status
+from .staging.stager import stage, stage_status
 from .staging.wire import TRANSPORTS
 from .nccl.verify import run_verify
 from .nccl import report as nccl_report

@@ -17,7 +17,7 @@ from ..engine.errors import SparkclusterError, UsageError
 from ..engine.inventory import Host, Inventory
 from ..engine.modelref import ModelRef
 from ..nccl.verify import run_verify
-from ..staging.chain import stage
+from ..staging.stager import stage
 from .image import check_images, sync_image
 from .launch import DEFAULT_IMAGE, DEFAULT_VLLM_PORT, Node, ServeArgs
 from .lifecycle import diagnosis, gone, ray_commands, running_current, start, stop_everywhere, vllm_commands

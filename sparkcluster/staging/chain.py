@@ -1,37 +1,32 @@
-"""`sparkcluster stage MODEL`: one copy of a model's snapshot on every node, sent node to node over the QSFP
-fabric in a pipelined chain (source -> n1 -> n2 ...: each node forwards a blob as soon as it holds it, so the
-total stays close to one transfer rather than growing with N as a star from one source does).
+"""The pipelined copy chain of `sparkcluster stage` (stager.py decides what to copy where): source -> n1 -> n2
+...; each destination pulls every blob it lacks from the nearest healthy node before it, as soon as that node
+holds it, so the total stays close to one transfer rather than growing with N as a star from one source does.
 
 Blobs travel over plain TCP between the nodes' fabric addresses (`--transport tcp`, the default: `wire.py`,
 `blobwire.py`), hashed as they arrive, or with rsync over ssh between the nodes themselves (`--transport
-ssh`: the bootstrap key mesh, AES-GCM, for encryption on the wire). Either way interrupted blobs wait in a
-hidden partial dir and resume, each received blob is checked against the hash in its name, and links and
-then the ref are written last, so an interrupted copy never looks complete (reference/dual-node-spec.md
-F14/F15).
+ssh`). Either way interrupted blobs wait in a hidden partial dir and resume, each received blob is checked
+against the hash in its name, and links and then the ref are written last, so an interrupted copy never looks
+complete (reference/dual-node-spec.md F14/F15).
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from ..engine.command import Command
-from ..engine.modelref import ModelRef
-from ..engine.errors import SparkclusterError, UsageError
 from ..engine.facts import HostFacts
-from .space import free_bytes, no_space
-from .wire import EXIT_CORRUPT, TRANSPORTS, Sender, fetch_command, new_token, start_senders, stop_senders
-from .hfcache import (
-    PARTIAL_DIR, Manifest, NodeModel, NodeStatus, finalize_command, node_status, parse_scan, rsync_blobs_argv,
-    scan_command, source_manifest, verify_command,
-)
-from ..engine.inventory import Host, Inventory
-from ..engine.network import choose_for
+from ..engine.modelref import ModelRef
 from ..engine.parallel import parallel_map
-from ..engine.transport import SSH_FOR_BULK, Transport, Unreachable, openssh_argv
-
+from ..engine.transport import SSH_FOR_BULK, Transport, Unreachable
+from .hfcache import (
+    PARTIAL_DIR, Manifest, NodeModel, NodeStatus, finalize_command, rsync_blobs_argv, verify_command,
+)
+from .space import free_bytes, no_space
+from .wire import EXIT_CORRUPT, Sender, fetch_command, new_token, start_senders, stop_senders
 
 
 @dataclass(frozen=True)
@@ -73,121 +68,25 @@ class StageResult:
         return sum(r.bytes for r in self.nodes.values())
 
 
-class Stager:
-    def __init__(self, inventory: Inventory, transports: Mapping[str, Transport], facts: Mapping[str, HostFacts],
-                 model: ModelRef, *, verify: str = "size", streams: int = 2, transport: str = "tcp",
-                 over_lan: bool = False, progress: Callable[[BlobDone], None] = lambda event: None) -> None:
-        if verify not in ("size", "full"):
-            raise UsageError(f"--verify must be size or full, not {verify!r}")
-        if transport not in TRANSPORTS:
-            raise UsageError(f"--transport must be {' or '.join(TRANSPORTS)}, not {transport!r}")
-        self.transport = transport
-        self.inventory = inventory
-        self.transports = transports
-        self.facts = facts
-        self.model = model
-        self.verify = verify
-        self.streams = max(1, streams)
-        self.over_lan = over_lan  # only to measure what the fabric is worth (benchmarks)
-        self.progress = progress
-        self.scans: dict[str, NodeModel] = {}
+class ChainSettings(Protocol):
+    """What the chain reads from the run that set it up (stager.Stager)."""
 
-    # ---- reading ---------------------------------------------------------------------------------------
-    def scan(self) -> dict[str, NodeModel]:
-        def one(host: Host) -> tuple[str, NodeModel]:
-            result = self.transports[host.name].run(scan_command(self.model))
-            return host.name, parse_scan(result.stdout)
+    transports: Mapping[str, Transport]
+    facts: Mapping[str, HostFacts]
+    scans: dict[str, NodeModel]
+    model: ModelRef
+    transport: str
+    streams: int
+    progress: Callable[[BlobDone], None]
 
-        self.scans = dict(parallel_map(one, self.inventory.hosts, workers=len(self.inventory.hosts),
-                                       on_abort=self.close))
-        return self.scans
-
-    def close(self) -> None:
-        """Drop every connection: threads waiting on remote commands return at once (interrupts)."""
-        for transport in self.transports.values():
-            transport.close()
-
-    def bad_hashes(self, name: str, blobs: Sequence[str]) -> frozenset[str]:
-        if not blobs:
-            return frozenset()
-        result = self.transports[name].run(verify_command(self.scans[name].model_dir, list(blobs)))
-        if not result.ok:
-            raise SparkclusterError(f"{name}: could not check blob hashes: {result.stderr_tail(3)}",
-                                    "is python3 installed on the node?")
-        return frozenset(result.stdout.split())
-
-    def choose_source(self, source: str) -> tuple[str, Manifest]:
-        """`auto`: the head if it holds a complete snapshot, else any node that does; or a named node."""
-        candidates = [h.name for h in self.inventory.hosts]
-        if source == "head":
-            candidates = [self.inventory.head.name]
-        elif source != "auto":
-            if source not in candidates:
-                raise UsageError(f"--source {source!r} is not a host of the inventory", f"use one of: {', '.join(candidates)}")
-            candidates = [source]
-        else:
-            candidates.sort(key=lambda n: n != self.inventory.head.name)
-        for name in candidates:
-            manifest = source_manifest(self.model, self.scans[name])
-            if manifest:
-                return name, manifest
-        where = "the head" if source in ("auto", "head") else source
-        raise SparkclusterError(
-            f"no complete snapshot of {self.model} on {where if source != 'auto' else 'any node'}",
-            "download it once on the head (`sparkcluster stage MODEL --source head` with huggingface_hub there) "
-            "or from this machine with --source local",
-        )
-
-    def statuses(self, manifest: Manifest) -> dict[str, NodeStatus]:
-        out = {}
-        for name, node in self.scans.items():
-            bad = frozenset()
-            if self.verify == "full":
-                present = [f.blob for f in manifest.unique_blobs() if node.blobs.get(f.blob) == f.size]
-                bad = self.bad_hashes(name, present)
-            out[name] = node_status(manifest, node, bad)
-        return out
-
-    # ---- copying ---------------------------------------------------------------------------------------
-    def run(self, source: str = "auto") -> StageResult:
-        self.scan()
-        source_name, manifest = self.choose_source(source)
-        statuses = self.statuses(manifest)
-        if not statuses[source_name].complete:  # --verify full found the source's own copy corrupt
-            intact = [n for n, s in statuses.items() if s.complete and (source in ("auto", n))]
-            if not intact:
-                raise SparkclusterError(f"{source_name}'s copy of {self.model} is corrupt and no other node holds "
-                                        "an intact one", "remove it there and stage again from a good copy "
-                                        "(--source local, or a download on the head)")
-            source_name = intact[0]
-        result = StageResult(str(self.model), manifest.commit, source_name,
-                             {n: NodeResult(s.state) for n, s in statuses.items()})
-        result.nodes[source_name].state = "complete"
-        chain = [source_name] + [h.name for h in self.inventory.hosts
-                                 if h.name != source_name and not statuses[h.name].complete]
-        for name in [n for n in statuses if statuses[n].complete]:
-            result.nodes[name].state = "complete"
-        if len(chain) == 1:
-            return result
-        addresses = {name: self._address(name) for name in chain}
-        Chain(self, manifest, chain, statuses, addresses, result).run()
-        return result
-
-    def _address(self, name: str) -> str:
-        """Where other nodes send to: the node's QSFP address (never the LAN, unless measuring it)."""
-        host = next(h for h in self.inventory.hosts if h.name == name)
-        if self.over_lan:
-            return host.address
-        if name not in self.facts:
-            raise SparkclusterError(f"{name}: no facts", "it was unreachable")
-        return choose_for(host, self.facts[name]).ip  # a QsfpError names the host and the fix
+    def close(self) -> None: ...
 
 
 class Chain:
     """The pipelined chain: each destination pulls every blob it lacks from the nearest healthy node before
     it in the chain, as soon as that node holds the blob."""
 
-    def __init__(self, stager: Stager, manifest: Manifest, chain: list[str], statuses: Mapping[str, NodeStatus],
+    def __init__(self, stager: ChainSettings, manifest: Manifest, chain: list[str], statuses: Mapping[str, NodeStatus],
                  addresses: Mapping[str, str], result: StageResult) -> None:
         self.s = stager
         self.manifest = manifest
@@ -243,7 +142,7 @@ class Chain:
             self.s.transports, {n: f"{self.s.scans[n].model_dir}/blobs" for n in feeders},
             {n: self.addresses[n] for n in feeders}, [self.addresses[n] for n in self.chain], self.token)
         for name, (error, fix) in failures.items():
-            self._fail(name, error, fix)
+            self._fail(name, error, f"{fix}; or stage with --transport ssh")
 
     # ---- per node --------------------------------------------------------------------------------------
     def _run(self, name: str, command: Command) -> bool:
@@ -395,42 +294,3 @@ class Chain:
     def _finalize(self, name: str) -> None:
         if self._run(name, finalize_command(self.s.scans[name].model_dir, self.manifest)):
             self.result.nodes[name].state = "complete"
-
-
-def stage(inventory: Inventory, transports: Mapping[str, Transport], facts: Mapping[str, HostFacts],
-          model: ModelRef, *, source: str = "auto", verify: str = "size", streams: int = 2, transport: str = "tcp",
-          over_lan: bool = False, progress: Callable[[BlobDone], None] = lambda event: None) -> StageResult:
-    """Make every node hold `model`: find or make the first copy, then fan it out over the fabric."""
-    from .source import download_on, push_local  # only needed when no node holds the model yet
-
-    head = inventory.head
-    stager = Stager(inventory, transports, facts, model, verify=verify, streams=streams, transport=transport,
-                    over_lan=over_lan, progress=progress)
-    if source == "local":
-        push_local(model, head, transports[head.name], openssh_argv(head))
-        return stager.run("head")
-    if source in ("auto", "head"):
-        stager.scan()
-        holders = [n for n, scan in stager.scans.items() if source_manifest(model, scan)]
-        if not holders or (source == "head" and head.name not in holders):
-            download_on(transports[head.name], model, str(head.vars.get("python", "python3")))
-    return stager.run(source)
-
-
-def stage_status(inventory: Inventory, transports: Mapping[str, Transport], facts: Mapping[str, HostFacts],
-                 model: ModelRef, verify: str = "size") -> dict:
-    """Per node: complete, missing files, corrupt or absent, against the first complete copy found."""
-    stager = Stager(inventory, transports, facts, model, verify=verify)
-    stager.scan()
-    try:
-        source, manifest = stager.choose_source("auto")
-    except SparkclusterError:
-        return {"model": str(model), "source": None, "commit": None,
-                "nodes": {n: {"state": "absent" if not s.blobs else "incomplete", "missing": [], "corrupt": []}
-                          for n, s in stager.scans.items()}}
-    return {
-        "model": str(model), "source": source, "commit": manifest.commit, "files": len(manifest.files),
-        "bytes": manifest.total_bytes,
-        "nodes": {n: {"state": s.state, "missing": list(s.missing), "corrupt": list(s.corrupt)}
-                  for n, s in stager.statuses(manifest).items()},
-    }

@@ -24,7 +24,7 @@ from ..engine.inventory import Host
 from ..engine.parallel import parallel_map
 from ..engine.transport import Transport, Unreachable, openssh_argv, ssh_destination
 from .space import free_bytes, size_text
-from .wire import BLOBWIRE_PY, new_token, parse_started, serve_command
+from .wire import BLOBWIRE_PY, Sender, new_token, start_senders, stop_senders
 
 WORK_DIR = ".cache/sparkcluster/image-sync"  # under the head's login home: the saved tar and the parts plans
 SAVED_TAR = "image.tar"
@@ -105,7 +105,7 @@ class HeadSender:
     def __init__(self, head: Host, transport: Transport, image: str, head_info: ImageInfo, fabric_ip: str) -> None:
         self.head, self.transport, self.image, self.info, self.fabric_ip = head, transport, image, head_info, fabric_ip
         self.token = new_token()
-        self.sender = None
+        self.sender: Sender | None = None
 
     def _run(self, command: Command, what: str) -> str:
         result = self.transport.run(command)
@@ -137,17 +137,22 @@ class HeadSender:
         return name, sum(length for _, length in ranges) + 1024
 
     def start(self, allowed: Sequence[str]) -> str:
-        started = self._run(serve_command(self.fabric_ip, WORK_DIR, allowed, self.token), "starting the image sender")
-        self.sender = parse_started(self.head.name, self.fabric_ip, started)
+        name = self.head.name
+        senders, failures = start_senders({name: self.transport}, {name: WORK_DIR}, {name: self.fabric_ip}, allowed,
+                                          self.token)
+        if failures:
+            error, fix = failures[name]
+            raise SparkclusterError(f"{name}: {error}", fix)
+        self.sender = senders[name]
         return self.sender.endpoint
 
     def close(self) -> None:
+        if self.sender:
+            stop_senders({self.head.name: self.transport}, {self.head.name: self.sender})
         try:
-            if self.sender:
-                self.transport.run(self.sender.stop_command())
             self.transport.run(Command.argv(["rm", "-rf", "--", WORK_DIR], timeout=120))
         except Unreachable:
-            pass
+            pass  # a head that is gone took its work dir's contents with it
 
 
 def load_on(node: Host, endpoint: str, source_ip: str, parts: str, size: int, token: str, image: str, image_id: str,

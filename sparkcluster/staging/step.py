@@ -12,7 +12,7 @@ from ..engine.command import Command
 from ..engine.errors import SparkclusterError
 from ..engine.modelref import ModelRef
 from .hfcache import source_manifest
-from .chain import Stager, stage
+from .stager import Stager, stage
 
 
 @dataclass(frozen=True)

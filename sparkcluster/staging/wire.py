@@ -63,7 +63,7 @@ def parse_started(name: str, address: str, stdout: str) -> Sender:
         port, pid = (int(word) for word in stdout.split())
     except ValueError:
         raise SparkclusterError(f"{name}: the blob sender did not start (it printed {stdout.strip()[:200]!r})",
-                                "check that python3 runs there, or stage with --transport ssh") from None
+                                "check that python3 runs there") from None
     return Sender(address, port, pid)
 
 
@@ -80,7 +80,7 @@ def start_senders(transports: Mapping[str, Transport], blobs_dirs: Mapping[str, 
             result = transports[name].run(serve_command(addresses[name], blobs_dirs[name], allowed, token))
             if not result.ok:
                 failures[name] = (f"the blob sender did not start: {result.stderr_tail(3)}",
-                                  f"check that {addresses[name]} is an address of {name}, or use --transport ssh")
+                                  f"check that {addresses[name]} is an address of {name} and python3 runs there")
                 return
             senders[name] = parse_started(name, addresses[name], result.stdout)
         except SparkclusterError as e:  # Unreachable included
