@@ -8,7 +8,8 @@ staging runs on the nodes through ssh, which only sets it up. The bytes never pa
 
 `serve` also serves a parts plan (`NAME.parts`, JSON: a file and byte ranges of it): the pieces of a saved
 image tar that one node lacks, sent as one valid tar stream, which `stream` writes to its stdout with
-progress ("bytes N") on stderr. `tar-index` lists a tar's members with their byte ranges, and the image's
+progress ("bytes N") on stderr. A plan that names a file to `follow` instead sends a file that `docker save`
+is still writing, as it grows, to its end. `tar-index` lists a tar's members with their byte ranges, and the image's
 manifest and config, for the control side to choose the ranges.
 
 `serve` binds to one address (the node's fabric address), forks a detached server and returns its port: the
@@ -32,6 +33,7 @@ import json
 import os
 import re
 import socket
+import struct
 import sys
 import threading
 import time
@@ -43,6 +45,8 @@ REQUEST_TIMEOUT_S = 10.0
 EXIT_CORRUPT, EXIT_CONNECTION, EXIT_REFUSED = 3, 4, 5
 BLOB_NAME = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
 PARTS_NAME = re.compile(r"[A-Za-z0-9_-]+\.parts")
+PLAN_FILE = re.compile(r"[A-Za-z0-9_-]+\.(tar|exit)")  # what a parts plan may name, in the served dir only
+GROWING = -1  # the size a plan announces for a file still being written: the stream runs to the sender's end
 TAR_END = b"\0" * 1024  # two zero blocks: the end of a tar archive
 
 
@@ -110,8 +114,11 @@ class Server:
     def send_parts(self, conn: socket.socket, name: str) -> None:
         with open(os.path.join(self.blobs, name)) as f:
             plan = json.load(f)
-        if not BLOB_NAME.fullmatch(plan["file"]) and not re.fullmatch(r"[A-Za-z0-9_-]+\.tar", plan["file"]):
+        if not all(PLAN_FILE.fullmatch(plan[key]) for key in ("file", "follow") if key in plan):
             return
+        if "follow" in plan:
+            return self.send_growing(conn, os.path.join(self.blobs, plan["file"]),
+                                     os.path.join(self.blobs, plan["follow"]))
         ranges = [(int(start), int(length)) for start, length in plan["ranges"]]
         conn.sendall(b"OK %d\n" % (sum(length for _, length in ranges) + len(TAR_END)))
         conn.settimeout(None)
@@ -119,6 +126,29 @@ class Server:
             for start, length in ranges:
                 conn.sendfile(f, start, length)
         conn.sendall(TAR_END)
+
+
+    @staticmethod
+    def send_growing(conn: socket.socket, path: str, exit_path: str) -> None:
+        """A file while another process still writes it (`docker save` into it), to its end: done when the
+        writer's exit status (in `exit_path`) is 0 and every byte is sent. A failed writer resets the
+        connection, so the reader fails rather than taking a short stream for a whole one."""
+        conn.sendall(b"OK %d\n" % GROWING)
+        conn.settimeout(None)
+        sent = 0
+        with open(path, "rb") as f:
+            while True:
+                finished = os.path.exists(exit_path)  # looked at first: all the writer wrote is in the size after
+                size = os.fstat(f.fileno()).st_size
+                if sent < size:
+                    sent += conn.sendfile(f, sent, size - sent)
+                elif not finished:
+                    time.sleep(0.05)
+                else:
+                    with open(exit_path) as status:
+                        if status.read().strip() != "0":
+                            conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                    return
 
 
 def serve(args: argparse.Namespace, token: bytes) -> int:
@@ -200,10 +230,16 @@ def stream(args: argparse.Namespace, token: bytes) -> int:
     if isinstance(conn, int):
         return conn
     out, done, shown = sys.stdout.buffer, 0, 0.0
+    growing = args.size == GROWING
     buffer = memoryview(bytearray(CHUNK))
     with conn:
-        while done < args.size:
-            n = conn.recv_into(buffer, min(CHUNK, args.size - done))
+        while growing or done < args.size:
+            try:
+                n = conn.recv_into(buffer, CHUNK if growing else min(CHUNK, args.size - done))
+            except OSError as e:  # a reset: the sender's writer failed
+                return _fail(EXIT_CONNECTION, f"{args.connect} broke off the stream at byte {done}: {e}")
+            if not n and growing:
+                break
             if not n:
                 return _fail(EXIT_CONNECTION, f"{args.connect} closed the stream at byte {done} of {args.size}")
             out.write(buffer[:n])

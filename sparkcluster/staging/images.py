@@ -1,12 +1,15 @@
 """The same container image on every node (F16): compare image IDs, and copy the head's image to the nodes that
 lack it or hold another one, over the fabric, sending only the layers each node lacks.
 
-How (chosen by measurement, see benchmarks/image_sync.py): the head saves the image once (`docker save -o`);
-for each node the control side picks the saved tar's byte ranges it needs (every member but the layers the
-node already holds, by layer chain); the head's blob sender (`blobwire.py serve`, bound to its fabric address,
-the run's token, the nodes' addresses only) streams each node its ranges as one tar, straight into `docker
-load` there, every node at once. `docker load` skips a layer whose chain it holds without reading it, and
-checks each layer it loads against the image's config; the image ID is compared on every node afterwards.
+How (chosen by measurement against a transient registry, see benchmarks/data_plane.py): the head saves the
+image once, by ID, into a work dir. A node that holds none of its layers (a first copy) loads the tar as the
+head writes it: the head's blob sender (`blobwire.py serve`, bound to its fabric address, the run's token, the
+nodes' addresses only) follows the growing file, so save, transfer and load overlap. Otherwise the head saves
+first, and for each node the control side picks the tar's byte ranges it needs (every member but the layers
+the node already holds, by layer chain), which the sender streams as one tar. Either way the stream goes
+straight into `docker load` on the node, every node at once. `docker load` skips a layer whose chain it holds
+without reading it, and checks each layer it loads against the image's config; the image ID is compared on
+every node afterwards.
 """
 
 from __future__ import annotations
@@ -24,10 +27,12 @@ from ..engine.inventory import Host
 from ..engine.parallel import parallel_map
 from ..engine.transport import Transport, Unreachable, openssh_argv, ssh_destination
 from .space import free_bytes, size_text
+from .blobwire import GROWING
 from .wire import BLOBWIRE_PY, Sender, new_token, start_senders, stop_senders
 
 WORK_DIR = ".cache/sparkcluster/image-sync"  # under the head's login home: the saved tar and the parts plans
 SAVED_TAR = "image.tar"
+SAVE_EXIT = "image.exit"  # docker save's exit status, written when it ends (the sender follows the tar till then)
 LAYER_CHAINS = ("docker image ls -q --no-trunc | sort -u | "
                 "xargs -r docker image inspect --format '{{json .RootFS.Layers}}'")
 
@@ -106,6 +111,7 @@ class HeadSender:
         self.head, self.transport, self.image, self.info, self.fabric_ip = head, transport, image, head_info, fabric_ip
         self.token = new_token()
         self.sender: Sender | None = None
+        self.saver_pid: int | None = None  # a growing save still running
 
     def _run(self, command: Command, what: str) -> str:
         result = self.transport.run(command)
@@ -114,14 +120,18 @@ class HeadSender:
                                     docker_fix(self.head.name, result.stderr))
         return result.stdout
 
-    def save(self) -> dict:
-        """`docker save` into the work dir (checked for room first) and the tar's index."""
+    def _make_room(self) -> str:
+        """The work dir, checked for room for the image first; returns the saved tar's path."""
         self._run(Command.argv(["mkdir", "-p", WORK_DIR]), "creating the image work dir")
         free = free_bytes(self.transport, WORK_DIR)
         if free is not None and free < self.info.size:
             raise SparkclusterError(f"no space on {self.head.name} to save {self.image} ({size_text(self.info.size)}, "
                                     f"has {size_text(free)})", f"free space under ~/{WORK_DIR} on {self.head.name}")
-        tar = f"{WORK_DIR}/{SAVED_TAR}"
+        return f"{WORK_DIR}/{SAVED_TAR}"
+
+    def save(self) -> dict:
+        """`docker save` into the work dir, and the tar's index."""
+        tar = self._make_room()
         # The ID, not the name: the image saved is the one compared, even if the tag moves meanwhile.
         self._run(Command(f"docker save -o {tar}.tmp {shlex.quote(self.info.id or self.image)} && "
                           f"mv -f {tar}.tmp {tar}", timeout=3600), f"docker save {self.image}")
@@ -129,12 +139,32 @@ class HeadSender:
                                              timeout=600), "reading the saved image"))
         return index  # saved by ID, the image has no name in the tar: each node tags what it loaded
 
-    def plan(self, node_index: int, ranges: list[tuple[int, int]]) -> tuple[str, int]:
-        """Writes the node's parts plan; returns its name and the bytes it will send (with the tar's end)."""
+    def save_growing(self) -> None:
+        """`docker save` into the work dir in the background, detached from the ssh session: the sender follows
+        the tar as it grows, so saving, sending and the nodes' loads overlap instead of following each other."""
+        tar = self._make_room()
+        save = (f"docker save {shlex.quote(self.info.id or self.image)} > {tar} 2> {WORK_DIR}/save.err; "
+                f"echo $? > {WORK_DIR}/{SAVE_EXIT}")
+        started = self._run(Command(f"rm -f {WORK_DIR}/{SAVE_EXIT} && : > {tar} && setsid sh -c {shlex.quote(save)} "
+                                    ">/dev/null 2>&1 </dev/null & echo $!"), f"starting docker save {self.image}")
+        self.saver_pid = int(started)
+
+    def check_saved(self) -> None:
+        """Raises if a growing save ended and failed (one still running, or done, is no error of its own)."""
+        status, _, error = self._run(Command(f"cat {WORK_DIR}/{SAVE_EXIT} 2>/dev/null; echo; tail -c 300 "
+                                             f"{WORK_DIR}/save.err 2>/dev/null; true"),
+                                     "reading the save's status").partition("\n")
+        if status.strip() not in ("", "0"):
+            raise SparkclusterError(f"{self.head.name}: docker save {self.image} failed (exit {status.strip()}): "
+                                    f"{' '.join(error.split())}", docker_fix(self.head.name, error))
+
+    def plan(self, node_index: int, ranges: list[tuple[int, int]] | None) -> tuple[str, int]:
+        """Writes the node's parts plan (None: the whole tar as `save_growing` writes it); returns its name and
+        the bytes it will send (with the tar's end), or GROWING."""
         name = f"node{node_index}.parts"
-        self.transport.write_file_atomic(f"{WORK_DIR}/{name}", json.dumps({"file": SAVED_TAR, "ranges": ranges})
-                                         .encode(), 0o600)
-        return name, sum(length for _, length in ranges) + 1024
+        plan = {"file": SAVED_TAR, "follow": SAVE_EXIT} if ranges is None else {"file": SAVED_TAR, "ranges": ranges}
+        self.transport.write_file_atomic(f"{WORK_DIR}/{name}", json.dumps(plan).encode(), 0o600)
+        return name, GROWING if ranges is None else sum(length for _, length in ranges) + 1024
 
     def start(self, allowed: Sequence[str]) -> str:
         name = self.head.name
@@ -150,27 +180,33 @@ class HeadSender:
         if self.sender:
             stop_senders({self.head.name: self.transport}, {self.head.name: self.sender})
         try:
+            if self.saver_pid:  # its own process group (setsid): the shell and docker's client with it
+                self.transport.run(Command(f"grep -qa 'docker save' /proc/{self.saver_pid}/cmdline 2>/dev/null && "
+                                           f"kill -- -{self.saver_pid}; true", timeout=15))
             self.transport.run(Command.argv(["rm", "-rf", "--", WORK_DIR], timeout=120))
         except Unreachable:
             pass  # a head that is gone took its work dir's contents with it
 
 
-def load_on(node: Host, endpoint: str, source_ip: str, parts: str, size: int, token: str, image: str, image_id: str,
-            progress: Callable[[str, int, int], None]) -> None:
+def load_on(node: Host, endpoint: str, source_ip: str, parts: str, size: int, expected: int, token: str,
+            image: str, image_id: str, progress: Callable[[str, int, int], None]) -> int:
     """On `node`, through OpenSSH (so progress arrives as it happens): its parts stream into `docker load`,
-    then the image's name on the loaded ID."""
+    then the image's name on the loaded ID. Returns the bytes that arrived; `expected` is for progress only
+    (a growing save's size is known once it ends)."""
     pipeline = (f"set -o pipefail; python3 -c {shlex.quote(BLOBWIRE_PY)} stream --connect {shlex.quote(endpoint)} "
                 f"--source {shlex.quote(source_ip)} --name {parts} --size {size} | docker load -q && "
                 f"docker tag {shlex.quote(image_id)} {shlex.quote(image)}")
     process = subprocess.Popen([*openssh_argv(node), ssh_destination(node), f"bash -c {shlex.quote(pipeline)}"],
                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     errors: list[str] = []
+    arrived = [0]
 
     def read_stderr() -> None:
         assert process.stderr is not None
         for line in process.stderr:
             if line.startswith("bytes "):
-                progress(node.name, int(line.split()[1]), size)
+                arrived[0] = int(line.split()[1])
+                progress(node.name, arrived[0], max(expected, arrived[0]))
             else:
                 errors.append(line.rstrip())
 
@@ -184,23 +220,37 @@ def load_on(node: Host, endpoint: str, source_ip: str, parts: str, size: int, to
             f"(exit {process.returncode}): " + ("; ".join(errors[-3:]) or stdout.strip()[-200:]),
             f"check that {node.name} reaches {endpoint} over the fabric and has room for the image; "
             "then run `sparkcluster image sync` again (layers already loaded are not sent again)")
+    return arrived[0]
 
 
 def sync_from_head(head: Host, nodes: Sequence[Host], transports: Mapping[str, Transport], fabric: Mapping[str, str],
                    image: str, head_info: ImageInfo, progress: Callable[[str, int, int], None]) -> dict[str, int]:
-    """Copies the head's image to `nodes` (which lack it), every node at once; returns the bytes sent to each."""
+    """Copies the head's image to `nodes` (which lack it), every node at once; returns the bytes sent to each.
+
+    When no node holds any of the image's layers (a first copy), the nodes load the tar while the head still
+    saves it; otherwise the head saves it first, and each node gets only the parts it lacks."""
     holds = dict(zip((n.name for n in nodes), parallel_map(lambda n: held_layers(transports[n.name]), nodes,
                                                             workers=len(nodes))))
+    held = {n.name: holds[n.name](head_info.layers) for n in nodes}
     sender = HeadSender(head, transports[head.name], image, head_info, fabric[head.name])
+    growing = not any(held.values())
     try:
-        index = sender.save()
-        plans = {}
-        for i, node in enumerate(nodes):
-            held = holds[node.name](head_info.layers)
-            plans[node.name] = sender.plan(i, ranges_for(index, held))
+        if growing:
+            sender.save_growing()
+            plans = {n.name: sender.plan(i, None) for i, n in enumerate(nodes)}
+        else:
+            index = sender.save()
+            plans = {n.name: sender.plan(i, ranges_for(index, held[n.name])) for i, n in enumerate(nodes)}
         endpoint = sender.start([fabric[n.name] for n in nodes])
-        parallel_map(lambda n: load_on(n, endpoint, fabric[n.name], *plans[n.name], sender.token, image,
-                                       head_info.id or image, progress), nodes, workers=len(nodes))
+        expected = {name: size if size != GROWING else head_info.size for name, (_, size) in plans.items()}
+        try:
+            sent = parallel_map(lambda n: load_on(n, endpoint, fabric[n.name], *plans[n.name], expected[n.name],
+                                                  sender.token, image, head_info.id or image, progress),
+                                nodes, workers=len(nodes))
+        except SparkclusterError:
+            if growing:
+                sender.check_saved()  # a failed save broke the streams off: its own error says why
+            raise
     finally:
         sender.close()
-    return {name: size for name, (_, size) in plans.items()}
+    return dict(zip((n.name for n in nodes), sent))

@@ -181,3 +181,36 @@ def test_bad_arguments_fail_before_any_connection(tmp_path):
     result = subprocess.run([sys.executable, str(SCRIPT), "serve", "--bind", SERVER_IP, "--dir", str(tmp_path),
                              "--allow", FETCHER_IP], input="", capture_output=True, text=True)
     assert result.returncode == 2 and "no token" in result.stderr
+
+
+@pytest.mark.parametrize("writer_exit, stream_exit", [(0, 0), (1, blobwire.EXIT_CONNECTION)])
+def test_a_file_still_being_written_streams_to_its_end_or_breaks_off(sender, tmp_path, writer_exit, stream_exit):
+    # `docker save` writing the image while the nodes already load it: the stream follows the file as it grows
+    # and ends with the writer; a writer that fails resets the stream, so a short tar is never taken as whole.
+    port = sender[0]
+    blobs = tmp_path / "up" / "blobs"
+    growing = blobs / "image.tar"
+    growing.write_bytes(b"")
+    (blobs / "node0.parts").write_text(json.dumps({"file": "image.tar", "follow": "image.exit"}))
+    pieces = [os.urandom(700_000) for _ in range(4)]
+
+    def write_slowly() -> None:
+        with growing.open("ab") as f:
+            for piece in pieces:
+                f.write(piece)
+                f.flush()
+                threading.Event().wait(0.2)
+        (blobs / "image.exit").write_text(f"{writer_exit}\n")
+
+    writer = threading.Thread(target=write_slowly)
+    writer.start()
+    result = subprocess.run([sys.executable, str(SCRIPT), "stream", "--connect", f"{SERVER_IP}:{port}", "--source",
+                             FETCHER_IP, "--name", "node0.parts", "--size", str(blobwire.GROWING)],
+                            input=(TOKEN + "\n").encode(), capture_output=True, timeout=60)
+    writer.join()
+    assert result.returncode == stream_exit, result.stderr
+    if writer_exit == 0:
+        assert result.stdout == b"".join(pieces)
+        assert result.stderr.decode().splitlines()[-1] == f"bytes {len(b''.join(pieces))}"
+    else:
+        assert b"broke off the stream" in result.stderr
