@@ -57,7 +57,8 @@ def inspect(transport: Transport, image: str) -> ImageInfo:
             raise UsageError(f"{transport.host.name}: {image!r} is not a valid image name: {result.stderr_tail(1)}",
                              "name an image as REPOSITORY[:TAG], e.g. --image vllm-node or "
                              "--image nvcr.io/nvidia/vllm:25.09-py3")
-        raise SparkclusterError(f"{transport.host.name}: docker image inspect {image} failed: {result.stderr_tail(2)}",
+        why = result.stderr_tail(2) or ("timed out" if result.exit_code == -1 else f"exit {result.exit_code}")
+        raise SparkclusterError(f"{transport.host.name}: docker image inspect {image} failed: {why}",
                                 docker_fix(transport.host.name, result.stderr))
     id_, size, layers, entrypoint = (json.loads(w) for w in result.stdout.split(" ", 3))
     return ImageInfo(id_, int(size), tuple(entrypoint) if entrypoint else None, tuple(layers or ()))
@@ -212,8 +213,12 @@ def load_on(node: Host, endpoint: str, source_ip: str, parts: str, size: int, ex
 
     reader = threading.Thread(target=read_stderr, daemon=True)
     reader.start()
-    stdout, _ = process.communicate(token + "\n")  # the token on stdin, never in argv
-    reader.join(timeout=5)
+    assert process.stdin is not None and process.stdout is not None
+    process.stdin.write(token + "\n")  # the token on stdin, never in argv
+    process.stdin.close()
+    stdout = process.stdout.read()  # not communicate(): it would read stderr too, taking lines from the reader
+    process.wait()
+    reader.join()
     if process.returncode != 0:
         raise SparkclusterError(
             f"loading image {image} on {node.name} from the head's sender at {endpoint} failed "
