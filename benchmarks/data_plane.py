@@ -7,8 +7,7 @@ same two hosts' fabric addresses (socat, 1 MiB buffers):
 (d) a second sync after changing one small layer: bytes on the wire
 (e) the alternative kept out: a transient registry (Debian's docker-registry) on the head, push + pull
 
-Alongside, what bounds each path on its own, timed inside the hosts: the receiver's disk written and fsynced (a
-durable copy cannot beat it), and `docker save` and `docker load` of the image alone.
+Alongside, what bounds the image path on its own, timed inside the hosts: `docker save` and `docker load` alone.
 
 Baselines are timed inside the hosts (date and /proc/stat before and after), so no process start of ours is in
 them; the CLI figures are whole runs. CPU seconds are the whole machine's (/proc/stat, user+system+irq) during
@@ -160,10 +159,6 @@ def main() -> int:
         root(cluster, "spark-1", f"head -c {args.size_mib}M /dev/urandom > /tmp/raw.bin")
         raw = raw_tcp(cluster, "/tmp/raw.bin")
         raw_file = raw_tcp(cluster, "/tmp/raw.bin", "CREATE:/tmp/raw.out")
-        # What a durable copy cannot beat: the receiver's disk, written and fsynced (staging fsyncs each blob
-        # before it gets its name, so a power cut never leaves a complete-looking blob with lost data).
-        disk = in_host(cluster, "spark-2", f"dd if=/dev/zero of=/home/spark/dd.bin bs=1M count={args.size_mib} "
-                                           "conv=fsync status=none; rm -f /home/spark/dd.bin")
         tcp, tcp_copy = stage(cluster)
         tcp1, tcp1_copy = stage(cluster, "--streams", "1")
         ssh, ssh_copy = stage(cluster, "--transport", "ssh")
@@ -175,9 +170,7 @@ def main() -> int:
                               ("ssh (rsync)", ssh, ssh_copy)):
             print(f"stage {name:15} copy {copy:6.2f} s = {gb / copy * 1e3:5.0f} MB/s = {raw.wall / copy:.2f} x raw TCP "
                   f"({raw_file.wall / copy:.2f} x into a file); whole CLI {m.wall:5.2f} s, {m.cpu / gb:.2f} CPU-s/GB")
-        print(f"spark-2's disk, written and fsynced: {gb / disk.wall * 1e3:.0f} MB/s")
-        print(f"(a) tcp staging / raw TCP = {raw.wall / tcp_copy:.2f} (goal >= 0.7); "
-              f"/ the disk's durable write rate = {disk.wall / tcp_copy:.2f}")
+        print(f"(a) tcp staging / raw TCP = {raw.wall / tcp_copy:.2f} (goal >= 0.7)")
         print(f"(b) CPU-s per GB, tcp / ssh = {tcp.cpu / ssh.cpu:.2f} whole CLI runs; without the fixed "
               f"{idle.cpu:.2f} CPU-s of a run with nothing to copy: {(tcp.cpu - idle.cpu) / gb:.2f} vs "
               f"{(ssh.cpu - idle.cpu) / gb:.2f} CPU-s/GB = {(tcp.cpu - idle.cpu) / (ssh.cpu - idle.cpu):.2f} (goal <= 0.33)")
