@@ -248,7 +248,7 @@ def test_a_node_missing_the_image_with_no_way_to_copy_it(two):
         # Nothing is left behind on the head: no sender listening, no saved image, no save still running.
         assert head.fabric_ips[0] not in ssh(two, head.name, "ss -Hltn").stdout
         assert "No such file" in ssh(two, head.name, "ls ~/.cache/sparkcluster/image-sync 2>&1; true").stdout
-        assert ssh(two, head.name, "pgrep -fa 'docker save'; true").stdout.strip() == ""
+        assert ssh(two, head.name, "pgrep -fa 'docker [s]ave'; true").stdout.strip() == ""
     finally:
         ssh(two, worker.name, f"sudo ip route del prohibit {head.fabric_ips[0]}/32")
         sc(two, "down")
