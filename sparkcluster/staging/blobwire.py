@@ -9,8 +9,8 @@ staging runs on the nodes through ssh, which only sets it up. The bytes never pa
 `serve` also serves a parts plan (`NAME.parts`, JSON: a file and byte ranges of it): the pieces of a saved
 image tar that one node lacks, sent as one valid tar stream, which `stream` writes to its stdout with
 progress ("bytes N") on stderr. A plan that names a file to `follow` instead sends a file that `docker save`
-is still writing, as it grows, to its end. `tar-index` lists a tar's members with their byte ranges, and the image's
-manifest and config, for the control side to choose the ranges.
+is still writing, as it grows, to its end. `tar-index` lists a tar's members with their byte ranges, and the
+image's manifest and config, for the control side to choose the ranges.
 
 `serve` binds to one address (the node's fabric address), forks a detached server and returns its port: the
 server sends a blob (zero-copy, `sendfile`) only to a peer whose address is allowed and whose first line
@@ -127,27 +127,31 @@ class Server:
                 conn.sendfile(f, start, length)
         conn.sendall(TAR_END)
 
-
     @staticmethod
     def send_growing(conn: socket.socket, path: str, exit_path: str) -> None:
         """A file while another process still writes it (`docker save` into it), to its end: done when the
-        writer's exit status (in `exit_path`) is 0 and every byte is sent. A failed writer resets the
-        connection, so the reader fails rather than taking a short stream for a whole one."""
+        writer's exit status (in `exit_path`) is 0 and every byte is sent. A writer that failed, or stalled
+        (killed with its shell), resets the connection: the reader fails rather than take a short stream
+        for a whole one."""
         conn.sendall(b"OK %d\n" % GROWING)
         conn.settimeout(None)
-        sent = 0
+        sent, grew = 0, time.monotonic()
         with open(path, "rb") as f:
             while True:
                 finished = os.path.exists(exit_path)  # looked at first: all the writer wrote is in the size after
                 size = os.fstat(f.fileno()).st_size
                 if sent < size:
                     sent += conn.sendfile(f, sent, size - sent)
-                elif not finished:
+                    grew = time.monotonic()
+                elif not finished and time.monotonic() - grew < IDLE_EXIT_S:
                     time.sleep(0.05)
-                else:
-                    with open(exit_path) as status:
-                        if status.read().strip() != "0":
-                            conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                else:  # the writer ended, or stalled
+                    status = "stalled"
+                    if finished:
+                        with open(exit_path) as written:
+                            status = written.read().strip()
+                    if status != "0":
+                        conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
                     return
 
 
