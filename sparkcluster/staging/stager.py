@@ -1,13 +1,7 @@
-"""`sparkcluster stage MODEL`: one copy of a model's snapshot on every node, sent node to node over the QSFP
-fabric in a pipelined chain (source -> n1 -> n2 ...: each node forwards a blob as soon as it holds it, so the
-total stays close to one transfer rather than growing with N as a star from one source does).
-
-Blobs travel over plain TCP between the nodes' fabric addresses (`--transport tcp`, the default: `wire.py`,
-`blobwire.py`), hashed as they arrive, or with rsync over ssh between the nodes themselves (`--transport
-ssh`: the bootstrap key mesh, AES-GCM, for encryption on the wire). Either way interrupted blobs wait in a
-hidden partial dir and resume, each received blob is checked against the hash in its name, and links and
-then the ref are written last, so an interrupted copy never looks complete (reference/dual-node-spec.md
-F14/F15).
+"""`sparkcluster stage MODEL`: one copy of a model's snapshot on every node. This half decides what to copy
+where: it scans every node's HF cache, finds (or makes, `source.py`) the first complete copy, reports each
+node's state (`--status`, `--verify full`), and hands the nodes that lack the model to the pipelined chain
+over the QSFP fabric (`chain.py`), which moves the bytes.
 """
 
 from __future__ import annotations
