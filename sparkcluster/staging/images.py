@@ -146,8 +146,11 @@ class HeadSender:
         tar = self._make_room()
         save = (f"docker save {shlex.quote(self.info.id or self.image)} > {tar} 2> {WORK_DIR}/save.err; "
                 f"echo $? > {WORK_DIR}/{SAVE_EXIT}")
-        started = self._run(Command(f"rm -f {WORK_DIR}/{SAVE_EXIT} && : > {tar} && setsid sh -c {shlex.quote(save)} "
-                                    ">/dev/null 2>&1 </dev/null & echo $!"), f"starting docker save {self.image}")
+        # Only `setsid sh` goes to the background, so $! is that shell: its own process group, which close()
+        # kills with docker's client in it (with `a && b & echo $!`, $! was a subshell and the kill missed).
+        started = self._run(Command(f"rm -f {WORK_DIR}/{SAVE_EXIT} && : > {tar} || exit 1; "
+                                    f"setsid sh -c {shlex.quote(save)} >/dev/null 2>&1 </dev/null & echo $!"),
+                            f"starting docker save {self.image}")
         self.saver_pid = int(started)
 
     def check_saved(self) -> None:

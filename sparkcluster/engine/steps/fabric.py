@@ -67,9 +67,15 @@ class FabricAddresses(Step):
     # ---- check ---------------------------------------------------------------------------------------------
     def _plan(self, ctx: HostContext, config: FabricConfig) -> tuple[AddressPlan, str | None]:
         facts = facts_of(ctx)
-        fresh = ctx.must(Command("ip -j addr"), "check that iproute2 runs on the node").stdout
-        interfaces = parse_ip_addr(fresh, {i.name: i.speed_mbps for i in facts.interfaces})
-        if not interfaces:
+        for _ in range(3):
+            fresh = ctx.must(Command("ip -j addr"), "check that iproute2 runs on the node").stdout
+            interfaces = parse_ip_addr(fresh, {i.name: i.speed_mbps for i in facts.interfaces})
+            if interfaces:
+                break
+            # A netlink dump that races an address change (the kernel's own, e.g. IPv6 on a link that just lost
+            # its address) is cut off and prints JSON that does not parse (seen once in CI): read it again.
+            time.sleep(0.2)
+        else:
             raise StepFailed(f"`ip -j addr` printed no interfaces: {fresh.strip()[:200]!r}", "run bootstrap again")
         facts = replace(facts, interfaces=interfaces)
         current = ctx.run(Command(f"cat {NETPLAN_FILE} 2>/dev/null || true", sudo=True)).stdout or None
