@@ -71,11 +71,13 @@ def between(start: str, end: str) -> Measured:
     return m
 
 
-def root(cluster: SimCluster, host: str, command: str, background: bool = False):
-    argv = [sys.executable, "-m", "sparkcluster", "sim", "exec", "--name", cluster.state.name, host, "--", "bash", "-c", command]
-    if background:
-        return subprocess.Popen(argv, stdout=subprocess.DEVNULL)
-    return subprocess.run(argv, check=True, capture_output=True, text=True).stdout
+def root(cluster: SimCluster, host: str, command: str) -> str:
+    return subprocess.run(sim_exec(cluster, host, command), check=True, capture_output=True, text=True).stdout
+
+
+def sim_exec(cluster: SimCluster, host: str, command: str) -> list[str]:
+    return [sys.executable, "-m", "sparkcluster", "sim", "exec", "--name", cluster.state.name, host, "--", "bash", "-c",
+            command]
 
 
 def cli(cluster: SimCluster, *args: str, env: dict | None = None) -> str:
@@ -91,10 +93,8 @@ def raw_tcp(cluster: SimCluster, path: str, sink: str = "/dev/null") -> Measured
     timed inside the hosts from the sender's start to the receiver's end."""
     ip = cluster.host("spark-2").fabric_ips[0]
     root(cluster, "spark-1", f"cat {path} >/dev/null")
-    receiver = subprocess.Popen(
-        [sys.executable, "-m", "sparkcluster", "sim", "exec", "--name", cluster.state.name, "spark-2", "--", "bash",
-         "-c", f"socat -b 1048576 -u TCP-LISTEN:5999,reuseaddr,bind={ip} {sink} && {STAMP}"],
-        stdout=subprocess.PIPE, text=True)
+    receiver = subprocess.Popen(sim_exec(cluster, "spark-2", f"socat -b 1048576 -u TCP-LISTEN:5999,reuseaddr,bind={ip} "
+                                                          f"{sink} && {STAMP}"), stdout=subprocess.PIPE, text=True)
     time.sleep(1)
     start = root(cluster, "spark-1", f"{STAMP}; socat -b 1048576 -u FILE:{path} TCP:{ip}:5999")
     return between(start, receiver.communicate()[0])
@@ -103,16 +103,6 @@ def raw_tcp(cluster: SimCluster, path: str, sink: str = "/dev/null") -> Measured
 def in_host(cluster: SimCluster, host: str, command: str) -> Measured:
     """`command` on `host`, timed inside it."""
     return between(*root(cluster, host, f"{STAMP}; {{ {command}; }} >/dev/null && echo END && {STAMP}").split("END\n"))
-
-
-def copy_tar(cluster: SimCluster, path: str) -> None:
-    """The same file onto spark-2 (socat over the fabric), for a step timed there on its own."""
-    ip = cluster.host("spark-2").fabric_ips[0]
-    receiver = root(cluster, "spark-2", f"socat -u TCP-LISTEN:5998,reuseaddr,bind={ip} CREATE:{path}",
-                    background=True)
-    time.sleep(1)
-    root(cluster, "spark-1", f"socat -u FILE:{path} TCP:{ip}:5998")
-    receiver.wait()
 
 
 def stage(cluster: SimCluster, *args: str, drop: bool = True) -> tuple[Measured, float]:
@@ -182,7 +172,7 @@ def main() -> int:
         save_only = in_host(cluster, "spark-1", f"docker save {image_id} > /tmp/image.tar")
         raw_image = raw_tcp(cluster, "/tmp/image.tar")
         tar_bytes = int(root(cluster, "spark-1", "stat -c %s /tmp/image.tar"))
-        copy_tar(cluster, "/tmp/image.tar")
+        raw_tcp(cluster, "/tmp/image.tar", "CREATE:/tmp/image.tar")  # onto spark-2, to load it there alone
         load_only = in_host(cluster, "spark-2", "docker load -q -i /tmp/image.tar")
         root(cluster, "spark-2", f"rm -f /tmp/image.tar; docker rmi -f {image_id} >/dev/null")
         with Measured() as full:

@@ -82,8 +82,8 @@ def cmd_facts(args: argparse.Namespace) -> int:
         hosts = session.inventory.hosts
     if args.json:
         print_json({h.name: ({"unreachable": session.unreachable[h.name].message,
-                               "fix": session.unreachable[h.name].fix} if h.name in session.unreachable
-                              else session.facts[h.name].to_json()) for h in hosts})
+                              "fix": session.unreachable[h.name].fix} if h.name in session.unreachable
+                             else session.facts[h.name].to_json()) for h in hosts})
     else:
         for h in hosts:
             if h.name in session.unreachable:
@@ -140,7 +140,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
                             sizes=args.sizes, min_busbw=args.min_busbw)
     if args.json:
         print_json({"backend": result.backend, "verdict": dataclasses.asdict(result.verdict),
-                     "rows": [dataclasses.asdict(r) for r in result.rows], "carried_by": result.carried_by})
+                    "rows": [dataclasses.asdict(r) for r in result.rows], "carried_by": result.carried_by})
     else:
         nccl_report.render_verify(console, result)
     return EXIT_FAILED if result.verdict.status == "FAIL" else EXIT_OK

@@ -228,7 +228,7 @@ def cmd_image_sync(args: argparse.Namespace, connect: Connect) -> int:
         cluster = Cluster(session.inventory, session.transports, session.facts)
         if args.check:
             head_info, need = check_images(cluster, args.image)
-            held = {h.name: held_layers(cluster.transports[h.name])(head_info.layers)
+            held = {h.name: held_layers(cluster.transports[h.name], head_info.layers)
                     for h in cluster.hosts if h.name in need}
             doc = {"image": args.image, "id": head_info.id, "layers": len(head_info.layers),
                    "nodes": {name: {"layers_held": n} for name, n in held.items()}}

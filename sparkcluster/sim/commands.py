@@ -20,7 +20,6 @@ console = Console()
 err_console = Console(stderr=True)
 
 
-
 def cmd_sim_up(args: argparse.Namespace) -> int:
     opts = UpOptions(
         count=args.count, name=args.name, drivers=tuple(args.driver or [DEFAULT_DRIVER]),

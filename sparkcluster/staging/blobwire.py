@@ -110,7 +110,6 @@ class Server:
                 self.active -= 1
                 self.last_used = time.monotonic()
 
-
     def send_parts(self, conn: socket.socket, name: str) -> None:
         with open(os.path.join(self.blobs, name)) as f:
             plan = json.load(f)

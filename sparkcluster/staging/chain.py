@@ -26,7 +26,8 @@ from .hfcache import (
     PARTIAL_DIR, Manifest, NodeModel, NodeStatus, finalize_command, rsync_blobs_argv, verify_command,
 )
 from .space import free_bytes, no_space
-from .wire import EXIT_CORRUPT, Sender, fetch_command, new_token, start_senders, stop_senders
+from .blobwire import EXIT_CORRUPT
+from .wire import Sender, fetch_command, new_token, start_senders, stop_senders
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ from ..engine.inventory import Host
 from ..engine.parallel import parallel_map
 from ..engine.transport import Transport, Unreachable, openssh_argv, ssh_destination
 from .space import free_bytes, size_text
-from .blobwire import GROWING
+from .blobwire import GROWING, TAR_END
 from .wire import BLOBWIRE_PY, Sender, new_token, start_senders, stop_senders
 
 WORK_DIR = ".cache/sparkcluster/image-sync"  # under the head's login home: the saved tar and the parts plans
@@ -78,25 +78,21 @@ def plan_copies(infos: Mapping[str, ImageInfo], head: str, image: str) -> list[s
     return [name for name, info in infos.items() if info.id != infos[head].id]
 
 
-def held_layers(transport: Transport) -> Callable[[Sequence[str]], int]:
-    """A function telling how many of an image's bottom layers the node already holds (by layer chain: a layer
-    is the same only on the same layers below it)."""
+def held_layers(transport: Transport, layers: Sequence[str]) -> int:
+    """How many of an image's bottom `layers` (diff IDs) the node already holds, by layer chain: a layer is the
+    same only on the same layers below it."""
     result = transport.run(Command(LAYER_CHAINS, timeout=120))
     if not result.ok:
         raise SparkclusterError(f"{transport.host.name}: listing its image layers failed: {result.stderr_tail(2)}",
                                 docker_fix(transport.host.name, result.stderr))
-    chains = [tuple(json.loads(line) or ()) for line in result.stdout.splitlines() if line.strip()]
-
-    def prefix(layers: Sequence[str]) -> int:
-        best = 0
-        for chain in chains:
-            n = 0
-            while n < min(len(chain), len(layers)) and chain[n] == layers[n]:
-                n += 1
-            best = max(best, n)
-        return best
-
-    return prefix
+    best = 0
+    for line in filter(str.strip, result.stdout.splitlines()):
+        chain = json.loads(line) or ()
+        n = 0
+        while n < min(len(chain), len(layers)) and chain[n] == layers[n]:
+            n += 1
+        best = max(best, n)
+    return best
 
 
 def ranges_for(index: Mapping, held: int) -> list[tuple[int, int]]:
@@ -168,7 +164,7 @@ class HeadSender:
         name = f"node{node_index}.parts"
         plan = {"file": SAVED_TAR, "follow": SAVE_EXIT} if ranges is None else {"file": SAVED_TAR, "ranges": ranges}
         self.transport.write_file_atomic(f"{WORK_DIR}/{name}", json.dumps(plan).encode(), 0o600)
-        return name, GROWING if ranges is None else sum(length for _, length in ranges) + 1024
+        return name, GROWING if ranges is None else sum(length for _, length in ranges) + len(TAR_END)
 
     def start(self, allowed: Sequence[str]) -> str:
         name = self.head.name
@@ -237,9 +233,8 @@ def sync_from_head(head: Host, nodes: Sequence[Host], transports: Mapping[str, T
 
     When no node holds any of the image's layers (a first copy), the nodes load the tar while the head still
     saves it; otherwise the head saves it first, and each node gets only the parts it lacks."""
-    holds = dict(zip((n.name for n in nodes), parallel_map(lambda n: held_layers(transports[n.name]), nodes,
-                                                            workers=len(nodes))))
-    held = {n.name: holds[n.name](head_info.layers) for n in nodes}
+    held = dict(zip((n.name for n in nodes), parallel_map(lambda n: held_layers(transports[n.name], head_info.layers),
+                                                           nodes, workers=len(nodes))))
     sender = HeadSender(head, transports[head.name], image, head_info, fabric[head.name])
     growing = not any(held.values())
     try:

@@ -136,10 +136,7 @@ def stage(inventory: Inventory, transports: Mapping[str, Transport], facts: Mapp
           model: ModelRef, *, source: str = "auto", verify: str = "size", streams: int = 2, transport: str = "tcp",
           over_lan: bool = False, progress: Callable[[BlobDone], None] = lambda event: None) -> StageResult:
     """Make every node hold `model`: find or make the first copy, then fan it out over the fabric."""
-    from .source import (  # only needed when no node holds the model yet
-        download_on,
-        push_local,
-    )
+    from .source import download_on, push_local  # only needed when no node holds the model yet
 
     head = inventory.head
     stager = Stager(inventory, transports, facts, model, verify=verify, streams=streams, transport=transport,

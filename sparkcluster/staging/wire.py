@@ -17,7 +17,6 @@ from ..engine.transport import Transport, Unreachable
 
 TRANSPORTS = ("tcp", "ssh")
 BLOBWIRE_PY = (resources.files("sparkcluster.staging") / "blobwire.py").read_text()
-EXIT_CORRUPT, EXIT_CONNECTION, EXIT_REFUSED = 3, 4, 5  # blobwire fetch's exit codes
 
 
 def new_token() -> str:
