@@ -21,7 +21,7 @@ from ..engine.inventory import Inventory
 from ..engine.parallel import parallel_map
 from .logs import BandwidthRow, read_log, read_probe_output
 from .verdict import DEFAULT_MIN_BUSBW_GBPS, Verdict, judge
-from ..engine.network import COMM_ENV_PATH, choose_for, comm_env_path
+from ..node.network import COMM_ENV_PATH, choose_for, comm_env_path
 from ..engine.transport import Transport, remote_path
 
 PROBE_REMOTE = ".cache/sparkcluster/nccl_probe.py"  # relative to the login user's home

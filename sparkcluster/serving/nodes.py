@@ -12,7 +12,7 @@ from ..engine.command import Command
 from ..engine.errors import SparkclusterError
 from ..engine.facts import HostFacts
 from ..engine.inventory import Host, Inventory
-from ..engine.network import choose_for, comm_env_path
+from ..node.network import choose_for, comm_env_path
 from ..engine.parallel import parallel_map
 from ..engine.transport import Result, Transport, Unreachable, remote_path
 from .launch import Node

@@ -12,7 +12,7 @@ from ..engine.errors import SparkclusterError, UsageError
 from ..engine.facts import HostFacts
 from ..engine.inventory import Host, Inventory
 from ..engine.modelref import ModelRef
-from ..engine.network import choose_for
+from ..node.network import choose_for
 from ..engine.parallel import parallel_map
 from ..engine.transport import Transport, openssh_argv
 from .chain import BlobDone, Chain, NodeResult, StageResult

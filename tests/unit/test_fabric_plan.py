@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sparkcluster.engine.fabric import (AddressPlan, FabricError, Twin, cabled_port, collisions, duplicates,
+from sparkcluster.node.addressing import (AddressPlan, FabricError, Twin, cabled_port, collisions, duplicates,
                                         fabric_config, managed_netdevs, netplan_yaml, plan_addresses)
 from sparkcluster.engine.facts import HostFacts, parse_probe
 from sparkcluster.engine.inventory import Host, Inventory

@@ -1,6 +1,6 @@
 """The package's wings and the one direction their imports run (README "Layout"):
 
-    cli -> bench -> serving -> (nccl, staging) -> engine;   sim -> engine
+    cli -> bench -> serving -> (nccl, staging) -> node -> engine;   sim -> engine
 
 Walks every module's imports with `ast` (module level and inside functions alike, since a lazy import is still
 a dependency), resolves relative imports, and fails on an import that runs upward or sideways, and on cycles.
@@ -20,11 +20,12 @@ PACKAGE = Path(__file__).resolve().parents[2] / "sparkcluster"
 # stepcatalog) wire the wings together and may import anything.
 ALLOWED: dict[str, frozenset[str]] = {
     "engine": frozenset({"engine"}),
-    "staging": frozenset({"engine", "staging"}),
-    "nccl": frozenset({"engine", "nccl"}),
+    "node": frozenset({"engine", "node"}),
+    "staging": frozenset({"engine", "node", "staging"}),
+    "nccl": frozenset({"engine", "node", "nccl"}),
     "sim": frozenset({"engine", "sim"}),
-    "serving": frozenset({"engine", "staging", "nccl", "serving"}),
-    "bench": frozenset({"engine", "staging", "nccl", "serving", "bench"}),
+    "serving": frozenset({"engine", "node", "staging", "nccl", "serving"}),
+    "bench": frozenset({"engine", "node", "staging", "nccl", "serving", "bench"}),
 }
 
 

@@ -9,7 +9,7 @@ import pytest
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
 from sparkcluster.engine.facts import Gid, HostFacts, RdmaDevice, parse_probe
-from sparkcluster.engine.network import (
+from sparkcluster.node.network import (
     QsfpChoice, QsfpError, cabling_report, choose_qsfp, comm_env, fabric_subnet_mismatch, qsfp_port,
 )
 

@@ -30,14 +30,16 @@ from sparkcluster.engine.facts import parse_probe
 from sparkcluster.engine.inventory import Host, Inventory
 from sparkcluster.engine.playbook import StepCall, build_args
 from sparkcluster.engine.steps import REGISTRY, HostContext, Plan, StepFailed
+from sparkcluster.node import steps as _node_steps  # noqa: F401 (registers the node's steps)
 from tests.strict_transport import StrictTransport, verify_all
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 STEP_CASES = FIXTURES / "steps"
 
-# The engine's own steps. Wings register more (staging's models.stage) when they are imported, which depends on
-# what else the session imported; those are tested with their wing.
-ENGINE_STEPS = {name for name, cls in REGISTRY.items() if cls.__module__.startswith("sparkcluster.engine.steps.")}
+# The engine's generic steps and the node's. Other wings register more (staging's models.stage) when they are
+# imported, which depends on what else the session imported; those are tested with their wing.
+ENGINE_STEPS = {name for name, cls in REGISTRY.items()
+                if cls.__module__.startswith(("sparkcluster.engine.steps.", "sparkcluster.node.steps."))}
 # Steps still being written alongside these tests, without plan cases yet. Each must gain a no-op and a change
 # case in tests/fixtures/steps/; the coverage test fails as soon as a listed step has any case, to drop it here.
 NOT_YET_COVERED = {"fabric.addresses"}

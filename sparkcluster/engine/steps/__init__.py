@@ -1,6 +1,6 @@
 """Typed idempotent steps, registered by name (`domain.resource`)."""
 
-from . import comm, commands, docker, fabric, files, hfcache, packages, preflight, ssh  # noqa: F401 (registers)
+from . import docker, files, packages, shell  # noqa: F401 (registers)
 from .base import REGISTRY, HostContext, Plan, Step, StepFailed
 
 __all__ = ["REGISTRY", "HostContext", "Plan", "Step", "StepFailed"]

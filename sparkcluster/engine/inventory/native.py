@@ -10,9 +10,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .errors import did_you_mean
-from .inventory_model import WORKER, Inventory
-from .inventory_values import (
+from ..errors import did_you_mean
+from .model import WORKER, Inventory
+from .values import (
     Draft,
     Layer,
     Source,
@@ -28,7 +28,7 @@ from .inventory_values import (
     model_ids,
     read_layer,
 )
-from .yamlsource import SourceList, SourceMap, describe
+from ..yamlsource import SourceList, SourceMap, describe
 
 TOP_KEYS = ("name", "vars", "groups", "hosts", "models")
 _HOST_KEYS = ("address", "role", "user", "port", "key", "known_hosts", "become", "qsfp_interface", "fabric_ip", "hcas", "vars")

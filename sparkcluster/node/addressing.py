@@ -16,8 +16,8 @@ from ipaddress import IPv4Address, IPv4Interface, IPv4Network
 
 import yaml
 
-from .facts import HostFacts
-from .inventory import Host, Inventory
+from ..engine.facts import HostFacts
+from ..engine.inventory import Host, Inventory
 from .network import QsfpError, qsfp_port
 
 # eugr's pair (NETWORKING.md): twin 0 of the cabled port on the first, twin 1 on the second.

@@ -11,8 +11,8 @@ from importlib import resources
 
 import jinja2
 
-from .base import HostContext, Plan, Step, StepFailed, register
-from .files import plan_file, write_file
+from ...engine.steps.base import HostContext, Plan, Step, StepFailed, register
+from ...engine.steps.files import plan_file, write_file
 from .preflight import qsfp_of
 from ..network import COMM_ENV_PATH, QsfpError, comm_env
 

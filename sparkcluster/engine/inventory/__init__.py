@@ -12,12 +12,12 @@ import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
-from . import yamlsource
-from .inventory_ansible import is_ansible, load_ansible
-from .inventory_model import HEAD, WORKER, Host, Inventory, InventoryError
-from .inventory_native import load_native
-from .inventory_values import Source
-from .yamlsource import SourceList, SourceMap, describe
+from .. import yamlsource
+from .ansible import is_ansible, load_ansible
+from .model import HEAD, WORKER, Host, Inventory, InventoryError
+from .native import load_native
+from .values import Source
+from ..yamlsource import SourceList, SourceMap, describe
 
 # The readers and the shared checks live in inventory_native, inventory_ansible and inventory_values; the
 # values they build are defined in inventory_model and re-exported here, where callers have always found them.

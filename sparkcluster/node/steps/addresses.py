@@ -12,13 +12,13 @@ import shlex
 import time
 from dataclasses import replace
 
-from ..command import Command
-from ..fabric import (NETPLAN_FILE, AddressPlan, FabricConfig, FabricError, collisions, duplicates, fabric_config,
+from ...engine.command import Command
+from ..addressing import (NETPLAN_FILE, AddressPlan, FabricConfig, FabricError, collisions, duplicates, fabric_config,
                       managed_netdevs, netplan_yaml, plan_addresses)
-from ..facts import parse_ip_addr
-from ..transport import Unreachable
-from .base import HostContext, Plan, Step, StepFailed, register
-from .files import unified_diff
+from ...engine.facts import parse_ip_addr
+from ...engine.transport import Unreachable
+from ...engine.steps.base import HostContext, Plan, Step, StepFailed, register
+from ...engine.steps.files import unified_diff
 from .preflight import NoArgs, facts_of
 
 STATE_DIR = "/var/lib/sparkcluster/fabric"  # root-owned: the previous file, the rollback script, its outcome

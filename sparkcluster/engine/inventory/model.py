@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from .errors import UsageError, did_you_mean
+from ..errors import UsageError, did_you_mean
 
 HEAD, WORKER = "head", "worker"
 

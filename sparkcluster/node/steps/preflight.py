@@ -8,9 +8,9 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass
 
-from .base import HostContext, Plan, Step, StepFailed, register
-from ..command import Command
-from ..facts import HostFacts, driver_tuple
+from ...engine.steps.base import HostContext, Plan, Step, StepFailed, register
+from ...engine.command import Command
+from ...engine.facts import HostFacts, driver_tuple
 from ..network import QsfpChoice, QsfpError, cabling_report, choose_for, fabric_subnet_mismatch
 
 GB10 = "NVIDIA GB10"

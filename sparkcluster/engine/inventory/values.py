@@ -15,11 +15,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .command import ENV_NAME
-from .errors import UsageError, did_you_mean
-from .inventory_model import HEAD, WORKER, Host, InventoryError
-from .modelref import ModelRef
-from .yamlsource import SourceList, SourceMap, describe
+from ..command import ENV_NAME
+from ..errors import UsageError, did_you_mean
+from .model import HEAD, WORKER, Host, InventoryError
+from ..modelref import ModelRef
+from ..yamlsource import SourceList, SourceMap, describe
 
 
 @dataclass(frozen=True)

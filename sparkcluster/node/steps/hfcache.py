@@ -9,8 +9,8 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass
 
-from .base import HostContext, Plan, Step, StepFailed, register
-from ..command import Command
+from ...engine.steps.base import HostContext, Plan, Step, StepFailed, register
+from ...engine.command import Command
 
 RESOLVE = 'printf "%s\\n" "${HF_HOME:-$HOME/.cache/huggingface}"; id -u; id -g'
 

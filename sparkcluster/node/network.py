@@ -13,9 +13,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from ipaddress import IPv4Address, IPv4Interface
 
-from .errors import SparkclusterError
-from .inventory import Host
-from .facts import Gid, HostFacts, RdmaDevice
+from ..engine.errors import SparkclusterError
+from ..engine.inventory import Host
+from ..engine.facts import Gid, HostFacts, RdmaDevice
 
 RECOMMENDED_MTU = 9000
 FULL_SPEED_MBPS = 200000

@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .inventory_model import HEAD, WORKER, Inventory
-from .inventory_native import TOP_KEYS
-from .inventory_values import (
+from .model import HEAD, WORKER, Inventory
+from .native import TOP_KEYS
+from .values import (
     Draft,
     Layer,
     Source,
@@ -30,7 +30,7 @@ from .inventory_values import (
     model_ids,
     read_layer,
 )
-from .yamlsource import SourceMap, describe
+from ..yamlsource import SourceMap, describe
 
 _ANSIBLE_GROUP_KEYS = ("hosts", "children", "vars")
 _ANSIBLE_SETTINGS = {

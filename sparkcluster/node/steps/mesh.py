@@ -11,9 +11,9 @@ import shlex
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from .base import HostContext, Plan, Step, StepFailed, register
+from ...engine.steps.base import HostContext, Plan, Step, StepFailed, register
 from .preflight import qsfp_of
-from ..command import Command
+from ...engine.command import Command
 
 KEY = "~/.ssh/id_ed25519"
 PROBE_OPTS = "-o BatchMode=yes -o StrictHostKeyChecking=yes -o ConnectTimeout=10"
