@@ -19,9 +19,9 @@ from .engine.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, SparkclusterE
 from .engine.events import RunFinished
 from .engine.inventory import Inventory, find_inventory, load_inventory, record_last_used
 from .engine.report import facts_table, make_reporter, print_json
-from .engine.runner import DEFAULT_FORKS, Runner
-from .engine.session import Session, connected
-from .engine.transport import Transport, Unreachable
+from .engine.runner import Runner
+from .engine.session import DEFAULT_FORKS, Session, connect, connected
+from .engine.transport import Unreachable
 from .serving import commands as serve_cli
 from .bench import commands as bench_commands
 from .engine.modelref import ModelRef
@@ -54,12 +54,6 @@ def _inventory(args: argparse.Namespace) -> Inventory:
 def _become_password(args: argparse.Namespace) -> str | None:
     # Asked once, fed to sudo on stdin; never in argv, logs or --json.
     return getpass.getpass("BECOME (sudo) password: ") if getattr(args, "ask_become_pass", False) else None
-
-
-def _transports(inventory: Inventory, args: argparse.Namespace) -> dict[str, Transport]:
-    password = _become_password(args)
-    return {h.name: Transport(h, trust_new_host_keys=args.trust_new_host_keys, sudo_password=password)
-            for h in inventory.hosts}
 
 
 def _connect(args: argparse.Namespace, check: Callable[[Inventory], None] = lambda inventory: None,
@@ -117,16 +111,15 @@ def _stage(args: argparse.Namespace) -> int:
                     name: {"error": e.message, "fix": e.fix} for name, e in session.unreachable.items()}})
             return EXIT_FAILED
         if args.status:
-            statuses = stage_status(session.inventory, session.transports, session.facts, model, args.verify)
+            statuses = stage_status(session, model, args.verify)
             if args.json:
                 print_json(statuses)
             else:
                 stage_render.status_table(console, str(model), statuses)
             return EXIT_OK if all(s["state"] == "complete" for s in statuses["nodes"].values()) else EXIT_FAILED
         progress = (lambda event: None) if args.json else stage_render.progress_printer(err_console)
-        result = stage(session.inventory, session.transports, session.facts, model, source=args.source,
-                       verify=args.verify, streams=args.streams, transport=args.transport, over_lan=args.over_lan,
-                       progress=progress)
+        result = stage(session, model, source=args.source, verify=args.verify, streams=args.streams,
+                       data_plane=args.transport, over_lan=args.over_lan, progress=progress)
     if args.json:
         print_json(dataclasses.asdict(result))
     else:
@@ -165,9 +158,9 @@ def _extra_vars(pairs: list[str]) -> dict[str, str]:
 def run_playbook(playbook: Playbook, inventory: Inventory, args: argparse.Namespace,
                  extra_vars: dict[str, object] | None = None) -> RunFinished:
     reporter = make_reporter(console, json_output=args.json, show_diff=args.diff, out=sys.stdout)
-    runner = Runner(inventory, playbook, reporter, check=args.check, forks=args.forks,
-                    transports=_transports(inventory, args), extra_vars=extra_vars)
-    return runner.run()
+    with connect(inventory, forks=args.forks, trust_new_host_keys=args.trust_new_host_keys,
+                 sudo_password=_become_password(args)) as session:
+        return Runner(session, playbook, reporter, check=args.check, extra_vars=extra_vars).run()
 
 
 def cmd_run(args: argparse.Namespace) -> int:

@@ -7,6 +7,7 @@ never an exception crossing a thread. Unreachable hosts drop out of the rest of 
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -18,39 +19,41 @@ from .events import (
     Event, Failure, HostRecap, PlayFinished, PlayStarted, RunFinished, RunStarted, StepFinished, StepStarted,
 )
 from .facts import HostFacts, gather
-from .inventory import Host, Inventory
+from .inventory import Host
 from .playbook import Play, Playbook, StepCall, build_args
 from .steps import HostContext, StepFailed
-from .transport import Transport, Unreachable
+from .session import Session
+from .transport import Unreachable
 
-DEFAULT_FORKS = 16
 # A bug, or a library calling sys.exit(), must fail its host and never end that host's thread unreported; the
 # other hosts go on. KeyboardInterrupt is not among them: Ctrl-C stays an interrupt.
 BUGS = (Exception, SystemExit, GeneratorExit)
 
 
 class Runner:
+    """Runs `playbook` over `session`'s hosts. The session's owner closes its connections; the runner gathers
+    each host's facts into it play by play."""
+
     def __init__(
         self,
-        inventory: Inventory,
+        session: Session,
         playbook: Playbook,
         emit: Callable[[Event], None],
         *,
         check: bool = False,
-        forks: int = DEFAULT_FORKS,
-        transports: Mapping[str, Transport] | None = None,
         extra_vars: Mapping[str, Any] | None = None,
     ) -> None:
-        self.inventory = inventory
+        self.session = session
+        self.inventory = session.inventory
         self.playbook = playbook
         self.emit = emit
         self.check = check
-        self.forks = max(1, forks)
-        self.transports = dict(transports or {h.name: Transport(h) for h in inventory.hosts})
+        self.forks = session.forks
+        self.transports = session.transports
         self.extra_vars = dict(extra_vars or {})
-        self.facts: dict[str, HostFacts] = {}
+        self.facts: dict[str, HostFacts] = session.facts
         self._changed_since_facts: set[str] = set()
-        self.recap = {h.name: HostRecap() for h in inventory.hosts}
+        self.recap = {h.name: HostRecap() for h in session.hosts}
         self.failures: dict[str, Failure] = {}
         self.down: set[str] = set()  # failed or unreachable: no further steps
         self._cancel = threading.Event()
@@ -79,9 +82,7 @@ class Runner:
         except KeyboardInterrupt:
             interrupted = True
             self._cancel.set()
-        finally:
-            for transport in self.transports.values():
-                transport.close()
+            self.session.close()  # threads blocked on a remote command return at once
         result = RunFinished(self.recap, interrupted, stopped_by, time.monotonic() - start, dict(self.failures))
         self.emit(result)
         return result
@@ -151,10 +152,9 @@ class Runner:
     def _run_step(self, play: Play, host: Host, call: StepCall, retried: bool = False) -> None:
         started = time.monotonic()
         self.emit(StepStarted(host.name, play.name, call.name))
-        # Cross-node steps see only the nodes still in the run: a failed node is not a peer to set up.
+        # Cross-node steps see the facts of only the nodes still in the run: a failed node is not a peer to set up.
         healthy = {name: facts for name, facts in self.facts.items() if name not in self.down}
-        ctx = HostContext(host, self.transports[host.name], self.inventory, self.facts.get(host.name),
-                          healthy, self.check, self.transports)
+        ctx = HostContext(host, dataclasses.replace(self.session, facts=healthy), self.check)
         try:
             step = call.step(build_args(call, self._template_context(host)))
             plan = step.check(ctx)

@@ -27,7 +27,7 @@ from .hfcache import (
 )
 from .space import free_bytes, no_space
 from .blobwire import EXIT_CORRUPT
-from .wire import Sender, fetch_command, new_token, start_senders, stop_senders
+from .wire import DataPlane, Sender, fetch_command, new_token, start_senders, stop_senders
 
 
 @dataclass(frozen=True)
@@ -76,7 +76,7 @@ class ChainSettings(Protocol):
     facts: Mapping[str, HostFacts]
     scans: dict[str, NodeModel]
     model: ModelRef
-    transport: str
+    data_plane: DataPlane
     streams: int
     progress: Callable[[BlobDone], None]
 
@@ -119,7 +119,7 @@ class Chain:
                   if not self.failed[n].is_set()}
         workers = [n for n, queue in queues.items() for _ in range(min(self.s.streams, len(queue)))]
         started = time.monotonic()
-        if self.s.transport == "tcp":
+        if self.s.data_plane == "tcp":
             self._start_senders()
         # `streams` workers per destination, each taking that node's next blob in manifest order, so a node
         # asks for blobs in the order its upstream receives them.
@@ -222,14 +222,14 @@ class Chain:
     def _send(self, up: str, name: str, blob) -> bool:
         started = time.monotonic()
         # ssh: rsync runs on the upstream node and pushes; tcp: blobwire runs on the destination and pulls.
-        runs_on = up if self.s.transport == "ssh" else name
+        runs_on = up if self.s.data_plane == "ssh" else name
         for attempt in (1, 2):
             try:
                 result = self.s.transports[runs_on].run(self._copy_command(up, name, blob))
             except Unreachable as e:
                 self._fail(runs_on, e.message, e.fix)
                 return False
-            if result.exit_code != EXIT_CORRUPT or self.s.transport != "tcp":
+            if result.exit_code != EXIT_CORRUPT or self.s.data_plane != "tcp":
                 break  # a corrupt stream (the partial is gone) is fetched again once, from the start
         if not result.ok:
             # Either end may be at fault: the destination if it is gone or full, the upstream if it is gone
@@ -241,13 +241,13 @@ class Chain:
                            if b.blob in self.need[name] and not self.have[(name, b.blob)].is_set())
                 self._fail(name, *self._no_space(name, left, self._free_bytes(name)))
                 return False
-            how = "by ssh (sparkcluster bootstrap sets that up)" if self.s.transport == "ssh" else \
+            how = "by ssh (sparkcluster bootstrap sets that up)" if self.s.data_plane == "ssh" else \
                 "over TCP (a firewall between the fabric addresses?), or stage with --transport ssh"
             self._fail(name, f"copy of {blob.path} from {up} failed: {result.stderr_tail(3)}",
                        f"check that {name} reaches {up} at {self.addresses[up]} {how}")
             return False
         # blobwire hashed the bytes as they arrived and named the file only once they matched
-        if self.s.transport == "ssh" and not self._check_arrival(name, blob):
+        if self.s.data_plane == "ssh" and not self._check_arrival(name, blob):
             return False
         seconds = time.monotonic() - started
         with self.lock:
@@ -261,7 +261,7 @@ class Chain:
 
     def _copy_command(self, up: str, name: str, blob) -> Command:
         up_blobs, dest_blobs = f"{self.s.scans[up].model_dir}/blobs", f"{self.s.scans[name].model_dir}/blobs"
-        if self.s.transport == "tcp":
+        if self.s.data_plane == "tcp":
             return fetch_command(self.senders[up].endpoint, self.addresses[name], dest_blobs, blob.blob, blob.size,
                                  self.token)
         user = self.s.facts[name].user if name in self.s.facts else ""

@@ -6,34 +6,34 @@ over the QSFP fabric (`chain.py`), which moves the bytes.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 
 from ..engine.errors import SparkclusterError, UsageError
-from ..engine.facts import HostFacts
-from ..engine.inventory import Host, Inventory
+from ..engine.inventory import Host
 from ..engine.modelref import ModelRef
+from ..engine.session import Session
+from ..engine.transport import openssh_argv
 from ..node.network import choose_for
-from ..engine.parallel import parallel_map
-from ..engine.transport import Transport, openssh_argv
 from .chain import BlobDone, Chain, NodeResult, StageResult
 from .hfcache import (
     Manifest, NodeModel, NodeStatus, node_status, parse_scan, scan_command, source_manifest, verify_command,
 )
-from .wire import TRANSPORTS
+from .wire import TRANSPORTS, DataPlane
 
 
 class Stager:
-    def __init__(self, inventory: Inventory, transports: Mapping[str, Transport], facts: Mapping[str, HostFacts],
-                 model: ModelRef, *, verify: str = "size", streams: int = 2, transport: str = "tcp",
-                 over_lan: bool = False, progress: Callable[[BlobDone], None] = lambda event: None) -> None:
+    def __init__(self, session: Session, model: ModelRef, *, verify: str = "size", streams: int = 2,
+                 data_plane: DataPlane = "tcp", over_lan: bool = False,
+                 progress: Callable[[BlobDone], None] = lambda event: None) -> None:
         if verify not in ("size", "full"):
             raise UsageError(f"--verify must be size or full, not {verify!r}")
-        if transport not in TRANSPORTS:
-            raise UsageError(f"--transport must be {' or '.join(TRANSPORTS)}, not {transport!r}")
-        self.transport = transport
-        self.inventory = inventory
-        self.transports = transports
-        self.facts = facts
+        if data_plane not in TRANSPORTS:
+            raise UsageError(f"--transport must be {' or '.join(TRANSPORTS)}, not {data_plane!r}")
+        self.data_plane = data_plane
+        self.session = session
+        self.inventory = session.inventory
+        self.transports = session.transports
+        self.facts = session.facts
         self.model = model
         self.verify = verify
         self.streams = max(1, streams)
@@ -47,14 +47,12 @@ class Stager:
             result = self.transports[host.name].run(scan_command(self.model))
             return host.name, parse_scan(result.stdout)
 
-        self.scans = dict(parallel_map(one, self.inventory.hosts, workers=len(self.inventory.hosts),
-                                       on_abort=self.close))
+        self.scans = dict(self.session.each(one))
         return self.scans
 
     def close(self) -> None:
         """Drop every connection: threads waiting on remote commands return at once (interrupts)."""
-        for transport in self.transports.values():
-            transport.close()
+        self.session.close()
 
     def bad_hashes(self, name: str, blobs: Sequence[str]) -> frozenset[str]:
         if not blobs:
@@ -132,15 +130,16 @@ class Stager:
         return choose_for(host, self.facts[name]).ip  # a QsfpError names the host and the fix
 
 
-def stage(inventory: Inventory, transports: Mapping[str, Transport], facts: Mapping[str, HostFacts],
-          model: ModelRef, *, source: str = "auto", verify: str = "size", streams: int = 2, transport: str = "tcp",
-          over_lan: bool = False, progress: Callable[[BlobDone], None] = lambda event: None) -> StageResult:
+def stage(session: Session, model: ModelRef, *, source: str = "auto", verify: str = "size", streams: int = 2,
+          data_plane: DataPlane = "tcp", over_lan: bool = False,
+          progress: Callable[[BlobDone], None] = lambda event: None) -> StageResult:
     """Make every node hold `model`: find or make the first copy, then fan it out over the fabric."""
     from .source import download_on, push_local  # only needed when no node holds the model yet
 
-    head = inventory.head
-    stager = Stager(inventory, transports, facts, model, verify=verify, streams=streams, transport=transport,
-                    over_lan=over_lan, progress=progress)
+    head = session.head
+    transports = session.transports
+    stager = Stager(session, model, verify=verify, streams=streams, data_plane=data_plane, over_lan=over_lan,
+                    progress=progress)
     if source == "local":
         push_local(model, head, transports[head.name], openssh_argv(head))
         return stager.run("head")
@@ -152,10 +151,9 @@ def stage(inventory: Inventory, transports: Mapping[str, Transport], facts: Mapp
     return stager.run(source)
 
 
-def stage_status(inventory: Inventory, transports: Mapping[str, Transport], facts: Mapping[str, HostFacts],
-                 model: ModelRef, verify: str = "size") -> dict:
+def stage_status(session: Session, model: ModelRef, verify: str = "size") -> dict:
     """Per node: complete, missing files, corrupt or absent, against the first complete copy found."""
-    stager = Stager(inventory, transports, facts, model, verify=verify)
+    stager = Stager(session, model, verify=verify)
     stager.scan()
     try:
         source, manifest = stager.choose_source("auto")

@@ -5,12 +5,13 @@ check() scans every node's copy (read-only); apply() runs the same staging as `s
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from ..engine.steps.base import HostContext, Plan, Step, StepFailed, register
 from ..engine.command import Command
 from ..engine.errors import SparkclusterError
 from ..engine.modelref import ModelRef
+from ..engine.session import Session
 from .hfcache import source_manifest
 from .stager import Stager, stage
 
@@ -25,9 +26,9 @@ class ModelsStage(Step):
     name = "models.stage"
     Args = ModelsArgs
 
-    def _cluster(self, ctx: HostContext):
+    def _cluster(self, ctx: HostContext) -> Session:
         # Only the nodes still in the run: a failed node is not a destination.
-        return replace(ctx.inventory, hosts=tuple(h for h in ctx.inventory.hosts if h.name in ctx.all_facts))
+        return ctx.session.only(ctx.all_facts)
 
     def check(self, ctx: HostContext) -> Plan:
         if not self.args.models:
@@ -36,7 +37,7 @@ class ModelsStage(Step):
         todo = []
         for text in self.args.models:
             model = ModelRef.parse(text)
-            stager = Stager(inventory, ctx.transports, ctx.all_facts, model)
+            stager = Stager(inventory, model)
             stager.scan()
             holders = [n for n, s in stager.scans.items() if source_manifest(model, s)]
             if not holders:
@@ -54,7 +55,7 @@ class ModelsStage(Step):
         inventory = self._cluster(ctx)
         for text in self.args.models:
             try:
-                result = stage(inventory, ctx.transports, ctx.all_facts, ModelRef.parse(text))
+                result = stage(inventory, ModelRef.parse(text))
             except SparkclusterError as e:
                 raise StepFailed(f"staging {text}: {e.message}", e.fix) from None
             failed = {n: r for n, r in result.nodes.items() if r.state != "complete"}

@@ -9,13 +9,16 @@ import shlex
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from importlib import resources
+from typing import Literal, get_args
 
 from ..engine.command import Command
 from ..engine.errors import SparkclusterError
 from ..engine.parallel import parallel_map
 from ..engine.transport import Transport, Unreachable
 
-TRANSPORTS = ("tcp", "ssh")
+# How blobs cross between nodes: plain TCP between the fabric addresses (blobwire), or rsync over ssh.
+DataPlane = Literal["tcp", "ssh"]
+TRANSPORTS: tuple[DataPlane, ...] = get_args(DataPlane)
 BLOBWIRE_PY = (resources.files("sparkcluster.staging") / "blobwire.py").read_text()
 
 

@@ -14,6 +14,7 @@ from sparkcluster.engine.events import StepFinished
 from sparkcluster.engine.inventory import load_inventory
 from sparkcluster.engine.playbook import load_playbook
 from sparkcluster.engine.runner import Runner
+from sparkcluster.engine.session import connect
 from tests.helpers import SESSION_DRIVERS, run_cli as cli, ssh
 
 pytestmark = pytest.mark.sim
@@ -159,11 +160,12 @@ plays:
       - command.run: {cmd: "true"}
 """))
     events: list = []
-    runner = Runner(inventory, pb, events.append)
     timer = threading.Timer(1.5, cluster.power_off, [fresh_host])
-    timer.start()
-    result = runner.run()
-    timer.join()
+    with connect(inventory) as session:
+        runner = Runner(session, pb, events.append)
+        timer.start()
+        result = runner.run()
+        timer.join()
     assert result.recap[fresh_host].unreachable == 1, result.failures
     assert result.recap["spark-1"].changed == 2 and result.recap["spark-2"].changed == 2
     assert result.exit_code == 1

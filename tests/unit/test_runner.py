@@ -13,6 +13,7 @@ from sparkcluster.engine.facts import PROBE_SCRIPT
 from sparkcluster.engine.inventory import Host, Inventory
 from sparkcluster.engine.playbook import load_playbook
 from sparkcluster.engine.runner import Runner
+from sparkcluster.engine.session import Session
 from sparkcluster.engine.transport import Result, Unreachable
 
 PROBE_OUTPUT = (Path(__file__).parent.parent / "fixtures" / "probe-spark.txt")
@@ -58,9 +59,8 @@ def playbook(tmp_path: Path, text: str):
 
 def run(tmp_path, text, transports, check=False):
     events = []
-    runner = Runner(inventory(len(transports)), playbook(tmp_path, text), events.append, check=check,
-                    transports=transports)
-    return runner.run(), events
+    with Session(inventory(len(transports)), transports) as session:  # closes every transport, however it ends
+        return Runner(session, playbook(tmp_path, text), events.append, check=check).run(), events
 
 
 TWO_PLAYS = """

@@ -21,6 +21,7 @@ from sparkcluster.engine.events import (
 from sparkcluster.engine.inventory import Host, Inventory
 from sparkcluster.engine.playbook import Play, Playbook, StepCall
 from sparkcluster.engine.runner import Runner
+from sparkcluster.engine.session import Session
 from sparkcluster.engine.steps import REGISTRY, HostContext, Plan, Step
 from sparkcluster.node.steps.preflight import NoArgs
 from tests.strict_transport import StrictTransport, verify_all
@@ -75,7 +76,7 @@ def thread_exceptions(monkeypatch) -> Iterator[list[object]]:
 def run(names: tuple[str, ...], book: Playbook, transports: dict[str, StrictTransport]) -> tuple[RunFinished, Recorder]:
     recorder = Recorder()
     try:
-        result = Runner(inventory(names), book, recorder, transports=transports).run()  # type: ignore[arg-type]
+        result = Runner(Session(inventory(names), transports), book, recorder).run()  # type: ignore[arg-type]
     except KeyboardInterrupt:  # would otherwise stop the whole test session
         pytest.fail("KeyboardInterrupt escaped Runner.run()")
     assert recorder.events[-1] is result

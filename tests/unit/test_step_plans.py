@@ -30,6 +30,7 @@ from sparkcluster.engine.facts import parse_probe
 from sparkcluster.engine.inventory import Host, Inventory
 from sparkcluster.engine.playbook import StepCall, build_args
 from sparkcluster.engine.steps import REGISTRY, HostContext, Plan, StepFailed
+from sparkcluster.engine.session import Session
 from sparkcluster.node import steps as _node_steps  # noqa: F401 (registers the node's steps)
 from tests.strict_transport import StrictTransport, verify_all
 
@@ -119,8 +120,7 @@ class World:
         self.nodes = {n["name"]: n for n in nodes}
 
     def context(self) -> HostContext:
-        return HostContext(self.on, self.transports[self.on.name], self.inventory,  # type: ignore[arg-type]
-                           self.facts.get(self.on.name), dict(self.facts), False, self.transports)  # type: ignore[arg-type]
+        return HostContext(self.on, Session(self.inventory, self.transports, dict(self.facts)))  # type: ignore[arg-type]
 
 
 def make_step(case: dict[str, Any]):

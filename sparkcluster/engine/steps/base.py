@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from ..command import Command
 from ..facts import HostFacts
 from ..inventory import Host, Inventory
+from ..session import Session
 from ..transport import Result, Transport
 
 
@@ -39,14 +40,33 @@ class StepFailed(Exception):
 
 @dataclass
 class HostContext:
+    """What a step on `host` sees: its own connection and facts, and the session, whose facts are those of the
+    hosts still in the run (a failed node is not a peer to set up), for steps on the head that also touch the
+    workers (ssh.mesh, models.stage)."""
+
     host: Host
-    transport: Transport
-    inventory: Inventory
-    facts: HostFacts | None = None
-    all_facts: Mapping[str, HostFacts] = field(default_factory=dict)  # every host still in the run, by name
+    session: Session
     check_mode: bool = False
-    # Every host's connection, for steps on the head that also touch the workers (ssh.mesh).
-    transports: Mapping[str, Transport] = field(default_factory=dict)
+
+    @property
+    def transport(self) -> Transport:
+        return self.session.transports[self.host.name]
+
+    @property
+    def inventory(self) -> Inventory:
+        return self.session.inventory
+
+    @property
+    def facts(self) -> HostFacts | None:
+        return self.session.facts.get(self.host.name)
+
+    @property
+    def all_facts(self) -> Mapping[str, HostFacts]:
+        return self.session.facts
+
+    @property
+    def transports(self) -> Mapping[str, Transport]:
+        return self.session.transports
 
     def run(self, command: Command) -> Result:
         return self.transport.run(command)
