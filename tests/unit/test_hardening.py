@@ -42,11 +42,11 @@ def write(tmp_path: Path, name: str, text: str) -> Path:
 
 @pytest.fixture
 def no_connection(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Any attempt to connect fails the test: these inputs must be refused before it."""
+    """Any attempt to connect fails the test: these inputs must be refused before it (transports are built
+    only in engine/session.py)."""
     def refuse(*args: object, **kwargs: object) -> None:
         raise AssertionError("connected although the input was invalid")
     monkeypatch.setattr(session_module, "Transport", refuse)
-    monkeypatch.setattr(cli, "Transport", refuse)
 
 
 def run_cli(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture, *argv: str) -> tuple[int, str]:
