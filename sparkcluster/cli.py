@@ -15,8 +15,12 @@ from rich.markup import escape
 
 from . import __version__
 from .engine import flags
+from .engine.console import err as err_console
+from .engine.console import out as console
+from .engine.console import print_error
 from .engine.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, SparkclusterError, UsageError
 from .engine.events import RunFinished
+from .nccl.verdict import VerdictStatus
 from .engine.inventory import Inventory, find_inventory, load_inventory, record_last_used
 from .engine.report import facts_table, make_reporter, print_json
 from .engine.runner import Runner
@@ -34,8 +38,6 @@ from .engine.playbook import Playbook
 from .staging import render as stage_render
 from .sim import commands as sim_commands
 
-console = Console()
-err_console = Console(stderr=True)
 
 
 # ---- inventory, transports ------------------------------------------------------------------------
@@ -95,7 +97,7 @@ def cmd_stage(args: argparse.Namespace) -> int:
             raise
         # A script reading --json gets a document whatever happened, never an empty stdout.
         print_json({"model": args.model, "error": e.message, "fix": e.fix})
-        err_console.print(f"[bold red]error:[/bold red] {escape(e.message)}", highlight=False)
+        print_error(e.message)
         return e.exit_code
 
 
@@ -129,14 +131,13 @@ def _stage(args: argparse.Namespace) -> int:
 
 def cmd_verify(args: argparse.Namespace) -> int:
     with _connect(args) as session:
-        result = run_verify(session.inventory, session.transports, session.facts, backend=args.backend,
-                            sizes=args.sizes, min_busbw=args.min_busbw)
+        result = run_verify(session, backend=args.backend, sizes=args.sizes, min_busbw=args.min_busbw)
     if args.json:
         print_json({"backend": result.backend, "verdict": dataclasses.asdict(result.verdict),
                     "rows": [dataclasses.asdict(r) for r in result.rows], "carried_by": result.carried_by})
     else:
         nccl_report.render_verify(console, result)
-    return EXIT_FAILED if result.verdict.status == "FAIL" else EXIT_OK
+    return EXIT_FAILED if result.verdict.status is VerdictStatus.FAIL else EXIT_OK
 
 
 def cmd_nccl_report(args: argparse.Namespace) -> int:
@@ -282,9 +283,7 @@ def main(argv: list[str] | None = None) -> int:
         message = e.message
         if isinstance(e, Unreachable) and e.host and e.host not in message:
             message = f"{e.host}: {message}"  # the transport names the address; the user knows the node's name
-        err_console.print(f"[bold red]error:[/bold red] {escape(message)}", highlight=False)
-        if e.fix:
-            err_console.print(f"  [bold]fix:[/bold] {escape(e.fix)}", highlight=False)
+        print_error(message, e.fix)
         return e.exit_code
     except KeyboardInterrupt:
         err_console.print("interrupted")

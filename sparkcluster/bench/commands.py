@@ -14,11 +14,13 @@ from contextlib import AbstractContextManager
 from importlib.metadata import version
 from pathlib import Path
 
-from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from .. import __version__
+from ..engine.console import err as err_console
+from ..engine.console import out as console
+from ..engine.console import print_error
 from ..engine import flags
 from ..engine.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, UsageError
 from ..engine.report import print_json
@@ -29,10 +31,6 @@ from .sweep import BenchFailed, Hooks, Level, Prepared, SweepOptions, sweep
 from .target import Target, from_cluster, from_url
 
 Connect = Callable[..., AbstractContextManager[Session]]
-console = Console()
-if not console.is_terminal:
-    console.width = 140  # piped into a file: the whole table, not 80 columns of wrapped cells
-err_console = Console(stderr=True)
 
 METHOD = """method: one warm-up request first (the JIT warms on it, as the published recipes do); then, at each
 concurrency C, --runs runs of C x --requests-per-stream streamed /v1/completions requests with C kept in flight
@@ -162,9 +160,7 @@ def cmd_bench(args: argparse.Namespace, connect: Connect) -> int:
                   f"{prepared.model} at {target.base_url} (prompt {opts.prompt_tokens}, output {opts.output_tokens})",
                   reference)
     if failure:
-        err_console.print(f"[bold red]error:[/] {escape(failure.message)}", highlight=False)
-        if failure.fix:
-            err_console.print(f"  [bold]fix:[/] {escape(failure.fix)}", highlight=False)
+        print_error(failure.message, failure.fix)
     elif code == EXIT_INTERRUPTED:
         err_console.print(f"interrupted: {len(levels)} of {len(opts.concurrency)} concurrencies measured",
                           highlight=False)

@@ -10,7 +10,7 @@ from urllib.parse import urlsplit
 
 from ..engine.errors import SparkclusterError, UsageError
 from ..engine.session import Session
-from ..serving.nodes import Cluster
+from ..serving.record import ServeRecord
 from ..serving.runtime import RuntimeChoice
 from ..serving.status import recorded
 from ..staging.images import inspect
@@ -41,30 +41,29 @@ def from_url(url: str, model: str | None) -> Target:
     return Target(base_url(url), model, {"endpoint": base_url(url), "source": "--url"})
 
 
-def from_record(record: dict, head_address: str, image_id: str | None) -> Target:
+def from_record(record: ServeRecord | None, image_id: str | None) -> Target:
     """The endpoint and configuration of the last `serve`, from its record on the head."""
-    serving = record.get("serving") if record else None
-    if not serving:
+    serving = record.serving if record else None
+    if record is None or serving is None:
         raise SparkclusterError("nothing is served: the head holds no record of a `sparkcluster serve`",
                                 "serve a model first (`sparkcluster serve --tp N --model M`), or give --url")
-    endpoint = serving.get("endpoint") or f"http://{head_address}:{serving['port']}/v1"
-    docker = record.get("runtime") == "docker"
-    return Target(endpoint, serving.get("served_name"), {
-        "endpoint": endpoint, "source": "inventory", "hf_model": serving.get("model"),
-        "runtime": record.get("runtime"), "launcher": record.get("launcher"), "tp": serving.get("tp"),
-        "nodes": record.get("nodes"), "image": record.get("image") if docker else None,
-        "image_id": image_id if docker else None,
+    docker = record.runtime == "docker"
+    verify = serving.verify
+    return Target(serving.endpoint, serving.served_name, {
+        "endpoint": serving.endpoint, "source": "inventory", "hf_model": serving.model,
+        "runtime": record.runtime, "launcher": record.launcher, "tp": serving.tp, "nodes": list(record.nodes),
+        "image": record.image if docker else None, "image_id": image_id if docker else None,
         # Recorded by serve where it keeps them; null otherwise, so a reader sees what is not known.
-        "recipe": serving.get("recipe"), "recipe_flags": serving.get("flags"),
-        "nccl_verdict": record.get("verify") or serving.get("verify"),
+        "recipe": serving.recipe, "recipe_flags": list(serving.flags),
+        "nccl_verdict": None if verify is None else {"backend": verify.backend, "status": str(verify.status),
+                                                     "cause": verify.cause},
     })
 
 
 def from_cluster(session: Session) -> Target:
     """Read the head's record (one SSH read) and, where docker serves, the head's image ID."""
-    cluster = Cluster(session.inventory, session.transports, session.facts)
-    record, runtime = recorded(cluster, RuntimeChoice("docker"))
+    record, runtime = recorded(session, RuntimeChoice("docker"))
     image_id = None
-    if record.get("serving") and runtime.name == "docker":
-        image_id = inspect(session.transports[cluster.head.name], runtime.image).id
-    return from_record(record, cluster.head.address, image_id)
+    if record and record.serving and runtime.name == "docker":
+        image_id = inspect(session.transport(session.head), runtime.image).id
+    return from_record(record, image_id)

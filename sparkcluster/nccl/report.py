@@ -14,7 +14,7 @@ from rich.markup import escape
 
 from ..engine.errors import EXIT_FAILED, EXIT_OK, UsageError
 from .logs import BandwidthRow, RankLog, format_table, read_capped_lines, read_log, read_probe_output
-from .verdict import judge
+from .verdict import VerdictStatus, judge
 from .verify import VerifyResult
 
 
@@ -32,7 +32,7 @@ def report(paths: Sequence[str], *, json_output: bool, min_busbw: float | None) 
         rows += file_rows
         probe_ranks += file_ranks
     verdict = judge(ranks, rows=rows, min_busbw_gbps=min_busbw)
-    code = EXIT_FAILED if verdict.status == "FAIL" else EXIT_OK
+    code = EXIT_FAILED if verdict.status is VerdictStatus.FAIL else EXIT_OK
     if json_output:
         doc = {**asdict(verdict), "rows": [asdict(r) for r in rows], "probe_ranks": probe_ranks,
                "ranks": [_rank_doc(r) for r in ranks]}
@@ -78,7 +78,7 @@ def _rank_doc(rank: RankLog) -> dict:
 
 
 def render_verify(console: Console, result: VerifyResult) -> None:
-    style = {"PASS": "bold green", "WARN": "bold yellow", "FAIL": "bold red"}[result.verdict.status]
+    style = {VerdictStatus.PASS: "bold green", VerdictStatus.WARN: "bold yellow", VerdictStatus.FAIL: "bold red"}[result.verdict.status]
     if result.rows:
         console.print(format_table(result.rows), markup=False, highlight=False)
     for node, lines in result.carried_by.items():

@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from enum import StrEnum
 
 from .logs import BandwidthRow, RankLog
 
@@ -24,9 +25,15 @@ _RDMA = frozenset({"NET/IB", "NET/IBext"})
 # The two twins (PCIe functions) of QSFP port N are rocep1s0fN and roceP2p1s0fN (spark-captures.md, ibdev2netdev).
 _SPARK_HCA = re.compile(r"roce(?:P2)?p1s0f([01])")
 
+class VerdictStatus(StrEnum):
+    PASS = "PASS"
+    WARN = "WARN"  # works, but not as a Spark pair should (one twin, intra-node only, bandwidth unknown)
+    FAIL = "FAIL"  # a fallback (socket, management network), or the log cannot prove the transport
+
+
 @dataclass(frozen=True)
 class Verdict:
-    status: str  # "PASS" | "WARN" | "FAIL"
+    status: VerdictStatus
     cause: str
     fix: str
     details: tuple[str, ...]
@@ -36,7 +43,7 @@ class Verdict:
 
 @dataclass(frozen=True)
 class _Finding:
-    status: str
+    status: VerdictStatus
     cause: str
     fix: str
 
@@ -69,7 +76,7 @@ def judge(ranks: Sequence[RankLog], *, expected_hcas: Sequence[str] = (), qsfp_i
     )
     found: list[tuple[str, _Finding]] = []
     if intra_only and require_network:  # first, so that it is the cause unless something FAILs
-        found.append(("all ranks", _Finding("WARN", "intra-node only (P2P/SHM): says nothing about the QSFP link",
+        found.append(("all ranks", _Finding(VerdictStatus.WARN, "intra-node only (P2P/SHM): says nothing about the QSFP link",
                                             "run one rank on each of two Sparks to test the QSFP link")))
     found += [(r.source, f) for check in per_rank for r in ranks for f in check(r)]
     if not ranks:
@@ -78,14 +85,14 @@ def judge(ranks: Sequence[RankLog], *, expected_hcas: Sequence[str] = (), qsfp_i
     if transports and set(transports) <= _RDMA:
         found += [("probe", f) for f in _bandwidth_findings(transports, rows, min_busbw_gbps)]
     details = (*(_summary(r) for r in ranks), *(f"{source}: {f.status} {f.cause}" for source, f in found))
-    worst = next((f for _, f in found if f.status == "FAIL"), None) or next((f for _, f in found), None)
+    worst = next((f for _, f in found if f.status is VerdictStatus.FAIL), None) or next((f for _, f in found), None)
     if worst:
         return Verdict(worst.status, worst.cause, worst.fix, details, transports, intra_only)
-    return Verdict("PASS", _pass_cause(ranks, transports, intra_only, rows), "", details, transports, intra_only)
+    return Verdict(VerdictStatus.PASS, _pass_cause(ranks, transports, intra_only, rows), "", details, transports, intra_only)
 
 
 def _no_lines(where: str) -> _Finding:
-    return _Finding("FAIL", f"no NCCL INFO lines in {where}",
+    return _Finding(VerdictStatus.FAIL, f"no NCCL INFO lines in {where}",
                     "run with NCCL_DEBUG=INFO (e.g. `-e NCCL_DEBUG=INFO` on the container) and keep every "
                     "rank's output")
 
@@ -103,22 +110,22 @@ def _silence_findings(rank: RankLog) -> list[_Finding]:
         return []
     if rank.init_complete:
         # NCCL >= 2.22 connects channels lazily, at the first collective that needs them.
-        return [_Finding("FAIL", "NCCL init completed but no channel was connected yet: the log does not show the "
+        return [_Finding(VerdictStatus.FAIL, "NCCL init completed but no channel was connected yet: the log does not show the "
                                  "transport", "capture the log after a collective has run (the probe, or after the "
                                               "first request to vLLM)")]
-    return [_Finding("FAIL", "truncated: the log stops before NCCL connected any channel (init never finished)",
+    return [_Finding(VerdictStatus.FAIL, "truncated: the log stops before NCCL connected any channel (init never finished)",
                      "look for the error that stopped init in every rank's log, or capture again after init")]
 
 
 def _error_finding(line: str) -> _Finding:
     cause = f"NCCL error: {line[:240]}"
     if re.search(r"Got completion|IBV_WC_", line):
-        return _Finding("FAIL", cause, _F7_FIX)
+        return _Finding(VerdictStatus.FAIL, cause, _F7_FIX)
     if re.search(r"ibv_\w+ failed|unhandled system error", line):
-        return _Finding("FAIL", cause, _F6_FIX)
+        return _Finding(VerdictStatus.FAIL, cause, _F6_FIX)
     if "remote process exited" in line:
-        return _Finding("FAIL", cause, "another rank died first: its log holds the first NCCL WARN")
-    return _Finding("FAIL", cause, "read the NCCL WARN above; rerun with NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET "
+        return _Finding(VerdictStatus.FAIL, cause, "another rank died first: its log holds the first NCCL WARN")
+    return _Finding(VerdictStatus.FAIL, cause, "read the NCCL WARN above; rerun with NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET "
                                    "for its context")
 
 
@@ -133,15 +140,15 @@ def _socket_findings(rank: RankLog, expected_hcas: Sequence[str], management: Se
     if rank.channels and not rank.inter_node:
         if not require_network:
             return []
-        return [_Finding("WARN", f"NCCL chose network {rank.network or 'Socket'} here: between nodes it would fall "
+        return [_Finding(VerdictStatus.WARN, f"NCCL chose network {rank.network or 'Socket'} here: between nodes it would fall "
                                  "back to TCP sockets", _socket_reason(rank, expected_hcas)[1])]
     why, fix = _socket_reason(rank, expected_hcas)
     on_management = [i for i in rank.socket_interfaces if i in management]
     if on_management:
-        return [_Finding("FAIL", f"socket fallback on the management interface {on_management[0]} (10 GbE, about "
+        return [_Finding(VerdictStatus.FAIL, f"socket fallback on the management interface {on_management[0]} (10 GbE, about "
                                  f"1 GB/s): {why}", f"{fix}; and set NCCL_SOCKET_IFNAME={qsfp_hint}")]
     over = f" over {','.join(rank.socket_interfaces)}" if rank.socket_interfaces else ""
-    return [_Finding("FAIL", f"socket fallback{over}: {why}", fix)]
+    return [_Finding(VerdictStatus.FAIL, f"socket fallback{over}: {why}", fix)]
 
 
 def _socket_reason(rank: RankLog, expected_hcas: Sequence[str]) -> tuple[str, str]:
@@ -176,11 +183,11 @@ def _interface_findings(rank: RankLog, qsfp: Sequence[str], management: Sequence
         if interface is None:
             continue
         if interface in management:
-            findings.append(_Finding("FAIL", f"NCCL {role} on the management interface {interface} (10 GbE)",
+            findings.append(_Finding(VerdictStatus.FAIL, f"NCCL {role} on the management interface {interface} (10 GbE)",
                                      f"set NCCL_SOCKET_IFNAME={qsfp_hint}: everything binds to the QSFP link, so a "
                                      "management link flap cannot break the communicator"))
         elif qsfp and interface not in qsfp:
-            findings.append(_Finding("WARN", f"NCCL {role} on {interface}, not the QSFP interface ({qsfp_hint})",
+            findings.append(_Finding(VerdictStatus.WARN, f"NCCL {role} on {interface}, not the QSFP interface ({qsfp_hint})",
                                      f"set NCCL_SOCKET_IFNAME={qsfp_hint}"))
     return findings
 
@@ -193,7 +200,7 @@ def _hca_findings(rank: RankLog, expected: Sequence[str]) -> list[_Finding]:
     if expected:
         unexpected = [d for d in used if d not in expected]
         if unexpected:
-            findings.append(_Finding("WARN", f"NCCL uses {', '.join(unexpected)}, not in the expected HCAs "
+            findings.append(_Finding(VerdictStatus.WARN, f"NCCL uses {', '.join(unexpected)}, not in the expected HCAs "
                                              f"({', '.join(expected)})",
                                      f"set NCCL_IB_HCA={','.join(expected)}: an HCA not cabled to the peer fails or "
                                      "pairs wrongly (F6)"))
@@ -205,7 +212,7 @@ def _hca_findings(rank: RankLog, expected: Sequence[str]) -> list[_Finding]:
         alone = used[0] if twin else None
         pair = f"rocep1s0f{twin[1]},roceP2p1s0f{twin[1]}" if twin else ""
     if alone:
-        findings.append(_Finding("WARN", f"one twin only: about half bandwidth (≈11-12 GB/s); NCCL uses {alone} "
+        findings.append(_Finding(VerdictStatus.WARN, f"one twin only: about half bandwidth (≈11-12 GB/s); NCCL uses {alone} "
                                          "alone", f"NCCL_IB_HCA={pair} (both twins of the cabled port, F2)"))
     return findings
 
@@ -214,7 +221,7 @@ def _transport_findings(transports: Sequence[str]) -> list[_Finding]:
     other = [t for t in transports if t not in _RDMA and t != "NET/Socket"]  # sockets are _socket_findings'
     if not other:
         return []
-    return [_Finding("WARN", f"inter-node transport {', '.join(other)}, not NET/IB",
+    return [_Finding(VerdictStatus.WARN, f"inter-node transport {', '.join(other)}, not NET/IB",
                      "between Sparks NCCL should use NET/IB (or NET/IBext with the HPC-X plugin): check NCCL_NET and "
                      "NCCL_NET_PLUGIN")]
 
@@ -226,7 +233,7 @@ def _bandwidth_findings(transports: Sequence[str], rows: Sequence[BandwidthRow],
     threshold = DEFAULT_MIN_BUSBW_GBPS if min_busbw is None else min_busbw
     large = [r for r in rows if r.size_bytes >= LARGE_BYTES]
     if not large:
-        return [_Finding("WARN", f"no measurement at {LARGE_BYTES >> 20} MiB or more: bandwidth not judged",
+        return [_Finding(VerdictStatus.WARN, f"no measurement at {LARGE_BYTES >> 20} MiB or more: bandwidth not judged",
                          "run the probe with --sizes up to 1G")]
     best = max(large, key=lambda r: r.busbw_gbps)
     if best.busbw_gbps >= threshold:
@@ -237,7 +244,7 @@ def _bandwidth_findings(transports: Sequence[str], rows: Sequence[BandwidthRow],
         hint = " (one twin's ceiling: is only one HCA in use?)"
     else:
         hint = ""
-    return [_Finding("WARN", f"transport is {'/'.join(transports)} but busbw {best.busbw_gbps:.1f} < {threshold:.1f} "
+    return [_Finding(VerdictStatus.WARN, f"transport is {'/'.join(transports)} but busbw {best.busbw_gbps:.1f} < {threshold:.1f} "
                              f"GB/s{hint}",
                      "check MTU 9000 on both ends, NCCL_IB_HCA = both twins, PFC / packet loss on a switch (F3/F8); "
                      "stop other GPU work and rerun")]

@@ -17,10 +17,10 @@ from importlib import resources
 from ..engine.command import Command
 from ..engine.errors import SparkclusterError
 from ..engine.facts import HostFacts
-from ..engine.inventory import Inventory
+from ..engine.session import Session
 from ..engine.parallel import parallel_map
 from .logs import BandwidthRow, read_log, read_probe_output
-from .verdict import DEFAULT_MIN_BUSBW_GBPS, Verdict, judge
+from .verdict import DEFAULT_MIN_BUSBW_GBPS, Verdict, VerdictStatus, judge
 from ..node.network import COMM_ENV_PATH, choose_for, comm_env_path
 from ..engine.transport import Transport, remote_path
 
@@ -69,15 +69,13 @@ def detect_backend(transport: Transport, check_line: str) -> str:
     return "nccl" if result.stdout.strip() == "True" else "gloo"
 
 
-def run_verify(inventory: Inventory, transports: Mapping[str, Transport], facts: Mapping[str, HostFacts], *,
-               backend: str = "auto", sizes: str | None = None, min_busbw: float | None = None,
+def run_verify(session: Session, *, backend: str = "auto", sizes: str | None = None, min_busbw: float | None = None,
                timeout: float = 600, in_serving_env: Mapping[str, Callable[[list[str]], Command]] | None = None
                ) -> VerifyResult:
     """`in_serving_env`: per node, the command that runs argv where vLLM will run (serve passes its
     runtime's, e.g. inside the vllm_node container); the probe then travels on stdin. Without it, the probe
     runs on the node with the inventory's `python` and the comm env file."""
-    hosts = list(inventory.hosts)
-    head = inventory.head
+    hosts, head, transports, facts = list(session.hosts), session.head, session.transports, session.facts
     python = str(head.vars.get("python", "python3"))
     choices = {h.name: choose_for(h, facts[h.name]) for h in hosts}  # a QsfpError names the host and the fix
     if backend == "auto":
@@ -122,12 +120,8 @@ def run_verify(inventory: Inventory, transports: Mapping[str, Transport], facts:
                                     "nodes reach each other on the fabric")
         return name, result.stdout
 
-    def close_all() -> None:
-        for transport in transports.values():
-            transport.close()
-
     outputs = dict(parallel_map(launch, list(enumerate(h.name for h in hosts)), workers=len(hosts),
-                                on_abort=close_all))
+                                on_abort=session.close))
     rows, ranks = read_probe_output("\n".join(outputs.values()))
     carried = _carried_by(ranks, hosts, facts)
     threshold = min_busbw if min_busbw is not None else (DEFAULT_MIN_BUSBW_GBPS if backend == "nccl" else None)
@@ -168,14 +162,14 @@ def _judge_connections(carried: Mapping[str, list[str]], choices: Mapping) -> Ve
     details = tuple(f"{n}: {l}" for n, ls in carried.items() for l in ls)
     used = sorted({l.split()[0] for ls in carried.values() for l in ls})
     if not any(carried.values()):
-        return Verdict("FAIL", "no connection between the ranks was seen", "check that the probe ran on every node",
+        return Verdict(VerdictStatus.FAIL, "no connection between the ranks was seen", "check that the probe ran on every node",
                        details, (), False)
     if wrong:
         node, lines = next(iter(wrong.items()))
         iface = lines[0].split()[0]
-        return Verdict("FAIL", f"traffic on {iface}, not the QSFP link: {node} {lines[0]}",
+        return Verdict(VerdictStatus.FAIL, f"traffic on {iface}, not the QSFP link: {node} {lines[0]}",
                        f"bind every comm variable of {node} to its QSFP interface (re-run `sparkcluster bootstrap`; "
                        f"check GLOO_SOCKET_IFNAME/NCCL_SOCKET_IFNAME in ~/.config/sparkcluster/comm.env)",
                        details, tuple(used), False)
-    return Verdict("PASS", f"every connection between the ranks ran over the QSFP interfaces ({', '.join(used)}); "
+    return Verdict(VerdictStatus.PASS, f"every connection between the ranks ran over the QSFP interfaces ({', '.join(used)}); "
                            "gloo on CPU checks the binding and path, not RDMA", "", details, tuple(used), False)

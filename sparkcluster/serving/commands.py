@@ -11,29 +11,29 @@ import threading
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 
-from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
 
 from ..engine import flags
 from ..engine.errors import EXIT_FAILED, EXIT_OK, UsageError
+from ..engine.console import err as err_console
+from ..engine.console import out as console
 from ..engine.inventory import Inventory
 from ..engine.report import print_json
 from ..engine.session import Session
 from ..engine.transport import openssh_argv, ssh_destination
-from .lifecycle import stop_everywhere
-from .nodes import Cluster
 from ..staging.images import held_layers
+from . import render
 from .image import check_images, sync_image
+from .lifecycle import StopState, stop_everywhere
 from .phases import Phases, ServeOptions, check_tp, hub_model, plan, serve, up
+from .progress import Emit, ignore
+from .record import clear_record
 from .recipes import load_recipe
 from .runtime import RuntimeChoice
 from .status import logs_command, recorded, status
 
 # The CLI's way to connect: the inventory its flags select, `check` run on it before anything connects.
 Connect = Callable[[argparse.Namespace, Callable[[Inventory], None]], AbstractContextManager[Session]]
-console = Console()
-err_console = Console(stderr=True)
 
 
 def options(args: argparse.Namespace) -> ServeOptions:
@@ -49,22 +49,8 @@ def options(args: argparse.Namespace) -> ServeOptions:
     )
 
 
-def _say(args: argparse.Namespace) -> Callable[[str], None]:
-    if args.json:
-        return lambda text: None
-    return lambda text: err_console.print(text, highlight=False)
-
-
-def _image_progress(say: Callable[[str], None]) -> Callable[[str, int, int], None]:
-    shown: dict[str, int] = {}
-
-    def report(node: str, done: int, total: int) -> None:
-        total = max(total, done)  # the saved stream is a little larger than the image's reported size
-        step = done * 10 // total if total else 0
-        if shown.get(node) != step:  # one line per tenth, not per second
-            shown[node] = step
-            say(f"  image -> {node}: {done / 1e6:.0f} / {total / 1e6:.0f} MB")
-    return report
+def _emit(args: argparse.Namespace) -> Emit:
+    return ignore if args.json else render.progress_printer(err_console)
 
 
 def _chosen(args: argparse.Namespace) -> RuntimeChoice:
@@ -77,15 +63,11 @@ def _no_check(inventory: Inventory) -> None:
 
 def cmd_up(args: argparse.Namespace, connect: Connect) -> int:
     opts = options(args)
-    say = _say(args)
     phases = Phases()
     with connect(args, _no_check) as session:
-        cluster = Cluster(session.inventory, session.transports, session.facts)
-        _, _, members, reused = up(cluster, opts, phases, lambda p: say(f"{p} ..."), _image_progress(say))
-    doc = {"reused": reused, "phases": phases.seconds,
-           "members": [dataclasses.asdict(m) for m in members]}
+        _, _, members, reused = up(session, opts, phases, _emit(args))
     if args.json:
-        print_json(doc)
+        print_json({"reused": reused, "phases": phases.seconds, "members": [dataclasses.asdict(m) for m in members]})
     else:
         console.print(f"Ray cluster {'already ' if reused else ''}up: {len(members)} nodes, "
                       f"{sum(m.gpus for m in members):g} GPUs, on {', '.join(m.ip for m in members)}", highlight=False)
@@ -95,74 +77,31 @@ def cmd_up(args: argparse.Namespace, connect: Connect) -> int:
 def cmd_serve(args: argparse.Namespace, connect: Connect) -> int:
     opts = options(args)
     hub_model(opts.serve_args().model)  # a bad model or a recipe without one fails before any connection
-    say = _say(args)
     with connect(args, lambda inventory: check_tp(opts.tp, inventory)) as session:  # checked before connecting
-        cluster = Cluster(session.inventory, session.transports, session.facts)
-        opts = dataclasses.replace(opts, tp=check_tp(opts.tp, cluster.inventory))
+        opts = dataclasses.replace(opts, tp=check_tp(opts.tp, session.inventory))
         if args.check:
-            _print_plan(plan(cluster, opts), args.json)
+            doc = plan(session, opts)
+            if args.json:
+                print_json(doc)
+            else:
+                render.serve_plan(console, doc)
             return EXIT_OK
-        result = serve(cluster, opts, progress=lambda p: say(f"{p} ..."), image_progress=_image_progress(say),
-                       say=say)
+        result = serve(session, opts, _emit(args))
     if args.json:
         print_json(dataclasses.asdict(result))
     else:
-        timings = ", ".join(f"{k} {v:.1f} s" for k, v in result.phases.items())
-        console.print(f"[bold green]serving[/] {escape(result.served_name)} with TP {len(result.nodes)} "
-                      f"({result.runtime}, {result.launcher}) at [bold]{result.endpoint}[/]", highlight=False)
-        console.print(f"  {timings}", highlight=False)
-        console.print(f"  try: curl {result.endpoint}/completions -H 'Content-Type: application/json' "
-                      f"-d '{{\"model\": \"{result.served_name}\", \"prompt\": \"Hello\", \"max_tokens\": 16}}'",
-                      highlight=False, markup=False)
+        render.serving(console, result)
     return EXIT_OK
-
-
-def _print_plan(doc: dict, as_json: bool) -> None:
-    if as_json:
-        print_json(doc)
-        return
-    console.print(f"would serve {escape(doc['model'])} ({doc['runtime']}, {doc['launcher']}); nothing was changed",
-                  highlight=False)
-    for copy in doc["image_copies"]:
-        console.print(f"  copy image {escape(doc['image']['name'])} to {copy['node']} over {copy['over']}",
-                      highlight=False)
-    for node, lines in doc["commands"].items():
-        for line in lines:
-            console.print(f"  {node}: {line}", highlight=False, markup=False, soft_wrap=True)
 
 
 def cmd_status(args: argparse.Namespace, connect: Connect) -> int:
     with connect(args, _no_check) as session:
-        doc = status(Cluster(session.inventory, session.transports, session.facts), _chosen(args))
+        state = status(session, _chosen(args))
     if args.json:
-        print_json(doc)
+        print_json(state.to_json())
     else:
-        _status_table(doc)
-    server = doc.get("server") or {}
-    processes = [state for node in doc["nodes"].values() for role, state in node.items() if role in ("main", "vllm")]
-    healthy = (not doc.get("ray", {}).get("problems") and all(state == "running" for state in processes)
-               and (not server or server.get("health") == 200))
-    return EXIT_OK if doc.get("state") and healthy else EXIT_FAILED
-
-
-def _status_table(doc: dict) -> None:
-    state = doc.get("state") or {}
-    if not state:
-        console.print("nothing is served: no `sparkcluster up` or `serve` recorded on the head", highlight=False)
-    table = Table("node", "fabric ip", state.get("runtime", "process"), "ray", "gpus")
-    for name, node in doc["nodes"].items():
-        ray = node.get("ray") or {}
-        process = node.get("main", "?") + (f", vLLM {node['vllm']}" if "vllm" in node else "")
-        table.add_row(name, node.get("fabric_ip", "?"), escape(process),
-                      (ray.get("address") or "not a member") if ray else "-", f"{ray.get('gpus', 0):g}" if ray else "-")
-    console.print(table)
-    for problem in (doc.get("ray") or {}).get("problems", []):
-        console.print(f"[bold red]problem:[/] {escape(problem)}", highlight=False)
-    server = doc.get("server") or {}
-    if server:
-        ok = server["health"] == 200
-        console.print(f"vLLM {'[green]healthy[/]' if ok else '[red]not answering[/]'} {escape(server['served_name'])} "
-                      f"({escape(server['model'])}) at {server['endpoint']}", highlight=False)
+        render.status_table(console, state)
+    return EXIT_OK if state.healthy else EXIT_FAILED
 
 
 def cmd_logs(args: argparse.Namespace, connect: Connect) -> int:
@@ -171,13 +110,12 @@ def cmd_logs(args: argparse.Namespace, connect: Connect) -> int:
             raise UsageError(f"no node named {args.node!r}", "choose from: " + ", ".join(h.name for h in inventory.hosts))
 
     with connect(args, check_node) as session:
-        cluster = Cluster(session.inventory, session.transports, session.facts)
-        record, runtime = recorded(cluster, _chosen(args))
-        hosts = [h for h in cluster.hosts if not args.node or h.name == args.node]
-        commands = {h.name: logs_command(record, runtime, h, cluster.head, args.lines, args.follow) for h in hosts}
+        record, runtime = recorded(session, _chosen(args))
+        hosts = [h for h in session.hosts if not args.node or h.name == args.node]
+        commands = {h.name: logs_command(record, runtime, h, session.head, args.lines, args.follow) for h in hosts}
         if not args.follow:
             for h in hosts:
-                result = cluster.run(h, commands[h.name])
+                result = session.run(h, commands[h.name])
                 console.print(f"[bold]== {h.name} ==[/]", highlight=False)
                 print(result.stdout, end="")
             return EXIT_OK
@@ -209,44 +147,39 @@ def _follow(argvs: dict[str, list[str]]) -> int:
 
 def cmd_down(args: argparse.Namespace, connect: Connect) -> int:
     with connect(args, _no_check) as session:
-        cluster = Cluster(session.inventory, session.transports, session.facts)
-        stopped = stop_everywhere(cluster)
-        if not stopped[cluster.head.name].startswith("unreachable"):
-            cluster.clear_record()
-    failed = {n: s for n, s in stopped.items() if s.startswith(("unreachable", "failed"))}
+        outcomes = stop_everywhere(session)
+        if outcomes[session.head.name].state is not StopState.UNREACHABLE:
+            clear_record(session)
     if args.json:
-        print_json({"stopped": stopped})
+        print_json({"stopped": {name: outcome.describe() for name, outcome in outcomes.items()}})
     else:
-        for name, what in stopped.items():
-            console.print(f"{name}: {escape(what) if what else 'nothing was running'}", highlight=False)
-    return EXIT_FAILED if failed else EXIT_OK
+        render.stopped(console, outcomes)
+    return EXIT_OK if all(o.state is StopState.STOPPED for o in outcomes.values()) else EXIT_FAILED
 
 
 def cmd_image_sync(args: argparse.Namespace, connect: Connect) -> int:
-    say = _say(args)
     with connect(args, _no_check) as session:
-        cluster = Cluster(session.inventory, session.transports, session.facts)
         if args.check:
-            head_info, need = check_images(cluster, args.image)
-            held = {h.name: held_layers(cluster.transports[h.name], head_info.layers)
-                    for h in cluster.hosts if h.name in need}
-            doc = {"image": args.image, "id": head_info.id, "layers": len(head_info.layers),
-                   "nodes": {name: {"layers_held": n} for name, n in held.items()}}
+            head_info, need = check_images(session, args.image)
+            held = {h.name: held_layers(session.transport(h), head_info.layers)
+                    for h in session.hosts if h.name in need}
             if args.json:
-                print_json(doc)
-            else:
-                console.print(f"{escape(args.image)} on {cluster.head.name}: {head_info.id} "
-                              f"({len(head_info.layers)} layers)", highlight=False)
-                for name, n in held.items():
-                    console.print(f"  {name}: would receive {len(head_info.layers) - n} layer(s), holds {n}",
-                                  highlight=False)
-                if not held:
-                    console.print("  every node holds it", highlight=False)
+                print_json({"image": args.image, "id": head_info.id, "layers": len(head_info.layers),
+                            "nodes": {name: {"layers_held": n} for name, n in held.items()}})
+                return EXIT_OK
+            console.print(f"{escape(args.image)} on {session.head.name}: {head_info.id} "
+                          f"({len(head_info.layers)} layers)", highlight=False)
+            for name, n in held.items():
+                console.print(f"  {name}: would receive {len(head_info.layers) - n} layer(s), holds {n}",
+                              highlight=False)
+            if not held:
+                console.print("  every node holds it", highlight=False)
             return EXIT_OK
-        synced = sync_image(cluster, args.image, _image_progress(say))
+        synced = sync_image(session, args.image, _emit(args))
     if args.json:
         print_json({"image": args.image, "id": synced.head.id,
-                    "nodes": {name: {"id": got, "sent_bytes": synced.sent.get(name, 0)} for name, got in synced.ids.items()}})
+                    "nodes": {name: {"id": got, "sent_bytes": synced.sent.get(name, 0)}
+                              for name, got in synced.ids.items()}})
     else:
         for name, got in synced.ids.items():
             how = (f"received {synced.sent[name] / 1e6:,.1f} MB over the fabric" if name in synced.sent

@@ -8,8 +8,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..engine.errors import SparkclusterError
-from ..staging.images import ImageInfo, inspect, plan_copies, sync_from_head
-from .nodes import Cluster
+from ..staging.images import ImageBytes, ImageInfo, inspect, plan_copies, sync_from_head
+from ..engine.session import Session
+from .record import fabric_ips
 
 
 @dataclass
@@ -20,23 +21,23 @@ class ImageSync:
     ids: dict[str, str | None] = field(default_factory=dict)  # every node's image ID afterwards
 
 
-def check_images(cluster: Cluster, image: str) -> tuple[ImageInfo, list[str]]:
+def check_images(session: Session, image: str) -> tuple[ImageInfo, list[str]]:
     """The head's image and the nodes that need it copied. Changes nothing."""
-    infos = dict(zip((h.name for h in cluster.hosts), cluster.each(lambda h: inspect(cluster.transports[h.name], image))))
-    return infos[cluster.head.name], plan_copies(infos, cluster.head.name, image)
+    infos = dict(zip((h.name for h in session.hosts), session.each(lambda h: inspect(session.transports[h.name], image))))
+    return infos[session.head.name], plan_copies(infos, session.head.name, image)
 
 
-def sync_image(cluster: Cluster, image: str, progress: Callable[[str, int, int], None]) -> ImageSync:
+def sync_image(session: Session, image: str, progress: Callable[[ImageBytes], None]) -> ImageSync:
     """Copies the head's image where it is missing or different, then checks the ID on every node."""
-    head_info, need = check_images(cluster, image)
+    head_info, need = check_images(session, image)
     sent = {}
     if need:
-        nodes = [h for h in cluster.hosts if h.name in need]
+        nodes = [h for h in session.hosts if h.name in need]
         # The fabric addresses come from the facts, not the comm env: the image goes over the QSFP link.
-        sent = sync_from_head(cluster.head, nodes, cluster.transports, cluster.fabric_ips(), image, head_info,
+        sent = sync_from_head(session.head, nodes, session.transports, fabric_ips(session), image, head_info,
                               progress)
-    ids = dict(zip((h.name for h in cluster.hosts),
-                   cluster.each(lambda h: inspect(cluster.transports[h.name], image).id)))
+    ids = dict(zip((h.name for h in session.hosts),
+                   session.each(lambda h: inspect(session.transports[h.name], image).id)))
     wrong = {name: got for name, got in ids.items() if got != head_info.id}
     if wrong:
         name, got = next(iter(wrong.items()))

@@ -5,53 +5,55 @@ run, what the head's log says when they do not, and stopping everything this too
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
+from enum import StrEnum
 
 from ..engine.command import Command
 from ..engine.errors import SparkclusterError
+from ..engine.events import Failure
 from ..engine.inventory import Host
-from ..engine.parallel import parallel_map
 from ..engine.transport import Unreachable
 from .launch import CONTAINER, Node, ServeArgs, ray_start_argv, vllm_serve_argv
-from .nodes import Cluster, node_env
+from ..engine.session import Session
+from .nodes import node_env
 from .runtime import RuntimeChoice, stop_all_serving
 
 LOG_TAIL_LINES = 15
 
 
-def ray_commands(cluster: Cluster, runtime: RuntimeChoice, nodes: Mapping[str, Node],
+def ray_commands(session: Session, runtime: RuntimeChoice, nodes: Mapping[str, Node],
                  recipe_env: Mapping[str, str]) -> dict[str, Command]:
     """node -> the command that starts its Ray (eugr's `ray start`, detached)."""
     commands = {}
-    for host in cluster.hosts:
+    for host in session.hosts:
         gpus = host.vars.get("ray_num_gpus")
         argv = ray_start_argv(nodes[host.name], int(gpus) if gpus is not None else None)
-        commands[host.name] = runtime.on(host).start_main(argv, node_env(cluster.inventory, host, recipe_env))
+        commands[host.name] = runtime.on(host).start_main(argv, node_env(session.inventory, host, recipe_env))
     return commands
 
 
-def vllm_commands(cluster: Cluster, runtime: RuntimeChoice, nodes: Mapping[str, Node], launcher: str,
+def vllm_commands(session: Session, runtime: RuntimeChoice, nodes: Mapping[str, Node], launcher: str,
                   args: ServeArgs) -> dict[str, Command]:
     """node -> the command that starts its vLLM: the head's only with Ray, every node's (rank order) without."""
-    nnodes, head = len(cluster.hosts), cluster.head
+    nnodes, head = len(session.hosts), session.head
     if launcher == "ray":
         argv = vllm_serve_argv(args, "ray", nodes[head.name], nnodes)
-        return {head.name: runtime.on(head).start_vllm_on_main(argv, node_env(cluster.inventory, head, args.env))}
+        return {head.name: runtime.on(head).start_vllm_on_main(argv, node_env(session.inventory, head, args.env))}
     return {h.name: runtime.on(h).start_main(vllm_serve_argv(args, "native", nodes[h.name], nnodes),
-                                             node_env(cluster.inventory, h, args.env)) for h in cluster.hosts}
+                                             node_env(session.inventory, h, args.env)) for h in session.hosts}
 
 
-def start(cluster: Cluster, commands: Mapping[str, Command], what: str, fix: str) -> None:
+def start(session: Session, commands: Mapping[str, Command], what: str, fix: str) -> None:
     """Runs start commands: the head's first (the others connect to it), then the rest in parallel."""
     def one(host: Host) -> None:
-        result = cluster.run(host, commands[host.name])
+        result = session.run(host, commands[host.name])
         if not result.ok:
             raise SparkclusterError(f"starting {what} on {host.name} failed (exit {result.exit_code}): "
                                     f"{result.stderr_tail(3)}", fix)
-    hosts = [h for h in cluster.hosts if h.name in commands]
+    hosts = [h for h in session.hosts if h.name in commands]
     one(hosts[0])
     if hosts[1:]:
-        parallel_map(one, hosts[1:], workers=len(hosts) - 1, on_abort=cluster.close)
+        session.each(one, hosts[1:])
 
 
 def running_current(runtime: RuntimeChoice, host: Host) -> Command:
@@ -64,13 +66,13 @@ def running_current(runtime: RuntimeChoice, host: Host) -> Command:
                    timeout=30)
 
 
-def gone(cluster: Cluster, runtime: RuntimeChoice, launcher: str) -> str | None:
+def gone(session: Session, runtime: RuntimeChoice, launcher: str) -> str | None:
     """Why the server cannot answer any more, or None while its processes run."""
-    checks = [(h, "main") for h in cluster.hosts] + ([(cluster.head, "vllm")] if launcher == "ray" else [])
+    checks = [(h, "main") for h in session.hosts] + ([(session.head, "vllm")] if launcher == "ray" else [])
     for host, role in checks:
         try:
             alive = runtime.on(host).alive(role)
-            if not cluster.run(host, replace(alive, timeout=30)).ok:
+            if not session.run(host, replace(alive, timeout=30)).ok:
                 what = "vLLM" if role == "vllm" or launcher == "native" else "Ray"
                 return f"{what} on {host.name} exited"
         except Unreachable as e:
@@ -78,13 +80,13 @@ def gone(cluster: Cluster, runtime: RuntimeChoice, launcher: str) -> str | None:
     return None
 
 
-def diagnosis(cluster: Cluster, runtime: RuntimeChoice, launcher: str) -> str:
+def diagnosis(session: Session, runtime: RuntimeChoice, launcher: str) -> str:
     """The last lines of the head's vLLM log and what they show."""
     role = "vllm" if launcher == "ray" else "main"
-    head = cluster.head
+    head = session.head
     try:
         logs = runtime.on(head).logs(role, 200, False)
-        lines = cluster.run(head, replace(logs, timeout=30)).stdout.strip().splitlines()
+        lines = session.run(head, replace(logs, timeout=30)).stdout.strip().splitlines()
     except Unreachable as e:
         return f"{head.name} is unreachable: {e.message}"
     hints = []
@@ -96,14 +98,37 @@ def diagnosis(cluster: Cluster, runtime: RuntimeChoice, launcher: str) -> str:
     return "; ".join(hints + [f"last lines of the vLLM log on {head.name}:\n    {tail}"])
 
 
-def stop_everywhere(cluster: Cluster) -> dict[str, str]:
-    """node -> what was stopped ("" for nothing) or why it could not be reached."""
-    def stop(host: Host) -> tuple[str, str]:
+class StopState(StrEnum):
+    STOPPED = "stopped"  # whatever ran is stopped (possibly nothing)
+    UNREACHABLE = "unreachable"
+    FAILED = "failed"
+
+
+@dataclass(frozen=True)
+class NodeStopped:
+    """One node's outcome of a stop: what was stopped ("" for nothing), or why it could not be."""
+
+    state: StopState
+    stopped: str = ""
+    failure: Failure | None = None
+
+    def describe(self) -> str:
+        return self.stopped if self.failure is None else f"{self.state}: {self.failure.message}"
+
+
+def stop_everywhere(session: Session) -> dict[str, NodeStopped]:
+    """node -> what was stopped, or why it could not be."""
+    def stop(host: Host) -> tuple[str, NodeStopped]:
         try:
             # A failed phase may have closed every connection to interrupt its threads: open a new one.
-            cluster.transports[host.name].reconnect()
-            result = cluster.run(host, replace(stop_all_serving(host), timeout=60))
-            return host.name, " ".join(result.stdout.split()) if result.ok else f"failed: {result.stderr_tail(2)}"
+            session.transport(host).reconnect()
+            command = replace(stop_all_serving(host), timeout=60)
+            result = session.run(host, command)
         except Unreachable as e:
-            return host.name, f"unreachable: {e.message}"
-    return dict(parallel_map(stop, cluster.hosts, workers=len(cluster.hosts)))
+            return host.name, NodeStopped(StopState.UNREACHABLE, failure=Failure(e.message, e.fix))
+        if not result.ok:
+            return host.name, NodeStopped(StopState.FAILED, failure=Failure(
+                result.stderr_tail(2), "run `sparkcluster down` again, or stop the processes by hand",
+                command.display(), result.exit_code, result.stderr_tail()))
+        return host.name, NodeStopped(StopState.STOPPED, " ".join(result.stdout.split()))
+    return dict(session.each(stop))

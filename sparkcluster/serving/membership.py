@@ -10,7 +10,9 @@ from dataclasses import dataclass, replace
 
 from ..engine.errors import SparkclusterError
 from .launch import RAY_PORT, Node
-from .nodes import Cluster, node_env
+from ..engine.session import Session
+from .nodes import node_env
+from .record import fabric_ips, other_ips
 from .runtime import RuntimeChoice
 
 # Runs inside the node's serving env (container or venv): waits for the head's GCS port, then until `want`
@@ -85,13 +87,13 @@ def judge_members(members: Sequence[Member], fabric_ips: Mapping[str, str], othe
     return problems
 
 
-def ray_members(cluster: Cluster, runtime: RuntimeChoice, nodes: Mapping[str, Node], want: int,
+def ray_members(session: Session, runtime: RuntimeChoice, nodes: Mapping[str, Node], want: int,
                 timeout: float) -> list[Member]:
     """What Ray reports once `want` nodes joined or `timeout` passed, asked in the head's serving env."""
-    head = cluster.head
+    head = session.head
     argv = ["python3", "-c", MEMBERS_PY, f"{nodes[head.name].ip}:{RAY_PORT}", str(want), str(timeout)]
-    query = runtime.on(head).run_in_env(argv, node_env(cluster.inventory, head))
-    result = cluster.run(head, replace(query, timeout=timeout + 90))
+    query = runtime.on(head).run_in_env(argv, node_env(session.inventory, head))
+    result = session.run(head, replace(query, timeout=timeout + 90))
     if not result.ok:
         raise SparkclusterError(f"asking Ray for its nodes failed on {head.name}: "
                                 f"{result.stderr_tail(3) or result.stdout.strip()[-300:]}",
@@ -99,10 +101,10 @@ def ray_members(cluster: Cluster, runtime: RuntimeChoice, nodes: Mapping[str, No
     return parse_members(result.stdout)
 
 
-def wait_ray(cluster: Cluster, runtime: RuntimeChoice, nodes: Mapping[str, Node], timeout: float) -> list[Member]:
+def wait_ray(session: Session, runtime: RuntimeChoice, nodes: Mapping[str, Node], timeout: float) -> list[Member]:
     """Ray's members once every node joined (or the deadline passed), judged: an error names each problem."""
-    members = ray_members(cluster, runtime, nodes, len(cluster.hosts), timeout)
-    problems = judge_members(members, cluster.fabric_ips(), cluster.other_ips())
+    members = ray_members(session, runtime, nodes, len(session.hosts), timeout)
+    problems = judge_members(members, fabric_ips(session), other_ips(session))
     if problems:
         raise SparkclusterError("the Ray cluster is not up as it must be:\n  " + "\n  ".join(problems),
                                 "fix the named nodes and run the command again (nothing was left running)")

@@ -9,22 +9,26 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
 from ..engine.command import Command
 from ..engine.errors import SparkclusterError, UsageError
 from ..engine.inventory import Host, Inventory
 from ..engine.modelref import ModelRef
-from ..nccl.verify import run_verify
+from ..engine.session import Session
+from ..nccl.verdict import VerdictStatus
+from ..nccl.verify import VerifyResult, run_verify
 from ..staging.stager import stage
 from .image import check_images, sync_image
 from .launch import DEFAULT_IMAGE, DEFAULT_VLLM_PORT, Node, ServeArgs
 from .lifecycle import diagnosis, gone, ray_commands, running_current, start, stop_everywhere, vllm_commands
 from .membership import Member, wait_ray
-from .nodes import Cluster, node_env, read_nodes
+from .nodes import node_env, read_nodes
+from .progress import Emit, PhaseStarted, ProbeJudged
 from .readiness import Readiness, wait_ready
 from .recipes import Recipe, merged_flags
+from .record import Launcher, ProbeSummary, Runtime, ServeRecord, Serving, clear_record, endpoint, fabric_ips, write_record
 from .runtime import RuntimeChoice
 
 # A placement group stays reserved a few seconds after its vLLM exits (vllm-cpu.md): a new one must wait.
@@ -34,8 +38,8 @@ T = TypeVar("T")
 
 @dataclass(frozen=True)
 class ServeOptions:
-    runtime: str = "docker"  # docker | host
-    launcher: str = "ray"  # ray | native
+    runtime: Runtime = "docker"
+    launcher: Launcher = "ray"
     image: str = DEFAULT_IMAGE
     tp: int | None = None
     model: str | None = None
@@ -85,8 +89,8 @@ class Phases:
 
     seconds: dict[str, float] = field(default_factory=dict)
 
-    def run(self, name: str, fn: Callable[[], T], progress: Callable[[str], None]) -> T:
-        progress(name)
+    def run(self, name: str, fn: Callable[[], T], emit: Emit) -> T:
+        emit(PhaseStarted(name))
         start = time.monotonic()
         try:
             return fn()
@@ -99,143 +103,137 @@ class ServeResult:
     endpoint: str
     model: str
     served_name: str
-    runtime: str
-    launcher: str
-    nodes: list[dict]
+    runtime: Runtime
+    launcher: Launcher
+    nodes: list[Node]
     phases: dict[str, float]
-    readiness: dict | None = None
-    verify: dict | None = None
+    readiness: Readiness | None = None
+    verify: VerifyResult | None = None
     reused_ray: bool = False
 
 
-def up(cluster: Cluster, opts: ServeOptions, phases: Phases, progress: Callable[[str], None],
-       image_progress: Callable[[str, int, int], None]) -> tuple[RuntimeChoice, dict[str, Node], list[Member], bool]:
+def up(session: Session, opts: ServeOptions, phases: Phases,
+       emit: Emit) -> tuple[RuntimeChoice, dict[str, Node], list[Member], bool]:
     """The Ray cluster (ray launcher). Reused when already up as it must be; otherwise started fresh.
     Returns the runtime (completed by the image check), the nodes, Ray's members and whether it was reused."""
-    nodes = read_nodes(cluster)
-    runtime = _checked_image(cluster, opts, phases, progress, image_progress)
-    if all(cluster.run(h, running_current(runtime, h)).ok for h in cluster.hosts):
+    nodes = read_nodes(session)
+    runtime = _checked_image(session, opts, phases, emit)
+    if all(session.run(h, running_current(runtime, h)).ok for h in session.hosts):
         try:
-            members = phases.run("ray", lambda: wait_ray(cluster, runtime, nodes, timeout=10), progress)
+            members = phases.run("ray", lambda: wait_ray(session, runtime, nodes, timeout=10), emit)
             return runtime, nodes, members, True
         except SparkclusterError:
             pass  # not the cluster it must be: start afresh
-    stop_everywhere(cluster)
+    stop_everywhere(session)
     try:
         def bring_up() -> list[Member]:
-            start(cluster, ray_commands(cluster, runtime, nodes, opts.recipe.env), "Ray", runtime.start_fix())
-            return wait_ray(cluster, runtime, nodes, opts.up_timeout)
-        members = phases.run("ray", bring_up, progress)
+            start(session, ray_commands(session, runtime, nodes, opts.recipe.env), "Ray", runtime.start_fix())
+            return wait_ray(session, runtime, nodes, opts.up_timeout)
+        members = phases.run("ray", bring_up, emit)
     except BaseException:
-        stop_everywhere(cluster)
+        stop_everywhere(session)
         raise
-    cluster.write_record({"runtime": opts.runtime, "launcher": "ray", "image": opts.image,
-                          "nodes": [h.name for h in cluster.hosts], "serving": None})
+    write_record(session, ServeRecord(opts.runtime, "ray", opts.image, tuple(h.name for h in session.hosts)))
     return runtime, nodes, members, False
 
 
-def serve(cluster: Cluster, opts: ServeOptions, *, progress: Callable[[str], None],
-          image_progress: Callable[[str, int, int], None], say: Callable[[str], None]) -> ServeResult:
+def serve(session: Session, opts: ServeOptions, emit: Emit) -> ServeResult:
     args = opts.serve_args()
     phases = Phases()
     reused = False
     try:
         model_ref = hub_model(args.model)
         if model_ref is not None:
-            phases.run("stage", lambda: stage_model(cluster, model_ref), progress)
+            phases.run("stage", lambda: stage_model(session, model_ref, emit), emit)
         if opts.launcher == "ray":
-            runtime, nodes, _, reused = up(cluster, opts, phases, progress, image_progress)
+            runtime, nodes, _, reused = up(session, opts, phases, emit)
             if reused:
-                stop = runtime.on(cluster.head).stop_vllm()
-                cluster.run(cluster.head, replace(stop, timeout=60))
+                stop = runtime.on(session.head).stop_vllm()
+                session.run(session.head, replace(stop, timeout=60))
                 time.sleep(PLACEMENT_GROUP_RELEASE_S)
         else:
-            nodes = read_nodes(cluster)
-            stop_everywhere(cluster)
-            runtime = _checked_image(cluster, opts, phases, progress, image_progress)
-        verdict = None
+            nodes = read_nodes(session)
+            stop_everywhere(session)
+            runtime = _checked_image(session, opts, phases, emit)
+        verified = None
         if opts.verify:
-            verdict = phases.run("verify", lambda: probe(cluster, runtime, opts, say), progress)
-        phases.run("launch", lambda: start(cluster, vllm_commands(cluster, runtime, nodes, opts.launcher, args),
-                                           "vLLM", runtime.start_fix()), progress)
-        base = f"http://{cluster.head.address}:{args.port}"
+            verified = phases.run("verify", lambda: probe(session, runtime, opts, emit), emit)
+        phases.run("launch", lambda: start(session, vllm_commands(session, runtime, nodes, opts.launcher, args),
+                                           "vLLM", runtime.start_fix()), emit)
+        base = endpoint(session.head, args.port).removesuffix("/v1")
         ready: Readiness = phases.run(
             "ready", lambda: wait_ready(base, args.served_name or args.model, opts.ready_timeout,
-                                        lambda: gone(cluster, runtime, opts.launcher),
-                                        lambda: diagnosis(cluster, runtime, opts.launcher)),
-            progress)
+                                        lambda: gone(session, runtime, opts.launcher),
+                                        lambda: diagnosis(session, runtime, opts.launcher)),
+            emit)
     except BaseException:
-        stop_everywhere(cluster)
-        cluster.clear_record()
+        stop_everywhere(session)
+        clear_record(session)
         raise
-    result = ServeResult(cluster.endpoint(args.port), args.model, args.served_name or args.model, opts.runtime,
-                         opts.launcher, [asdict(n) for n in nodes.values()], phases.seconds, asdict(ready),
-                         verdict, reused)
-    cluster.write_record({"runtime": opts.runtime, "launcher": opts.launcher, "image": opts.image,
-                          "nodes": [h.name for h in cluster.hosts], "serving": {
-                              "model": args.model, "served_name": result.served_name, "port": args.port,
-                              "endpoint": result.endpoint, "tp": args.tp,
-                              # What produced the numbers bench measures later: published figures compare only
-                              # together with their configuration.
-                              "recipe": opts.recipe.name, "flags": list(args.flags),
-                              "verify": {"backend": verdict["backend"], "status": verdict["verdict"]["status"],
-                                         "cause": verdict["verdict"]["cause"]} if verdict else None}})
+    served_name = args.served_name or args.model
+    result = ServeResult(endpoint(session.head, args.port), args.model, served_name, opts.runtime, opts.launcher,
+                         list(nodes.values()), phases.seconds, ready, verified, reused)
+    # What produced the numbers bench measures later: published figures compare only with their configuration.
+    probe_summary = None if verified is None else ProbeSummary(verified.backend, verified.verdict.status,
+                                                               verified.verdict.cause)
+    write_record(session, ServeRecord(opts.runtime, opts.launcher, opts.image, tuple(h.name for h in session.hosts),
+                                      Serving(args.model, served_name, args.port, result.endpoint, args.tp,
+                                              opts.recipe.name, tuple(args.flags), probe_summary)))
     return result
 
 
-def plan(cluster: Cluster, opts: ServeOptions) -> dict:
+def plan(session: Session, opts: ServeOptions) -> dict:
     """What serve would do, changing nothing (--check): the image copies and every node's command lines."""
     args = opts.serve_args()
-    nodes = read_nodes(cluster)
+    nodes = read_nodes(session)
     runtime = opts.runtime_choice()
     doc: dict = {"runtime": opts.runtime, "launcher": opts.launcher, "model": args.model, "image_copies": []}
     if opts.runtime == "docker":
-        head_info, need = check_images(cluster, opts.image)
+        head_info, need = check_images(session, opts.image)
         runtime = runtime.with_image(head_info)
         doc["image"] = {"name": opts.image, "id": head_info.id}
-        doc["image_copies"] = [{"node": n, "over": cluster.fabric_ips()[n]} for n in need]
-    commands: dict[str, list[str]] = {h.name: [] for h in cluster.hosts}
+        doc["image_copies"] = [{"node": n, "over": fabric_ips(session)[n]} for n in need]
+    commands: dict[str, list[str]] = {h.name: [] for h in session.hosts}
     if opts.launcher == "ray":
-        for name, command in ray_commands(cluster, runtime, nodes, opts.recipe.env).items():
+        for name, command in ray_commands(session, runtime, nodes, opts.recipe.env).items():
             commands[name].append(command.display())
-    for name, command in vllm_commands(cluster, runtime, nodes, opts.launcher, args).items():
+    for name, command in vllm_commands(session, runtime, nodes, opts.launcher, args).items():
         commands[name].append(command.display())
     doc["commands"] = commands
     return doc
 
 
-def probe(cluster: Cluster, runtime: RuntimeChoice, opts: ServeOptions, say: Callable[[str], None]) -> dict:
+def probe(session: Session, runtime: RuntimeChoice, opts: ServeOptions, emit: Emit) -> VerifyResult:
     """The NCCL probe, one rank per node, where vLLM will run. A fallback (socket, or the management network)
     refuses to serve, unless the user allowed it: serving 4-20x slower without knowing is the failure this
     tool exists to prevent."""
     def in_serving_env(host: Host) -> Callable[[list[str]], Command]:
-        return lambda argv: runtime.on(host).run_in_env(argv, node_env(cluster.inventory, host), twin=True)
-    result = run_verify(cluster.inventory, cluster.transports, cluster.facts, min_busbw=opts.min_busbw,
-                        in_serving_env={h.name: in_serving_env(h) for h in cluster.hosts})
+        return lambda argv: runtime.on(host).run_in_env(argv, node_env(session.inventory, host), twin=True)
+    result = run_verify(session, min_busbw=opts.min_busbw,
+                        in_serving_env={h.name: in_serving_env(h) for h in session.hosts})
     verdict = result.verdict
-    say(f"  probe ({result.backend}): {verdict.status} {verdict.cause}")
-    if verdict.status == "FAIL" and not opts.allow_fallback:
+    emit(ProbeJudged(result.backend, verdict))
+    if verdict.status is VerdictStatus.FAIL and not opts.allow_fallback:
         raise SparkclusterError(f"refusing to serve: the NCCL probe found a fallback: {verdict.cause}",
                                 f"{verdict.fix} (or serve anyway with --allow-fallback, 4-20x slower)")
-    return {"backend": result.backend, "verdict": asdict(verdict), "carried_by": result.carried_by}
+    return result
 
 
-def stage_model(cluster: Cluster, model: ModelRef) -> None:
-    """The model on every node that lacks it, as `sparkcluster stage` puts it there."""
-    result = stage(cluster.inventory, cluster.transports, cluster.facts, model)
+def stage_model(session: Session, model: ModelRef, emit: Emit) -> None:
+    """The model on every node that lacks it, as `sparkcluster stage` puts it there, with the same progress."""
+    result = stage(session, model, progress=emit)
     if not result.ok:
         failed = [f"{n}: {s.error}" for n, s in result.nodes.items() if s.state != "complete"]
         raise SparkclusterError(f"staging {model} failed: " + "; ".join(failed),
                                 f"run `sparkcluster stage {model}` to see each node's state")
 
 
-def _checked_image(cluster: Cluster, opts: ServeOptions, phases: Phases, progress: Callable[[str], None],
-                   image_progress: Callable[[str, int, int], None]) -> RuntimeChoice:
+def _checked_image(session: Session, opts: ServeOptions, phases: Phases, emit: Emit) -> RuntimeChoice:
     """The runtime, completed with the head's image after every node holds it (docker); as chosen (host)."""
     runtime = opts.runtime_choice()
     if opts.runtime != "docker":
         return runtime
-    synced = phases.run("image", lambda: sync_image(cluster, opts.image, image_progress), progress)
+    synced = phases.run("image", lambda: sync_image(session, opts.image, emit), emit)
     return runtime.with_image(synced.head)
 
 

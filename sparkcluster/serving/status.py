@@ -2,73 +2,166 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
+from enum import StrEnum
+from typing import Any
 
 from ..engine.command import Command
 from ..engine.errors import SparkclusterError
 from ..engine.inventory import Host
+from ..engine.session import Session
 from ..engine.transport import Unreachable
 from .membership import judge_members, ray_members
-from .nodes import Cluster, read_nodes
+from .nodes import read_nodes
 from .readiness import http, served_models
+from .record import ServeRecord, fabric_ips, other_ips, read_record
 from .runtime import RuntimeChoice
 
 
-def recorded(cluster: Cluster, chosen: RuntimeChoice) -> tuple[dict, RuntimeChoice]:
+class ProcessState(StrEnum):
+    RUNNING = "running"
+    STOPPED = "stopped"
+
+
+@dataclass(frozen=True)
+class RayMembership:
+    member: bool
+    address: str | None
+    gpus: float
+
+
+@dataclass
+class NodeStatus:
+    fabric_ip: str | None = None
+    processes: dict[str, ProcessState] = field(default_factory=dict)  # role (main, vllm) -> state
+    unreachable: str | None = None  # why the node did not answer
+    ray: RayMembership | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        doc: dict[str, Any] = {} if self.fabric_ip is None else {"fabric_ip": self.fabric_ip}
+        doc.update({role: str(state) for role, state in self.processes.items()})
+        if self.unreachable is not None:
+            doc["main"] = f"unreachable: {self.unreachable}"
+        if self.ray is not None:
+            doc["ray"] = {"member": self.ray.member, "address": self.ray.address, "gpus": self.ray.gpus}
+        return doc
+
+
+@dataclass(frozen=True)
+class RayStatus:
+    nodes: int = 0
+    gpus: float = 0
+    problems: tuple[str, ...] = ()
+    error: str | None = None  # Ray could not be asked
+
+    def to_json(self) -> dict[str, Any]:
+        if self.error is not None:
+            return {"error": self.error}
+        return {"nodes": self.nodes, "gpus": self.gpus, "problems": list(self.problems)}
+
+
+@dataclass(frozen=True)
+class ServerStatus:
+    endpoint: str
+    model: str
+    served_name: str
+    health: int  # the HTTP status of /health; 0 when nothing answered
+    models: tuple[str, ...]
+
+    @property
+    def healthy(self) -> bool:
+        return self.health == 200
+
+
+@dataclass(frozen=True)
+class ClusterStatus:
+    record: ServeRecord | None
+    nodes: dict[str, NodeStatus]
+    ray: RayStatus | None = None  # None: no Ray to ask (native launcher, or its head is not running)
+    server: ServerStatus | None = None
+    error: str | None = None  # the nodes could not be read at all
+
+    @property
+    def healthy(self) -> bool:
+        """Something is recorded, every recorded process runs, Ray has no problem and vLLM answers."""
+        processes = [s for node in self.nodes.values() for s in node.processes.values()]
+        return (self.record is not None and self.error is None
+                and not any(node.unreachable for node in self.nodes.values())
+                and not (self.ray and self.ray.problems)
+                and all(s is ProcessState.RUNNING for s in processes)
+                and (self.server is None or self.server.healthy))
+
+    def to_json(self) -> dict[str, Any]:
+        doc: dict[str, Any] = {"state": self.record.to_json() if self.record else {}}
+        if self.error is not None:
+            doc["error"] = self.error
+        else:
+            doc["ray"] = self.ray.to_json() if self.ray else {}
+            doc["server"] = {} if self.server is None else {
+                "endpoint": self.server.endpoint, "model": self.server.model, "served_name": self.server.served_name,
+                "health": self.server.health, "models": list(self.server.models)}
+        doc["nodes"] = {name: node.to_json() for name, node in self.nodes.items()}
+        return doc
+
+
+def recorded(session: Session, chosen: RuntimeChoice) -> tuple[ServeRecord | None, RuntimeChoice]:
     """What the last `up`/`serve` recorded on the head, and the runtime it used (the flags' where none)."""
-    record = cluster.read_record()
-    if not record:
-        return record, chosen
-    return record, replace(chosen, name=record["runtime"], image=record["image"])
+    record = read_record(session)
+    if record is None:
+        return None, chosen
+    return record, replace(chosen, name=record.runtime, image=record.image)
 
 
-def status(cluster: Cluster, chosen: RuntimeChoice) -> dict:
+def status(session: Session, chosen: RuntimeChoice) -> ClusterStatus:
     """Per node: process state, Ray membership and address, GPUs; the server's health, model, endpoint."""
-    record, runtime = recorded(cluster, chosen)
-    serving = record.get("serving") or {}
-    launcher = record.get("launcher", "ray")
-    nodes: dict[str, dict] = {h.name: {} for h in cluster.hosts}
+    record, runtime = recorded(session, chosen)
+    serving = record.serving if record else None
+    launcher = record.launcher if record else "ray"
+    nodes = {h.name: NodeStatus() for h in session.hosts}
     try:
-        fabric = read_nodes(cluster)
+        fabric = read_nodes(session)
     except SparkclusterError as e:
-        return {"state": record, "error": e.message, "nodes": nodes}
-    for host in cluster.hosts:
+        return ClusterStatus(record, nodes, error=e.message)
+    for host in session.hosts:
         entry = nodes[host.name]
-        entry["fabric_ip"] = fabric[host.name].ip
-        roles = ["main"] + (["vllm"] if serving and launcher == "ray" and host.name == cluster.head.name else [])
+        entry.fabric_ip = fabric[host.name].ip
+        roles = ["main"] + (["vllm"] if serving and launcher == "ray" and host.name == session.head.name else [])
         try:
             for role in roles:
                 alive = replace(runtime.on(host).alive(role), timeout=30)
-                entry[role] = "running" if cluster.run(host, alive).ok else "stopped"
+                entry.processes[role] = ProcessState.RUNNING if session.run(host, alive).ok else ProcessState.STOPPED
         except Unreachable as e:
-            entry["main"] = f"unreachable: {e.message}"
-    ray: dict = {}
-    if launcher == "ray" and nodes[cluster.head.name].get("main") == "running":
+            entry.processes.clear()
+            entry.unreachable = e.message
+    ray = None
+    if launcher == "ray" and nodes[session.head.name].processes.get("main") is ProcessState.RUNNING:
         try:
-            members = ray_members(cluster, runtime, fabric, len(cluster.hosts), 5)
+            members = ray_members(session, runtime, fabric, len(session.hosts), 5)
             by_ip = {m.ip: m for m in members}
             for name, node in fabric.items():
                 member = by_ip.get(node.ip)
-                nodes[name]["ray"] = {"member": member is not None, "address": member.ip if member else None,
-                                      "gpus": member.gpus if member else 0}
-            ray = {"nodes": len(members), "gpus": sum(m.gpus for m in members),
-                   "problems": judge_members(members, cluster.fabric_ips(), cluster.other_ips())}
+                nodes[name].ray = RayMembership(member is not None, member.ip if member else None,
+                                                member.gpus if member else 0)
+            ray = RayStatus(len(members), sum(m.gpus for m in members),
+                            tuple(judge_members(members, fabric_ips(session), other_ips(session))))
         except SparkclusterError as e:
-            ray = {"error": e.message}
-    server: dict = {}
+            ray = RayStatus(error=e.message)
+    server = None
     if serving:
-        base = f"http://{cluster.head.address}:{serving['port']}"
+        base = f"http://{session.head.address}:{serving.port}"
         health, _ = http(f"{base}/health")
         code, text = http(f"{base}/v1/models")
-        server = {"endpoint": serving["endpoint"], "model": serving["model"], "served_name": serving["served_name"],
-                  "health": health, "models": served_models(text) if code == 200 else []}
-    return {"state": record, "ray": ray, "server": server, "nodes": nodes}
+        server = ServerStatus(serving.endpoint, serving.model, serving.served_name, health,
+                              tuple(served_models(text)) if code == 200 else ())
+    return ClusterStatus(record, nodes, ray, server)
 
 
-def logs_command(record: dict, runtime: RuntimeChoice, host: Host, head: Host, lines: int, follow: bool) -> Command:
+def logs_command(record: ServeRecord | None, runtime: RuntimeChoice, host: Host, head: Host, lines: int,
+                 follow: bool) -> Command:
     """One node's logs: Ray's (or its vLLM rank's), and the head's vLLM beside Ray; followed in parallel with -f."""
     on = runtime.on(host)
-    roles = ["main"] + (["vllm"] if host.name == head.name and record.get("launcher", "ray") == "ray" else [])
+    launcher = record.launcher if record else "ray"
+    roles = ["main"] + (["vllm"] if host.name == head.name and launcher == "ray" else [])
     parts = [on.logs(role, lines, follow).script for role in roles]
     if follow:
         return Command(" & ".join(parts) + "; wait", timeout=60)

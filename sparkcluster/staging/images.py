@@ -38,6 +38,16 @@ LAYER_CHAINS = ("docker image ls -q --no-trunc | sort -u | "
 
 
 @dataclass(frozen=True)
+class ImageBytes:
+    """Progress: `done` of about `total` bytes of the image reached `node` (the saved stream is a little larger
+    than the image's reported size, so `total` grows with `done`)."""
+
+    node: str
+    done: int
+    total: int
+
+
+@dataclass(frozen=True)
 class ImageInfo:
     id: str | None  # None: the node lacks the image
     size: int = 0
@@ -189,7 +199,7 @@ class HeadSender:
 
 
 def load_on(node: Host, endpoint: str, source_ip: str, parts: str, size: int, expected: int, token: str,
-            image: str, image_id: str, progress: Callable[[str, int, int], None]) -> int:
+            image: str, image_id: str, progress: Callable[[ImageBytes], None]) -> int:
     """On `node`, through OpenSSH (so progress arrives as it happens): its parts stream into `docker load`,
     then the image's name on the loaded ID. Returns the bytes that arrived; `expected` is for progress only
     (a growing save's size is known once it ends)."""
@@ -206,7 +216,7 @@ def load_on(node: Host, endpoint: str, source_ip: str, parts: str, size: int, ex
         for line in process.stderr:
             if line.startswith("bytes "):
                 arrived[0] = int(line.split()[1])
-                progress(node.name, arrived[0], max(expected, arrived[0]))
+                progress(ImageBytes(node.name, arrived[0], max(expected, arrived[0])))
             else:
                 errors.append(line.rstrip())
 
@@ -228,7 +238,7 @@ def load_on(node: Host, endpoint: str, source_ip: str, parts: str, size: int, ex
 
 
 def sync_from_head(head: Host, nodes: Sequence[Host], transports: Mapping[str, Transport], fabric: Mapping[str, str],
-                   image: str, head_info: ImageInfo, progress: Callable[[str, int, int], None]) -> dict[str, int]:
+                   image: str, head_info: ImageInfo, progress: Callable[[ImageBytes], None]) -> dict[str, int]:
     """Copies the head's image to `nodes` (which lack it), every node at once; returns the bytes sent to each.
 
     When no node holds any of the image's layers (a first copy), the nodes load the tar while the head still

@@ -4,20 +4,25 @@ data, exactly as the engine's steps are."""
 
 from __future__ import annotations
 
+import io
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from rich.console import Console
 
 from sparkcluster.engine.command import Command, exports
 from sparkcluster.engine.errors import SparkclusterError
 from sparkcluster.engine.inventory import Host, Inventory
-from sparkcluster.nccl.verdict import Verdict
+from sparkcluster.engine.session import Session
+from sparkcluster.nccl.verdict import Verdict, VerdictStatus
 from sparkcluster.nccl.verify import VerifyResult
 from sparkcluster.serving import phases
 from sparkcluster.serving.launch import Node, ServeArgs
 from sparkcluster.serving.lifecycle import ray_commands, running_current, vllm_commands
-from sparkcluster.serving.nodes import Cluster, node_env
+from sparkcluster.serving.nodes import node_env
+from sparkcluster.serving.record import ServeRecord
+from sparkcluster.serving.render import progress_printer
 from sparkcluster.serving.phases import ServeOptions
 from sparkcluster.serving.runtime import DockerRuntime, HostRuntime, NodeEnv, RuntimeChoice, stop_all_serving
 from sparkcluster.serving.status import logs_command
@@ -33,8 +38,8 @@ def inventory(**vars: object) -> Inventory:
     return Inventory(path=Path("inv.yml"), name="t", hosts=hosts, vars={})
 
 
-def cluster(**vars: object) -> Cluster:
-    return Cluster(inventory(**vars), transports={}, facts={})  # command values need no connection
+def cluster(**vars: object) -> Session:
+    return Session(inventory(**vars), transports={})  # command values need no connection
 
 
 def test_docker_runtime_commands():
@@ -122,10 +127,10 @@ def test_node_env_layers_inventory_then_host_then_recipe():
 
 def test_logs_commands():
     runtime, (head, worker) = RuntimeChoice("docker"), inventory().hosts
-    shown = logs_command({"launcher": "ray"}, runtime, head, head, 20, follow=False)
+    shown = logs_command(ServeRecord("docker", "ray", "vllm-node", ()), runtime, head, head, 20, follow=False)
     assert shown == Command("echo '== main =='; docker logs --tail 20 vllm_node 2>&1; echo '== vllm =='; "
                             "docker exec vllm_node tail -n 20 /tmp/sparkcluster-vllm.log 2>&1", timeout=60)
-    followed = logs_command({"launcher": "native"}, runtime, worker, head, 20, follow=True)
+    followed = logs_command(ServeRecord("docker", "native", "vllm-node", ()), runtime, worker, head, 20, follow=True)
     assert followed == Command("docker logs --tail 20 -f vllm_node 2>&1; wait", timeout=60)
 
 
@@ -136,28 +141,29 @@ def test_stop_all_serving_stops_both_runtimes():
 
 
 def _verdict(status: str) -> VerifyResult:
-    return VerifyResult("gloo", Verdict(status, "traffic on enP7s7", "bind to the QSFP interface", (), ("tcp",), False), [])
+    return VerifyResult("gloo", Verdict(VerdictStatus(status), "traffic on enP7s7", "bind to the QSFP interface", (), ("tcp",), False), [])
 
 
 def test_a_fallback_refuses_to_serve_unless_allowed(monkeypatch):
     monkeypatch.setattr(phases, "run_verify", lambda *a, **k: _verdict("FAIL"))
-    said: list[str] = []
+    said = io.StringIO()
+    say = progress_printer(Console(file=said, width=200))
     with pytest.raises(SparkclusterError, match="refusing to serve: the NCCL probe found a fallback: traffic on enP7s7"):
-        phases.probe(cluster(), RuntimeChoice("docker"), ServeOptions(), said.append)
-    assert said == ["  probe (gloo): FAIL traffic on enP7s7"]
-    allowed = phases.probe(cluster(), RuntimeChoice("docker"), ServeOptions(allow_fallback=True), said.append)
-    assert allowed["verdict"]["status"] == "FAIL"
+        phases.probe(cluster(), RuntimeChoice("docker"), ServeOptions(), say)
+    assert said.getvalue().splitlines() == ["  probe (gloo): FAIL traffic on enP7s7"]
+    allowed = phases.probe(cluster(), RuntimeChoice("docker"), ServeOptions(allow_fallback=True), say)
+    assert allowed.verdict.status == "FAIL"
     monkeypatch.setattr(phases, "run_verify", lambda *a, **k: _verdict("PASS"))
-    assert phases.probe(cluster(), RuntimeChoice("docker"), ServeOptions(), said.append)["verdict"]["status"] == "PASS"
+    assert phases.probe(cluster(), RuntimeChoice("docker"), ServeOptions(), say).verdict.status == "PASS"
 
 
 def test_the_probe_runs_where_vllm_will_run(monkeypatch):
     seen = {}
 
-    def fake_verify(inventory, transports, facts, *, min_busbw, in_serving_env):
+    def fake_verify(session, *, min_busbw, in_serving_env):
         seen.update({name: make(["python3", "-"]) for name, make in in_serving_env.items()})
         return _verdict("PASS")
     monkeypatch.setattr(phases, "run_verify", fake_verify)
-    phases.probe(cluster(python_env="/v"), RuntimeChoice("host"), ServeOptions(), lambda text: None)
+    phases.probe(cluster(python_env="/v"), RuntimeChoice("host"), ServeOptions(), lambda event: None)
     assert seen["spark-2"].script.endswith("exec python3 -")
     assert 'export PATH=/v/bin:"$PATH" HF_HUB_OFFLINE=1' in seen["spark-2"].script

@@ -1,0 +1,31 @@
+"""The one console setup every command prints through: rich on a terminal; into a pipe or a file, lines that
+are never wrapped (a pipe is not an 80-column terminal: a size must not break into "1.07\nGB", nor an endpoint
+URL across two lines). Results go to `out`, progress and errors to `err`."""
+
+from __future__ import annotations
+
+import os
+
+from rich.console import Console
+from rich.markup import escape
+
+# Wide enough for any table row or URL a command prints; tables still take only the width they need.
+UNWRAPPED_WIDTH = 1000
+
+
+def make_console(*, stderr: bool = False) -> Console:
+    console = Console(stderr=stderr)
+    if console.is_terminal or "COLUMNS" in os.environ:
+        return console
+    return Console(stderr=stderr, width=UNWRAPPED_WIDTH, soft_wrap=True)
+
+
+out = make_console()
+err = make_console(stderr=True)
+
+
+def print_error(message: str, fix: str = "") -> None:
+    """An error and its fix, as every command shows them on stderr."""
+    err.print(f"[bold red]error:[/bold red] {escape(message)}", highlight=False)
+    if fix:
+        err.print(f"  [bold]fix:[/bold] {escape(fix)}", highlight=False)

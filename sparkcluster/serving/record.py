@@ -1,0 +1,137 @@
+"""The record of what a cluster runs, kept on the head (so `status`, `logs`, `down` and `bench` work from any
+machine), and what only serving needs to know of the connected nodes: the fabric address each binds to, the
+others it must not bind to, and the endpoint clients use."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Literal, get_args
+
+from ..engine.command import Command
+from ..engine.errors import SparkclusterError
+from ..engine.inventory import Host
+from ..engine.session import Session
+from ..engine.transport import Unreachable
+from ..nccl.verdict import VerdictStatus
+from ..node.network import choose_for
+
+RECORD_FILE = ".config/sparkcluster/serve.json"  # on the head, relative to the login user's home
+# Version 1 is the first typed record; files written before it carried no version and read as version 1.
+RECORD_VERSION = 1
+
+# How the serving processes run on a node: in eugr's vllm_node container, or from the inventory's python_env.
+Runtime = Literal["docker", "host"]
+# How vLLM spans the nodes: over a Ray cluster (eugr's setup), or vLLM's own --nnodes multi-node mode.
+Launcher = Literal["ray", "native"]
+RUNTIMES: tuple[Runtime, ...] = get_args(Runtime)
+LAUNCHERS: tuple[Launcher, ...] = get_args(Launcher)
+
+
+@dataclass(frozen=True)
+class ProbeSummary:
+    """The NCCL probe's verdict as serve recorded it: what produced bench's numbers includes how NCCL ran."""
+
+    backend: str
+    status: VerdictStatus
+    cause: str
+
+
+@dataclass(frozen=True)
+class Serving:
+    model: str
+    served_name: str
+    port: int
+    endpoint: str
+    tp: int
+    recipe: str | None = None
+    flags: tuple[str, ...] = ()
+    verify: ProbeSummary | None = None
+
+
+@dataclass(frozen=True)
+class ServeRecord:
+    runtime: Runtime
+    launcher: Launcher
+    image: str
+    nodes: tuple[str, ...]
+    serving: Serving | None = None
+    version: int = RECORD_VERSION
+
+    def to_json(self) -> dict[str, Any]:
+        serving = self.serving
+        return {
+            "version": self.version, "runtime": self.runtime, "launcher": self.launcher, "image": self.image,
+            "nodes": list(self.nodes),
+            "serving": None if serving is None else {
+                "model": serving.model, "served_name": serving.served_name, "port": serving.port,
+                "endpoint": serving.endpoint, "tp": serving.tp, "recipe": serving.recipe, "flags": list(serving.flags),
+                "verify": None if serving.verify is None else {
+                    "backend": serving.verify.backend, "status": str(serving.verify.status),
+                    "cause": serving.verify.cause}},
+        }
+
+    @classmethod
+    def from_json(cls, doc: object) -> ServeRecord:
+        """Raises ValueError (with what is wrong) for a record this version cannot read."""
+        if not isinstance(doc, dict):
+            raise ValueError("not a JSON object")
+        version = doc.get("version", 1)
+        if version != RECORD_VERSION:
+            raise ValueError(f"version {version!r}; this sparkcluster reads version {RECORD_VERSION}")
+        runtime, launcher = doc.get("runtime"), doc.get("launcher", "ray")
+        if runtime not in RUNTIMES or launcher not in LAUNCHERS:
+            raise ValueError(f"runtime {runtime!r} / launcher {launcher!r}")
+        serving = doc.get("serving")
+        return cls(runtime, launcher, str(doc.get("image", "")), tuple(str(n) for n in doc.get("nodes") or ()),
+                   None if not serving else _serving(serving))
+
+
+def _serving(doc: dict[str, Any]) -> Serving:
+    verify = doc.get("verify")
+    return Serving(str(doc["model"]), str(doc["served_name"]), int(doc["port"]), str(doc["endpoint"]),
+                   int(doc["tp"]), doc.get("recipe"), tuple(str(f) for f in doc.get("flags") or ()),
+                   None if not verify else ProbeSummary(str(verify["backend"]), VerdictStatus(verify["status"]),
+                                                        str(verify["cause"])))
+
+
+def write_record(session: Session, record: ServeRecord) -> None:
+    transport = session.transport(session.head)
+    transport.run(Command("mkdir -p .config/sparkcluster"))
+    transport.write_file_atomic(RECORD_FILE, json.dumps(record.to_json(), indent=2).encode(), 0o644)
+
+
+def read_record(session: Session) -> ServeRecord | None:
+    """The head's record, or None where nothing was recorded."""
+    data = session.transport(session.head).read_file(RECORD_FILE)
+    if not data:
+        return None
+    try:
+        return ServeRecord.from_json(json.loads(data))
+    except (ValueError, KeyError, TypeError) as e:
+        raise SparkclusterError(f"{session.head.name}: the serve record ~/{RECORD_FILE} cannot be read ({e})",
+                                "run `sparkcluster down` to stop what runs and clear it, then serve again") from None
+
+
+def clear_record(session: Session) -> None:
+    try:
+        session.run(session.head, Command.argv(["rm", "-f", RECORD_FILE]))
+    except Unreachable:
+        pass  # nothing runs on a head that cannot be reached; its stale record is overwritten next time
+
+
+def fabric_ips(session: Session) -> dict[str, str]:
+    """From the facts: the QSFP address each node must use."""
+    return {h.name: choose_for(h, session.facts[h.name]).ip for h in session.hosts}
+
+
+def other_ips(session: Session) -> dict[str, list[str]]:
+    """Every other address of each node: joining Ray on one of these is a misconfiguration to name."""
+    fabric = fabric_ips(session)
+    return {h.name: [cidr.split("/")[0] for i in session.facts[h.name].interfaces for cidr in i.ipv4
+                     if cidr.split("/")[0] != fabric[h.name]] + [h.address] for h in session.hosts}
+
+
+def endpoint(head: Host, port: int) -> str:
+    """The OpenAI-compatible base URL clients use: the head's address, as this machine reaches it."""
+    return f"http://{head.address}:{port}/v1"

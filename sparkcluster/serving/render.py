@@ -1,0 +1,91 @@
+"""How the serving wing's commands look: progress lines on stderr while `up`, `serve` and `image sync` work,
+and their results on stdout (the tables of `status`, the lines of `serve --check`, `down`, `image sync`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from ..staging.chain import BlobDone
+from ..staging.images import ImageBytes
+from ..staging.render import progress_printer as blob_printer
+from .lifecycle import NodeStopped
+from .phases import ServeResult
+from .progress import PhaseStarted, ProbeJudged, ServeEvent
+from .status import ClusterStatus
+
+PROGRESS_STEPS = 10  # image progress: one line per tenth of the image per node, not one per second
+
+
+def progress_printer(console: Console) -> Callable[[ServeEvent], None]:
+    """Every serving event as a line: a phase starting, the probe's verdict, each blob staged, each tenth of an
+    image per node."""
+    shown: dict[str, int] = {}
+    blobs = blob_printer(console)
+
+    def show(event: ServeEvent) -> None:
+        if isinstance(event, PhaseStarted):
+            console.print(f"{event.phase} ...", highlight=False)
+        elif isinstance(event, ProbeJudged):
+            console.print(f"  probe ({event.backend}): {event.verdict.status} {event.verdict.cause}", highlight=False,
+                          markup=False)
+        elif isinstance(event, BlobDone):
+            blobs(event)
+        elif isinstance(event, ImageBytes):
+            step = event.done * PROGRESS_STEPS // event.total if event.total else 0
+            if shown.get(event.node) != step:
+                shown[event.node] = step
+                console.print(f"  image -> {event.node}: {event.done / 1e6:.0f} / {event.total / 1e6:.0f} MB",
+                              highlight=False)
+    return show
+
+
+def serving(console: Console, result: ServeResult) -> None:
+    timings = ", ".join(f"{k} {v:.1f} s" for k, v in result.phases.items())
+    console.print(f"[bold green]serving[/] {escape(result.served_name)} with TP {len(result.nodes)} "
+                  f"({result.runtime}, {result.launcher}) at [bold]{result.endpoint}[/]", highlight=False)
+    console.print(f"  {timings}", highlight=False)
+    console.print(f"  try: curl {result.endpoint}/completions -H 'Content-Type: application/json' "
+                  f"-d '{{\"model\": \"{result.served_name}\", \"prompt\": \"Hello\", \"max_tokens\": 16}}'",
+                  highlight=False, markup=False)
+
+
+def serve_plan(console: Console, doc: dict[str, Any]) -> None:
+    console.print(f"would serve {escape(doc['model'])} ({doc['runtime']}, {doc['launcher']}); nothing was changed",
+                  highlight=False)
+    for copy in doc["image_copies"]:
+        console.print(f"  copy image {escape(doc['image']['name'])} to {copy['node']} over {copy['over']}",
+                      highlight=False)
+    for node, lines in doc["commands"].items():
+        for line in lines:
+            console.print(f"  {node}: {line}", highlight=False, markup=False, soft_wrap=True)
+
+
+def status_table(console: Console, state: ClusterStatus) -> None:
+    record = state.record
+    if record is None:
+        console.print("nothing is served: no `sparkcluster up` or `serve` recorded on the head", highlight=False)
+    table = Table("node", "fabric ip", record.runtime if record else "process", "ray", "gpus")
+    for name, node in state.nodes.items():
+        main = f"unreachable: {node.unreachable}" if node.unreachable else str(node.processes.get("main", "?"))
+        process = main + (f", vLLM {node.processes['vllm']}" if "vllm" in node.processes else "")
+        ray = node.ray
+        table.add_row(name, node.fabric_ip or "?", escape(process),
+                      (ray.address or "not a member") if ray else "-", f"{ray.gpus:g}" if ray else "-")
+    console.print(table)
+    for problem in state.ray.problems if state.ray else ():
+        console.print(f"[bold red]problem:[/] {escape(problem)}", highlight=False)
+    server = state.server
+    if server:
+        console.print(f"vLLM {'[green]healthy[/]' if server.healthy else '[red]not answering[/]'} "
+                      f"{escape(server.served_name)} ({escape(server.model)}) at {server.endpoint}", highlight=False)
+
+
+def stopped(console: Console, outcomes: dict[str, NodeStopped]) -> None:
+    for name, outcome in outcomes.items():
+        what = outcome.describe()
+        console.print(f"{name}: {escape(what) if what else 'nothing was running'}", highlight=False)
