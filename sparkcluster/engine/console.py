@@ -4,8 +4,6 @@ URL across two lines). Results go to `out`, progress and errors to `err`."""
 
 from __future__ import annotations
 
-import os
-
 from rich.console import Console
 from rich.markup import escape
 
@@ -15,8 +13,9 @@ UNWRAPPED_WIDTH = 1000
 
 def make_console(*, stderr: bool = False) -> Console:
     console = Console(stderr=stderr)
-    if console.is_terminal or "COLUMNS" in os.environ:
+    if console.is_terminal:
         return console
+    # Not even $COLUMNS: a shell exports the terminal's width to every program it starts, piped or not.
     return Console(stderr=stderr, width=UNWRAPPED_WIDTH, soft_wrap=True)
 
 
