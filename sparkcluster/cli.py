@@ -4,39 +4,30 @@ from __future__ import annotations
 
 import argparse
 from contextlib import AbstractContextManager
-import dataclasses
 import getpass
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from rich.console import Console
-from rich.markup import escape
-
-from . import __version__
+from . import __version__, stepcatalog
+from .bench import cli as bench_cli
 from .engine import flags
-from .engine.console import err as err_console
+from .engine.cliapp import App
 from .engine.console import out as console
-from .engine.console import print_error
+from .engine.console import err as err_console
+from .engine.console import print_error, print_unreachable
 from .engine.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, SparkclusterError, UsageError
 from .engine.events import RunFinished
-from .nccl.verdict import VerdictStatus
 from .engine.inventory import Inventory, find_inventory, load_inventory, record_last_used
+from .engine.playbook import Playbook
 from .engine.report import facts_table, make_reporter, print_json
 from .engine.runner import Runner
 from .engine.session import DEFAULT_FORKS, Session, connect, connected
 from .engine.transport import Unreachable
-from .serving import commands as serve_cli
-from .bench import commands as bench_commands
-from .engine.modelref import ModelRef
-from .staging.stager import stage, stage_status
-from .staging.wire import TRANSPORTS
-from .nccl.verify import run_verify
-from .nccl import report as nccl_report
-from . import stepcatalog
-from .engine.playbook import Playbook
-from .staging import render as stage_render
-from .sim import commands as sim_commands
+from .nccl import cli as nccl_cli
+from .serving import cli as serving_cli
+from .sim import cli as sim_cli
+from .staging import cli as staging_cli
 
 
 
@@ -67,12 +58,7 @@ def _connect(args: argparse.Namespace, check: Callable[[Inventory], None] = lamb
                      sudo_password=_become_password(args), require_all=require_all)
 
 
-def _print_unreachable(out: Console, name: str, address: str, error: Unreachable) -> None:
-    out.print(f"[bold magenta]unreachable[/] {name} ({address}): {escape(error.message)}\n"
-                      f"  fix: {escape(error.fix)}", highlight=False)
-
-
-# ---- facts, stage, verify -------------------------------------------------------------------------
+# ---- facts, bootstrap, run -------------------------------------------------------------------------
 def cmd_facts(args: argparse.Namespace) -> int:
     with _connect(args, require_all=False) as session:
         hosts = session.inventory.hosts
@@ -83,67 +69,10 @@ def cmd_facts(args: argparse.Namespace) -> int:
     else:
         for h in hosts:
             if h.name in session.unreachable:
-                _print_unreachable(console, h.name, h.address, session.unreachable[h.name])
+                print_unreachable(console, h.name, h.address, session.unreachable[h.name])
             else:
                 facts_table(console, h.name, h.address, session.facts[h.name])
     return EXIT_FAILED if session.unreachable else EXIT_OK
-
-
-def cmd_stage(args: argparse.Namespace) -> int:
-    try:
-        return _stage(args)
-    except SparkclusterError as e:
-        if not args.json:
-            raise
-        # A script reading --json gets a document whatever happened, never an empty stdout.
-        print_json({"model": args.model, "error": e.message, "fix": e.fix})
-        print_error(e.message)
-        return e.exit_code
-
-
-def _stage(args: argparse.Namespace) -> int:
-    model = ModelRef.parse(args.model)  # bad input fails before any connection
-    with _connect(args, require_all=False) as session:
-        for h in session.inventory.hosts:
-            if h.name in session.unreachable:
-                _print_unreachable(err_console, h.name, h.address, session.unreachable[h.name])
-        if session.unreachable:
-            if args.json:
-                print_json({"model": str(model), "unreachable": {
-                    name: {"error": e.message, "fix": e.fix} for name, e in session.unreachable.items()}})
-            return EXIT_FAILED
-        if args.status:
-            statuses = stage_status(session, model, args.verify)
-            if args.json:
-                print_json(statuses)
-            else:
-                stage_render.status_table(console, str(model), statuses)
-            return EXIT_OK if all(s["state"] == "complete" for s in statuses["nodes"].values()) else EXIT_FAILED
-        progress = (lambda event: None) if args.json else stage_render.progress_printer(err_console)
-        result = stage(session, model, source=args.source, verify=args.verify, streams=args.streams,
-                       data_plane=args.transport, over_lan=args.over_lan, progress=progress)
-    if args.json:
-        print_json(dataclasses.asdict(result))
-    else:
-        stage_render.result_table(console, result)
-    return EXIT_OK if result.ok else EXIT_FAILED
-
-
-def cmd_verify(args: argparse.Namespace) -> int:
-    with _connect(args) as session:
-        result = run_verify(session, backend=args.backend, sizes=args.sizes, min_busbw=args.min_busbw)
-    if args.json:
-        print_json({"backend": result.backend, "verdict": dataclasses.asdict(result.verdict),
-                    "rows": [dataclasses.asdict(r) for r in result.rows], "carried_by": result.carried_by})
-    else:
-        nccl_report.render_verify(console, result)
-    return EXIT_FAILED if result.verdict.status is VerdictStatus.FAIL else EXIT_OK
-
-
-def cmd_nccl_report(args: argparse.Namespace) -> int:
-    code, text = nccl_report.report(args.logfiles, json_output=args.json, min_busbw=args.min_busbw)
-    print(text)
-    return code
 
 
 def _extra_vars(pairs: list[str]) -> dict[str, str]:
@@ -230,44 +159,14 @@ def build_parser() -> argparse.ArgumentParser:
                            "(default docker, or runtime: in the inventory)")
     boot.set_defaults(func=cmd_bootstrap)
 
-    stg = connecting(commands.add_parser("stage", help="put a model's snapshot on every node, over the fabric"),
-                     inventory_positional=False)
-    stg.add_argument("model", help="ORG/NAME[@REVISION]")
-    stg.add_argument("--source", default="auto",
-                     help="auto (a node that holds it, else download on the head), head, local (this machine's "
-                          "HF cache), or a host name")
-    stg.add_argument("--verify", choices=("size", "full"), default="size",
-                     help="check existing copies by size (default) or by hashing every blob")
-    stg.add_argument("--status", action="store_true", help="report each node's copy; change nothing")
-    stg.add_argument("--streams", type=flags.count, default=2, help="files in flight per destination (default 2)")
-    stg.add_argument("--transport", choices=TRANSPORTS, default="tcp",
-                     help="tcp: plain TCP between the fabric addresses, each blob hashed as it arrives (default); "
-                          "ssh: rsync over ssh, for encryption on the wire")
-    stg.add_argument("--over-lan", action="store_true", help=argparse.SUPPRESS)  # benchmarks only
-    stg.set_defaults(func=cmd_stage)
-
-    ver = connecting(commands.add_parser("verify", help="prove which network NCCL (or gloo) traffic really takes"))
-    ver.add_argument("--backend", choices=("auto", "nccl", "gloo"), default="auto",
-                     help="nccl on GPUs (auto when the head's torch sees CUDA), gloo on CPU-only nodes")
-    ver.add_argument("--sizes", help="bytes per collective, e.g. 1M,64M,1G (at most 1 GiB)")
-    ver.add_argument("--min-busbw", type=flags.bandwidth, help="bus bandwidth a pass needs, GB/s")
-    ver.set_defaults(func=cmd_verify)
-
-    rep = commands.add_parser("nccl-report", help="read NCCL_DEBUG=INFO logs: transports, devices, a verdict")
-    rep.add_argument("logfiles", nargs="+", metavar="LOGFILE")
-    rep.add_argument("--min-busbw", type=flags.bandwidth, help="bus bandwidth a pass needs, GB/s (probe output only)")
-    rep.add_argument("--json", action="store_true")
-    rep.set_defaults(func=cmd_nccl_report)
-
     run = changing(connecting(commands.add_parser("run", help="run a playbook"), inventory_positional=False))
     run.add_argument("playbook", help="playbook file")
     run.add_argument("-e", "--extra-vars", action="append", metavar="KEY=VALUE", help="a variable for templates")
     run.set_defaults(func=cmd_run)
 
-    serve_cli.add_parsers(commands, connecting, lambda p, fn: p.set_defaults(func=lambda args: fn(args, _connect)))
-    bench_commands.add_parser(commands, connecting, lambda p, fn: p.set_defaults(func=lambda args: fn(args, _connect)))
-
-    sim_commands.add_parsers(commands)
+    app = App(_connect, connecting, changing)
+    for wing in (staging_cli, nccl_cli, serving_cli, bench_cli, sim_cli):
+        wing.register(commands, app)
     return parser
 
 

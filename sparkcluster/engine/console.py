@@ -7,6 +7,8 @@ from __future__ import annotations
 from rich.console import Console
 from rich.markup import escape
 
+from .transport import Unreachable
+
 # Wide enough for any table row or URL a command prints; tables still take only the width they need.
 UNWRAPPED_WIDTH = 1000
 
@@ -28,3 +30,8 @@ def print_error(message: str, fix: str = "") -> None:
     err.print(f"[bold red]error:[/bold red] {escape(message)}", highlight=False)
     if fix:
         err.print(f"  [bold]fix:[/bold] {escape(fix)}", highlight=False)
+
+
+def print_unreachable(console: Console, name: str, address: str, error: Unreachable) -> None:
+    console.print(f"[bold magenta]unreachable[/] {name} ({address}): {escape(error.message)}\n"
+                  f"  fix: {escape(error.fix)}", highlight=False)

@@ -51,8 +51,7 @@ def no_connection(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def run_cli(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture, *argv: str) -> tuple[int, str]:
     """The CLI in this process (so `no_connection` holds), its stderr unwrapped: (exit code, stderr)."""
-    for console in (cli.err_console, cli.serve_cli.err_console):
-        monkeypatch.setattr(console, "width", 10_000)
+    monkeypatch.setattr(cli.err_console, "width", 10_000)  # the one stderr console every wing prints through
     code = cli.main(list(argv))
     return code, capsys.readouterr().err
 

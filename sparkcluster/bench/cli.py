@@ -9,8 +9,6 @@ import asyncio
 import dataclasses
 import datetime
 import importlib.util
-from collections.abc import Callable
-from contextlib import AbstractContextManager
 from importlib.metadata import version
 from pathlib import Path
 
@@ -22,15 +20,14 @@ from ..engine.console import err as err_console
 from ..engine.console import out as console
 from ..engine.console import print_error
 from ..engine import flags
+from ..engine.cliapp import App, Connect
 from ..engine.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, UsageError
 from ..engine.report import print_json
-from ..engine.session import Session
 from ..serving.recipes import Reference
 from . import compare, plot, table
 from .sweep import BenchFailed, Hooks, Level, Prepared, SweepOptions, sweep
 from .target import Target, from_cluster, from_url
 
-Connect = Callable[..., AbstractContextManager[Session]]
 
 METHOD = """method: one warm-up request first (the JIT warms on it, as the published recipes do); then, at each
 concurrency C, --runs runs of C x --requests-per-stream streamed /v1/completions requests with C kept in flight
@@ -167,8 +164,8 @@ def cmd_bench(args: argparse.Namespace, connect: Connect) -> int:
     return code
 
 
-def add_parser(commands, connecting: Callable[..., argparse.ArgumentParser], wire: Callable) -> None:
-    p = connecting(commands.add_parser(
+def register(commands: argparse._SubParsersAction[argparse.ArgumentParser], app: App) -> None:
+    p = app.connecting(commands.add_parser(
         "bench", help="measure what the served cluster delivers: throughput and latency at each concurrency",
         description="Throughput and latency of the served model at each concurrency, measured the way the "
                     "DGX Spark community publishes them.", epilog=METHOD,
@@ -191,4 +188,4 @@ def add_parser(commands, connecting: Callable[..., argparse.ArgumentParser], wir
     p.add_argument("--plot", metavar="FILE.png", help="draw throughput and latency against concurrency")
     p.add_argument("--compare", metavar="RECIPE|FILE",
                    help="print each row beside a recipe's published reference rows, with the ratio (gpt-oss-120b)")
-    wire(p, cmd_bench)
+    app.wire(p, cmd_bench)

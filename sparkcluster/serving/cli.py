@@ -8,18 +8,16 @@ import dataclasses
 import subprocess
 import sys
 import threading
-from collections.abc import Callable
-from contextlib import AbstractContextManager
 
 from rich.markup import escape
 
 from ..engine import flags
+from ..engine.cliapp import App, Connect, no_check
 from ..engine.errors import EXIT_FAILED, EXIT_OK, UsageError
 from ..engine.console import err as err_console
 from ..engine.console import out as console
 from ..engine.inventory import Inventory
 from ..engine.report import print_json
-from ..engine.session import Session
 from ..engine.transport import openssh_argv, ssh_destination
 from ..staging.images import held_layers
 from . import render
@@ -32,8 +30,6 @@ from .recipes import load_recipe
 from .runtime import RuntimeChoice
 from .status import logs_command, recorded, status
 
-# The CLI's way to connect: the inventory its flags select, `check` run on it before anything connects.
-Connect = Callable[[argparse.Namespace, Callable[[Inventory], None]], AbstractContextManager[Session]]
 
 
 def options(args: argparse.Namespace) -> ServeOptions:
@@ -57,14 +53,10 @@ def _chosen(args: argparse.Namespace) -> RuntimeChoice:
     return RuntimeChoice(args.runtime, args.image, tuple(args.docker_arg or ()))
 
 
-def _no_check(inventory: Inventory) -> None:
-    pass
-
-
 def cmd_up(args: argparse.Namespace, connect: Connect) -> int:
     opts = options(args)
     phases = Phases()
-    with connect(args, _no_check) as session:
+    with connect(args, no_check) as session:
         _, _, members, reused = up(session, opts, phases, _emit(args))
     if args.json:
         print_json({"reused": reused, "phases": phases.seconds, "members": [dataclasses.asdict(m) for m in members]})
@@ -95,7 +87,7 @@ def cmd_serve(args: argparse.Namespace, connect: Connect) -> int:
 
 
 def cmd_status(args: argparse.Namespace, connect: Connect) -> int:
-    with connect(args, _no_check) as session:
+    with connect(args, no_check) as session:
         state = status(session, _chosen(args))
     if args.json:
         print_json(state.to_json())
@@ -146,7 +138,7 @@ def _follow(argvs: dict[str, list[str]]) -> int:
 
 
 def cmd_down(args: argparse.Namespace, connect: Connect) -> int:
-    with connect(args, _no_check) as session:
+    with connect(args, no_check) as session:
         outcomes = stop_everywhere(session)
         if outcomes[session.head.name].state is not StopState.UNREACHABLE:
             clear_record(session)
@@ -158,7 +150,7 @@ def cmd_down(args: argparse.Namespace, connect: Connect) -> int:
 
 
 def cmd_image_sync(args: argparse.Namespace, connect: Connect) -> int:
-    with connect(args, _no_check) as session:
+    with connect(args, no_check) as session:
         if args.check:
             head_info, need = check_images(session, args.image)
             held = {h.name: held_layers(session.transport(h), head_info.layers)
@@ -188,7 +180,9 @@ def cmd_image_sync(args: argparse.Namespace, connect: Connect) -> int:
     return EXIT_OK
 
 
-def add_parsers(commands, connecting: Callable[..., argparse.ArgumentParser], wire: Callable) -> None:
+def register(commands: argparse._SubParsersAction[argparse.ArgumentParser], app: App) -> None:
+    connecting, wire = app.connecting, app.wire
+
     def common(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
         p.add_argument("--runtime", choices=("docker", "host"), default="docker",
                        help="docker: the vllm_node container per node (eugr's setup, default); host: processes "

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from ..engine.console import err as err_console
 from ..engine.console import out as console
+from ..engine.cliapp import App
 from ..engine.errors import EXIT_OK, UsageError
 from ..engine.report import print_json
 from . import render as sim_render
@@ -96,7 +97,8 @@ def cmd_sim_image(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def add_parsers(commands: argparse._SubParsersAction) -> None:
+def register(commands: argparse._SubParsersAction[argparse.ArgumentParser], app: App) -> None:
+    """`sim` connects to nothing of an inventory: it makes the hosts."""
     sim = commands.add_parser("sim", help="a simulated Spark cluster on this machine (needs root)")
     sim_cmds = sim.add_subparsers(dest="sim_command", required=True, metavar="SIM_COMMAND")
 

@@ -1,0 +1,48 @@
+"""`sparkcluster verify` (the probe across the nodes) and `sparkcluster nccl-report` (logs a user already has):
+wiring from parsed flags, and their output."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+
+from ..engine import flags
+from ..engine.cliapp import App, Connect
+from ..engine.console import out as console
+from ..engine.errors import EXIT_FAILED, EXIT_OK
+from ..engine.report import print_json
+from . import report
+from .verdict import VerdictStatus
+from .verify import run_verify
+
+
+def cmd_verify(args: argparse.Namespace, connect: Connect) -> int:
+    with connect(args) as session:
+        result = run_verify(session, backend=args.backend, sizes=args.sizes, min_busbw=args.min_busbw)
+    if args.json:
+        print_json({"backend": result.backend, "verdict": dataclasses.asdict(result.verdict),
+                    "rows": [dataclasses.asdict(r) for r in result.rows], "carried_by": result.carried_by})
+    else:
+        report.render_verify(console, result)
+    return EXIT_FAILED if result.verdict.status is VerdictStatus.FAIL else EXIT_OK
+
+
+def cmd_nccl_report(args: argparse.Namespace) -> int:
+    code, text = report.report(args.logfiles, json_output=args.json, min_busbw=args.min_busbw)
+    print(text)
+    return code
+
+
+def register(commands: argparse._SubParsersAction[argparse.ArgumentParser], app: App) -> None:
+    ver = app.connecting(commands.add_parser("verify", help="prove which network NCCL (or gloo) traffic really takes"))
+    ver.add_argument("--backend", choices=("auto", "nccl", "gloo"), default="auto",
+                     help="nccl on GPUs (auto when the head's torch sees CUDA), gloo on CPU-only nodes")
+    ver.add_argument("--sizes", help="bytes per collective, e.g. 1M,64M,1G (at most 1 GiB)")
+    ver.add_argument("--min-busbw", type=flags.bandwidth, help="bus bandwidth a pass needs, GB/s")
+    app.wire(ver, cmd_verify)
+
+    rep = commands.add_parser("nccl-report", help="read NCCL_DEBUG=INFO logs: transports, devices, a verdict")
+    rep.add_argument("logfiles", nargs="+", metavar="LOGFILE")
+    rep.add_argument("--min-busbw", type=flags.bandwidth, help="bus bandwidth a pass needs, GB/s (probe output only)")
+    rep.add_argument("--json", action="store_true")
+    rep.set_defaults(func=cmd_nccl_report)
