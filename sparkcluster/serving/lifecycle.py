@@ -27,7 +27,7 @@ def ray_commands(session: Session, runtime: RuntimeChoice, nodes: Mapping[str, N
     commands = {}
     for host in session.hosts:
         gpus = host.vars.get("ray_num_gpus")
-        argv = ray_start_argv(nodes[host.name], int(gpus) if gpus is not None else None)
+        argv = ray_start_argv(nodes[host.name], gpus)  # an int: checked when the inventory loaded
         commands[host.name] = runtime.on(host).start_main(argv, node_env(session.inventory, host, recipe_env))
     return commands
 

@@ -448,3 +448,20 @@ def test_a_lost_connection_that_reaches_the_top_names_the_node(monkeypatch, caps
     code, err = run_cli(monkeypatch, capsys, "facts", "-i", "unused.yml")
     assert code == 1
     assert "error: spark-2: lost the connection to 192.168.103.12" in err and "fix: power it on" in err
+
+
+# ---- host vars the code reads are typed where the inventory is written -----------------------------------
+@pytest.mark.parametrize("var, value, message", [
+    ("ray_num_gpus", "two", "ray_num_gpus must be a whole number of GPUs, not 'two'"),
+    ("ray_num_gpus", "true", "ray_num_gpus must be a whole number of GPUs"),
+    ("python", "[python3]", "python must be a path on the node"),
+    ("python_env", "''", "python_env must be a path on the node"),
+])
+def test_a_bad_host_var_is_exit_2_with_its_line_before_any_connection(tmp_path, no_connection, monkeypatch, capsys,
+                                                                     var, value, message):
+    # Failed before the fix: `ray_num_gpus: two` loaded, and serve raised ValueError from int() after connecting.
+    path = write(tmp_path, "inv.yml", f"hosts:\n  s1: {{address: 10.0.0.1, role: head}}\n"
+                                      f"  s2:\n    address: 10.0.0.2\n    vars:\n      {var}: {value}\n")
+    code, err = run_cli(monkeypatch, capsys, "up", "-i", str(path))
+    assert code == EXIT_USAGE, err
+    assert f"{path}:6: {message}" in err and "fix:" in err

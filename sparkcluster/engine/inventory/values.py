@@ -62,8 +62,8 @@ def read_layer(values: SourceMap, src: Source, classify: Classify) -> Layer:
         if setting:
             settings[setting] = Value(value, key, line)
         else:
-            if key == "serve_env":
-                check_serve_env(value, line, src)
+            if key in HOST_VAR_CHECKS:
+                HOST_VAR_CHECKS[key](value, line, src)
             free[key] = value
     return settings, free
 
@@ -84,6 +84,31 @@ def check_serve_env(value: Any, line: int, src: Source) -> None:
         if setting is None or isinstance(setting, dict | list):
             raise src.error(at, f"serve_env: {name} must be one value, not {describe(setting)}",
                             f"e.g. `{name}: '1'` (quote an empty value: `{name}: ''`)")
+
+
+def _check_gpu_count(value: Any, line: int, src: Source) -> None:
+    """`ray_num_gpus` becomes `ray start --num-gpus N` on the node."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 1024:
+        raise src.error(line, f"ray_num_gpus must be a whole number of GPUs, not {describe(value)}",
+                        "e.g. `ray_num_gpus: 1` (a DGX Spark has one GPU)")
+
+
+def _check_node_path(key: str, example: str) -> Callable[[Any, int, Source], None]:
+    """A program or a path on the node (`python`, `python_env`, `comm_env_path`): one line of text."""
+    def check(value: Any, line: int, src: Source) -> None:
+        if not isinstance(value, str) or not value.strip() or any(c in value for c in "\n\r\0"):
+            raise src.error(line, f"{key} must be a path on the node, not {describe(value)}", f"e.g. `{key}: {example}`")
+    return check
+
+
+# The host vars the code reads, each checked where it is written, before any connection.
+HOST_VAR_CHECKS: dict[str, Callable[[Any, int, Source], None]] = {
+    "serve_env": check_serve_env,
+    "ray_num_gpus": _check_gpu_count,
+    "python": _check_node_path("python", "/usr/bin/python3"),
+    "python_env": _check_node_path("python_env", "/opt/vllm-env"),
+    "comm_env_path": _check_node_path("comm_env_path", "~/.config/sparkcluster/comm.env"),
+}
 
 
 def merge_layers(layers: Iterable[Layer]) -> Layer:
