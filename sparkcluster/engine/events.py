@@ -3,8 +3,24 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import StrEnum
 
-STATUSES = ("ok", "changed", "skipped", "failed", "unreachable")
+from .steps.base import Upload
+
+
+class Status(StrEnum):
+    """Ansible's words exactly; a StrEnum, so JSON output and greppable lines print the same words."""
+
+    OK = "ok"
+    CHANGED = "changed"
+    SKIPPED = "skipped"
+    FAILED = "failed"
+    UNREACHABLE = "unreachable"
+
+    @property
+    def stops_host(self) -> bool:
+        """The host takes no further steps in this run."""
+        return self in (Status.FAILED, Status.UNREACHABLE)
 
 
 @dataclass(frozen=True)
@@ -41,13 +57,15 @@ class StepFinished:
     host: str
     play: str
     step: str
-    status: str  # one of STATUSES
+    status: Status
     reason: str
     duration: float
-    commands: tuple[str, ...] = ()  # what was (or, in check mode, would be) run
+    commands: tuple[str, ...] = ()  # the shell lines that were (in check mode: would be) run, as displayed
     diff: str | None = None
     failure: Failure | None = None
     warnings: tuple[str, ...] = ()
+    uploads: tuple[Upload, ...] = ()  # files written (would be written) through SFTP
+    notes: tuple[str, ...] = ()  # what was (would be) done otherwise, in words: never among `commands`
 
 
 @dataclass(frozen=True)
@@ -63,6 +81,23 @@ class HostRecap:
     skipped: int = 0
     failed: int = 0
     unreachable: int = 0
+
+    def count(self, status: Status) -> int:
+        return {Status.OK: self.ok, Status.CHANGED: self.changed, Status.SKIPPED: self.skipped,
+                Status.FAILED: self.failed, Status.UNREACHABLE: self.unreachable}[status]
+
+    def add(self, status: Status) -> None:
+        match status:
+            case Status.OK:
+                self.ok += 1
+            case Status.CHANGED:
+                self.changed += 1
+            case Status.SKIPPED:
+                self.skipped += 1
+            case Status.FAILED:
+                self.failed += 1
+            case Status.UNREACHABLE:
+                self.unreachable += 1
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import threading
+from dataclasses import dataclass, field
 from typing import TextIO
 
 from rich.console import Console
@@ -17,16 +18,18 @@ from rich.table import Table
 
 from .facts import HostFacts
 from .events import (
-    STATUSES, Event, Failure, PlayFinished, PlayStarted, RunFinished, RunStarted, StepFinished, StepStarted,
+    Event, Failure, HostRecap, PlayFinished, PlayStarted, RunFinished, RunStarted, Status, StepFinished, StepStarted,
 )
 
-STYLE = {"ok": "green", "changed": "yellow", "skipped": "cyan", "failed": "bold red", "unreachable": "bold magenta"}
+STYLE = {Status.OK: "green", Status.CHANGED: "yellow", Status.SKIPPED: "cyan", Status.FAILED: "bold red",
+         Status.UNREACHABLE: "bold magenta"}
 
 
 class Reporter:
     def __init__(self, console: Console, show_diff: bool = False) -> None:
         self.console = console
         self.show_diff = show_diff
+        self.check = False  # from RunStarted: --check shows what each change would do
         self._lock = threading.Lock()
 
     def __call__(self, event: Event) -> None:
@@ -37,6 +40,14 @@ class Reporter:
         raise NotImplementedError
 
     # shared pieces
+    def _actions(self, event: StepFinished) -> list[str]:
+        """In check mode, what a change would do, each kind as what it is: a shell line is `run:`, a file written
+        through SFTP is `upload:`, and what happens otherwise (on other nodes, through staging) is `would:`."""
+        if not self.check:
+            return []
+        return [*(f"  run:    {c}" for c in event.commands), *(f"  upload: {u.display()}" for u in event.uploads),
+                *(f"  would:  {n}" for n in event.notes)]
+
     def _diff(self, event: StepFinished) -> None:
         if self.show_diff and event.diff:
             self.console.print(event.diff, markup=False, highlight=False, end="")
@@ -68,11 +79,11 @@ class Reporter:
         self.console.print("RECAP")
         width = max(len(h) for h in event.recap) if event.recap else 0
         for host, r in event.recap.items():
-            counts = "  ".join(f"{s}={_count(s, getattr(r, s))}" for s in STATUSES)
+            counts = "  ".join(f"{s}={_count(s, r.count(s))}" for s in Status)
             self.console.print(f"{host:<{width}} : {counts}", highlight=False)
 
 
-def _count(status: str, n: int) -> str:
+def _count(status: Status, n: int) -> str:
     return f"[{STYLE[status]}]{n}[/]" if n else "0"
 
 
@@ -85,13 +96,17 @@ class PlainReporter(Reporter):
     def handle(self, event: Event) -> None:
         c = self.console
         if isinstance(event, RunStarted):
+            self.check = event.check
             mode = " (check mode: nothing will be changed)" if event.check else ""
             c.print(f"playbook {event.playbook} on {', '.join(event.hosts)}{mode}", highlight=False)
         elif isinstance(event, PlayStarted):
-            c.print(f"\nPLAY {event.play} [{', '.join(event.hosts)}]", highlight=False)
+            # Escaped: rich would read `[spark-1]` as a markup tag and drop it.
+            c.print(escape(f"\nPLAY {event.play} [{', '.join(event.hosts)}]"), highlight=False)
         elif isinstance(event, StepFinished):
             c.print(f"[{STYLE[event.status]}]{event.status:<11}[/] {event.host} | {event.step} | {escape(event.reason)}",
                     highlight=False)
+            for line in self._actions(event):
+                c.print(line, markup=False, highlight=False)
             for warning in event.warnings:
                 c.print(f"[yellow]warning[/]     {event.host} | {event.step} | {escape(warning)}", highlight=False)
             self._diff(event)
@@ -101,12 +116,20 @@ class PlainReporter(Reporter):
             self._recap(event)
 
 
+@dataclass
+class _Row:
+    """A host's row in the live table."""
+
+    now: str = "waiting"
+    counts: HostRecap = field(default_factory=HostRecap)
+
+
 class LiveReporter(Reporter):
     """A live table, one row per host: what it is doing now and its counts so far."""
 
     def __init__(self, console: Console, show_diff: bool = False) -> None:
         super().__init__(console, show_diff)
-        self.rows: dict[str, dict[str, object]] = {}
+        self.rows: dict[str, _Row] = {}
         self.live: Live | None = None
         self.title = ""
 
@@ -114,28 +137,35 @@ class LiveReporter(Reporter):
         table = Table(title=self.title, title_justify="left")
         table.add_column("host")
         table.add_column("now")
-        for status in STATUSES:
+        for status in Status:
             table.add_column(status, justify="right")
         for host, row in self.rows.items():
-            table.add_row(host, str(row["now"]), *(_count(s, int(row[s])) for s in STATUSES))  # type: ignore[arg-type]
+            table.add_row(host, row.now, *(_count(s, row.counts.count(s)) for s in Status))
         return table
 
     def handle(self, event: Event) -> None:
         if isinstance(event, RunStarted):
-            self.rows = {h: {"now": "waiting", **{s: 0 for s in STATUSES}} for h in event.hosts}
+            self.check = event.check
+            self.rows = {h: _Row() for h in event.hosts}
             self.title = f"playbook {event.playbook}" + (" (check mode)" if event.check else "")
             self.live = Live(self._table(), console=self.console, refresh_per_second=8, transient=False)
             self.live.start()
         elif isinstance(event, PlayStarted):
             for h in event.hosts:
-                self.rows[h]["now"] = f"{event.play}"
+                self.rows[h].now = event.play
         elif isinstance(event, StepStarted):
-            self.rows[event.host]["now"] = f"{event.play}: {event.step}"
+            self.rows[event.host].now = f"{event.play}: {event.step}"
         elif isinstance(event, StepFinished):
             row = self.rows[event.host]
-            row[event.status] = int(row[event.status]) + 1  # type: ignore[arg-type]
-            if event.status in ("failed", "unreachable"):
-                row["now"] = f"[{STYLE[event.status]}]{event.status}: {event.step}[/]"
+            row.counts.add(event.status)
+            if event.status.stops_host:
+                row.now = f"[{STYLE[event.status]}]{event.status}: {event.step}[/]"
+            actions = self._actions(event)
+            if actions and self.live:
+                self.live.console.print(f"[{STYLE[event.status]}]{event.status}[/] {event.host} | {event.step} | "
+                                        f"{escape(event.reason)}", highlight=False)
+                for line in actions:
+                    self.live.console.print(line, markup=False, highlight=False)
             if event.diff and self.show_diff and self.live:
                 self.live.console.print(event.diff, markup=False, highlight=False, end="")
             for warning in event.warnings:
@@ -144,8 +174,8 @@ class LiveReporter(Reporter):
                                             highlight=False)
         elif isinstance(event, PlayFinished):
             for row in self.rows.values():
-                if not str(row["now"]).startswith("["):
-                    row["now"] = "done"
+                if not row.now.startswith("["):
+                    row.now = "done"
         elif isinstance(event, RunFinished):
             if self.live:
                 self.live.update(self._table())
@@ -160,10 +190,10 @@ class LiveReporter(Reporter):
     def _recap_counts(self, event: RunFinished) -> None:
         table = Table(title="recap", title_justify="left", show_edge=False)
         table.add_column("host")
-        for status in STATUSES:
+        for status in Status:
             table.add_column(status, justify="right")
         for host, r in event.recap.items():
-            table.add_row(host, *(_count(status, getattr(r, status)) for status in STATUSES))
+            table.add_row(host, *(_count(status, r.count(status)) for status in Status))
         self.console.print(table)
 
 
@@ -173,13 +203,14 @@ class JsonReporter(Reporter):
     def __init__(self, out: TextIO) -> None:
         super().__init__(Console(file=out))
         self.out = out
-        self.doc: dict[str, object] = {"steps": []}
+        self.steps: list[dict[str, object]] = []  # each StepFinished: commands, uploads and notes are separate fields
+        self.doc: dict[str, object] = {"steps": self.steps}
 
     def handle(self, event: Event) -> None:
         if isinstance(event, RunStarted):
             self.doc.update(playbook=event.playbook, hosts=list(event.hosts), check=event.check)
         elif isinstance(event, StepFinished):
-            self.doc["steps"].append(dataclasses.asdict(event))  # type: ignore[union-attr]
+            self.steps.append(dataclasses.asdict(event))
         elif isinstance(event, RunFinished):
             self.doc.update(
                 recap={h: dataclasses.asdict(r) for h, r in event.recap.items()},

@@ -16,12 +16,12 @@ from typing import Any
 
 from .errors import UsageError
 from .events import (
-    Event, Failure, HostRecap, PlayFinished, PlayStarted, RunFinished, RunStarted, StepFinished, StepStarted,
+    Event, Failure, HostRecap, PlayFinished, PlayStarted, RunFinished, RunStarted, Status, StepFinished, StepStarted,
 )
 from .facts import HostFacts, gather
 from .inventory import Host
 from .playbook import Play, Playbook, StepCall, build_args
-from .steps import HostContext, StepFailed
+from .steps import HostContext, Plan, StepFailed
 from .session import Session
 from .transport import Unreachable
 
@@ -133,12 +133,12 @@ class Runner:
         try:
             facts = gather(self.transports[host.name])
         except Unreachable as e:
-            self._finish(host, "facts", "gather facts", "unreachable", e.message, started,
+            self._finish(host, "facts", "gather facts", Status.UNREACHABLE, e.message, started,
                          failure=Failure(e.message, e.fix))
             return
         except BUGS as e:
             message, failure = _internal_error("gather facts", e)
-            self._finish(host, "facts", "gather facts", "failed", message, started, failure=failure)
+            self._finish(host, "facts", "gather facts", Status.FAILED, message, started, failure=failure)
             return
         with self._lock:
             self.facts[host.name] = facts
@@ -160,15 +160,13 @@ class Runner:
             plan = step.check(ctx)
             warnings = plan.warnings
             if plan.skip:
-                self._finish(host, play.name, call.name, "skipped", plan.reason, started, warnings=warnings)
+                self._finish(host, play.name, call.name, Status.SKIPPED, plan.reason, started, warnings=warnings)
                 return
             if not plan.changes:
-                self._finish(host, play.name, call.name, "ok", plan.reason, started, warnings=warnings)
+                self._finish(host, play.name, call.name, Status.OK, plan.reason, started, warnings=warnings)
                 return
-            shown = tuple(c.display() for c in plan.commands)
             if self.check:
-                self._finish(host, play.name, call.name, "changed", f"would {plan.reason}", started, shown, plan.diff,
-                             warnings=warnings)
+                self._finish(host, play.name, call.name, Status.CHANGED, f"would {plan.reason}", started, plan)
                 return
             step.apply(ctx, plan)
             if not call.step.always_changes:
@@ -176,8 +174,7 @@ class Runner:
                 if after.changes:
                     raise StepFailed(f"did not converge: after applying, check still says {after.reason!r}",
                                      "this is a bug in the step or something on the host reverts it; run again with --diff")
-            self._finish(host, play.name, call.name, "changed", plan.reason, started, shown, plan.diff,
-                         warnings=warnings)
+            self._finish(host, play.name, call.name, Status.CHANGED, plan.reason, started, plan)
         except StepFailed as e:
             result = e.result
             failure = Failure(
@@ -186,24 +183,25 @@ class Runner:
                 exit_code=result.exit_code if result else None,
                 stderr_tail=result.stderr_tail() if result else "",
             )
-            self._finish(host, play.name, call.name, "failed", e.message, started, failure=failure)
+            self._finish(host, play.name, call.name, Status.FAILED, e.message, started, failure=failure)
         except Unreachable as e:
             peer = next((h for h in self.inventory.hosts if h.name == e.host and h.name != host.name), None)
             if peer is None or retried:
-                self._finish(host, play.name, call.name, "unreachable", e.message, started,
+                self._finish(host, play.name, call.name, Status.UNREACHABLE, e.message, started,
                              failure=Failure(e.message, e.fix))
                 return
             # A step on this node reached for another that is gone: that node is the unreachable one, and this
             # node's step runs again without it, rather than failing for what it could not help.
             if peer.name not in self.down:
-                self._finish(peer, play.name, call.name, "unreachable", e.message, started,
+                self._finish(peer, play.name, call.name, Status.UNREACHABLE, e.message, started,
                              failure=Failure(e.message, e.fix))
             self._run_step(play, host, call, retried=True)
         except UsageError as e:
-            self._finish(host, play.name, call.name, "failed", e.message, started, failure=Failure(e.message, e.fix))
+            self._finish(host, play.name, call.name, Status.FAILED, e.message, started,
+                         failure=Failure(e.message, e.fix))
         except BUGS as e:
             message, failure = _internal_error(call.name, e)
-            self._finish(host, play.name, call.name, "failed", message, started, failure=failure)
+            self._finish(host, play.name, call.name, Status.FAILED, message, started, failure=failure)
 
     def _template_context(self, host: Host) -> dict[str, Any]:
         facts = self.facts.get(host.name)
@@ -216,22 +214,27 @@ class Runner:
             "facts": facts.to_json() if facts else {},
         }
 
-    def _finish(self, host: Host, play: str, step: str, status: str, reason: str, started: float,
-                commands: tuple[str, ...] = (), diff: str | None = None, failure: Failure | None = None,
-                warnings: tuple[str, ...] = ()) -> None:
+    def _finish(self, host: Host, play: str, step: str, status: Status, reason: str, started: float,
+                plan: Plan | None = None, failure: Failure | None = None, warnings: tuple[str, ...] = ()) -> None:
+        """Counts `status` for `host` and emits it. `plan` is the one that was (in check mode: would be) carried
+        out: the event shows its commands, uploads and notes each as what they are."""
         if self._cancel.is_set():
             return  # interrupted: the recap is already out; a thread finishing late must not add to it
         with self._lock:
-            recap = self.recap[host.name]
-            setattr(recap, status, getattr(recap, status) + 1)
-            if status == "changed" and not self.check:
+            self.recap[host.name].add(status)
+            if status is Status.CHANGED and not self.check:
                 self._changed_since_facts.add(host.name)
-            if status in ("failed", "unreachable"):
+            if status.stops_host:
                 self.down.add(host.name)
                 if failure:
                     self.failures[host.name] = failure
-        self.emit(StepFinished(host.name, play, step, status, reason, time.monotonic() - started, commands, diff, failure,
-                               warnings))
+        duration = time.monotonic() - started
+        if plan is None:
+            self.emit(StepFinished(host.name, play, step, status, reason, duration, failure=failure, warnings=warnings))
+            return
+        self.emit(StepFinished(host.name, play, step, status, reason, duration,
+                               commands=tuple(c.display() for c in plan.commands), diff=plan.diff, failure=failure,
+                               warnings=plan.warnings, uploads=plan.uploads, notes=plan.notes))
 
 
 def _internal_error(what: str, error: BaseException) -> tuple[str, Failure]:

@@ -8,7 +8,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..engine.steps.base import HostContext, Plan, Step, StepFailed, register
-from ..engine.command import Command
 from ..engine.errors import SparkclusterError
 from ..engine.modelref import ModelRef
 from ..engine.session import Session
@@ -34,22 +33,22 @@ class ModelsStage(Step):
         if not self.args.models:
             return Plan("no models listed in the inventory", skip=True)
         inventory = self._cluster(ctx)
-        todo = []
+        todo: list[str] = []  # notes, not commands: apply() stages through the Stager, across the nodes
         for text in self.args.models:
             model = ModelRef.parse(text)
             stager = Stager(inventory, model)
             stager.scan()
             holders = [n for n, s in stager.scans.items() if source_manifest(model, s)]
             if not holders:
-                todo.append(Command(f"download {model} on {inventory.head.name}, then stage it to every node"))
+                todo.append(f"download {model} on {inventory.head.name}, then stage it to every node")
                 continue
             _, manifest = stager.choose_source("auto")
             lacking = [n for n, s in stager.statuses(manifest).items() if not s.complete]
             if lacking:
-                todo.append(Command(f"stage {model} to {', '.join(lacking)} over the fabric"))
+                todo.append(f"stage {model} to {', '.join(lacking)} over the fabric")
         if not todo:
             return Plan(f"every node holds {', '.join(self.args.models)}")
-        return Plan(f"stage {len(todo)} model(s)", tuple(todo))
+        return Plan(f"stage {len(todo)} model(s)", notes=tuple(todo))
 
     def apply(self, ctx: HostContext, plan: Plan) -> None:
         inventory = self._cluster(ctx)

@@ -1,14 +1,17 @@
 """Step plans as data (DESIGN.md §6): facts parsed from a real Spark's probe and scripted command outputs in,
-the exact Plan out (reason, commands as values, warnings, diff), through a strict transport that fails on any
-command a case does not list. Change cases also apply the plan and check again, which must be a no-op.
+the exact Plan out (reason, commands as values, uploads, notes, warnings, diff), through a strict transport that
+fails on any command a case does not list. Change cases also apply the plan (with a new instance of the step, so
+nothing may be kept on it between check and apply) and check again, which must be a no-op.
 
 The cases live in tests/fixtures/steps/*.json, one entry each:
   id, step, args                      the step as a playbook would call it
   given: probe, probe_replace, user,  the host's facts (a probe capture, edited as text), its login user,
          run, files | hosts, on       the commands check() may run (exact line or regex) and the remote files;
                                       `hosts` lists several nodes for cross-node steps, `on` the one it runs on
-  expect: reason, changed, skip,      the Plan check() returns, or `fails`/`fix`: the StepFailed it raises
-          commands, warnings, diff
+  expect: reason, changed, skip,      the Plan check() returns, or `fails`/`fix`: the StepFailed it raises;
+          commands, uploads, notes,   `commands` only shell lines that run on the host, `uploads` files written through
+          warnings, diff, payload     SFTP, `notes` what is done otherwise, in words; `payload`: the fields a step's own
+                                      Plan subclass adds (ssh.mesh's links), as JSON
   apply: run, writes, reconnects,     what apply() runs and writes; `after`: what the second check() runs,
          after, reason                `reason`: the no-op it then returns
   xfail                               a known defect: the case states the right behaviour and fails until fixed
@@ -17,6 +20,7 @@ A file's `probes` names edited variants of a capture (spark-2: the next addresse
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from collections.abc import Iterator
@@ -30,6 +34,7 @@ from sparkcluster.engine.facts import parse_probe
 from sparkcluster.engine.inventory import Host, Inventory
 from sparkcluster.engine.playbook import StepCall, build_args
 from sparkcluster.engine.steps import REGISTRY, HostContext, Plan, StepFailed
+from sparkcluster.engine.steps.base import Upload
 from sparkcluster.engine.session import Session
 from sparkcluster.node import steps as _node_steps  # noqa: F401 (registers the node's steps)
 from tests.strict_transport import StrictTransport, verify_all
@@ -93,6 +98,25 @@ def command(spec: dict[str, Any]) -> Command:
                    timeout=spec.get("timeout", 120.0), stdin=spec.get("stdin"))
 
 
+def upload(spec: dict[str, Any]) -> Upload:
+    return Upload(spec["path"], spec["mode"], spec["size"])
+
+
+PLAN_FIELDS = [f.name for f in dataclasses.fields(Plan)]
+
+
+def plan_part(plan: Plan) -> Plan:
+    """The Plan fields of `plan`, whatever subclass a step returns it as."""
+    return Plan(**{name: getattr(plan, name) for name in PLAN_FIELDS})
+
+
+def payload(plan: Plan) -> dict[str, Any]:
+    """What a step's own Plan subclass adds (ssh.mesh's links), as JSON; {} for a plain Plan."""
+    extra = {f.name: getattr(plan, f.name) for f in dataclasses.fields(plan) if f.name not in PLAN_FIELDS}
+    return json.loads(json.dumps({k: [dataclasses.asdict(v) if dataclasses.is_dataclass(v) else v for v in value]
+                                  if isinstance(value, tuple) else value for k, value in extra.items()}))
+
+
 class World:
     """The inventory, facts and strict transports of one case."""
 
@@ -141,13 +165,16 @@ def test_check_plans_exactly_what_the_case_says(case):
         assert info.value.fix == expect.get("fix", "")
     else:
         plan = step.check(world.context())
-        assert plan == Plan(
+        assert plan_part(plan) == Plan(
             reason=expect["reason"],
             commands=tuple(command(c) for c in expect.get("commands", [])),
+            uploads=tuple(upload(u) for u in expect.get("uploads", [])),
+            notes=tuple(expect.get("notes", [])),
             skip=expect.get("skip", False),
             diff="".join(line + "\n" for line in expect["diff"]) if expect.get("diff") else None,
             warnings=tuple(expect.get("warnings", [])),
         )
+        assert payload(plan) == expect.get("payload", {})
         assert plan.changes is expect["changed"]
     verify_all(world.transports)  # every scripted command ran, nothing else did
     # check() only reads: no file written, no new session
@@ -170,7 +197,7 @@ def test_apply_then_check_again_is_a_no_op(case):
     for name, runs in apply.get("run", {}).items():
         script(world.transports[name], runs)
     before = {name: len(t.writes) for name, t in world.transports.items()}
-    step.apply(ctx, plan)
+    make_step(case).apply(ctx, plan)  # another instance: apply() reads the plan, nothing kept on the step by check()
     verify_all(world.transports)
     written = {name: [(p, c, oct(m)) for p, c, m in t.writes[before[name]:]] for name, t in world.transports.items()}
     expected_writes = {name: [] for name in world.transports}
@@ -221,12 +248,16 @@ def test_the_cases_cover_the_engines_steps_and_nothing_else():
     assert len(ids) == len(set(ids))
 
 
-def test_shown_install_line_keeps_a_home_relative_path_relative_to_home():
-    """--check shows `install -m MODE /dev/stdin PATH` for a file write; for the default comm.env path it must be a
-    line the remote user's shell runs as meant (DESIGN.md §5: remote paths are resolved on the remote host)."""
+def test_a_file_write_is_shown_as_the_upload_it_is_with_a_home_relative_path_kept_relative():
+    """A file is written through SFTP, so the plan shows an Upload and no shell line that would never run; the
+    default comm.env path stays `~/`, resolved on the remote host (DESIGN.md §5), as the write itself is."""
     world = World({"_probes": {}, "given": {}})
     plan = make_step({"step": "comm.env"}).check(world.context())
-    assert plan.commands == (Command('install -m 0644 /dev/stdin "$HOME"/.config/sparkcluster/comm.env'),)
+    assert plan.commands == () and plan.notes == ()
+    assert [(u.path, u.mode) for u in plan.uploads] == [("~/.config/sparkcluster/comm.env", "0644")]
+    created = [line[1:] for line in (plan.diff or "").splitlines(keepends=True)[3:]]  # after ---, +++ and @@
+    assert plan.uploads[0].size == len("".join(created).encode())
+    assert plan.changes
 
 
 # ---- apply() failing: the failure carries the command's result and the step's fix ---------------------------

@@ -16,16 +16,36 @@ from ..transport import Result, Transport
 
 
 @dataclass(frozen=True)
+class Upload:
+    """A file written through SFTP (write_file): no shell line runs, so none is shown. The content stays out of
+    the plan's output (it may be long); --diff shows the change."""
+
+    path: str  # as the step was given it: `~/x` is relative to the login user's home
+    mode: str  # octal, as in the step's args: "0644"
+    size: int  # bytes
+
+    def display(self) -> str:
+        return f"{self.path} ({self.size} bytes, mode {self.mode})"
+
+
+@dataclass(frozen=True)
 class Plan:
+    """What apply() does, as three kinds of values, so prose can never be shown (or run) as shell:
+    `commands` run on this step's host (the only ones the default apply() runs), `uploads` are files written
+    through SFTP, and `notes` say in words what apply() does through other means (on other nodes, through
+    staging), rendered as "would: ..." and never as commands."""
+
     reason: str  # why: "already in group docker", "spark is not in group docker"
     commands: tuple[Command, ...] = ()
+    uploads: tuple[Upload, ...] = ()
+    notes: tuple[str, ...] = ()
     skip: bool = False  # the step does not apply to this host
     diff: str | None = None  # for --diff: the file change this plan makes
     warnings: tuple[str, ...] = ()  # worth a person's attention, not a failure (e.g. MTU below 9000)
 
     @property
     def changes(self) -> bool:
-        return bool(self.commands) and not self.skip
+        return bool(self.commands or self.uploads or self.notes) and not self.skip
 
 
 class StepFailed(Exception):
@@ -107,7 +127,7 @@ class Step:
             ctx.must(command, self.fix)
 
     @classmethod
-    def arg_fields(cls) -> dict[str, dataclasses.Field]:
+    def arg_fields(cls) -> dict[str, dataclasses.Field[Any]]:
         return {f.name: f for f in dataclasses.fields(cls.Args)}
 
 

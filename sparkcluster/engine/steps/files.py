@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import difflib
-import shlex
 import posixpath
 from dataclasses import dataclass
 
-from .base import HostContext, Plan, Step, StepFailed, register
+from .base import HostContext, Plan, Step, StepFailed, Upload, register
 from ..command import Command, shell_path
 from ..transport import remote_path
 
@@ -30,9 +29,8 @@ def plan_file(ctx: HostContext, path: str, content: str, mode: str) -> Plan:
         return Plan(f"{path} is up to date")
     diff = unified_diff(ctx.host.name, path, (current or b"").decode(errors="replace"), content)
     reason = "create" if current is None else "update" if current != want else "fix the mode of"
-    # Shown in --check; write_file() writes through SFTP rather than running this line.
-    shown = Command(f"install -m {shlex.quote(mode)} /dev/stdin {shell_path(path)}")
-    return Plan(f"{reason} {path}", (shown,), diff=diff)
+    # write_file() writes through SFTP: the plan shows that upload, not a shell line that would never run.
+    return Plan(f"{reason} {path}", uploads=(Upload(path, mode, len(want)),), diff=diff)
 
 
 def unified_diff(host: str, path: str, current: str, wanted: str) -> str | None:
@@ -63,6 +61,6 @@ class FileContent(Step):
 
 def _mode(ctx: HostContext, path: str) -> int | None:
     try:
-        return ctx.transport.sftp().stat(path).st_mode & 0o7777
+        return int(ctx.transport.sftp().stat(path).st_mode) & 0o7777
     except FileNotFoundError:
         return None

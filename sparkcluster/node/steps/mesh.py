@@ -33,6 +33,23 @@ class MeshArgs:
     pass
 
 
+@dataclass(frozen=True)
+class Link:
+    """One login that does not work yet: `source`'s key goes into `target`'s authorized_keys, and `target`'s
+    verified host key into `source`'s known_hosts, once for each of `target`'s addresses."""
+
+    source: str
+    target: str
+    addresses: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class MeshPlan(Plan):
+    """The links check() found missing: apply() sets up exactly these, reading no node's files again."""
+
+    links: tuple[Link, ...] = ()
+
+
 @register
 class SshMesh(Step):
     name = "ssh.mesh"
@@ -63,7 +80,8 @@ class SshMesh(Step):
             out = ctx.transports[name].run(Command(
                 f"sed 's/^/@pub /' {KEY}.pub 2>/dev/null; sed 's/^/@auth /' ~/.ssh/authorized_keys 2>/dev/null; "
                 f"{lookups} true")).stdout
-            public, authorized, known = "", set(), {}
+            public, authorized = "", set()
+            known: dict[str, set[tuple[str, str]]] = {}
             for line in out.splitlines():
                 tag, _, rest = line.partition(" ")
                 if tag == "@pub":
@@ -107,42 +125,45 @@ class SshMesh(Step):
         if len(nodes) < 2:
             return Plan("a single node")
         missing = self._missing(ctx, nodes)
-        self._pending = missing  # what apply() fixes, without reading every node again
         if not missing:
             self._prove_from_head(ctx, nodes)
             return Plan(f"all {len(nodes)} nodes reach each other over the fabric without a password")
-        shown = []
-        for source, target in missing:
-            shown += [Command(f"on {source}: test -f {KEY} || ssh-keygen -q -t ed25519 -N '' -f {KEY}"),
-                      Command(f"authorize {source}'s key on {target}"),
-                      Command(f"record {target}'s host key for {', '.join(nodes[target].addresses)} on {source}")]
+        links = tuple(Link(source, target, nodes[target].addresses) for source, target in missing)
+        # What apply() does runs on other nodes than this one, so the plan says it in words, not as commands.
+        notes: list[str] = []
+        for link in links:
+            keygen = f"create {link.source}'s key {KEY} unless it has one"
+            notes += [*([] if keygen in notes else [keygen]),
+                      f"authorize {link.source}'s key on {link.target}",
+                      f"record {link.target}'s host key for {', '.join(link.addresses)} on {link.source}"]
         pairs = ", ".join(f"{s}->{t}" for s, t in missing)
-        return Plan(f"set up passwordless ssh {pairs}", tuple(shown))
+        return MeshPlan(f"set up passwordless ssh {pairs}", notes=tuple(notes), links=links)
 
     def apply(self, ctx: HostContext, plan: Plan) -> None:
-        nodes = self._nodes(ctx)
-        by_source: dict[str, list[str]] = {}
-        for source, target in self._pending:
-            by_source.setdefault(source, []).append(target)
+        if not isinstance(plan, MeshPlan):
+            raise TypeError(f"ssh.mesh applies the MeshPlan its check() returned, not {type(plan).__name__}")
+        by_source: dict[str, list[Link]] = {}
+        for link in plan.links:
+            by_source.setdefault(link.source, []).append(link)
         # One thread per source node: each writes only its own key and known_hosts; the targets'
         # authorized_keys take appends from several sources, which O_APPEND keeps whole.
         with ThreadPoolExecutor(max_workers=max(1, len(by_source))) as pool:
-            list(pool.map(lambda item: self._connect_source(ctx, nodes, *item), by_source.items()))
+            list(pool.map(lambda item: self._connect_source(ctx, *item), by_source.items()))
 
-    def _connect_source(self, ctx: HostContext, nodes: dict[str, Node], source: str, targets: list[str]) -> None:
+    def _connect_source(self, ctx: HostContext, source: str, links: list[Link]) -> None:
         sender = ctx.transports[source]
         keygen = sender.run(Command(f"umask 077; mkdir -p ~/.ssh; test -f {KEY} || "
                                     f"ssh-keygen -q -t ed25519 -N '' -f {KEY}; cat {KEY}.pub"))
         if not keygen.ok:
             raise StepFailed(f"could not create an ssh key on {source}", self.fix, keygen)
         lines, forget = [], []
-        for target in targets:
-            receiver = ctx.transports[target]
+        for link in links:
+            receiver = ctx.transports[link.target]
             authorized = receiver.run(Command(AUTHORIZE, stdin=keygen.stdout.strip() + "\n"))
             if not authorized.ok:
-                raise StepFailed(f"could not authorize {source}'s key on {target}", self.fix, authorized)
+                raise StepFailed(f"could not authorize {source}'s key on {link.target}", self.fix, authorized)
             kind, key = receiver.host_key()
-            addresses = nodes[target].addresses
+            addresses = link.addresses
             forget += [f"ssh-keygen -R {shlex.quote(a)} >/dev/null 2>&1" for a in addresses]
             lines.append(f"{','.join(addresses)} {kind} {key}")
         # Drop stale entries for these addresses (a re-imaged node), then record the verified keys.
