@@ -97,7 +97,8 @@ class Stager:
 
     # ---- copying ---------------------------------------------------------------------------------------
     def run(self, source: str = "auto") -> StageResult:
-        self.scan()
+        if not self.scans:  # a scan made since the last change on the nodes serves: one round trip per node
+            self.scan()
         source_name, manifest = self.choose_source(source)
         statuses = self.statuses(manifest)
         if not statuses[source_name].complete:  # --verify full found the source's own copy corrupt
@@ -148,6 +149,7 @@ def stage(session: Session, model: ModelRef, *, source: str = "auto", verify: st
         holders = [n for n, scan in stager.scans.items() if source_manifest(model, scan)]
         if not holders or (source == "head" and head.name not in holders):
             download_on(transports[head.name], model, str(head.vars.get("python", "python3")))
+            stager.scan()  # the head holds it now
     return stager.run(source)
 
 
