@@ -15,13 +15,12 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
 
 from ..engine.command import Command
-from ..engine.facts import HostFacts
 from ..engine.modelref import ModelRef
 from ..engine.parallel import parallel_map
-from ..engine.transport import SSH_FOR_BULK, Transport, Unreachable
+from ..engine.session import Session
+from ..engine.transport import SSH_FOR_BULK, Unreachable
 from .hfcache import (
     PARTIAL_DIR, Manifest, NodeModel, NodeStatus, finalize_command, rsync_blobs_argv, verify_command,
 )
@@ -69,27 +68,27 @@ class StageResult:
         return sum(r.bytes for r in self.nodes.values())
 
 
-class ChainSettings(Protocol):
-    """What the chain reads from the run that set it up (stager.Stager)."""
+@dataclass(frozen=True)
+class CopyJob:
+    """What the chain copies and how, as the stager decided it: every node's scan of its HF cache, the data
+    plane, the streams per destination, and where progress goes."""
 
-    transports: Mapping[str, Transport]
-    facts: Mapping[str, HostFacts]
-    scans: dict[str, NodeModel]
+    session: Session
     model: ModelRef
+    scans: Mapping[str, NodeModel]
     data_plane: DataPlane
     streams: int
     progress: Callable[[BlobDone], None]
-
-    def close(self) -> None: ...
 
 
 class Chain:
     """The pipelined chain: each destination pulls every blob it lacks from the nearest healthy node before
     it in the chain, as soon as that node holds the blob."""
 
-    def __init__(self, stager: ChainSettings, manifest: Manifest, chain: list[str], statuses: Mapping[str, NodeStatus],
+    def __init__(self, job: CopyJob, manifest: Manifest, chain: list[str], statuses: Mapping[str, NodeStatus],
                  addresses: Mapping[str, str], result: StageResult) -> None:
-        self.s = stager
+        self.job = job
+        self.transports = job.session.transports
         self.manifest = manifest
         self.chain = chain
         self.addresses = addresses
@@ -117,17 +116,17 @@ class Chain:
             self._check_space(name)
         queues = {n: [b for b in self.blobs if b.blob in self.need[n]] for n in self.chain[1:]
                   if not self.failed[n].is_set()}
-        workers = [n for n, queue in queues.items() for _ in range(min(self.s.streams, len(queue)))]
+        workers = [n for n, queue in queues.items() for _ in range(min(self.job.streams, len(queue)))]
         started = time.monotonic()
-        if self.s.data_plane == "tcp":
+        if self.job.data_plane == "tcp":
             self._start_senders()
         # `streams` workers per destination, each taking that node's next blob in manifest order, so a node
         # asks for blobs in the order its upstream receives them.
         try:
             parallel_map(lambda name: self._drain(name, queues[name]), workers, workers=len(workers),
-                         on_abort=self.s.close)
+                         on_abort=self.job.session.close)
         finally:
-            stop_senders(self.s.transports, self.senders)
+            stop_senders(self.transports, self.senders)
         for name in self.chain[1:]:
             node = self.result.nodes[name]
             node.seconds = time.monotonic() - started
@@ -140,7 +139,7 @@ class Chain:
         """A sender on every node that feeds another (all but the last); one that cannot start drops out."""
         feeders = [n for n in self.chain[:-1] if not self.failed[n].is_set()]
         self.senders, failures = start_senders(
-            self.s.transports, {n: f"{self.s.scans[n].model_dir}/blobs" for n in feeders},
+            self.transports, {n: f"{self.job.scans[n].model_dir}/blobs" for n in feeders},
             {n: self.addresses[n] for n in feeders}, [self.addresses[n] for n in self.chain], self.token)
         for name, (error, fix) in failures.items():
             self._fail(name, error, f"{fix}; or stage with --transport ssh")
@@ -149,7 +148,7 @@ class Chain:
     def _run(self, name: str, command: Command) -> bool:
         """Run on a node; a failure marks the node failed (it drops out, its successors re-route)."""
         try:
-            result = self.s.transports[name].run(command)
+            result = self.transports[name].run(command)
         except Unreachable as e:
             self._fail(name, e.message, e.fix)
             return False
@@ -169,14 +168,14 @@ class Chain:
     def _prepare(self, name: str) -> bool:
         """A node with a broken copy loses its ref first (while it is repaired it must not look complete),
         then its corrupt blobs (rsync's size-and-time check could otherwise keep a same-size corrupt one)."""
-        d = self.s.scans[name].model_dir
+        d = self.job.scans[name].model_dir
         doomed = [f"{d}/blobs/{b}" for b in self.corrupt[name]]
         if not self.manifest.model.is_commit:
             doomed.insert(0, f"{d}/refs/{self.manifest.model.revision}")
         return not doomed or self._run(name, Command.argv(["rm", "-f", "--", *doomed]))
 
     def _mkdirs(self, name: str) -> None:
-        d = self.s.scans[name].model_dir
+        d = self.job.scans[name].model_dir
         self._run(name, Command.argv(["mkdir", "-p", f"{d}/blobs/{PARTIAL_DIR}", f"{d}/refs", f"{d}/snapshots"]))
 
     def _check_space(self, name: str) -> None:
@@ -188,10 +187,10 @@ class Chain:
             self._fail(name, *self._no_space(name, needed, free))
 
     def _free_bytes(self, name: str) -> int | None:
-        return free_bytes(self.s.transports[name], f"{self.s.scans[name].model_dir}/blobs")
+        return free_bytes(self.transports[name], f"{self.job.scans[name].model_dir}/blobs")
 
     def _no_space(self, name: str, needed: int, free: int | None) -> tuple[str, str]:
-        return no_space(name, str(self.s.model), self.s.scans[name].model_dir, needed, free)
+        return no_space(name, str(self.job.model), self.job.scans[name].model_dir, needed, free)
 
     def _upstream(self, name: str) -> str | None:
         """The nearest node before `name` in the chain that has not failed."""
@@ -222,14 +221,14 @@ class Chain:
     def _send(self, up: str, name: str, blob) -> bool:
         started = time.monotonic()
         # ssh: rsync runs on the upstream node and pushes; tcp: blobwire runs on the destination and pulls.
-        runs_on = up if self.s.data_plane == "ssh" else name
+        runs_on = up if self.job.data_plane == "ssh" else name
         for attempt in (1, 2):
             try:
-                result = self.s.transports[runs_on].run(self._copy_command(up, name, blob))
+                result = self.transports[runs_on].run(self._copy_command(up, name, blob))
             except Unreachable as e:
                 self._fail(runs_on, e.message, e.fix)
                 return False
-            if result.exit_code != EXIT_CORRUPT or self.s.data_plane != "tcp":
+            if result.exit_code != EXIT_CORRUPT or self.job.data_plane != "tcp":
                 break  # a corrupt stream (the partial is gone) is fetched again once, from the start
         if not result.ok:
             # Either end may be at fault: the destination if it is gone or full, the upstream if it is gone
@@ -241,13 +240,13 @@ class Chain:
                            if b.blob in self.need[name] and not self.have[(name, b.blob)].is_set())
                 self._fail(name, *self._no_space(name, left, self._free_bytes(name)))
                 return False
-            how = "by ssh (sparkcluster bootstrap sets that up)" if self.s.data_plane == "ssh" else \
+            how = "by ssh (sparkcluster bootstrap sets that up)" if self.job.data_plane == "ssh" else \
                 "over TCP (a firewall between the fabric addresses?), or stage with --transport ssh"
             self._fail(name, f"copy of {blob.path} from {up} failed: {result.stderr_tail(3)}",
                        f"check that {name} reaches {up} at {self.addresses[up]} {how}")
             return False
         # blobwire hashed the bytes as they arrived and named the file only once they matched
-        if self.s.data_plane == "ssh" and not self._check_arrival(name, blob):
+        if self.job.data_plane == "ssh" and not self._check_arrival(name, blob):
             return False
         seconds = time.monotonic() - started
         with self.lock:
@@ -256,21 +255,21 @@ class Chain:
             node.bytes += blob.size
             done = self.done_files[name]
         self.have[(name, blob.blob)].set()
-        self.s.progress(BlobDone(name, blob.blob, blob.path, blob.size, seconds, done, len(self.blobs)))
+        self.job.progress(BlobDone(name, blob.blob, blob.path, blob.size, seconds, done, len(self.blobs)))
         return True
 
     def _copy_command(self, up: str, name: str, blob) -> Command:
-        up_blobs, dest_blobs = f"{self.s.scans[up].model_dir}/blobs", f"{self.s.scans[name].model_dir}/blobs"
-        if self.s.data_plane == "tcp":
+        up_blobs, dest_blobs = f"{self.job.scans[up].model_dir}/blobs", f"{self.job.scans[name].model_dir}/blobs"
+        if self.job.data_plane == "tcp":
             return fetch_command(self.senders[up].endpoint, self.addresses[name], dest_blobs, blob.blob, blob.size,
                                  self.token)
-        user = self.s.facts[name].user if name in self.s.facts else ""
+        user = self.job.session.facts[name].user if name in self.job.session.facts else ""
         target = f"{user}@{self.addresses[name]}:{dest_blobs}/"
         return Command.argv(rsync_blobs_argv([f"{up_blobs}/{blob.blob}"], target, SSH_FOR_BULK), timeout=24 * 3600)
 
     def _reachable(self, name: str) -> bool:
         try:
-            self.s.transports[name].run(Command("true", timeout=15))
+            self.transports[name].run(Command("true", timeout=15))
             return True
         except Unreachable as e:
             self._fail(name, e.message, e.fix)
@@ -278,10 +277,10 @@ class Chain:
 
     def _check_arrival(self, name: str, blob) -> bool:
         """The size, and the content against the hash in the blob's name."""
-        d = self.s.scans[name].model_dir
+        d = self.job.scans[name].model_dir
         try:
-            result = self.s.transports[name].run(verify_command(d, [blob.blob]))
-            size = self.s.transports[name].run(Command.argv(["stat", "-c", "%s", f"{d}/blobs/{blob.blob}"]))
+            result = self.transports[name].run(verify_command(d, [blob.blob]))
+            size = self.transports[name].run(Command.argv(["stat", "-c", "%s", f"{d}/blobs/{blob.blob}"]))
         except Unreachable as e:
             self._fail(name, e.message, e.fix)
             return False
@@ -293,5 +292,5 @@ class Chain:
         return True
 
     def _finalize(self, name: str) -> None:
-        if self._run(name, finalize_command(self.s.scans[name].model_dir, self.manifest)):
+        if self._run(name, finalize_command(self.job.scans[name].model_dir, self.manifest)):
             self.result.nodes[name].state = "complete"

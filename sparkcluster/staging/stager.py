@@ -14,7 +14,7 @@ from ..engine.modelref import ModelRef
 from ..engine.session import Session
 from ..engine.transport import openssh_argv
 from ..node.network import choose_for
-from .chain import BlobDone, Chain, NodeResult, StageResult
+from .chain import BlobDone, Chain, CopyJob, NodeResult, StageResult
 from .hfcache import (
     Manifest, NodeModel, NodeStatus, node_status, parse_scan, scan_command, source_manifest, verify_command,
 )
@@ -118,7 +118,8 @@ class Stager:
         if len(chain) == 1:
             return result
         addresses = {name: self._address(name) for name in chain}
-        Chain(self, manifest, chain, statuses, addresses, result).run()
+        job = CopyJob(self.session, self.model, self.scans, self.data_plane, self.streams, self.progress)
+        Chain(job, manifest, chain, statuses, addresses, result).run()
         return result
 
     def _address(self, name: str) -> str:
