@@ -22,6 +22,7 @@ from ..engine.transport import openssh_argv, ssh_destination
 from ..staging.images import held_layers
 from . import render
 from .image import check_images, sync_image
+from .launch import LAUNCHERS, RUNTIMES
 from .lifecycle import StopState, stop_everywhere
 from .phases import Phases, ServeOptions, check_tp, hub_model, plan, serve, up
 from .progress import Emit, ignore
@@ -184,7 +185,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser], app:
     connecting, wire = app.connecting, app.wire
 
     def common(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
-        p.add_argument("--runtime", choices=("docker", "host"), default="docker",
+        p.add_argument("--runtime", choices=RUNTIMES, default="docker",
                        help="docker: the vllm_node container per node (eugr's setup, default); host: processes "
                             "from the inventory's python_env")
         p.add_argument("--image", type=flags.image, default="vllm-node", help="container image (default vllm-node)")
@@ -202,7 +203,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser], app:
     s.add_argument("--tp", type=flags.count, help="tensor parallelism: the number of nodes (one GPU each)")
     s.add_argument("--model", help="ORG/NAME[@REVISION] (staged on every node first), or a path on the nodes")
     s.add_argument("--recipe", help="a bundled recipe (default, gpt-oss-120b, nemotron-3-super) or a .yml file")
-    s.add_argument("--launcher", choices=("ray", "native"), default="ray",
+    s.add_argument("--launcher", choices=LAUNCHERS, default="ray",
                    help="ray (eugr's setup, default) or native (vLLM's own --nnodes multi-node mode)")
     s.add_argument("--port", type=flags.port, help="API port (default 8000)")
     s.add_argument("--served-model-name", help="the name clients ask for (default: the model)")

@@ -7,7 +7,14 @@ from __future__ import annotations
 import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Literal, get_args
 
+# How the serving processes run on a node: in eugr's vllm_node container, or from the inventory's python_env.
+RuntimeName = Literal["docker", "host"]
+# How vLLM spans the nodes: over a Ray cluster (eugr's setup), or vLLM's own --nnodes multi-node mode.
+Launcher = Literal["ray", "native"]
+RUNTIMES: tuple[RuntimeName, ...] = get_args(RuntimeName)
+LAUNCHERS: tuple[Launcher, ...] = get_args(Launcher)
 CONTAINER = "vllm_node"
 DEFAULT_IMAGE = "vllm-node"
 RAY_PORT = 6379
@@ -60,7 +67,7 @@ class ServeArgs:
     env: Mapping[str, str] = field(default_factory=dict)  # recipe environment (e.g. VLLM_USE_FLASHINFER_...)
 
 
-def vllm_serve_argv(args: ServeArgs, launcher: str, node: Node, nnodes: int) -> list[str]:
+def vllm_serve_argv(args: ServeArgs, launcher: Launcher, node: Node, nnodes: int) -> list[str]:
     """`vllm serve` for one node. ray: only the head runs it; native: every node runs one, the workers
     headless (vLLM's own multi-node mode, as eugr's and sparkrun's current releases default to)."""
     argv = ["vllm", "serve", args.model, "--tensor-parallel-size", str(args.tp)]

@@ -13,7 +13,7 @@ from ..engine.errors import SparkclusterError
 from ..engine.events import Failure
 from ..engine.inventory import Host
 from ..engine.transport import Unreachable
-from .launch import CONTAINER, Node, ServeArgs, ray_start_argv, vllm_serve_argv
+from .launch import CONTAINER, Launcher, Node, ServeArgs, ray_start_argv, vllm_serve_argv
 from ..engine.session import Session
 from .nodes import node_env
 from .runtime import RuntimeChoice, stop_all_serving
@@ -32,7 +32,7 @@ def ray_commands(session: Session, runtime: RuntimeChoice, nodes: Mapping[str, N
     return commands
 
 
-def vllm_commands(session: Session, runtime: RuntimeChoice, nodes: Mapping[str, Node], launcher: str,
+def vllm_commands(session: Session, runtime: RuntimeChoice, nodes: Mapping[str, Node], launcher: Launcher,
                   args: ServeArgs) -> dict[str, Command]:
     """node -> the command that starts its vLLM: the head's only with Ray, every node's (rank order) without."""
     nnodes, head = len(session.hosts), session.head
@@ -66,7 +66,7 @@ def running_current(runtime: RuntimeChoice, host: Host) -> Command:
                    timeout=30)
 
 
-def gone(session: Session, runtime: RuntimeChoice, launcher: str) -> str | None:
+def gone(session: Session, runtime: RuntimeChoice, launcher: Launcher) -> str | None:
     """Why the server cannot answer any more, or None while its processes run."""
     checks = [(h, "main") for h in session.hosts] + ([(session.head, "vllm")] if launcher == "ray" else [])
     for host, role in checks:
@@ -80,7 +80,7 @@ def gone(session: Session, runtime: RuntimeChoice, launcher: str) -> str | None:
     return None
 
 
-def diagnosis(session: Session, runtime: RuntimeChoice, launcher: str) -> str:
+def diagnosis(session: Session, runtime: RuntimeChoice, launcher: Launcher) -> str:
     """The last lines of the head's vLLM log and what they show."""
     role = "vllm" if launcher == "ray" else "main"
     head = session.head

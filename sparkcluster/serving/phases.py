@@ -21,14 +21,14 @@ from ..nccl.verdict import VerdictStatus
 from ..nccl.verify import VerifyResult, run_verify
 from ..staging.stager import stage
 from .image import check_images, sync_image
-from .launch import DEFAULT_IMAGE, DEFAULT_VLLM_PORT, Node, ServeArgs
+from .launch import DEFAULT_IMAGE, DEFAULT_VLLM_PORT, Launcher, Node, RuntimeName, ServeArgs
 from .lifecycle import diagnosis, gone, ray_commands, running_current, start, stop_everywhere, vllm_commands
 from .membership import Member, wait_ray
 from .nodes import node_env, read_nodes
 from .progress import Emit, PhaseStarted, ProbeJudged
 from .readiness import Readiness, wait_ready
 from .recipes import Recipe, merged_flags
-from .record import Launcher, ProbeSummary, Runtime, ServeRecord, Serving, clear_record, endpoint, fabric_ips, write_record
+from .record import ProbeSummary, ServeRecord, Serving, clear_record, endpoint, fabric_ips, write_record
 from .runtime import RuntimeChoice
 
 # A placement group stays reserved a few seconds after its vLLM exits (vllm-cpu.md): a new one must wait.
@@ -38,7 +38,7 @@ T = TypeVar("T")
 
 @dataclass(frozen=True)
 class ServeOptions:
-    runtime: Runtime = "docker"
+    runtime: RuntimeName = "docker"
     launcher: Launcher = "ray"
     image: str = DEFAULT_IMAGE
     tp: int | None = None
@@ -103,7 +103,7 @@ class ServeResult:
     endpoint: str
     model: str
     served_name: str
-    runtime: Runtime
+    runtime: RuntimeName
     launcher: Launcher
     nodes: list[Node]
     phases: dict[str, float]

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any, Literal, get_args
+from typing import Any
 
 from ..engine.command import Command
 from ..engine.errors import SparkclusterError
@@ -15,17 +15,12 @@ from ..engine.session import Session
 from ..engine.transport import Unreachable
 from ..nccl.verdict import VerdictStatus
 from ..node.network import choose_for
+from .launch import LAUNCHERS, RUNTIMES, Launcher, RuntimeName
 
 RECORD_FILE = ".config/sparkcluster/serve.json"  # on the head, relative to the login user's home
 # Version 1 is the first typed record; files written before it carried no version and read as version 1.
 RECORD_VERSION = 1
 
-# How the serving processes run on a node: in eugr's vllm_node container, or from the inventory's python_env.
-Runtime = Literal["docker", "host"]
-# How vLLM spans the nodes: over a Ray cluster (eugr's setup), or vLLM's own --nnodes multi-node mode.
-Launcher = Literal["ray", "native"]
-RUNTIMES: tuple[Runtime, ...] = get_args(Runtime)
-LAUNCHERS: tuple[Launcher, ...] = get_args(Launcher)
 
 
 @dataclass(frozen=True)
@@ -51,7 +46,7 @@ class Serving:
 
 @dataclass(frozen=True)
 class ServeRecord:
-    runtime: Runtime
+    runtime: RuntimeName
     launcher: Launcher
     image: str
     nodes: tuple[str, ...]

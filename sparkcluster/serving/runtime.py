@@ -17,7 +17,7 @@ from ..engine.command import Command, exports, shell_path
 from ..engine.errors import SparkclusterError
 from ..engine.inventory import Host
 from ..staging.images import ImageInfo
-from .launch import CONTAINER, DEFAULT_IMAGE, docker_run_line
+from .launch import CONTAINER, DEFAULT_IMAGE, RuntimeName, docker_run_line
 
 HOST_STATE_DIR = "~/.cache/sparkcluster/serve"  # host runtime: <role>.pid and <role>.log
 CONTAINER_VLLM_LOG = "/tmp/sparkcluster-vllm.log"
@@ -169,7 +169,7 @@ class RuntimeChoice:
     """Which runtime serves, and from what: set by the flags (or the head's record of the last serve), then
     completed by the image check with the head's image ID and entrypoint. A value: every use names its input."""
 
-    name: str  # docker | host
+    name: RuntimeName
     image: str = DEFAULT_IMAGE
     docker_args: tuple[str, ...] = ()
     entrypoint: tuple[str, ...] | None = None
