@@ -75,8 +75,8 @@ def cmd_facts(args: argparse.Namespace) -> int:
     return EXIT_FAILED if session.unreachable else EXIT_OK
 
 
-def _extra_vars(pairs: list[str]) -> dict[str, str]:
-    out = {}
+def _extra_vars(pairs: list[str]) -> dict[str, object]:
+    out: dict[str, object] = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key.isidentifier():
@@ -177,7 +177,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv[: len(argv) - len(remote) - 1] if "--" in argv else argv)
     args.remote = remote
     try:
-        return args.func(args)
+        code: int = args.func(args)
+        return code
     except SparkclusterError as e:
         message = e.message
         if isinstance(e, Unreachable) and e.host and e.host not in message:

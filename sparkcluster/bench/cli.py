@@ -11,9 +11,10 @@ import datetime
 import importlib.util
 from importlib.metadata import version
 from pathlib import Path
+from typing import Any
 
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
 from .. import __version__
 from ..engine.console import err as err_console
@@ -74,7 +75,7 @@ def check_outputs(args: argparse.Namespace) -> None:
             raise UsageError("--plot needs matplotlib", "pip install matplotlib (sparkcluster depends on it)")
 
 
-def document(target: Target, opts: SweepOptions, prepared: Prepared, levels: list[Level], started: str) -> dict:
+def document(target: Target, opts: SweepOptions, prepared: Prepared, levels: list[Level], started: str) -> dict[str, Any]:
     config = {
         **target.config, "model": prepared.model or target.model, "server_version": prepared.server_version,
         "method": {
@@ -95,7 +96,7 @@ def _progress(enabled: bool) -> tuple[Progress | None, Hooks]:
         return None, Hooks()
     bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                    console=err_console, transient=False)
-    tasks: dict[int, int] = {}
+    tasks: dict[int, TaskID] = {}
 
     def level(concurrency: int, total: int) -> None:
         tasks[concurrency] = bar.add_task(f"c={concurrency:<4}", total=total)

@@ -6,6 +6,7 @@ and says null where it cannot be known."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 from urllib.parse import urlsplit
 
 from ..engine.errors import SparkclusterError, UsageError
@@ -20,7 +21,7 @@ from ..staging.images import inspect
 class Target:
     base_url: str  # http://host:port/v1
     model: str | None  # the served name; None: the server's only (first) model
-    config: dict = field(default_factory=dict)
+    config: dict[str, Any] = field(default_factory=dict)
 
 
 def base_url(url: str) -> str:

@@ -114,7 +114,7 @@ class Runner:
         if not hosts:
             return
         pool = ThreadPoolExecutor(max_workers=min(self.forks, len(hosts)))
-        futures: set[Future] = {pool.submit(work, h) for h in hosts}
+        futures: set[Future[None]] = {pool.submit(work, h) for h in hosts}
         try:
             while futures:
                 _, futures = wait(futures, timeout=0.2, return_when=FIRST_COMPLETED)

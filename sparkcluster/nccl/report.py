@@ -7,7 +7,7 @@ import os
 import stat
 from collections.abc import Sequence
 from dataclasses import asdict
-from typing import TextIO
+from typing import Any, TextIO
 
 from rich.console import Console
 from rich.markup import escape
@@ -22,7 +22,7 @@ def report(paths: Sequence[str], *, json_output: bool, min_busbw: float | None) 
     """(exit code, text to print): 0 for PASS and WARN (the WARN is printed), 1 for FAIL."""
     ranks: list[RankLog] = []
     rows: list[BandwidthRow] = []
-    probe_ranks: list[dict] = []
+    probe_ranks: list[dict[str, Any]] = []
     for path in paths:
         _check_regular(path)
         with _open(path) as f:  # two passes over a regular file: neither keeps the text whole
@@ -70,7 +70,7 @@ def _open(path: str) -> TextIO:
         raise UsageError(f"{path}: cannot read it ({e.strerror})", "pass readable log files") from None
 
 
-def _rank_doc(rank: RankLog) -> dict:
+def _rank_doc(rank: RankLog) -> dict[str, Any]:
     doc = asdict(rank)
     del doc["channels"]  # hundreds of lines in a vLLM log; the transports say what they showed
     doc["transports"] = list(rank.transports)

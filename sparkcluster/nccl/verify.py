@@ -10,18 +10,20 @@ from __future__ import annotations
 
 import ipaddress
 import shlex
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 from dataclasses import dataclass, field, replace
 from importlib import resources
 
 from ..engine.command import Command
 from ..engine.errors import SparkclusterError
 from ..engine.facts import HostFacts
+from ..engine.inventory import Host
 from ..engine.session import Session
 from ..engine.parallel import parallel_map
 from .logs import BandwidthRow, read_log, read_probe_output
 from .verdict import DEFAULT_MIN_BUSBW_GBPS, Verdict, VerdictStatus, judge
-from ..node.network import COMM_ENV_PATH, choose_for, comm_env_path
+from ..node.network import COMM_ENV_PATH, QsfpChoice, choose_for, comm_env_path
 from ..engine.transport import Transport, remote_path
 
 PROBE_REMOTE = ".cache/sparkcluster/nccl_probe.py"  # relative to the login user's home
@@ -135,9 +137,9 @@ def run_verify(session: Session, *, backend: str = "auto", sizes: str | None = N
     return VerifyResult(backend, verdict, rows, carried)
 
 
-def _carried_by(ranks: list[dict], hosts, facts: Mapping[str, HostFacts]) -> dict[str, list[str]]:
+def _carried_by(ranks: list[dict[str, Any]], hosts: Sequence[Host], facts: Mapping[str, HostFacts]
+                ) -> dict[str, list[str]]:
     """Per node: the interface and addresses of each TCP connection its rank held to another node."""
-    by_host = {h.name: h for h in hosts}
     out: dict[str, list[str]] = {}
     names = [h.name for h in hosts]
     for rank in ranks:
@@ -151,11 +153,11 @@ def _carried_by(ranks: list[dict], hosts, facts: Mapping[str, HostFacts]) -> dic
                 continue  # loopback: the rank talking to itself or to the local store
             iface = interface_of(facts[name], local) or _network_of(facts[name], remote) or "?"
             lines.append(f"{iface} {local} -> {remote}")
-        out[by_host[name].name] = sorted(set(lines))
+        out[name] = sorted(set(lines))
     return out
 
 
-def _judge_connections(carried: Mapping[str, list[str]], choices: Mapping) -> Verdict:
+def _judge_connections(carried: Mapping[str, list[str]], choices: Mapping[str, QsfpChoice]) -> Verdict:
     qsfp = {c.netdev for c in choices.values()} | {t for c in choices.values() for t in c.twins}
     wrong = {node: [l for l in lines if l.split()[0] not in qsfp] for node, lines in carried.items()}
     wrong = {n: ls for n, ls in wrong.items() if ls}

@@ -123,19 +123,19 @@ def host_number(inventory: Inventory, name: str) -> int:
 
 def cabled_port(facts: HostFacts) -> tuple[int, tuple[str, ...]]:
     """The QSFP port whose RDMA devices are Up (the cable is in it), and its twins' netdevs, twin 0 first."""
-    up = [d for d in facts.rdma if d.up and qsfp_port(d.netdev) is not None]
-    if not up:
+    up_ports = {d.netdev: port for d in facts.rdma if d.up and (port := qsfp_port(d.netdev)) is not None}
+    if not up_ports:
         raise FabricError("no QSFP port has a link (no RDMA device is Up): the cable is not connected",
                           "seat the QSFP cable at both ends (either port works; the same port on every node is "
                           "simplest); `ibdev2netdev` must then show two devices (Up)")
-    ports = sorted({qsfp_port(d.netdev) for d in up})
+    ports = sorted(set(up_ports.values()))
     if len(ports) > 1:
-        raise FabricError(f"both QSFP ports have a link ({', '.join(d.netdev for d in up)}): which carries the "
+        raise FabricError(f"both QSFP ports have a link ({', '.join(up_ports)}): which carries the "
                           "cluster is ambiguous", "pin it with qsfp_interface: in the inventory, or unplug one")
     port = ports[0]
     # enpXs0fNnpN (the eugr-preferred twin) before enP2pXs0fNnpN: the same twin lands on the same subnet everywhere.
-    twins = tuple(sorted({d.netdev for d in up}, key=lambda n: (n.startswith("enP"), n)))
-    return port, twins  # type: ignore[return-value]
+    twins = tuple(sorted(up_ports, key=lambda n: (n.startswith("enP"), n)))
+    return port, twins
 
 
 def plan_addresses(inventory: Inventory, host: Host, facts: HostFacts, config: FabricConfig,

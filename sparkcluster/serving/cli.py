@@ -120,7 +120,7 @@ def _follow(argvs: dict[str, list[str]]) -> int:
     processes = {name: subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
                  for name, argv in argvs.items()}
 
-    def pump(name: str, process: subprocess.Popen) -> None:
+    def pump(name: str, process: subprocess.Popen[str]) -> None:
         assert process.stdout is not None
         for line in process.stdout:
             sys.stdout.write(f"{name}: {line}" if len(processes) > 1 else line)

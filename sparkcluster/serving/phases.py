@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from ..engine.command import Command
 from ..engine.errors import SparkclusterError, UsageError
@@ -182,12 +182,12 @@ def serve(session: Session, opts: ServeOptions, emit: Emit) -> ServeResult:
     return result
 
 
-def plan(session: Session, opts: ServeOptions) -> dict:
+def plan(session: Session, opts: ServeOptions) -> dict[str, Any]:
     """What serve would do, changing nothing (--check): the image copies and every node's command lines."""
     args = opts.serve_args()
     nodes = read_nodes(session)
     runtime = opts.runtime_choice()
-    doc: dict = {"runtime": opts.runtime, "launcher": opts.launcher, "model": args.model, "image_copies": []}
+    doc: dict[str, Any] = {"runtime": opts.runtime, "launcher": opts.launcher, "model": args.model, "image_copies": []}
     if opts.runtime == "docker":
         head_info, need = check_images(session, opts.image)
         runtime = runtime.with_image(head_info)

@@ -29,7 +29,7 @@ class Readiness:
     completion_text: str
 
 
-def http(url: str, body: dict | None = None, timeout: float = 5.0) -> tuple[int, str]:
+def http(url: str, body: dict[str, object] | None = None, timeout: float = 5.0) -> tuple[int, str]:
     """(status, text); status 0 when nothing answered."""
     data = json.dumps(body).encode() if body is not None else None
     request = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"} if data else {})

@@ -29,7 +29,7 @@ def key_line(doc: Any, key: Any) -> int:
     return doc.key_line(key) if isinstance(doc, SourceMap) and key in doc else 1
 
 
-def top_level(doc: Any, shown: str, keys: Collection[str]) -> dict:
+def top_level(doc: Any, shown: str, keys: Collection[str]) -> dict[str, Any]:
     if not isinstance(doc, dict):
         line = doc.line if isinstance(doc, SourceList) else 1
         raise error(shown, line, f"a recipe is a mapping of {', '.join(sorted(keys))}, not {describe(doc)}",
@@ -41,7 +41,7 @@ def top_level(doc: Any, shown: str, keys: Collection[str]) -> dict:
     return doc
 
 
-def text(doc: dict, key: str, shown: str) -> str | None:
+def text(doc: dict[str, Any], key: str, shown: str) -> str | None:
     """An optional one-line value (description, model, served_model_name)."""
     value = doc.get(key)
     if value is None:
@@ -51,7 +51,7 @@ def text(doc: dict, key: str, shown: str) -> str | None:
     return str(value)
 
 
-def port(doc: dict, shown: str) -> int | None:
+def port(doc: dict[str, Any], shown: str) -> int | None:
     value = doc.get("port")
     if value is None:
         return None
@@ -61,7 +61,7 @@ def port(doc: dict, shown: str) -> int | None:
     return value
 
 
-def env(doc: dict, shown: str) -> dict[str, str]:
+def env(doc: dict[str, Any], shown: str) -> dict[str, str]:
     values = _mapping(doc, "env", shown, "`env:` followed by indented `NAME: value` lines, e.g. `VLLM_LOGGING_LEVEL: INFO`")
     result: dict[str, str] = {}
     for name, value in values.items():
@@ -73,7 +73,7 @@ def env(doc: dict, shown: str) -> dict[str, str]:
     return result
 
 
-def flags(doc: dict, shown: str, owned: dict[str, str]) -> dict[str, str | None]:
+def flags(doc: dict[str, Any], shown: str, owned: dict[str, str]) -> dict[str, str | None]:
     """Flag -> value, None for a bare flag (`true`); `false` leaves a flag out."""
     values = _mapping(doc, "flags", shown, "`flags:` followed by indented `--flag: value` lines, e.g. `--max-num-seqs: 64`")
     result: dict[str, str | None] = {}
@@ -92,7 +92,7 @@ def flags(doc: dict, shown: str, owned: dict[str, str]) -> dict[str, str | None]
     return result
 
 
-def _mapping(doc: dict, key: str, shown: str, example: str) -> dict:
+def _mapping(doc: dict[str, Any], key: str, shown: str, example: str) -> dict[str, Any]:
     value = doc.get(key)
     if value is None:
         return {}

@@ -22,7 +22,7 @@ from ..engine.parallel import parallel_map
 from ..engine.session import Session
 from ..engine.transport import SSH_FOR_BULK, Unreachable
 from .hfcache import (
-    PARTIAL_DIR, Manifest, NodeModel, NodeStatus, finalize_command, rsync_blobs_argv, verify_command,
+    PARTIAL_DIR, Manifest, NodeModel, NodeStatus, SnapshotFile, finalize_command, rsync_blobs_argv, verify_command,
 )
 from .space import free_bytes, no_space
 from .blobwire import EXIT_CORRUPT
@@ -199,7 +199,7 @@ class Chain:
                 return up
         return None
 
-    def _drain(self, name: str, queue: list) -> None:
+    def _drain(self, name: str, queue: list[SnapshotFile]) -> None:
         while not self.failed[name].is_set():
             with self.lock:
                 if not queue:
@@ -207,7 +207,7 @@ class Chain:
                 blob = queue.pop(0)
             self._copy(name, blob)
 
-    def _copy(self, name: str, blob) -> None:
+    def _copy(self, name: str, blob: SnapshotFile) -> None:
         """Wait until the nearest healthy node upstream holds `blob`, then pull it; re-route if it drops."""
         while not self.failed[name].is_set():
             up = self._upstream(name)
@@ -218,7 +218,7 @@ class Chain:
             if self._send(up, name, blob) or not self.failed[up].is_set():
                 return  # done, or this node failed (recorded by _send)
 
-    def _send(self, up: str, name: str, blob) -> bool:
+    def _send(self, up: str, name: str, blob: SnapshotFile) -> bool:
         started = time.monotonic()
         # ssh: rsync runs on the upstream node and pushes; tcp: blobwire runs on the destination and pulls.
         runs_on = up if self.job.data_plane == "ssh" else name
@@ -258,7 +258,7 @@ class Chain:
         self.job.progress(BlobDone(name, blob.blob, blob.path, blob.size, seconds, done, len(self.blobs)))
         return True
 
-    def _copy_command(self, up: str, name: str, blob) -> Command:
+    def _copy_command(self, up: str, name: str, blob: SnapshotFile) -> Command:
         up_blobs, dest_blobs = f"{self.job.scans[up].model_dir}/blobs", f"{self.job.scans[name].model_dir}/blobs"
         if self.job.data_plane == "tcp":
             return fetch_command(self.senders[up].endpoint, self.addresses[name], dest_blobs, blob.blob, blob.size,
@@ -275,7 +275,7 @@ class Chain:
             self._fail(name, e.message, e.fix)
             return False
 
-    def _check_arrival(self, name: str, blob) -> bool:
+    def _check_arrival(self, name: str, blob: SnapshotFile) -> bool:
         """The size, and the content against the hash in the blob's name."""
         d = self.job.scans[name].model_dir
         try:

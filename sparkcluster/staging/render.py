@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
@@ -35,7 +36,7 @@ def result_table(console: Console, result: StageResult) -> None:
     console.print(table, highlight=False)
 
 
-def status_table(console: Console, model: str, doc: dict) -> None:
+def status_table(console: Console, model: str, doc: dict[str, Any]) -> None:
     title = f"{model}" + (f" @ {doc['commit'][:12]} ({doc['files']} files, {doc['bytes'] / 1e9:.2f} GB)"
                           if doc.get("commit") else " (no complete copy on any node)")
     table = Table(title=title, title_justify="left")

@@ -7,6 +7,7 @@ over the QSFP fabric (`chain.py`), which moves the bytes.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from ..engine.errors import SparkclusterError, UsageError
 from ..engine.inventory import Host
@@ -88,7 +89,7 @@ class Stager:
     def statuses(self, manifest: Manifest) -> dict[str, NodeStatus]:
         out = {}
         for name, node in self.scans.items():
-            bad = frozenset()
+            bad: frozenset[str] = frozenset()
             if self.verify == "full":
                 present = [f.blob for f in manifest.unique_blobs() if node.blobs.get(f.blob) == f.size]
                 bad = self.bad_hashes(name, present)
@@ -154,7 +155,7 @@ def stage(session: Session, model: ModelRef, *, source: str = "auto", verify: st
     return stager.run(source)
 
 
-def stage_status(session: Session, model: ModelRef, verify: str = "size") -> dict:
+def stage_status(session: Session, model: ModelRef, verify: str = "size") -> dict[str, Any]:
     """Per node: complete, missing files, corrupt or absent, against the first complete copy found."""
     stager = Stager(session, model, verify=verify)
     stager.scan()
