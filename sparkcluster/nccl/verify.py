@@ -20,7 +20,6 @@ from ..engine.errors import SparkclusterError
 from ..engine.facts import HostFacts
 from ..engine.inventory import Host
 from ..engine.session import Session
-from ..engine.parallel import parallel_map
 from .logs import BandwidthRow, read_log, read_probe_output
 from .verdict import DEFAULT_MIN_BUSBW_GBPS, Verdict, VerdictStatus, judge
 from ..node.network import COMM_ENV_PATH, QsfpChoice, choose_for, comm_env_path
@@ -71,61 +70,85 @@ def detect_backend(transport: Transport, check_line: str) -> str:
     return "nccl" if result.stdout.strip() == "True" else "gloo"
 
 
+RunInEnv = Callable[[list[str]], Command]  # per node: the command that runs argv where vLLM will run
+
+
 def run_verify(session: Session, *, backend: str = "auto", sizes: str | None = None, min_busbw: float | None = None,
-               timeout: float = 600, in_serving_env: Mapping[str, Callable[[list[str]], Command]] | None = None
-               ) -> VerifyResult:
+               timeout: float = 600, in_serving_env: Mapping[str, RunInEnv] | None = None) -> VerifyResult:
     """`in_serving_env`: per node, the command that runs argv where vLLM will run (serve passes its
     runtime's, e.g. inside the vllm_node container); the probe then travels on stdin. Without it, the probe
     runs on the node with the inventory's `python` and the comm env file."""
-    hosts, head, transports, facts = list(session.hosts), session.head, session.transports, session.facts
-    python = str(head.vars.get("python", "python3"))
-    choices = {h.name: choose_for(h, facts[h.name]) for h in hosts}  # a QsfpError names the host and the fix
+    head = session.head
+    choices = {h.name: choose_for(h, session.facts[h.name]) for h in session.hosts}  # a QsfpError names the fix
     if backend == "auto":
-        check = f"{shlex.quote(python)} -c {shlex.quote(TORCH_CHECK)}"
+        check = f"{shlex.quote(str(head.vars.get('python', 'python3')))} -c {shlex.quote(TORCH_CHECK)}"
         if in_serving_env is not None:
             check = in_serving_env[head.name](["python3", "-c", TORCH_CHECK]).script
-        backend = detect_backend(transports[head.name], check)
-    # The file bootstrap wrote: its path may be set in the inventory (comm_env_path), as bootstrap.yml reads it.
-    env_files = {h.name: remote_path(comm_env_path(h)) for h in hosts}
-    missing = [h.name for h in hosts
-               if not transports[h.name].run(Command(f"test -f {shlex.quote(env_files[h.name])}")).ok]
+        backend = detect_backend(session.transport(head), check)
+    env_files = _check_comm_env(session)
+    script = (resources.files("sparkcluster.nccl") / "probe.py").read_bytes()
+    for h in session.hosts:  # the probe travels with sparkcluster: nothing to install on the nodes but torch
+        session.run(h, Command(f"mkdir -p {shlex.quote(PROBE_REMOTE.rsplit('/', 1)[0])}"))
+        session.transport(h).write_file_atomic(PROBE_REMOTE, script, 0o644)
+    commands = probe_commands(session, choices[head.name].ip, backend, sizes or (GLOO_SIZES if backend == "gloo" else None),
+                              env_files, script.decode(), timeout, in_serving_env)
+    outputs = run_probe(session, commands)
+    return judge_probe(session, backend, outputs, choices, min_busbw)
+
+
+def _check_comm_env(session: Session) -> dict[str, str]:
+    """Each node's comm env file (bootstrap wrote it; its path may be set in the inventory, comm_env_path)."""
+    env_files = {h.name: remote_path(comm_env_path(h)) for h in session.hosts}
+    missing = [h.name for h in session.hosts
+               if not session.run(h, Command(f"test -f {shlex.quote(env_files[h.name])}")).ok]
     if missing:
         raise SparkclusterError(f"no comm env ({COMM_ENV_PATH}) on {', '.join(missing)}: the probe must run in the "
                                 "environment vLLM gets", "run `sparkcluster bootstrap` first")
-    script = (resources.files("sparkcluster.nccl") / "probe.py").read_bytes()
-    for h in hosts:  # the probe travels with sparkcluster: nothing to install on the nodes but torch
-        transports[h.name].run(Command(f"mkdir -p {shlex.quote(PROBE_REMOTE.rsplit('/', 1)[0])}"))
-        transports[h.name].write_file_atomic(PROBE_REMOTE, script, 0o644)
-    sizes = sizes or (GLOO_SIZES if backend == "gloo" else None)
-    master = choices[head.name].ip
+    return env_files
 
-    def launch(rank_host: tuple[int, str]) -> tuple[str, str]:
-        rank, name = rank_host
-        node_python = str(next(h for h in hosts if h.name == name).vars.get("python", python))
+
+def probe_commands(session: Session, master: str, backend: str, sizes: str | None, env_files: Mapping[str, str],
+                   script: str, timeout: float, in_serving_env: Mapping[str, RunInEnv] | None) -> dict[str, Command]:
+    """Node -> the command that runs its rank of the probe (rank 0 on the head), as a value: nothing runs here."""
+    hosts = session.hosts
+    commands = {}
+    for rank, host in enumerate(hosts):
         args = ["--rank", str(rank), "--world", str(len(hosts)), "--master-addr", master,
                 "--master-port", str(MASTER_PORT), "--backend", backend, "--timeout", str(RENDEZVOUS_TIMEOUT_S)]
         if sizes:
             args += ["--sizes", sizes]
         if in_serving_env is not None:
-            probe = in_serving_env[name](["env", "NCCL_DEBUG=INFO", "python3", "-", *args])
-            command = replace(probe, script=probe.script + " 2>&1", stdin=script.decode(), timeout=timeout + 60)
-        else:
-            env_file = env_files[name] if env_files[name].startswith("/") else "./" + env_files[name]  # `.` needs a /
-            line = (f"set -a; . {shlex.quote(env_file)}; set +a; NCCL_DEBUG=INFO; export NCCL_DEBUG; "
-                    f"exec {shlex.quote(node_python)} {PROBE_REMOTE} {shlex.join(args)} 2>&1")
-            command = Command(f"cd; {line}", timeout=timeout + 60)
-        result = transports[name].run(command)
+            probe = in_serving_env[host.name](["env", "NCCL_DEBUG=INFO", "python3", "-", *args])
+            commands[host.name] = replace(probe, script=probe.script + " 2>&1", stdin=script, timeout=timeout + 60)
+            continue
+        node_python = str(host.vars.get("python", session.head.vars.get("python", "python3")))
+        env_file = env_files[host.name]
+        env_file = env_file if env_file.startswith("/") else "./" + env_file  # `.` needs a /
+        line = (f"set -a; . {shlex.quote(env_file)}; set +a; NCCL_DEBUG=INFO; export NCCL_DEBUG; "
+                f"exec {shlex.quote(node_python)} {PROBE_REMOTE} {shlex.join(args)} 2>&1")
+        commands[host.name] = Command(f"cd; {line}", timeout=timeout + 60)
+    return commands
+
+
+def run_probe(session: Session, commands: Mapping[str, Command]) -> dict[str, str]:
+    """Every rank at once (they rendezvous with each other); node -> its output. A rank that fails is an error
+    naming its node, with the end of its output."""
+    def launch(host: Host) -> tuple[str, str]:
+        result = session.run(host, commands[host.name])
         if not result.ok:
             tail = "\n".join(result.stdout.strip().splitlines()[-8:]) or result.stderr_tail(8)
-            raise SparkclusterError(f"the probe failed on {name} (exit {result.exit_code}):\n{tail}",
+            raise SparkclusterError(f"the probe failed on {host.name} (exit {result.exit_code}):\n{tail}",
                                     "run `sparkcluster bootstrap` first; check torch on the node and that the "
                                     "nodes reach each other on the fabric")
-        return name, result.stdout
+        return host.name, result.stdout
+    return dict(session.each(launch))
 
-    outputs = dict(parallel_map(launch, list(enumerate(h.name for h in hosts)), workers=len(hosts),
-                                on_abort=session.close))
+
+def judge_probe(session: Session, backend: str, outputs: Mapping[str, str], choices: Mapping[str, QsfpChoice],
+                min_busbw: float | None) -> VerifyResult:
+    """The verdict from the ranks' outputs: NCCL's own log lines on GPUs, the connections each rank held on CPU."""
     rows, ranks = read_probe_output("\n".join(outputs.values()))
-    carried = _carried_by(ranks, hosts, facts)
+    carried = _carried_by(ranks, session.hosts, session.facts)
     threshold = min_busbw if min_busbw is not None else (DEFAULT_MIN_BUSBW_GBPS if backend == "nccl" else None)
     if backend == "nccl":
         logs = [r for name, out in outputs.items() for r in read_log(out, name)]
