@@ -26,7 +26,9 @@ from ..engine.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, UsageError
 from ..engine.report import print_json
 from ..serving.recipes import Reference
 from . import compare, plot, table
-from .sweep import BenchFailed, Hooks, Level, Prepared, SweepOptions, sweep
+from .sweep import (
+    BenchEvent, BenchFailed, Emit, Level, LevelStarted, Prepared, RequestDone, SweepOptions, ignore, sweep,
+)
 from .target import Target, from_cluster, from_url
 
 
@@ -91,18 +93,22 @@ def document(target: Target, opts: SweepOptions, prepared: Prepared, levels: lis
             "server": [table.server_doc(level.server) for level in levels]}
 
 
-def _progress(enabled: bool) -> tuple[Progress | None, Hooks]:
+def _progress(enabled: bool) -> tuple[Progress | None, Emit]:
+    """The sweep's events as a bar per concurrency and a line per note, on stderr."""
     if not enabled:
-        return None, Hooks()
+        return None, ignore
     bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                    console=err_console, transient=False)
     tasks: dict[int, TaskID] = {}
 
-    def level(concurrency: int, total: int) -> None:
-        tasks[concurrency] = bar.add_task(f"c={concurrency:<4}", total=total)
-
-    return bar, Hooks(level=level, request=lambda c: bar.advance(tasks[c]),
-                      note=lambda text: err_console.print(text, highlight=False))
+    def show(event: BenchEvent) -> None:
+        if isinstance(event, LevelStarted):
+            tasks[event.concurrency] = bar.add_task(f"c={event.concurrency:<4}", total=event.requests)
+        elif isinstance(event, RequestDone):
+            bar.advance(tasks[event.concurrency])
+        else:
+            err_console.print(event.text, highlight=False)
+    return bar, show
 
 
 def cmd_bench(args: argparse.Namespace, connect: Connect) -> int:
@@ -122,13 +128,13 @@ def cmd_bench(args: argparse.Namespace, connect: Connect) -> int:
     started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     levels: list[Level] = []
     prepared = Prepared()
-    bar, hooks = _progress(not args.json)
+    bar, emit = _progress(not args.json)
     failure: BenchFailed | None = None
     code = EXIT_OK
     try:
         if bar:
             bar.start()
-        asyncio.run(sweep(target.base_url, target.model, opts, levels, prepared, hooks))
+        asyncio.run(sweep(target.base_url, target.model, opts, levels, prepared, emit))
     except BenchFailed as e:
         failure, code = e, EXIT_FAILED
     except KeyboardInterrupt:

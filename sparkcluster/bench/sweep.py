@@ -56,13 +56,30 @@ class Prepared:
     usage: bool = True  # False when the server sent no usage (token counts are then chunk counts)
 
 
-@dataclass
-class Hooks:
-    """Progress for the terminal; all optional."""
+@dataclass(frozen=True)
+class Note:
+    """Progress: what the sweep is doing before it measures (calibrating, warming up)."""
 
-    level: Callable[[int, int], None] = lambda concurrency, total: None
-    request: Callable[[int], None] = lambda concurrency: None
-    note: Callable[[str], None] = lambda text: None
+    text: str
+
+
+@dataclass(frozen=True)
+class LevelStarted:
+    concurrency: int
+    requests: int  # over every run of this level
+
+
+@dataclass(frozen=True)
+class RequestDone:
+    concurrency: int
+
+
+BenchEvent = Note | LevelStarted | RequestDone
+Emit = Callable[[BenchEvent], None]
+
+
+def ignore(event: BenchEvent) -> None:
+    """The emit of a run whose output is one JSON document at the end."""
 
 
 FIX = ("check that the server runs (`sparkcluster status`) and that --url names its OpenAI base, "
@@ -120,17 +137,17 @@ async def calibrate(client: aiohttp.ClientSession, endpoint: Endpoint, target: i
 
 
 async def sweep(base_url: str, model: str | None, opts: SweepOptions, levels: list[Level],
-                prepared: Prepared, hooks: Hooks = Hooks()) -> None:
+                prepared: Prepared, emit: Emit = ignore) -> None:
     async with session(max(opts.concurrency), opts.timeout_s) as client:
         prepared.model = await resolve_model(client, base_url, model)
         _, version = await get_json(client, f"{root_of(base_url)}/version")
         prepared.server_version = version.get("version") if isinstance(version, dict) else None
         endpoint = Endpoint(base_url, prepared.model)
-        hooks.note(f"calibrating a {opts.prompt_tokens}-token prompt from the server's usage ...")
+        emit(Note(f"calibrating a {opts.prompt_tokens}-token prompt from the server's usage ..."))
         prepared.prompt_words, prepared.prompt_tokens = await calibrate(client, endpoint, opts.prompt_tokens)
         prepared.usage = prepared.prompt_tokens > 0
         for i in range(opts.warmup):
-            hooks.note(f"warm-up request {i + 1}/{opts.warmup} ...")
+            emit(Note(f"warm-up request {i + 1}/{opts.warmup} ..."))
             result = await stream_completion(client, endpoint, prompts.prompt(prepared.prompt_words, -1 - i),
                                              opts.output_tokens)
             if not result.ok:
@@ -139,15 +156,16 @@ async def sweep(base_url: str, model: str | None, opts: SweepOptions, levels: li
         sampler = Sampler(client, f"{root_of(base_url)}/metrics")
         for concurrency in opts.concurrency:
             count = concurrency * opts.requests_per_stream
-            hooks.level(concurrency, count * opts.runs)
+            emit(LevelStarted(concurrency, count * opts.runs))
             rows: list[Row] = []
             windows = []
             for run in range(opts.runs):
                 texts = [prompts.prompt(prepared.prompt_words, prompts.SHARED_SEED if opts.prefix_cache
                                         else hash((nonce, concurrency, run, i))) for i in range(count)]
                 await sampler.start()
+                # Called only while this level runs, so the loop's current concurrency is the one meant.
                 timeline = await run_concurrency(client, endpoint, texts, concurrency, opts.output_tokens,
-                                                 lambda r, c=concurrency: hooks.request(c))
+                                                 lambda request: emit(RequestDone(concurrency)))
                 windows.append(await sampler.stop())
                 rows.append(summarize_run(timeline))
                 prepared.usage = prepared.usage and all(r.usage for r in timeline.requests if r.ok)
