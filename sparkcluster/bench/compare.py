@@ -50,7 +50,9 @@ def _measured(row: Row, path: str) -> float | None:
     value: object = row
     for part in path.split("."):
         value = getattr(value, part)
-    return value  # type: ignore[return-value]
+    if value is None or isinstance(value, int | float):
+        return value
+    raise TypeError(f"{path} names {type(value).__name__}, not a figure")  # a bug in FIGURES, not bad input
 
 
 def ratios(rows: Sequence[Row], reference: Reference) -> list[Ratio]:
@@ -86,5 +88,6 @@ def render(found: Sequence[Ratio], reference: Reference) -> Table:
 
 def _cell(r: Ratio) -> str:
     good = r.ratio >= 1 if r.higher_is_better else r.ratio <= 1
-    shown = (lambda v: f"{v * 1000:,.0f} ms") if r.figure.endswith("_s") else (lambda v: f"{v:,.1f}")
+    def shown(value: float) -> str:
+        return f"{value * 1000:,.0f} ms" if r.figure.endswith("_s") else f"{value:,.1f}"
     return f"{shown(r.measured)} / {shown(r.published)}  [{'green' if good else 'yellow'}]{r.ratio * 100:.0f}%[/]"

@@ -13,6 +13,8 @@ Requests go to /v1/completions with `stream_options.include_usage` (token counts
 
 from __future__ import annotations
 
+from typing import Any
+
 import asyncio
 import json
 import time
@@ -38,7 +40,7 @@ def session(max_streams: int, timeout_s: float) -> aiohttp.ClientSession:
     return aiohttp.ClientSession(connector=connector, timeout=timeout)
 
 
-def request_body(model: str, prompt: str, max_tokens: int) -> dict:
+def request_body(model: str, prompt: str, max_tokens: int) -> dict[str, Any]:
     return {"model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "stream": True,
             "stream_options": {"include_usage": True}, "ignore_eos": True}
 
@@ -60,7 +62,7 @@ async def stream_completion(client: aiohttp.ClientSession, endpoint: Endpoint, p
     start = time.perf_counter()
     token_times: list[float] = []
     closing_times: list[float] = []  # empty chunks that ended the stream: a token only if usage says so
-    usage: dict = {}
+    usage: dict[str, Any] = {}
     try:
         async with client.post(url, json=request_body(endpoint.model, prompt, max_tokens)) as response:
             if response.status != 200:
@@ -97,7 +99,7 @@ async def stream_completion(client: aiohttp.ClientSession, endpoint: Endpoint, p
                            int(usage.get("completion_tokens", len(token_times))), usage=bool(usage))
 
 
-def _carries_output(choice: dict) -> bool:
+def _carries_output(choice: dict[str, Any]) -> bool:
     """A chunk with a token. Its text may be empty (a byte-level token that ends mid-character is held back)
     while the stream goes on; an empty chunk with finish_reason set may only close the stream (chat does that),
     so it counts only where the server's usage has a token left over for it."""

@@ -74,7 +74,7 @@ class Sampler:
         self.client, self.url = client, metrics_url
         self.samples: list[dict[str, float]] = []
         self.available = True
-        self._task: asyncio.Task | None = None
+        self._task: asyncio.Task[None] | None = None
 
     async def read(self) -> dict[str, float]:
         if not self.available:

@@ -11,6 +11,10 @@ from ..serving.recipes import Reference
 from .stats import Row
 
 
+def _ms(values: Sequence[float | None]) -> list[float | None]:
+    return [None if v is None else v * 1000 for v in values]
+
+
 def save(rows: Sequence[Row], path: Path, title: str, reference: Reference | None = None) -> None:
     import matplotlib
 
@@ -26,10 +30,9 @@ def save(rows: Sequence[Row], path: Path, title: str, reference: Reference | Non
     output.plot(x, [r.generation_tps for r in rows], "o-", color="tab:blue", label="generation (sustained)")
     output.plot(x, [r.peak_tps for r in rows], "^--", color="tab:cyan", label="peak (best 1 s)")
     prefill.plot(x, [r.prefill_tps for r in rows], "o-", color="tab:green", label="prefill")
-    ms = lambda values: [None if v is None else v * 1000 for v in values]  # noqa: E731
-    latency.plot(x, ms([r.ttft_s.p50 for r in rows]), "o-", color="tab:red", label="TTFT p50")
-    latency.plot(x, ms([r.ttft_s.p90 for r in rows]), "v:", color="tab:red", alpha=0.6, label="TTFT p90")
-    latency.plot(x, ms([r.itl_s.p50 for r in rows]), "s-", color="tab:purple", label="ITL p50")
+    latency.plot(x, _ms([r.ttft_s.p50 for r in rows]), "o-", color="tab:red", label="TTFT p50")
+    latency.plot(x, _ms([r.ttft_s.p90 for r in rows]), "v:", color="tab:red", alpha=0.6, label="TTFT p90")
+    latency.plot(x, _ms([r.itl_s.p50 for r in rows]), "s-", color="tab:purple", label="ITL p50")
     if reference is not None:
         def published(key: str) -> tuple[list[int], list[float]]:
             # Only as far as this run went: the comparison, not the published curve's far end.

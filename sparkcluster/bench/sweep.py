@@ -105,7 +105,7 @@ async def get_json(client: aiohttp.ClientSession, url: str) -> tuple[int, object
 
 async def resolve_model(client: aiohttp.ClientSession, base_url: str, wanted: str | None) -> str:
     status, doc = await get_json(client, f"{base_url}/models")
-    served = [m.get("id") for m in doc.get("data", [])] if status == 200 and isinstance(doc, dict) else []
+    served: list[str] = [m.get("id") for m in doc.get("data", [])] if status == 200 and isinstance(doc, dict) else []
     if not served:
         raise BenchFailed(f"{base_url}/models answered {status} without a model list", FIX)
     if wanted is None:

@@ -8,7 +8,7 @@ import csv
 import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 from rich import box
 from rich.table import Table
@@ -78,5 +78,5 @@ def save_csv(levels: Sequence[Level], path: Path) -> None:
         write_csv(levels, out)
 
 
-def server_doc(server: ServerSide | None) -> dict | None:
+def server_doc(server: ServerSide | None) -> dict[str, Any] | None:
     return dataclasses.asdict(server) if server else None

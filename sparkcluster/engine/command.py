@@ -45,8 +45,9 @@ class Command:
     secrets: tuple[str, ...] = ()  # strings that must never be shown (masked in display())
 
     @classmethod
-    def argv(cls, args: Sequence[str], **kwargs: object) -> Command:
-        return cls(shlex.join(args), **kwargs)  # type: ignore[arg-type]
+    def argv(cls, args: Sequence[str], *, sudo: bool = False, env: Mapping[str, str] | None = None,
+             timeout: float = DEFAULT_TIMEOUT_S, stdin: str | None = None, secrets: tuple[str, ...] = ()) -> Command:
+        return cls(shlex.join(args), sudo, dict(env or {}), timeout, stdin, secrets)
 
     def line(self, sudo_password: bool = False) -> str:
         """The exact line sent to the remote shell. Only `env` reaches the remote environment."""

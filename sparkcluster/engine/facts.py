@@ -6,6 +6,8 @@ Facts cover what does not change during a run; a step probes what it mutates its
 
 from __future__ import annotations
 
+from typing import Any
+
 import json
 import re
 from collections.abc import Mapping
@@ -137,7 +139,7 @@ class HostFacts:
     def interface(self, name: str) -> Interface | None:
         return next((i for i in self.interfaces if i.name == name), None)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
 

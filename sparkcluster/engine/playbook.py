@@ -91,7 +91,7 @@ def _play(where: str, raw: Any) -> Play:
 
 
 def _step(where: str, raw: Any) -> StepCall:
-    if not isinstance(raw, dict) or len(raw) != 1:
+    if not isinstance(raw, yamlsource.SourceMap) or len(raw) != 1:
         raise UsageError(f"{where}: each step is `- domain.resource: {{args}}`")
     line = raw.line
     name = next(iter(raw))
@@ -113,7 +113,7 @@ def _step(where: str, raw: Any) -> StepCall:
     return StepCall(step, dict(args), line)
 
 
-def _no_unknown(where: str, line: int, raw: dict, known: set[str], what: str) -> None:
+def _no_unknown(where: str, line: int, raw: dict[str, Any], known: set[str], what: str) -> None:
     for key in raw:
         if key not in known:
             raise UsageError(f"{where}:{line}: unknown {what} {key!r}{did_you_mean(key, known)}",

@@ -188,8 +188,9 @@ class Transport:
     def run(self, command: Command) -> Result:
         """Run one command; its output and exit code come back as a Result, whatever they are."""
         conn = self._connect()
-        use_password = command.sudo and self.sudo_password is not None
-        stdin = (self.sudo_password + "\n" if use_password else "") + (command.stdin or "")
+        password = self.sudo_password if command.sudo else None
+        use_password = password is not None
+        stdin = (password + "\n" if password is not None else "") + (command.stdin or "")
         start = time.monotonic()
         try:
             with self._channels:

@@ -11,6 +11,7 @@ import json
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 # The probe imports only the standard library at load time, so its arithmetic and table serve here too.
 from . import probe
@@ -250,20 +251,20 @@ def format_table(rows: Sequence[BandwidthRow]) -> str:
     return probe.format_table([asdict(r) for r in rows])
 
 
-def read_probe_output(text: Lines) -> tuple[list[BandwidthRow], list[dict]]:
+def read_probe_output(text: Lines) -> tuple[list[BandwidthRow], list[dict[str, Any]]]:
     """The rows of the last SPARKCLUSTER_PROBE_RESULT line, and every rank's SPARKCLUSTER_PROBE_RANK dict by rank.
     A marker line of another shape (a hand-edited or foreign log) is skipped like a line cut short."""
     rows: list[BandwidthRow] = []
-    ranks: dict[int, dict] = {}
+    ranks: dict[int, dict[str, Any]] = {}
     for line in split_lines(text):
         if (doc := _marked_json(line, PROBE_RESULT)) is not None:
-            rows = _rows(doc.get("rows")) if isinstance(doc.get("rows"), list) else rows
+            rows = _rows(found) if isinstance(found := doc.get("rows"), list) else rows
         elif (doc := _marked_json(line, PROBE_RANK)) is not None and _is_int(doc.get("rank")):
             ranks[doc["rank"]] = doc
     return rows, [ranks[r] for r in sorted(ranks)]
 
 
-def _rows(docs: list) -> list[BandwidthRow]:
+def _rows(docs: list[Any]) -> list[BandwidthRow]:
     try:
         return [BandwidthRow(str(r["op"]), int(r["size_bytes"]), float(r["time_us"]), float(r["algbw_gbps"]),
                              float(r["busbw_gbps"])) for r in docs]
@@ -275,7 +276,7 @@ def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _marked_json(line: str, marker: str) -> dict | None:
+def _marked_json(line: str, marker: str) -> dict[str, Any] | None:
     # torchrun and Ray put their own prefixes before the marker; a line cut short by a killed rank is skipped.
     _, found, rest = line.partition(marker + " ")
     if not found:

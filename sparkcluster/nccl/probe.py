@@ -23,6 +23,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 DEFAULT_SIZES = "1M,16M,64M,256M,1G"
 # A 16 GB nccl-tests buffer (about 32 GB per node of unified memory) froze Sparks (dual-node-spec.md F4).
@@ -51,7 +52,7 @@ def bus_bandwidth(op: str, size_bytes: int, seconds: float, world: int) -> tuple
     return algbw, algbw * factor
 
 
-def format_table(rows: Sequence[Mapping]) -> str:
+def format_table(rows: Sequence[Mapping[str, Any]]) -> str:
     """nccl-tests' layout (sparkcluster.nccl.format_table renders through this too)."""
     blocks = []
     for op in dict.fromkeys(r["op"] for r in rows):
@@ -149,9 +150,12 @@ def parse_args(argv: Sequence[str], environ: Mapping[str, str]) -> argparse.Name
 
 
 # ---- running -------------------------------------------------------------------------------------------------
-def _collective(dist, torch, op: str, count: int, world: int, device, backend: str) -> Callable[[], None]:
+# torch, torch.distributed and a device are `Any`: torch is imported only when the probe runs on a node, whose
+# torch is whatever its environment holds; the helpers here are tested without it.
+def _collective(dist: Any, torch: Any, op: str, count: int, world: int, device: Any, backend: str
+                ) -> Callable[[], None]:
     """One call of `op` on `count` float32 elements (all_gather: the gathered size, as nccl-tests counts it)."""
-    def zeros(n: int):
+    def zeros(n: int) -> Any:
         return torch.zeros(n, dtype=torch.float32, device=device)  # zeros: repeated sums cannot overflow
 
     if op == "all_reduce":
@@ -166,12 +170,13 @@ def _collective(dist, torch, op: str, count: int, world: int, device, backend: s
     return lambda: _new_or_old(dist, "reduce_scatter_single", "reduce_scatter_tensor")(part, full)
 
 
-def _new_or_old(dist, new: str, old: str) -> Callable:
+def _new_or_old(dist: Any, new: str, old: str) -> Callable[..., Any]:
     """torch 2.13 renamed the single-tensor collectives (the old names warn); containers carry older torch."""
-    return getattr(dist, new, None) or getattr(dist, old)
+    found: Callable[..., Any] = getattr(dist, new, None) or getattr(dist, old)
+    return found
 
 
-def _exchange(dist, torch, doc: dict, world: int, device) -> list[dict]:
+def _exchange(dist: Any, torch: Any, doc: dict[str, Any], world: int, device: Any) -> list[dict[str, Any]]:
     """Every rank's `doc`, by rank. all_gather_object would need numpy, which the probe does not require."""
     data = json.dumps(doc).encode()
     length = torch.tensor([len(data)], dtype=torch.int64, device=device)
@@ -183,7 +188,7 @@ def _exchange(dist, torch, doc: dict, world: int, device) -> list[dict]:
     return [json.loads(bytes(t.tolist()).rstrip(b"\0")) for t in gathered]
 
 
-def _measure(dist, torch, args: argparse.Namespace, device, op: str, size: int) -> dict:
+def _measure(dist: Any, torch: Any, args: argparse.Namespace, device: Any, op: str, size: int) -> dict[str, Any]:
     count = max(args.world, size // FLOAT_BYTES // args.world * args.world)  # divisible among the ranks
     call = _collective(dist, torch, op, count, args.world, device, args.backend)
 
@@ -209,7 +214,7 @@ def _measure(dist, torch, args: argparse.Namespace, device, op: str, size: int) 
             "busbw_gbps": round(busbw, 4)}
 
 
-def _barrier(dist, args: argparse.Namespace) -> None:
+def _barrier(dist: Any, args: argparse.Namespace) -> None:
     if args.backend == "nccl":
         dist.barrier(device_ids=[args.local_rank])
     else:
@@ -251,7 +256,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _nccl_version(torch) -> str:
+def _nccl_version(torch: Any) -> str:
     version = torch.cuda.nccl.version()
     return ".".join(map(str, version)) if isinstance(version, tuple) else str(version)
 

@@ -7,6 +7,8 @@ copy-on-write overlay of `/`, a real OpenSSH sshd as PID 1 and, optionally, its 
 
 from __future__ import annotations
 
+from typing import Any
+
 import os
 import shutil
 import subprocess
@@ -169,9 +171,9 @@ class SimCluster:
     def is_running(self, host: HostSpec) -> bool:
         # Running means its boot process still has exactly the PID 1 we recorded (a dead one has no children).
         st = self.state.hosts.get(host.name)
-        return bool(st and st.pid1) and hostproc.children(st.unshare_pid) == [st.pid1]
+        return st is not None and bool(st.pid1) and hostproc.children(st.unshare_pid) == [st.pid1]
 
-    def exec_in(self, name: str, argv: list[str], **kwargs) -> subprocess.CompletedProcess:
+    def exec_in(self, name: str, argv: list[str], **kwargs: Any) -> subprocess.CompletedProcess[Any]:
         host = self.host(name)
         if not self.is_running(host):
             raise UsageError(f"{name} is powered off", f"boot it: `sparkcluster sim boot {name}`")
@@ -189,7 +191,7 @@ class SimCluster:
 
     def write_inventory(self) -> None:
         """An inventory in sparkcluster's own format, usable as is: `sparkcluster bootstrap <this file>`."""
-        doc = {
+        doc: dict[str, Any] = {
             "name": self.state.name,
             "vars": {
                 "user": self.state.user,
@@ -229,7 +231,7 @@ class SimCluster:
         running = sum(self.is_running(h) for h in self.topology.hosts)
         return "up" if running == len(self.topology.hosts) else "degraded" if running else "down"
 
-    def describe(self) -> dict:
+    def describe(self) -> dict[str, Any]:
         return {
             "name": self.state.name,
             "status": self.status(),

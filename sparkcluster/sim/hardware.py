@@ -7,6 +7,8 @@ host/; this module renders the data they read: /etc/sparkcluster-sim/hardware.js
 
 from __future__ import annotations
 
+from typing import Any
+
 import hashlib
 import ipaddress
 import json
@@ -26,7 +28,7 @@ def gpu_uuid(cluster: str, host: str) -> str:
     return f"GPU-{digest[:8]}-{digest[8:12]}-{digest[12:16]}-{digest[16:20]}-{digest[20:32]}"
 
 
-def hardware_doc(cluster: str, host: HostSpec) -> dict:
+def hardware_doc(cluster: str, host: HostSpec) -> dict[str, Any]:
     return {
         "gpu": {
             "name": GPU_NAME,

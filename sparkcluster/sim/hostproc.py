@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import os
 import signal
 import socket
@@ -113,7 +115,7 @@ def power_off(unshare_pid: int, host_dir: Path, timeout: float = 10.0) -> None:
         time.sleep(0.01)
 
 
-def exec_in(pid1: int, argv: list[str], **kwargs) -> subprocess.CompletedProcess:
+def exec_in(pid1: int, argv: list[str], **kwargs: Any) -> subprocess.CompletedProcess[Any]:
     """Run a command as root inside a simulated host (all its namespaces, its own root), without SSH."""
     return subprocess.run(["nsenter", "--target", str(pid1), "--all", "--", *argv], **kwargs)
 

@@ -15,10 +15,15 @@ import subprocess
 import tarfile
 import time
 from importlib import resources
+from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..engine.errors import SparkclusterError
 from .state import sim_root
+
+if TYPE_CHECKING:  # cluster.py imports this module
+    from .cluster import SimCluster
 
 DEFAULT_TAG = "vllm-node"
 TOOLS = (
@@ -63,7 +68,7 @@ def build(tag: str = DEFAULT_TAG, rebuild: bool = False, ray_env: Path | None = 
         _check_ray_env(ray_env)
     out.parent.mkdir(parents=True, exist_ok=True)
     venv_elves = [p for p in _elf_files(ray_env) if with_torch or not _is_torch(p, ray_env)] if ray_env else []
-    files = _closure([_which(t) for t in TOOLS] + list(PYTHON_STDLIB.glob("lib-dynload/*.so")) + venv_elves)
+    files = _closure([*(_which(t) for t in TOOLS), *PYTHON_STDLIB.glob("lib-dynload/*.so"), *venv_elves])
     if ray_env is not None:  # the environment's own libraries go in once, under /opt/venv
         inside = (os.path.abspath(ray_env) + "/", os.path.realpath(ray_env) + "/")
         files = {f for f in files if not f.startswith(inside) and not os.path.realpath(f).startswith(inside)}
@@ -145,7 +150,7 @@ def _which(tool: str) -> str:
     return path
 
 
-def _closure(paths: list) -> set[str]:
+def _closure(paths: Sequence[str | Path]) -> set[str]:
     """The files plus every shared library (and the loader) they need, by ldd."""
     out = {str(p) for p in paths}
     for p in paths:
@@ -203,7 +208,7 @@ def _add_with_links(tar: tarfile.TarFile, path: Path, added: set[str]) -> None:
             tar.add(str(current), arcname=name, recursive=False)
 
 
-def import_into(cluster, host_names: list[str], tag: str, tar: Path) -> None:
+def import_into(cluster: SimCluster, host_names: list[str], tag: str, tar: Path) -> None:
     """`docker import` the rootfs tar as `tag` inside each named host (as its own engine sees it)."""
     argv = ["docker", "import", *[a for c in IMPORT_CHANGES for a in ("-c", c)], "-", tag]
     for name in host_names:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from rich.console import Console
 from rich.table import Table
 
 
-def cluster(console: Console, doc: dict) -> None:
+def cluster(console: Console, doc: dict[str, Any]) -> None:
     title = f"simulated cluster [bold]{doc['name']}[/bold] ({doc['status']}, docker {'on' if doc['docker'] else 'off'})"
     table = Table(title=title, title_justify="left")
     for column in ("host", "power", "management (enP7s7)", "QSFP twins", "port", "driver"):

@@ -28,6 +28,10 @@ import random
 import sys
 import tempfile
 import time
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # this file also runs alone, as a script on a simulated host
+    from .cluster import SimCluster
 
 HIDDEN, LAYERS, HEADS, KV_HEADS, INTERMEDIATE, VOCAB, MAX_POS = 256, 4, 4, 2, 512, 2048, 2048
 SEED = 1234
@@ -47,6 +51,10 @@ walk walks walked talk talks talked read reads write writes wrote build builds b
 """.split()
 SYLLABLES = "ka ri to na me lo su vi pe da mo ne ru sa ti ko la be gi fu ze ho ja wu xi qu yo".split()
 
+
+
+def _json_bytes(doc: object) -> bytes:
+    return (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode()
 
 def corpus(seed: int = SEED, lines: int = 6000) -> list[str]:
     """Deterministic text with enough variety for 2048 BPE merges: words, pseudo-words, numbers, code-ish."""
@@ -120,17 +128,16 @@ def build_files(tmp: str) -> dict[str, bytes]:
     cfg.pop("transformers_version", None)  # keep the bytes independent of the transformers release
     cfg["architectures"] = ["LlamaForCausalLM"]
     cfg["torch_dtype"] = "bfloat16"
-    dump = lambda d: (json.dumps(d, indent=2, sort_keys=True) + "\n").encode()  # noqa: E731
     return {
-        "config.json": dump(cfg),
-        "generation_config.json": dump({"bos_token_id": bos, "eos_token_id": eos, "do_sample": False}),
+        "config.json": _json_bytes(cfg),
+        "generation_config.json": _json_bytes({"bos_token_id": bos, "eos_token_id": eos, "do_sample": False}),
         "model.safetensors": weights,
         "tokenizer.json": tokenizer_json,
-        "tokenizer_config.json": dump({
+        "tokenizer_config.json": _json_bytes({
             "tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<s>", "eos_token": "</s>",
             "unk_token": "<unk>", "add_bos_token": False, "add_eos_token": False, "clean_up_tokenization_spaces": False,
             "model_max_length": MAX_POS}),
-        "special_tokens_map.json": dump({"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"}),
+        "special_tokens_map.json": _json_bytes({"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"}),
     }
 
 
@@ -182,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def generate_on(cluster, host: str, python: str, repo: str = "local/tiny-llama") -> str:
+def generate_on(cluster: SimCluster, host: str, python: str, repo: str = "local/tiny-llama") -> str:
     """Build the model in `host`'s HF cache as its login user, with `python` (a vLLM environment's
     interpreter); returns the snapshot directory."""
     import shlex

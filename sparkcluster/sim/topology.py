@@ -58,6 +58,12 @@ class Nic:
         return self.bridge is not None
 
 
+def _ip(nic: Nic) -> str:
+    if nic.address is None:
+        raise ValueError(f"{nic.netdev} has no address in the plan")  # a planning bug: only cabled NICs have none
+    return str(nic.address.ip)
+
+
 @dataclass(frozen=True)
 class HostSpec:
     index: int
@@ -69,12 +75,12 @@ class HostSpec:
 
     @property
     def mgmt_ip(self) -> str:
-        return str(self.nic(MGMT_NETDEV).address.ip)  # type: ignore[union-attr]
+        return _ip(self.nic(MGMT_NETDEV))
 
     @property
     def fabric_ips(self) -> tuple[str, str]:
         a, b = (n for n in self.nics if n.hca and n.cabled)
-        return str(a.address.ip), str(b.address.ip)  # type: ignore[union-attr]
+        return _ip(a), _ip(b)
 
     @property
     def addresses(self) -> tuple[str, ...]:

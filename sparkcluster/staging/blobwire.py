@@ -37,6 +37,10 @@ import struct
 import sys
 import threading
 import time
+from typing import IO, TYPE_CHECKING, BinaryIO
+
+if TYPE_CHECKING:  # imported where it is used: only `tar-index` reads a tar
+    import tarfile
 
 PARTIAL_DIR = ".sparkcluster-partial"  # shared with rsync's --partial-dir: either transport resumes the other's
 CHUNK = 1 << 20
@@ -50,7 +54,7 @@ GROWING = -1  # the size a plan announces for a file still being written: the st
 TAR_END = b"\0" * 1024  # two zero blocks: the end of a tar archive
 
 
-def blob_hasher(name: str, size: int):
+def blob_hasher(name: str, size: int) -> "hashlib._Hash":
     """sha256 for LFS blobs (named by it); git's blob hash (sha1 over a header) for small files in git."""
     if len(name) == 64:
         return hashlib.sha256()
@@ -261,14 +265,22 @@ def tar_index(path: str) -> int:
 
     with tarfile.open(path) as tar:
         members = tar.getmembers()
-        manifest = json.load(tar.extractfile("manifest.json"))
-        config = json.load(tar.extractfile(manifest[0]["Config"]))
+        manifest = json.load(_member(tar, "manifest.json"))
+        config = json.load(_member(tar, manifest[0]["Config"]))
     ranges = [[m.name, m.offset, m.offset_data + (m.size + 511) // 512 * 512 - m.offset] for m in members]
     print(json.dumps({"members": ranges, "manifest": manifest, "diff_ids": config["rootfs"]["diff_ids"]}))
     return 0
 
 
-def _rehash(out, hasher, size: int) -> int:
+def _member(tar: tarfile.TarFile, name: str) -> IO[bytes]:
+    """A regular file of the saved image; anything else means the tar is not one `docker save` wrote."""
+    member = tar.extractfile(name)
+    if member is None:
+        raise ValueError(f"{name} in the image tar is not a regular file")
+    return member
+
+
+def _rehash(out: BinaryIO, hasher: "hashlib._Hash", size: int) -> int:
     """Hash what an interrupted fetch left and return where to resume; an oversized partial starts over."""
     have = os.fstat(out.fileno()).st_size
     if have > size:

@@ -14,6 +14,8 @@ every node afterwards.
 
 from __future__ import annotations
 
+from typing import Any
+
 import json
 import shlex
 import subprocess
@@ -105,7 +107,7 @@ def held_layers(transport: Transport, layers: Sequence[str]) -> int:
     return best
 
 
-def ranges_for(index: Mapping, held: int) -> list[tuple[int, int]]:
+def ranges_for(index: Mapping[str, Any], held: int) -> list[tuple[int, int]]:
     """The saved tar's byte ranges a node needs: every member but the layer files of its `held` bottom layers."""
     skip = set(index["manifest"][0]["Layers"][:held])
     return [(start, length) for name, start, length in index["members"] if name not in skip]
@@ -136,13 +138,13 @@ class HeadSender:
                                     f"has {size_text(free)})", f"free space under ~/{WORK_DIR} on {self.head.name}")
         return f"{WORK_DIR}/{SAVED_TAR}"
 
-    def save(self) -> dict:
+    def save(self) -> dict[str, Any]:
         """`docker save` into the work dir, and the tar's index."""
         tar = self._make_room()
         # The ID, not the name: the image saved is the one compared, even if the tag moves meanwhile.
         self._run(Command(f"docker save -o {tar}.tmp {shlex.quote(self.info.id or self.image)} && "
                           f"mv -f {tar}.tmp {tar}", timeout=3600), f"docker save {self.image}")
-        index = json.loads(self._run(Command(f"python3 -c {shlex.quote(BLOBWIRE_PY)} tar-index --tar {tar}",
+        index: dict[str, Any] = json.loads(self._run(Command(f"python3 -c {shlex.quote(BLOBWIRE_PY)} tar-index --tar {tar}",
                                              timeout=600), "reading the saved image"))
         return index  # saved by ID, the image has no name in the tar: each node tags what it loaded
 

@@ -61,6 +61,7 @@ class FileContent(Step):
 
 def _mode(ctx: HostContext, path: str) -> int | None:
     try:
-        return int(ctx.transport.sftp().stat(path).st_mode) & 0o7777
+        mode = ctx.transport.sftp().stat(path).st_mode
+        return None if mode is None else mode & 0o7777  # None: a server that does not say
     except FileNotFoundError:
         return None
