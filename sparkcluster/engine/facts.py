@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass
 
 from .command import Command
 from .parallel import parallel_map
+from .remote import HF_HOME
 from .transport import Transport, Unreachable
 
 SECTION = "@@sparkcluster@@"
@@ -57,11 +58,11 @@ if [ -S /var/run/docker.sock ] || [ -S /run/docker.sock ]; then echo socket=yes;
 echo "nvidia=$(command -v nvidia-container-runtime-hook nvidia-container-runtime nvidia-ctk | head -n 1)"
 if have docker; then v=$(docker version --format '{{.Server.Version}}' 2>&1); echo "server_rc=$?"; echo "server=$v" | head -n 3; fi
 sec hf
-hf=${HF_HOME:-$HOME/.cache/huggingface}
+hf="@HF_HOME@"
 echo "$hf"
 d=$hf; while [ ! -e "$d" ]; do d=${d%/*}; d=${d:-/}; done
 df -Pk "$d" 2>/dev/null | tail -n 1
-"""
+""".replace("@HF_HOME@", HF_HOME)
 
 
 @dataclass(frozen=True)

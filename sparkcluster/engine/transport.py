@@ -23,14 +23,15 @@ from fabric import Config, Connection
 from .command import Command
 from .errors import SparkclusterError
 from .inventory import Host
+from .remote import STRICT_SSH
 
 CONNECT_TIMEOUT_S = 10
 CONNECT_ATTEMPTS = 3
 RETRY_BACKOFF_S = 0.5  # doubled after each failed attempt
 # OpenSSH from one node to another for bulk bytes (staging, images): the key mesh bootstrap made, strict host keys,
 # AES-GCM (hardware-accelerated on the Spark's cores) and no compression (weights do not compress).
-SSH_FOR_BULK = ("ssh -T -c aes128-gcm@openssh.com -o Compression=no -o BatchMode=yes "
-                "-o StrictHostKeyChecking=yes -o ConnectTimeout=10")
+SSH_FOR_BULK = " ".join(["ssh", "-T", "-c", "aes128-gcm@openssh.com", "-o", "Compression=no", *STRICT_SSH,
+                         "-o", "ConnectTimeout=10"])
 
 # paramiko logs each failed handshake with a traceback, which Python's last-resort handler prints on stderr; the
 # reason already reaches the user as one Unreachable line per host, so paramiko's records go nowhere.
@@ -330,7 +331,7 @@ def openssh_argv(host: Host) -> list[str]:
     """The OpenSSH client command (without the destination) for bulk copies from this machine: the same key
     and known_hosts as the Fabric connection, strict host keys, AES-GCM, no compression."""
     known = [str(Path.home() / ".ssh" / "known_hosts")] + ([host.known_hosts] if host.known_hosts else [])
-    argv = ["ssh", "-p", str(host.port), "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes",
+    argv = ["ssh", "-p", str(host.port), *STRICT_SSH,
             "-o", f"UserKnownHostsFile={' '.join(known)}", "-o", "Compression=no", "-c", "aes128-gcm@openssh.com"]
     if host.key:
         argv += ["-i", host.key, "-o", "IdentitiesOnly=yes"]

@@ -19,13 +19,13 @@ from ..engine.command import Command
 from ..engine.errors import SparkclusterError
 from ..engine.facts import HostFacts
 from ..engine.inventory import Host
+from ..engine.remote import python_line, python_of, source_env
 from ..engine.session import Session
 from .logs import BandwidthRow, read_log, read_probe_output
 from .verdict import DEFAULT_MIN_BUSBW_GBPS, Verdict, VerdictStatus, judge
 from ..node.network import COMM_ENV_PATH, QsfpChoice, choose_for, comm_env_path
 from ..engine.transport import Transport, remote_path
 
-PROBE_REMOTE = ".cache/sparkcluster/nccl_probe.py"  # relative to the login user's home
 MASTER_PORT = 29577
 RENDEZVOUS_TIMEOUT_S = 60  # ranks give up waiting for each other after this: a failed rank must not hang the rest
 GLOO_SIZES = "1M,4M,16M"  # gloo runs on the CPU: smaller sizes keep a run to seconds
@@ -81,17 +81,15 @@ def run_verify(session: Session, *, backend: str = "auto", sizes: str | None = N
     head = session.head
     choices = {h.name: choose_for(h, session.facts[h.name]) for h in session.hosts}  # a QsfpError names the fix
     if backend == "auto":
-        check = f"{shlex.quote(str(head.vars.get('python', 'python3')))} -c {shlex.quote(TORCH_CHECK)}"
+        check = python_line(python_of(head), TORCH_CHECK)
         if in_serving_env is not None:
             check = in_serving_env[head.name](["python3", "-c", TORCH_CHECK]).script
         backend = detect_backend(session.transport(head), check)
     env_files = _check_comm_env(session)
-    script = (resources.files("sparkcluster.nccl") / "probe.py").read_bytes()
-    for h in session.hosts:  # the probe travels with sparkcluster: nothing to install on the nodes but torch
-        session.run(h, Command(f"mkdir -p {shlex.quote(PROBE_REMOTE.rsplit('/', 1)[0])}"))
-        session.transport(h).write_file_atomic(PROBE_REMOTE, script, 0o644)
+    # The probe travels with sparkcluster, in the command itself: nothing to install on the nodes but torch.
+    script = (resources.files("sparkcluster.nccl") / "probe.py").read_text()
     commands = probe_commands(session, choices[head.name].ip, backend, sizes or (GLOO_SIZES if backend == "gloo" else None),
-                              env_files, script.decode(), timeout, in_serving_env)
+                              env_files, script, timeout, in_serving_env)
     outputs = run_probe(session, commands)
     return judge_probe(session, backend, outputs, choices, min_busbw)
 
@@ -121,11 +119,8 @@ def probe_commands(session: Session, master: str, backend: str, sizes: str | Non
             probe = in_serving_env[host.name](["env", "NCCL_DEBUG=INFO", "python3", "-", *args])
             commands[host.name] = replace(probe, script=probe.script + " 2>&1", stdin=script, timeout=timeout + 60)
             continue
-        node_python = str(host.vars.get("python", session.head.vars.get("python", "python3")))
-        env_file = env_files[host.name]
-        env_file = env_file if env_file.startswith("/") else "./" + env_file  # `.` needs a /
-        line = (f"set -a; . {shlex.quote(env_file)}; set +a; NCCL_DEBUG=INFO; export NCCL_DEBUG; "
-                f"exec {shlex.quote(node_python)} {PROBE_REMOTE} {shlex.join(args)} 2>&1")
+        line = (f"{source_env(env_files[host.name])}; NCCL_DEBUG=INFO; export NCCL_DEBUG; "
+                f"exec {python_line(python_of(host), script, *args)} 2>&1")
         commands[host.name] = Command(f"cd; {line}", timeout=timeout + 60)
     return commands
 

@@ -9,6 +9,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, get_args
 
+from ..engine.remote import HF_HOME
+
 # How the serving processes run on a node: in eugr's vllm_node container, or from the inventory's python_env.
 RuntimeName = Literal["docker", "host"]
 # How vLLM spans the nodes: over a Ray cluster (eugr's setup), or vLLM's own --nnodes multi-node mode.
@@ -23,7 +25,7 @@ DEFAULT_VLLM_PORT = 8000
 NATIVE_MASTER_PORT = 29501  # eugr's later no-Ray default (dual-node-spec.md §1.9)
 CONTAINER_HF_HOME = "/root/.cache/huggingface"
 # Resolved by the node's own shell, never from local values (F14).
-NODE_HF_HOME = '"${HF_HOME:-$HOME/.cache/huggingface}"'
+NODE_HF_HOME = f'"{HF_HOME}"'
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 
 from ..engine.command import Command, exports, shell_path
 from ..engine.errors import SparkclusterError
+from ..engine.remote import source_env
 from ..engine.inventory import Host
 from ..staging.images import ImageInfo
 from .launch import CONTAINER, DEFAULT_IMAGE, RuntimeName, docker_run_line
@@ -122,7 +123,7 @@ class HostRuntime(Runtime):
     def _enter(self, env: NodeEnv) -> str:
         # The comm env first, then the fixed variables, so a recipe's or the inventory's serve_env wins.
         fixed = f" {exports(env.env)}" if env.env else ""
-        return (f"cd || exit 1\nset -a; . {shell_path(env.env_file)} || exit 1; set +a\n"
+        return (f"cd || exit 1\n{source_env(env.env_file)}\n"
                 f"export PATH={shell_path(self.python_env)}/bin:\"$PATH\"{fixed}\n")
 
     def _start(self, role: str, argv: Sequence[str], env: NodeEnv) -> Command:

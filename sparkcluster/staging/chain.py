@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from ..engine.command import Command
 from ..engine.modelref import ModelRef
 from ..engine.parallel import parallel_map
+from ..engine.remote import python_of
 from ..engine.session import Session
 from ..engine.transport import SSH_FOR_BULK, Unreachable
 from .hfcache import (
@@ -261,8 +262,8 @@ class Chain:
     def _copy_command(self, up: str, name: str, blob: SnapshotFile) -> Command:
         up_blobs, dest_blobs = f"{self.job.scans[up].model_dir}/blobs", f"{self.job.scans[name].model_dir}/blobs"
         if self.job.data_plane == "tcp":
-            return fetch_command(self.senders[up].endpoint, self.addresses[name], dest_blobs, blob.blob, blob.size,
-                                 self.token)
+            return fetch_command(python_of(self.transports[name].host), self.senders[up].endpoint, self.addresses[name],
+                                 dest_blobs, blob.blob, blob.size, self.token)
         user = self.job.session.facts[name].user if name in self.job.session.facts else ""
         target = f"{user}@{self.addresses[name]}:{dest_blobs}/"
         return Command.argv(rsync_blobs_argv([f"{up_blobs}/{blob.blob}"], target, SSH_FOR_BULK), timeout=24 * 3600)
@@ -279,7 +280,7 @@ class Chain:
         """The size, and the content against the hash in the blob's name."""
         d = self.job.scans[name].model_dir
         try:
-            result = self.transports[name].run(verify_command(d, [blob.blob]))
+            result = self.transports[name].run(verify_command(python_of(self.transports[name].host), d, [blob.blob]))
             size = self.transports[name].run(Command.argv(["stat", "-c", "%s", f"{d}/blobs/{blob.blob}"]))
         except Unreachable as e:
             self._fail(name, e.message, e.fix)

@@ -16,8 +16,9 @@ from dataclasses import dataclass, field
 
 from ..engine.command import Command
 from ..engine.modelref import COMMIT, ModelRef
+from ..engine.remote import HF_HOME, python_command
 
-HUB = '"${HF_HOME:-$HOME/.cache/huggingface}/hub"'
+HUB = f'"{HF_HOME}/hub"'
 SHA256 = re.compile(r"^[0-9a-f]{64}$")
 PARTIAL_DIR = ".sparkcluster-partial"  # rsync keeps interrupted blobs here, never under their final name
 
@@ -165,9 +166,8 @@ def rsync_blobs_argv(sources: list[str], target: str, ssh: str) -> list[str]:
             "-e", ssh, *sources, target]
 
 
-def verify_command(model_dir: str, blobs: list[str]) -> Command:
-    return Command(f"python3 -c {shlex.quote(VERIFY_PY)} {shlex.quote(model_dir + '/blobs')}",
-                   stdin="\n".join(blobs) + "\n", timeout=3600)
+def verify_command(python: str, model_dir: str, blobs: list[str]) -> Command:
+    return python_command(python, VERIFY_PY, model_dir + "/blobs", stdin="\n".join(blobs) + "\n", timeout=3600)
 
 
 def finalize_command(model_dir: str, manifest: Manifest) -> Command:

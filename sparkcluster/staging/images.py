@@ -27,6 +27,7 @@ from ..engine.command import Command
 from ..engine.errors import SparkclusterError, UsageError
 from ..engine.inventory import Host
 from ..engine.parallel import parallel_map
+from ..engine.remote import python_command, python_line, python_of
 from ..engine.transport import Transport, Unreachable, openssh_argv, ssh_destination
 from .space import free_bytes, size_text
 from .blobwire import GROWING, TAR_END
@@ -144,8 +145,9 @@ class HeadSender:
         # The ID, not the name: the image saved is the one compared, even if the tag moves meanwhile.
         self._run(Command(f"docker save -o {tar}.tmp {shlex.quote(self.info.id or self.image)} && "
                           f"mv -f {tar}.tmp {tar}", timeout=3600), f"docker save {self.image}")
-        index: dict[str, Any] = json.loads(self._run(Command(f"python3 -c {shlex.quote(BLOBWIRE_PY)} tar-index --tar {tar}",
-                                             timeout=600), "reading the saved image"))
+        index: dict[str, Any] = json.loads(self._run(
+            python_command(python_of(self.head), BLOBWIRE_PY, "tar-index", "--tar", tar, timeout=600),
+            "reading the saved image"))
         return index  # saved by ID, the image has no name in the tar: each node tags what it loaded
 
     def save_growing(self) -> None:
@@ -205,8 +207,9 @@ def load_on(node: Host, endpoint: str, source_ip: str, parts: str, size: int, ex
     """On `node`, through OpenSSH (so progress arrives as it happens): its parts stream into `docker load`,
     then the image's name on the loaded ID. Returns the bytes that arrived; `expected` is for progress only
     (a growing save's size is known once it ends)."""
-    pipeline = (f"set -o pipefail; python3 -c {shlex.quote(BLOBWIRE_PY)} stream --connect {shlex.quote(endpoint)} "
-                f"--source {shlex.quote(source_ip)} --name {parts} --size {size} | docker load -q && "
+    stream = python_line(python_of(node), BLOBWIRE_PY, "stream", "--connect", endpoint, "--source", source_ip,
+                         "--name", parts, "--size", str(size))
+    pipeline = (f"set -o pipefail; {stream} | docker load -q && "
                 f"docker tag {shlex.quote(image_id)} {shlex.quote(image)}")
     process = subprocess.Popen([*openssh_argv(node), ssh_destination(node), f"bash -c {shlex.quote(pipeline)}"],
                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

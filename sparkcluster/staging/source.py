@@ -9,6 +9,7 @@ import subprocess
 from pathlib import Path
 
 from ..engine.command import Command
+from ..engine.remote import python_command
 from ..engine.modelref import ModelRef
 from ..engine.errors import SparkclusterError
 from .hfcache import (
@@ -63,9 +64,8 @@ def hf_token() -> str:
 
 def download_on(transport: Transport, model: ModelRef, python: str = "python3") -> None:
     token = hf_token()
-    command = Command(f"{shlex.quote(python)} -c {shlex.quote(DOWNLOAD_PY)} "
-                      f"{shlex.quote(model.repo)} {shlex.quote(model.revision)}",
-                      stdin=token + "\n", secrets=(token,), timeout=24 * 3600)
+    command = python_command(python, DOWNLOAD_PY, model.repo, model.revision, stdin=token + "\n", secrets=(token,),
+                             timeout=24 * 3600)
     result = transport.run(command)
     if result.ok:
         return

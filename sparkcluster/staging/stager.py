@@ -12,6 +12,7 @@ from typing import Any
 from ..engine.errors import SparkclusterError, UsageError
 from ..engine.inventory import Host
 from ..engine.modelref import ModelRef
+from ..engine.remote import python_of
 from ..engine.session import Session
 from ..engine.transport import openssh_argv
 from ..node.network import choose_for
@@ -58,7 +59,8 @@ class Stager:
     def bad_hashes(self, name: str, blobs: Sequence[str]) -> frozenset[str]:
         if not blobs:
             return frozenset()
-        result = self.transports[name].run(verify_command(self.scans[name].model_dir, list(blobs)))
+        transport = self.transports[name]
+        result = transport.run(verify_command(python_of(transport.host), self.scans[name].model_dir, list(blobs)))
         if not result.ok:
             raise SparkclusterError(f"{name}: could not check blob hashes: {result.stderr_tail(3)}",
                                     "is python3 installed on the node?")
@@ -150,7 +152,7 @@ def stage(session: Session, model: ModelRef, *, source: str = "auto", verify: st
         stager.scan()
         holders = [n for n, scan in stager.scans.items() if source_manifest(model, scan)]
         if not holders or (source == "head" and head.name not in holders):
-            download_on(transports[head.name], model, str(head.vars.get("python", "python3")))
+            download_on(transports[head.name], model, python_of(head))
             stager.scan()  # the head holds it now
     return stager.run(source)
 

@@ -5,7 +5,6 @@ stdin, never in argv); the blobs themselves go over plain TCP between the fabric
 from __future__ import annotations
 
 import secrets
-import shlex
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from importlib import resources
@@ -14,6 +13,7 @@ from typing import Literal, get_args
 from ..engine.command import Command
 from ..engine.errors import SparkclusterError
 from ..engine.parallel import parallel_map
+from ..engine.remote import python_command, python_of
 from ..engine.transport import Transport, Unreachable
 
 # How blobs cross between nodes: plain TCP between the fabric addresses (blobwire), or rsync over ssh.
@@ -27,18 +27,18 @@ def new_token() -> str:
     return secrets.token_hex(32)
 
 
-def _blobwire(*args: str, token: str, timeout: float) -> Command:
-    return Command(f"python3 -c {shlex.quote(BLOBWIRE_PY)} {shlex.join(args)}", stdin=token + "\n",
-                   timeout=timeout, secrets=(token,))
+def _blobwire(python: str, *args: str, token: str, timeout: float) -> Command:
+    # The token on stdin: never in argv, where any user of the node could read it.
+    return python_command(python, BLOBWIRE_PY, *args, stdin=token + "\n", timeout=timeout, secrets=(token,))
 
 
-def serve_command(bind: str, blobs_dir: str, allowed: Iterable[str], token: str) -> Command:
-    return _blobwire("serve", "--bind", bind, "--dir", blobs_dir, "--allow", ",".join(sorted(allowed)),
+def serve_command(python: str, bind: str, blobs_dir: str, allowed: Iterable[str], token: str) -> Command:
+    return _blobwire(python, "serve", "--bind", bind, "--dir", blobs_dir, "--allow", ",".join(sorted(allowed)),
                      token=token, timeout=30)
 
 
-def fetch_command(connect: str, source: str, blobs_dir: str, blob: str, size: int, token: str) -> Command:
-    return _blobwire("fetch", "--connect", connect, "--source", source, "--dir", blobs_dir, "--blob", blob,
+def fetch_command(python: str, connect: str, source: str, blobs_dir: str, blob: str, size: int, token: str) -> Command:
+    return _blobwire(python, "fetch", "--connect", connect, "--source", source, "--dir", blobs_dir, "--blob", blob,
                      "--size", str(size), token=token, timeout=24 * 3600)
 
 
@@ -79,7 +79,9 @@ def start_senders(transports: Mapping[str, Transport], blobs_dirs: Mapping[str, 
 
     def start(name: str) -> None:
         try:
-            result = transports[name].run(serve_command(addresses[name], blobs_dirs[name], allowed, token))
+            transport = transports[name]
+            command = serve_command(python_of(transport.host), addresses[name], blobs_dirs[name], allowed, token)
+            result = transport.run(command)
             if not result.ok:
                 failures[name] = (f"the blob sender did not start: {result.stderr_tail(3)}",
                                   f"check that {addresses[name]} is an address of {name} and python3 runs there")

@@ -176,10 +176,10 @@ def test_the_probe_commands_are_values_one_rank_per_node():
     commands = probe_commands(session, "192.168.177.11", "gloo", "1M", env_files, "SCRIPT", 600, None)
     rank = ("--world 2 --master-addr 192.168.177.11 --master-port 29577 --backend gloo --timeout 60 --sizes 1M 2>&1")
     assert commands == {
-        "spark-1": Command("cd; set -a; . ./.config/sparkcluster/comm.env; set +a; NCCL_DEBUG=INFO; export NCCL_DEBUG; "
-                           f"exec /usr/bin/python3 .cache/sparkcluster/nccl_probe.py --rank 0 {rank}", timeout=660),
-        "spark-2": Command("cd; set -a; . /etc/sparkcluster/comm.env; set +a; NCCL_DEBUG=INFO; export NCCL_DEBUG; "
-                           f"exec /usr/bin/python3 .cache/sparkcluster/nccl_probe.py --rank 1 {rank}", timeout=660)}
+        "spark-1": Command("cd; set -a; . ./.config/sparkcluster/comm.env || exit 1; set +a; NCCL_DEBUG=INFO; "
+                           f"export NCCL_DEBUG; exec /usr/bin/python3 -c SCRIPT --rank 0 {rank}", timeout=660),
+        "spark-2": Command("cd; set -a; . /etc/sparkcluster/comm.env || exit 1; set +a; NCCL_DEBUG=INFO; "
+                           f"export NCCL_DEBUG; exec /usr/bin/python3 -c SCRIPT --rank 1 {rank}", timeout=660)}
     in_env = probe_commands(session, "192.168.177.11", "nccl", None, env_files, "SCRIPT", 600,
                             {n: (lambda argv: Command(" ".join(argv))) for n in env_files})
     assert in_env["spark-2"] == Command("env NCCL_DEBUG=INFO python3 - --rank 1 --world 2 --master-addr 192.168.177.11 "

@@ -11,8 +11,9 @@ from dataclasses import dataclass
 
 from ...engine.steps.base import HostContext, Plan, Step, StepFailed, register
 from ...engine.command import Command
+from ...engine.remote import HF_HOME
 
-RESOLVE = 'printf "%s\\n" "${HF_HOME:-$HOME/.cache/huggingface}"; id -u; id -g'
+RESOLVE = f'printf "%s\\n" "{HF_HOME}"; id -u; id -g'
 
 
 @dataclass(frozen=True)

@@ -14,9 +14,10 @@ from dataclasses import dataclass
 from ...engine.steps.base import HostContext, Plan, Step, StepFailed, register
 from .preflight import qsfp_of
 from ...engine.command import Command
+from ...engine.remote import STRICT_SSH
 
 KEY = "~/.ssh/id_ed25519"
-PROBE_OPTS = "-o BatchMode=yes -o StrictHostKeyChecking=yes -o ConnectTimeout=10"
+PROBE_OPTS = " ".join([*STRICT_SSH, "-o", "ConnectTimeout=10"])
 AUTHORIZE = ('umask 077; mkdir -p ~/.ssh; k=$(cat); touch ~/.ssh/authorized_keys; '
              'grep -qxF "$k" ~/.ssh/authorized_keys || printf "%s\\n" "$k" >> ~/.ssh/authorized_keys')
 
