@@ -12,6 +12,7 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
+from ipaddress import IPv4Interface
 
 from .command import Command
 from .parallel import parallel_map
@@ -99,8 +100,14 @@ class Interface:
     name: str
     state: str  # UP, DOWN, UNKNOWN ...
     mtu: int
-    ipv4: tuple[str, ...] = ()  # "a.b.c.d/prefix"
+    ipv4: tuple[IPv4Interface, ...] = ()  # address and prefix; "a.b.c.d/prefix" text is parsed here, once
     speed_mbps: int | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "ipv4", tuple(IPv4Interface(a) for a in self.ipv4))
+
+    def has_ip(self, ip: str) -> bool:
+        return any(str(a.ip) == ip for a in self.ipv4)
 
 
 @dataclass(frozen=True)
@@ -141,7 +148,10 @@ class HostFacts:
         return next((i for i in self.interfaces if i.name == name), None)
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        doc = asdict(self)
+        for interface in doc["interfaces"]:
+            interface["ipv4"] = [str(a) for a in interface["ipv4"]]
+        return doc
 
 
 PROBE = Command(PROBE_SCRIPT, timeout=60)
@@ -255,7 +265,7 @@ def parse_ip_addr(text: str, speeds: dict[str, int | None]) -> tuple[Interface, 
     out = []
     for link in links:
         name = link.get("ifname", "")
-        ipv4 = tuple(f"{a['local']}/{a['prefixlen']}" for a in link.get("addr_info", []) if a.get("family") == "inet")
+        ipv4 = tuple(IPv4Interface(f"{a['local']}/{a['prefixlen']}") for a in link.get("addr_info", []) if a.get("family") == "inet")
         out.append(Interface(name, link.get("operstate", "UNKNOWN"), int(link.get("mtu", 0)), ipv4, speeds.get(name)))
     return tuple(out)
 

@@ -254,7 +254,7 @@ def facts_table(console: Console, host: str, address: str, facts: HostFacts) -> 
         if i.name == "lo":
             continue
         speed = f"{i.speed_mbps // 1000} Gb/s" if i.speed_mbps else "speed ?"
-        table.add_row(f"  {i.name}", f"{i.state:<7} {' '.join(i.ipv4) or '-':<18} mtu {i.mtu:<5} {speed}")
+        table.add_row(f"  {i.name}", f"{i.state:<7} {' '.join(map(str, i.ipv4)) or '-':<18} mtu {i.mtu:<5} {speed}")
     d = facts.docker
     docker = ("not installed" if not d.installed else
               f"{'daemon up' if d.daemon_up else '[red]daemon down[/red]'}, "

@@ -40,22 +40,14 @@ class VerifyResult:
 
 
 def interface_of(facts: HostFacts, ip: str) -> str | None:
-    for iface in facts.interfaces:
-        for cidr in iface.ipv4:
-            if cidr.split("/")[0] == ip:
-                return iface.name
-    return None
+    return next((i.name for i in facts.interfaces if i.has_ip(ip)), None)
 
 
 def _network_of(facts: HostFacts, ip: str) -> str | None:
     """The interface whose subnet holds `ip` (for a peer's address seen from this node)."""
     address = ipaddress.ip_address(ip)
-    for iface in facts.interfaces:
-        for cidr in iface.ipv4:
-            network = ipaddress.IPv4Interface(cidr).network
-            if address.version == network.version and address in network:
-                return iface.name
-    return None
+    return next((i.name for i in facts.interfaces for a in i.ipv4
+                 if address.version == a.network.version and address in a.network), None)
 
 
 TORCH_CHECK = "import torch; print(torch.cuda.is_available())"

@@ -109,7 +109,7 @@ def in_use(fabric: Sequence[HostFacts]) -> tuple[str, str]:
         for index, netdev in enumerate(netdevs[:2]):
             interface = facts.interface(netdev)
             for cidr in interface.ipv4 if interface else ():
-                seen[index][str(IPv4Interface(cidr).network)] += 1
+                seen[index][str(cidr.network)] += 1
     return (seen[0].most_common(1)[0][0] if seen[0] else DEFAULT_SUBNETS[0],
             seen[1].most_common(1)[0][0] if seen[1] else DEFAULT_SUBNETS[1])
 
@@ -156,7 +156,7 @@ def plan_addresses(inventory: Inventory, host: Host, facts: HostFacts, config: F
         if interface is None:
             raise FabricError(f"{host.name}: {netdev} has an Up RDMA device but no network interface",
                               "check the mlx5 driver (`ibdev2netdev` and `ip link` must agree)")
-        existing = [IPv4Interface(c) for c in interface.ipv4]
+        existing = list(interface.ipv4)
         if existing:  # kept as it is, whoever set it
             twins.append(Twin(netdev, existing[0].network, existing[0], interface.mtu, False, netdev in managed_now))
             continue
@@ -182,7 +182,7 @@ def collisions(plan: AddressPlan, facts: HostFacts) -> list[str]:
             if interface.name in fabric_netdevs:
                 continue
             for cidr in interface.ipv4:
-                network = IPv4Interface(cidr).network
+                network = cidr.network
                 if network.overlaps(twin.subnet):
                     problems.append(f"the fabric subnet {twin.subnet} for {twin.netdev} overlaps {network} on "
                                     f"{interface.name}")

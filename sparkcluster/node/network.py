@@ -223,7 +223,7 @@ def _check_pinned_interface(facts: HostFacts, up: Sequence[RdmaDevice], name: st
 
 def _interface_with(facts: HostFacts, candidates: Sequence[str], up: Sequence[RdmaDevice], ip: str) -> str:
     """The Up QSFP netdev that carries the pinned fabric_ip."""
-    carriers = [i.name for i in facts.interfaces if any(str(IPv4Interface(a).ip) == ip for a in i.ipv4)]
+    carriers = [i.name for i in facts.interfaces if i.has_ip(ip)]
     usable = [n for n in candidates if n in carriers]
     if usable:
         return usable[0]
@@ -233,13 +233,13 @@ def _interface_with(facts: HostFacts, candidates: Sequence[str], up: Sequence[Rd
                     "set fabric_ip to one of the QSFP addresses, or leave it out to detect it")
 
 
-def _choose_address(netdev: str, ipv4: Sequence[str], pin_ip: str | None) -> IPv4Interface:
-    addresses = [IPv4Interface(a) for a in ipv4]
+def _choose_address(netdev: str, ipv4: Sequence[IPv4Interface], pin_ip: str | None) -> IPv4Interface:
+    addresses = list(ipv4)
     if pin_ip is None:
         return addresses[0]  # autodiscover.sh takes the first too (`head -n 1`)
     match = [a for a in addresses if str(a.ip) == pin_ip]
     if not match:
-        raise QsfpError(f"fabric_ip {pin_ip} is not an address of {netdev} (it has {', '.join(ipv4)})",
+        raise QsfpError(f"fabric_ip {pin_ip} is not an address of {netdev} (it has {', '.join(map(str, ipv4))})",
                         f"set fabric_ip to {addresses[0].ip}, or add it: `sudo ip addr add {pin_ip}/24 dev {netdev}`")
     return match[0]
 
@@ -249,8 +249,7 @@ def _check_subnets(facts: HostFacts, netdev: str, address: IPv4Interface, twins:
     for interface in facts.interfaces:
         if interface.name == netdev:
             continue
-        for text in interface.ipv4:
-            other = IPv4Interface(text)
+        for other in interface.ipv4:
             if other.network.overlaps(address.network):
                 what = f"its twin {interface.name}" if interface.name in twins else interface.name
                 moved = IPv4Interface((int(other.ip) + other.network.num_addresses, other.network.prefixlen))
@@ -273,11 +272,11 @@ def _mapped_ip(gid: Gid) -> IPv4Address:
 
 
 # ---- warnings --------------------------------------------------------------------------------------------
-def _address_warnings(facts: HostFacts, netdev: str, twins: Sequence[str], ipv4: Sequence[str],
+def _address_warnings(facts: HostFacts, netdev: str, twins: Sequence[str], ipv4: Sequence[IPv4Interface],
                       pin_ip: str | None) -> list[str]:
     warnings = []
     if len(ipv4) > 1 and pin_ip is None:
-        warnings.append(f"{netdev} has {len(ipv4)} IPv4 addresses ({', '.join(ipv4)}); using the first "
+        warnings.append(f"{netdev} has {len(ipv4)} IPv4 addresses ({', '.join(map(str, ipv4))}); using the first "
                         "(set fabric_ip to choose another)")
     for twin in twins:
         if twin != netdev and not _ipv4(facts, twin):
@@ -340,7 +339,7 @@ def _gid_warnings(facts: HostFacts, hca: RdmaDevice, gid: Gid | None, ip: IPv4Ad
 
 
 # ---- small helpers ---------------------------------------------------------------------------------------
-def _ipv4(facts: HostFacts, netdev: str) -> tuple[str, ...]:
+def _ipv4(facts: HostFacts, netdev: str) -> tuple[IPv4Interface, ...]:
     interface = facts.interface(netdev) if netdev else None
     return interface.ipv4 if interface else ()
 

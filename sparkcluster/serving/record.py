@@ -123,8 +123,8 @@ def fabric_ips(session: Session) -> dict[str, str]:
 def other_ips(session: Session) -> dict[str, list[str]]:
     """Every other address of each node: joining Ray on one of these is a misconfiguration to name."""
     fabric = fabric_ips(session)
-    return {h.name: [cidr.split("/")[0] for i in session.facts[h.name].interfaces for cidr in i.ipv4
-                     if cidr.split("/")[0] != fabric[h.name]] + [h.address] for h in session.hosts}
+    return {h.name: [str(a.ip) for i in session.facts[h.name].interfaces for a in i.ipv4
+                     if str(a.ip) != fabric[h.name]] + [h.address] for h in session.hosts}
 
 
 def endpoint(head: Host, port: int) -> str:

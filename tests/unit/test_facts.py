@@ -1,5 +1,6 @@
 """Fact parsers on outputs captured from real Sparks (reference/spark-captures.md) and their variations."""
 
+from ipaddress import IPv4Interface
 from pathlib import Path
 
 import pytest
@@ -21,7 +22,7 @@ def test_whole_probe_from_a_real_spark():
     assert [(d.hca, d.netdev, d.up) for d in f.rdma if d.up] == [
         ("roceP2p1s0f1", "enP2p1s0f1np1", True), ("rocep1s0f1", "enp1s0f1np1", True)]
     qsfp = f.interface("enp1s0f1np1")
-    assert qsfp.ipv4 == ("192.168.177.11/24",) and qsfp.mtu == 9000 and qsfp.speed_mbps == 200000
+    assert qsfp.ipv4 == (IPv4Interface("192.168.177.11/24"),) and qsfp.mtu == 9000 and qsfp.speed_mbps == 200000
     assert f.interface("enp1s0f0np0").speed_mbps is None  # "Unknown!" and sysfs -1: no link
     assert f.interface("enP7s7").speed_mbps == 10000
     v2_ipv4 = [g for g in f.gids if g.type == "RoCE v2" and g.ipv4_mapped and g.hca == "rocep1s0f1"]
@@ -35,7 +36,7 @@ def test_whole_probe_from_a_simulated_spark_with_docker_denied():
     assert f.hostname == "spark-1" and f.gpu.driver_version == "590.48.01"
     assert f.docker.installed and f.docker.daemon_up and not f.docker.usable
     assert "permission denied" in f.docker.error
-    assert f.interface("enP2p1s0f1np1").ipv4 == ("10.100.1.11/24",)
+    assert f.interface("enP2p1s0f1np1").ipv4 == (IPv4Interface("10.100.1.11/24"),)
 
 
 @pytest.mark.parametrize("lines,expected", [

@@ -64,7 +64,7 @@ class SshMesh(Step):
             if facts is None:
                 continue
             q = qsfp_of(ctx, h.name)
-            addresses = tuple(a.split("/")[0] for twin in q.twins if (i := facts.interface(twin)) for a in i.ipv4)
+            addresses = tuple(str(a.ip) for twin in q.twins if (i := facts.interface(twin)) for a in i.ipv4)
             out[h.name] = Node(facts.user, q.ip, addresses or (q.ip,))
         return out
 
