@@ -44,7 +44,7 @@ def timed_serve(inventory: Path, args: list[str], config: str) -> tuple[float, d
     if result.returncode != 0:
         raise SystemExit(f"serve {' '.join(args)} failed:\n{result.stderr[-3000:]}")
     cli(inventory, "down", config=config)
-    time.sleep(5)  # a placement group stays reserved a few seconds after vLLM exits (vllm-cpu.md)
+    time.sleep(5)  # a placement group stays reserved a few seconds after vLLM exits
     return wall, json.loads(result.stdout)
 
 

@@ -27,7 +27,7 @@ def exports(env: Mapping[str, str]) -> str:
 
 def shell_path(path: str) -> str:
     """A path as one quoted shell word; `~/x` stays relative to the remote user's $HOME, which only the
-    remote shell knows (DESIGN.md §5: remote paths are resolved on the remote host)."""
+    remote shell knows: a remote path is resolved on the remote host, never copied from this machine."""
     if path == "~":
         return '"$HOME"'
     if path.startswith("~/"):

@@ -1,4 +1,5 @@
-"""Errors that reach the user: what is wrong and how to fix it, with the exit code of DESIGN.md §5."""
+"""Errors that reach the user: what is wrong and how to fix it, with the exit code (2: bad input, refused
+before any connection; 1: a host failed or was unreachable; 130: interrupted)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""What the runner reports while it works. The runner emits these and never prints (DESIGN.md §2)."""
+"""What the runner reports while it works. The runner emits these and never prints: how they
+look (a live table, plain lines, --json) is the reporter's business (report.py)."""
 
 from __future__ import annotations
 

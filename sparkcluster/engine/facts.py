@@ -1,6 +1,6 @@
 """Host facts: one batched probe per host (a single remote command), parsed into typed HostFacts.
 
-The parsers are pure functions tested on outputs captured on real Sparks (reference/spark-captures.md).
+The parsers are pure functions tested on outputs captured on real Sparks (tests/fixtures/).
 Facts cover what does not change during a run; a step probes what it mutates itself, inside check().
 """
 

@@ -1,5 +1,5 @@
 """argparse `type=` checks for the numbers and lists the commands take, so a bad flag is exit 2 with its name
-before anything connects (DESIGN.md §5). Each raises ArgumentTypeError, which argparse prints as
+before anything connects. Each raises ArgumentTypeError, which argparse prints as
 `argument --FLAG: MESSAGE` and turns into exit 2.
 
 Here in engine so that cli.py and every wing's sub-commands share them without importing cli.

@@ -1,8 +1,8 @@
 """Reading NCCL_DEBUG=INFO logs and the probe's output: what each rank's own lines say it used.
 
-Pure functions over text. The line shapes and the bandwidth figures
-are those of reference/spark-captures.md ("NCCL log lines") and dual-node-spec.md §2.5, §2.6, §3.4 and §4 (F1-F8).
-Bandwidth alone is not proof of RDMA (§2.6), so the transport lines decide and the bandwidth only adds to them.
+Pure functions over text. The line shapes are those NCCL prints on real Sparks (tests/fixtures/nccl holds them),
+and the failures they reveal are docs/failure-modes.md F1-F8. Bandwidth alone is not proof of RDMA, so the
+transport lines decide and the bandwidth only adds to them.
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 DEFAULT_SIZES = "1M,16M,64M,256M,1G"
-# A 16 GB nccl-tests buffer (about 32 GB per node of unified memory) froze Sparks (dual-node-spec.md F4).
+# A 16 GB nccl-tests buffer (about 32 GB per node of unified memory) froze Sparks (docs/failure-modes.md F4).
 DEFAULT_MAX_BYTES = 1 << 30
 OPS = ("all_reduce", "all_gather", "reduce_scatter")
 FLOAT_BYTES = 4

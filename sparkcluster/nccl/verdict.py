@@ -1,6 +1,6 @@
 """The verdict over what the logs say: did NCCL run over RDMA on the QSFP link? Each finding names its cause and
-its fix (dual-node-spec.md §4, F1-F8). Bandwidth alone is not proof of RDMA (§2.6): the transport lines decide
-and the bandwidth only adds to them."""
+its fix (docs/failure-modes.md F1-F8). Bandwidth alone is not proof of RDMA (a socket run over a fast link can
+look plausible at small sizes): the transport lines decide and the bandwidth only adds to them."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ LARGE_BYTES = 64 << 20  # below this, per-call latency dominates and busbw says 
 MANAGEMENT_INTERFACES = ("enP7s7",)
 
 _RDMA = frozenset({"NET/IB", "NET/IBext"})
-# The two twins (PCIe functions) of QSFP port N are rocep1s0fN and roceP2p1s0fN (spark-captures.md, ibdev2netdev).
+# The two twins (PCIe functions) of QSFP port N are rocep1s0fN and roceP2p1s0fN (as `ibdev2netdev` on a Spark prints them).
 _SPARK_HCA = re.compile(r"roce(?:P2)?p1s0f([01])")
 
 class VerdictStatus(StrEnum):

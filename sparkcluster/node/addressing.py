@@ -1,8 +1,8 @@
 """The QSFP fabric's addresses, planned from facts: which port is cabled, which of its twins lack an IPv4
 address, what each gets, and the netplan file that keeps it across reboots. Pure functions; the step in
-steps/fabric.py carries the plan out.
+steps/addresses.py carries the plan out.
 
-The layout is the one real Sparks need (dual-node-spec.md §1.3, eugr's NETWORKING.md, NVIDIA's playbook): each
+The layout is the one eugr's networking guide and NVIDIA's playbook give real Sparks: each
 twin of the cabled port on its own subnet, one address per node per subnet, MTU 9000. A direct cable and a
 switch use the same scheme. Addresses a user already gave a twin are kept, never renumbered.
 """

@@ -1,8 +1,8 @@
 """Which QSFP interface, RDMA devices and GID each node binds its comm traffic to, and the env that says so.
 
 Pure functions over one node's own HostFacts. Each node is configured from its own interfaces, never from the
-head's names, so nodes cabled on different ports still bind to their own link (dual-node-spec.md F19, F22).
-The detection follows eugr's autodiscover.sh (§1.3) so that the resulting env matches his setup (§3.2 item 14).
+head's names, so nodes cabled on different ports still bind to their own link (docs/failure-modes.md F19, F22).
+The detection follows eugr's autodiscover.sh so that the resulting env matches his setup.
 """
 
 from __future__ import annotations

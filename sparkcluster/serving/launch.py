@@ -1,5 +1,5 @@
 """The command lines of a served cluster, as values: Ray's start commands, the vllm_node container, and
-`vllm serve` for both launchers (dual-node-spec.md §1.4-§1.6 and §3.2). Pure functions: tests compare
+`vllm serve` for both launchers, as eugr's launcher writes them. Pure functions: tests compare
 them with eugr's exact lines."""
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ DEFAULT_IMAGE = "vllm-node"
 RAY_PORT = 6379
 DASHBOARD_PORT = 8265
 DEFAULT_VLLM_PORT = 8000
-NATIVE_MASTER_PORT = 29501  # eugr's later no-Ray default (dual-node-spec.md §1.9)
+NATIVE_MASTER_PORT = 29501  # eugr's default master port for vLLM's own multi-node mode (no Ray)
 CONTAINER_HF_HOME = "/root/.cache/huggingface"
 # Resolved by the node's own shell, never from local values (F14).
 NODE_HF_HOME = f'"{HF_HOME}"'

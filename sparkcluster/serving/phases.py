@@ -31,7 +31,7 @@ from .recipes import Recipe, merged_flags
 from .record import ProbeSummary, ServeRecord, Serving, clear_record, endpoint, fabric_ips, write_record
 from .runtime import RuntimeChoice
 
-# A placement group stays reserved a few seconds after its vLLM exits (vllm-cpu.md): a new one must wait.
+# A placement group stays reserved a few seconds after its vLLM exits: a new one must wait.
 PLACEMENT_GROUP_RELEASE_S = 5
 T = TypeVar("T")
 

@@ -1,5 +1,5 @@
 """Is vLLM serving? /health 200, /v1/models lists the served name, one short completion succeeds (which also
-warms the JIT: seed-recipes.md §3). Each step has a deadline; between polls the caller checks that the
+warms the JIT: the first request after a boot otherwise pays about 25 s of it). Each step has a deadline; between polls the caller checks that the
 server's processes still live, since a poll on /health alone keeps waiting after the server died."""
 
 from __future__ import annotations

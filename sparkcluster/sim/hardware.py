@@ -2,7 +2,8 @@
 
 The emulators themselves (nvidia-smi, ibdev2netdev, ethtool, the NVIDIA container hook) are small scripts in
 host/; this module renders the data they read: /etc/sparkcluster-sim/hardware.json and a
-/sys/class/infiniband tree shaped like the mlx5 driver's (reference/spark-captures.md).
+/sys/class/infiniband tree shaped like the mlx5 driver's on a real Spark
+(tests/fixtures/probe-spark.txt holds one such Spark's outputs).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The shape of a simulated cluster: host names, NICs, addresses and RDMA devices (pure data, no I/O).
 
 A DGX Spark has a 10 GbE management port (enP7s7) and two QSFP ports; each QSFP port shows up as two
-"twin" netdevs with an RDMA device each (reference/spark-captures.md). Only the cabled port's twins carry
+"twin" netdevs with an RDMA device each (tests/fixtures/probe-spark.txt). Only the cabled port's twins carry
 traffic; the other port's twins exist but are down, as on a real Spark.
 """
 

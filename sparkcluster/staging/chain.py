@@ -6,7 +6,7 @@ Blobs travel over plain TCP between the nodes' fabric addresses (`--transport tc
 `blobwire.py`), hashed as they arrive, or with rsync over ssh between the nodes themselves (`--transport
 ssh`). Either way interrupted blobs wait in a hidden partial dir and resume, each received blob is checked
 against the hash in its name, and links and then the ref are written last, so an interrupted copy never looks
-complete (reference/dual-node-spec.md F14/F15).
+complete (docs/failure-modes.md F14, F15).
 """
 
 from __future__ import annotations

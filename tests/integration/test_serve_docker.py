@@ -1,6 +1,6 @@
 """`sparkcluster serve` with the docker runtime on simulated Sparks: real Docker engines, a test image with a
 real Ray and a stand-in vLLM (it records its arguments and environment and reserves a real Ray placement
-group), real HTTP. Checks eugr's exact container (dual-node-spec.md §3.2) and what sparkcluster does better."""
+group), real HTTP. Checks eugr's exact container and what sparkcluster does better."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Fact parsers on outputs captured from real Sparks (reference/spark-captures.md) and their variations."""
+"""Fact parsers on outputs captured from real Sparks (tests/fixtures/) and their variations."""
 
 from ipaddress import IPv4Interface
 from pathlib import Path

@@ -158,7 +158,7 @@ def test_the_ring_listing_is_not_a_connection():
 
 
 def test_the_captured_lines_without_prefix():
-    """spark-captures.md's own lines, verbatim: one RankLog for the whole text."""
+    """Lines from a real Spark's NCCL log, verbatim: one RankLog for the whole text."""
     healthy = ("NCCL INFO NCCL_IB_HCA set to roceP2p1s0f0,rocep1s0f0\n"
                "NCCL INFO NET/IB : Using [0]rocep1s0f0:1/RoCE [1]roceP2p1s0f0:1/RoCE [RO]; "
                "OOB enp1s0f0np0:192.168.100.10<0>\n"

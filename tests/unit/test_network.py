@@ -81,7 +81,7 @@ def test_real_spark_cabled_on_port_1():
                                 gid_index=3, mtu=9000, speed_mbps=200000, source="detected", warnings=())
     env = comm_env(choice)
     assert env == SPARK_ENV
-    assert list(env) == list(SPARK_ENV)  # the order is part of the contract (dual-node-spec §1.5)
+    assert list(env) == list(SPARK_ENV)  # the order is part of the contract: eugr's env file lists them so
 
 
 def test_simulated_spark():

@@ -1,7 +1,7 @@
 """`bootstrap --check` shows exactly what would run: the runner in check mode, over the plan cases of
 tests/fixtures/steps, rendered by the report's JSON and plain-text reporters. Shell lines are under "commands",
 files written through SFTP under "uploads", and what is done otherwise (on other nodes, by staging) in words under
-"notes", never among the commands (DESIGN.md §4; architecture review §3)."""
+"notes", never among the commands."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The emulated hardware tools print exactly the shapes captured on real Sparks (reference/spark-captures.md)."""
+"""The emulated hardware tools print exactly the shapes captured on real Sparks (tests/fixtures/probe-spark.txt)."""
 
 import json
 import subprocess

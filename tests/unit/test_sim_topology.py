@@ -84,7 +84,7 @@ def test_lan_shaping_limits_both_directions_of_every_management_link():
 
 
 def test_ipv4_mapped_gid_matches_the_captured_spark_format():
-    # reference/spark-captures.md: 192.168.177.11 -> 0000:0000:0000:0000:0000:ffff:c0a8:b10b
+    # as a real Spark's sysfs GID table shows it: 192.168.177.11 -> 0000:0000:0000:0000:0000:ffff:c0a8:b10b
     assert _ipv4_gid(ipaddress.IPv4Address("192.168.177.11")) == "0000:0000:0000:0000:0000:ffff:c0a8:b10b"
 
 

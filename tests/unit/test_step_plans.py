@@ -1,4 +1,4 @@
-"""Step plans as data (DESIGN.md §6): facts parsed from a real Spark's probe and scripted command outputs in,
+"""Step plans as data: facts parsed from a real Spark's probe and scripted command outputs in,
 the exact Plan out (reason, commands as values, uploads, notes, warnings, diff), through a strict transport that
 fails on any command a case does not list. Change cases also apply the plan (with a new instance of the step, so
 nothing may be kept on it between check and apply) and check again, which must be a no-op.
@@ -250,7 +250,7 @@ def test_the_cases_cover_the_engines_steps_and_nothing_else():
 
 def test_a_file_write_is_shown_as_the_upload_it_is_with_a_home_relative_path_kept_relative():
     """A file is written through SFTP, so the plan shows an Upload and no shell line that would never run; the
-    default comm.env path stays `~/`, resolved on the remote host (DESIGN.md §5), as the write itself is."""
+    default comm.env path stays `~/`, resolved on the remote host, as the write itself is."""
     world = World({"_probes": {}, "given": {}})
     plan = make_step({"step": "comm.env"}).check(world.context())
     assert plan.commands == () and plan.notes == ()

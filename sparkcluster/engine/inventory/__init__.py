@@ -2,7 +2,7 @@
 
 Two formats become the same `Inventory`: sparkcluster's own (name, vars, groups, hosts, models) and
 Ansible's YAML inventory, read as is so one file can drive both tools. Every problem is an InventoryError
-that starts with `file:line:` and carries a fix (DESIGN.md §5).
+that starts with `file:line:` and carries a fix, and is exit 2 before any connection.
 """
 
 from __future__ import annotations

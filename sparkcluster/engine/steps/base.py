@@ -1,4 +1,4 @@
-"""The Step contract (DESIGN.md §4): check() only reads and returns a Plan; apply() carries it out;
+"""The Step contract: check() only reads and returns a Plan; apply() carries it out;
 afterwards check() must return a no-op, or the step failed to converge."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""docker.group: the login user may talk to the Docker daemon without sudo (dual-node-spec.md F12)."""
+"""docker.group: the login user may talk to the Docker daemon without sudo (docs/failure-modes.md F12)."""
 
 from __future__ import annotations
 

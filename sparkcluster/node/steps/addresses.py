@@ -23,7 +23,7 @@ from .preflight import NoArgs, facts_of
 
 STATE_DIR = "/var/lib/sparkcluster/fabric"  # root-owned: the previous file, the rollback script, its outcome
 NETPLAN_FIX = ("install netplan (DGX OS and Ubuntu ship netplan.io: sudo apt-get install netplan.io), or give the "
-               "QSFP twins their addresses yourself (shared/reference/dual-node-spec.md §1.3)")
+               "QSFP twins their addresses yourself: each twin of the cabled port on a /24 of its own, MTU 9000")
 RECONNECT_GRACE_S = 60  # after the watchdog's deadline, how long to wait for the node to answer again
 LIVE_DELAY_S = 1  # between the session that arms the change and the change itself
 

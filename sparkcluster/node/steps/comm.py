@@ -1,7 +1,8 @@
 """comm.env: the node's comm variables, all bound to its own QSFP interface, in one env file.
 
 This is what serve hands to the containers (`docker run --env-file`) and to host-mode Ray/vLLM
-(`set -a; . FILE`). Values come from this node's facts only (dual-node-spec.md §1.5, §3.2 item 14).
+(`set -a; . FILE`). Values come from this node's facts only: a worker that copies the head's interface names
+binds to a port it may not have cabled (docs/failure-modes.md F19, F22).
 """
 
 from __future__ import annotations

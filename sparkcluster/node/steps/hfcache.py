@@ -1,7 +1,7 @@
 """hfcache.dir: the Hugging Face cache exists on every node and belongs to the login user.
 
 Containers that download as root leave root-owned files that later break rsync and offline loads
-(dual-node-spec.md F14); they are given back. The path is resolved on the node itself.
+(docs/failure-modes.md F14); they are given back. The path is resolved on the node itself.
 """
 
 from __future__ import annotations

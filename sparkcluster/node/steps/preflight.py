@@ -1,6 +1,7 @@
 """Preflight checks: read-only steps that pass (ok, maybe with warnings) or fail with the fix.
 
-Each node is judged on its own facts; nothing is copied from the head (dual-node-spec.md §3.1, §4).
+Each node is judged on its own facts; nothing is copied from the head, since nodes differ (a
+port cabled on one and not the other, an older driver: docs/failure-modes.md F13, F22).
 """
 
 from __future__ import annotations
