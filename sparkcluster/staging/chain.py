@@ -142,8 +142,8 @@ class Chain:
         self.senders, failures = start_senders(
             self.transports, {n: f"{self.job.scans[n].model_dir}/blobs" for n in feeders},
             {n: self.addresses[n] for n in feeders}, [self.addresses[n] for n in self.chain], self.token)
-        for name, (error, fix) in failures.items():
-            self._fail(name, error, f"{fix}; or stage with --transport ssh")
+        for name, failure in failures.items():
+            self._fail(name, failure.message, f"{failure.fix}; or stage with --transport ssh")
 
     # ---- per node --------------------------------------------------------------------------------------
     def _run(self, name: str, command: Command) -> bool:

@@ -185,8 +185,7 @@ class HeadSender:
         senders, failures = start_senders({name: self.transport}, {name: WORK_DIR}, {name: self.fabric_ip}, allowed,
                                           self.token)
         if failures:
-            error, fix = failures[name]
-            raise SparkclusterError(f"{name}: {error}", fix)
+            raise SparkclusterError(f"{name}: {failures[name].message}", failures[name].fix)
         self.sender = senders[name]
         return self.sender.endpoint
 

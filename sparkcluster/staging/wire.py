@@ -12,6 +12,7 @@ from typing import Literal, get_args
 
 from ..engine.command import Command
 from ..engine.errors import SparkclusterError
+from ..engine.events import Failure
 from ..engine.parallel import parallel_map
 from ..engine.remote import python_command, python_of
 from ..engine.transport import Transport, Unreachable
@@ -70,11 +71,11 @@ def parse_started(name: str, address: str, stdout: str) -> Sender:
 
 
 def start_senders(transports: Mapping[str, Transport], blobs_dirs: Mapping[str, str], addresses: Mapping[str, str],
-                  allowed: Iterable[str], token: str) -> tuple[dict[str, Sender], dict[str, tuple[str, str]]]:
+                  allowed: Iterable[str], token: str) -> tuple[dict[str, Sender], dict[str, Failure]]:
     """A sender on each named node, bound to its address, serving its blobs dir to `allowed` only. Returns
-    the senders and, for nodes where none started, (error, fix)."""
+    the senders and, for nodes where none started, why."""
     senders: dict[str, Sender] = {}
-    failures: dict[str, tuple[str, str]] = {}
+    failures: dict[str, Failure] = {}
     allowed = list(allowed)
 
     def start(name: str) -> None:
@@ -83,12 +84,13 @@ def start_senders(transports: Mapping[str, Transport], blobs_dirs: Mapping[str, 
             command = serve_command(python_of(transport.host), addresses[name], blobs_dirs[name], allowed, token)
             result = transport.run(command)
             if not result.ok:
-                failures[name] = (f"the blob sender did not start: {result.stderr_tail(3)}",
-                                  f"check that {addresses[name]} is an address of {name} and python3 runs there")
+                failures[name] = Failure(f"the blob sender did not start: {result.stderr_tail(3)}",
+                                         f"check that {addresses[name]} is an address of {name} and python3 runs there",
+                                         command.display(), result.exit_code, result.stderr_tail())
                 return
             senders[name] = parse_started(name, addresses[name], result.stdout)
         except SparkclusterError as e:  # Unreachable included
-            failures[name] = (e.message, e.fix)
+            failures[name] = Failure(e.message, e.fix)
 
     parallel_map(start, list(blobs_dirs), workers=max(1, len(blobs_dirs)))
     return senders, failures
