@@ -6,25 +6,25 @@ copy-on-write overlay of `/`, a real OpenSSH sshd as PID 1 and, optionally, its 
 
 from __future__ import annotations
 
-from typing import Any
-
 import os
 import shutil
 import subprocess
-import sys
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 import yaml
 
 from ..engine.errors import SparkclusterError, UsageError
+from ..engine.remote import STRICT_SSH
 from . import hardware
 from . import machine
 from . import hostproc
 from . import netns
 from . import prerequisites
+from .inventory import inventory_doc
 from .state import ClusterState, HostState, existing_names, locked, sim_root
 from .topology import HostSpec, Subnets, Topology, build_topology
 
@@ -183,41 +183,14 @@ class SimCluster:
         host = self.host(name)
         address = host.mgmt_ip if via == "mgmt" else host.fabric_ips[0]
         return [
-            "ssh", "-F", "/dev/null", "-i", str(self.client_key), "-o", "IdentitiesOnly=yes", "-o", "BatchMode=yes",
-            "-o", f"UserKnownHostsFile={self.known_hosts}", "-o", "StrictHostKeyChecking=yes",
+            "ssh", "-F", "/dev/null", "-i", str(self.client_key), "-o", "IdentitiesOnly=yes", *STRICT_SSH,
+            "-o", f"UserKnownHostsFile={self.known_hosts}",
             f"{user or self.state.user}@{address}",
         ]
 
     def write_inventory(self) -> None:
         """An inventory in sparkcluster's own format, usable as is: `sparkcluster bootstrap <this file>`."""
-        doc: dict[str, Any] = {
-            "name": self.state.name,
-            "vars": {
-                "user": self.state.user,
-                "key": str(self.client_key),
-                "known_hosts": str(self.known_hosts),
-                # The hosts see this machine's files through their lower layer: the interpreter running
-                # sparkcluster (with torch, where installed) serves as the nodes' Python for verify.
-                "python": sys.executable,
-                # Ray finds a Spark's GB10 by itself; the emulated GPU is invisible to it, so declare it.
-                "ray_num_gpus": 1,
-            },
-            "hosts": {
-                h.name: {"address": h.mgmt_ip, "role": "head" if h.index == 1 else "worker"}
-                for h in self.topology.hosts
-            },
-        }
-        if not self.state.fabric_addresses:
-            # bootstrap addresses the twins; inside this cluster's own subnets, which cannot leave the machine.
-            doc["vars"]["fabric"] = {"subnets": [str(n) for n in self.topology.subnets.fabric]}
-        if self.state.vllm_env:
-            # A CPU build of vLLM stands in for a Spark's: a small KV cache, and one core per
-            # host, since with automatic binding every host's rank picks core 0.
-            doc["vars"]["python_env"] = self.state.vllm_env
-            doc["vars"]["serve_env"] = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_NO_USAGE_STATS": "1"}
-            cores = os.cpu_count() or 1
-            for h in self.topology.hosts:
-                doc["hosts"][h.name]["vars"] = {"serve_env": {"VLLM_CPU_OMP_THREADS_BIND": str((h.index - 1) % cores)}}
+        doc = inventory_doc(self.state, self.topology, self.client_key, self.known_hosts)
         header = f"# Simulated DGX Spark cluster {self.state.name!r}, written by `sparkcluster sim up`.\n"
         tmp = self.inventory_path.with_suffix(".tmp")
         tmp.write_text(header + yaml.safe_dump(doc, sort_keys=False))

@@ -1,0 +1,44 @@
+"""The inventory `sim up` writes for its cluster: sparkcluster's own format, usable as is
+(`sparkcluster bootstrap <file>`), with what the simulated hosts need that a real Spark would not."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from .state import ClusterState
+from .topology import Topology
+
+
+def inventory_doc(state: ClusterState, topology: Topology, client_key: Path, known_hosts: Path) -> dict[str, Any]:
+    doc: dict[str, Any] = {
+        "name": state.name,
+        "vars": {
+            "user": state.user,
+            "key": str(client_key),
+            "known_hosts": str(known_hosts),
+            # The hosts see this machine's files through their lower layer: the interpreter running
+            # sparkcluster (with torch, where installed) serves as the nodes' Python for verify.
+            "python": sys.executable,
+            # Ray finds a Spark's GB10 by itself; the emulated GPU is invisible to it, so declare it.
+            "ray_num_gpus": 1,
+        },
+        "hosts": {
+            h.name: {"address": h.mgmt_ip, "role": "head" if h.index == 1 else "worker"}
+            for h in topology.hosts
+        },
+    }
+    if not state.fabric_addresses:
+        # bootstrap addresses the twins; inside this cluster's own subnets, which cannot leave the machine.
+        doc["vars"]["fabric"] = {"subnets": [str(n) for n in topology.subnets.fabric]}
+    if state.vllm_env:
+        # A CPU build of vLLM stands in for a Spark's: a small KV cache, and one core per
+        # host, since with automatic binding every host's rank picks core 0.
+        doc["vars"]["python_env"] = state.vllm_env
+        doc["vars"]["serve_env"] = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_NO_USAGE_STATS": "1"}
+        cores = os.cpu_count() or 1
+        for h in topology.hosts:
+            doc["hosts"][h.name]["vars"] = {"serve_env": {"VLLM_CPU_OMP_THREADS_BIND": str((h.index - 1) % cores)}}
+    return doc
