@@ -10,56 +10,55 @@ from __future__ import annotations
 import argparse
 import math
 import re
+from collections.abc import Callable
+from typing import TypeVar
+
+N = TypeVar("N", int, float)
 
 # What a container image reference may hold (docker's grammar, loosely: its own check names the finer errors);
 # never a leading '-', which docker would read as an option, nor a space.
 _IMAGE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/:@-]*")
 
 
-def port(text: str) -> int:
-    value = _int(text, "a port number")
-    if not 1 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"{text} is not a TCP port: give a number from 1 to 65535")
+def _bounded(parse: Callable[[str, str], N], what: str, within: Callable[[N], bool],
+             problem: str) -> Callable[[str], N]:
+    """A flag's check: `parse` the text as `what`, then refuse a value outside the bound with `problem` (its
+    {text} is the flag's text)."""
+    def check(text: str) -> N:
+        value = parse(text, what)
+        if not within(value):
+            raise argparse.ArgumentTypeError(problem.format(text=text))
+        return value
+    return check
+
+
+def _int(text: str, what: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not {what} (a whole number)") from None
+
+
+def _number(text: str, what: str) -> float:
+    # Finite only: NaN would compare false with every deadline and never fire, and pass or fail every run
+    # without a word as a threshold.
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not {what}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"{text!r} is not {what}: give a finite number")
     return value
 
 
-def count(text: str) -> int:
-    """At least 1: forks, streams, runs."""
-    value = _int(text, "a count")
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text} must be at least 1")
-    return value
-
-
-def non_negative(text: str) -> int:
-    """0 or more: warm-up requests."""
-    value = _int(text, "a whole number")
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{text} is negative: give 0 or more")
-    return value
-
-
-def lines(text: str) -> int:
-    value = _int(text, "a number of lines")
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{text} is negative: give the number of lines to show, e.g. 100")
-    return value
-
-
-def seconds(text: str) -> float:
-    """A timeout: finite and above zero (NaN would compare false with every deadline and never fire)."""
-    value = _number(text, "a number of seconds")
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"{text} must be more than 0 seconds")
-    return value
-
-
-def bandwidth(text: str) -> float:
-    """A threshold in GB/s: finite and not negative (NaN would pass or fail every run without a word)."""
-    value = _number(text, "a bandwidth in GB/s")
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{text} is negative: give a bandwidth in GB/s, e.g. 20")
-    return value
+port = _bounded(_int, "a port number", lambda v: 1 <= v <= 65535, "{text} is not a TCP port: give a number from 1 to 65535")
+count = _bounded(_int, "a count", lambda v: v >= 1, "{text} must be at least 1")  # forks, streams, runs
+non_negative = _bounded(_int, "a whole number", lambda v: v >= 0, "{text} is negative: give 0 or more")  # warm-up
+lines = _bounded(_int, "a number of lines", lambda v: v >= 0,
+                 "{text} is negative: give the number of lines to show, e.g. 100")
+seconds = _bounded(_number, "a number of seconds", lambda v: v > 0, "{text} must be more than 0 seconds")  # timeouts
+bandwidth = _bounded(_number, "a bandwidth in GB/s", lambda v: v >= 0,
+                     "{text} is negative: give a bandwidth in GB/s, e.g. 20")  # thresholds
 
 
 def names(text: str) -> str:
@@ -75,20 +74,3 @@ def image(text: str) -> str:
     if not _IMAGE.fullmatch(text):
         raise argparse.ArgumentTypeError(f"{text!r} is not an image name: give REPOSITORY[:TAG], e.g. vllm-node")
     return text
-
-
-def _int(text: str, what: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not {what} (a whole number)") from None
-
-
-def _number(text: str, what: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not {what}") from None
-    if not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"{text!r} is not {what}: give a finite number")
-    return value
