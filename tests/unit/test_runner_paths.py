@@ -23,7 +23,7 @@ from sparkcluster.engine.playbook import Play, Playbook, StepCall
 from sparkcluster.engine.runner import Runner
 from sparkcluster.engine.session import Session
 from sparkcluster.engine.steps import REGISTRY, HostContext, Plan, Step
-from sparkcluster.node.steps.preflight import NoArgs
+from sparkcluster.engine.steps import NoArgs
 from tests.strict_transport import StrictTransport, verify_all
 
 PROBE_TEXT = (Path(__file__).resolve().parent.parent / "fixtures" / "probe-spark.txt").read_text()

@@ -1,6 +1,6 @@
 """Typed idempotent steps, registered by name (`domain.resource`)."""
 
 from . import docker, files, packages, shell  # noqa: F401 (registers)
-from .base import REGISTRY, HostContext, Plan, Step, StepFailed
+from .base import REGISTRY, HostContext, NoArgs, Plan, Step, StepFailed
 
-__all__ = ["REGISTRY", "HostContext", "Plan", "Step", "StepFailed"]
+__all__ = ["REGISTRY", "HostContext", "NoArgs", "Plan", "Step", "StepFailed"]

@@ -48,6 +48,11 @@ class Plan:
         return bool(self.commands or self.uploads or self.notes) and not self.skip
 
 
+@dataclass(frozen=True)
+class NoArgs:
+    """The Args of a step that takes none."""
+
+
 class StepFailed(Exception):
     """A step could not do its job. Carries the command's result where there was one, and the fix."""
 

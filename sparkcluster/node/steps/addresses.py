@@ -17,9 +17,9 @@ from ..addressing import (NETPLAN_FILE, AddressPlan, FabricConfig, FabricError, 
                       managed_netdevs, netplan_yaml, plan_addresses)
 from ...engine.facts import parse_ip_addr
 from ...engine.transport import Unreachable
-from ...engine.steps.base import HostContext, Plan, Step, StepFailed, register
+from ...engine.steps.base import HostContext, NoArgs, Plan, Step, StepFailed, register
 from ...engine.steps.files import unified_diff
-from .preflight import NoArgs, facts_of
+from .preflight import facts_of
 
 STATE_DIR = "/var/lib/sparkcluster/fabric"  # root-owned: the previous file, the rollback script, its outcome
 NETPLAN_FIX = ("install netplan (DGX OS and Ubuntu ship netplan.io: sudo apt-get install netplan.io), or give the "

@@ -7,24 +7,18 @@ Containers that download as root leave root-owned files that later break rsync a
 from __future__ import annotations
 
 import shlex
-from dataclasses import dataclass
 
-from ...engine.steps.base import HostContext, Plan, Step, StepFailed, register
+from ...engine.steps.base import HostContext, NoArgs, Plan, Step, StepFailed, register
 from ...engine.command import Command
 from ...engine.remote import HF_HOME
 
 RESOLVE = f'printf "%s\\n" "{HF_HOME}"; id -u; id -g'
 
 
-@dataclass(frozen=True)
-class HfCacheArgs:
-    pass
-
-
 @register
 class HfCacheDir(Step):
     name = "hfcache.dir"
-    Args = HfCacheArgs
+    Args = NoArgs
     fix = "check the disk and the path in HF_HOME on the node"
 
     def check(self, ctx: HostContext) -> Plan:

@@ -11,7 +11,7 @@ import shlex
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from ...engine.steps.base import HostContext, Plan, Step, StepFailed, register
+from ...engine.steps.base import HostContext, NoArgs, Plan, Step, StepFailed, register
 from .preflight import qsfp_of
 from ...engine.command import Command
 from ...engine.remote import STRICT_SSH
@@ -27,11 +27,6 @@ class Node:
     user: str
     ip: str  # the QSFP address peers use
     addresses: tuple[str, ...]  # every address of its QSFP twins (all go into known_hosts)
-
-
-@dataclass(frozen=True)
-class MeshArgs:
-    pass
 
 
 @dataclass(frozen=True)
@@ -54,7 +49,7 @@ class MeshPlan(Plan):
 @register
 class SshMesh(Step):
     name = "ssh.mesh"
-    Args = MeshArgs
+    Args = NoArgs
     fix = "check ~/.ssh on both nodes"
 
     def _nodes(self, ctx: HostContext) -> dict[str, Node]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass
 
-from ...engine.steps.base import HostContext, Plan, Step, StepFailed, register
+from ...engine.steps.base import HostContext, NoArgs, Plan, Step, StepFailed, register
 from ...engine.command import Command
 from ...engine.facts import HostFacts, driver_tuple
 from ..network import QsfpChoice, QsfpError, cabling_report, choose_for, fabric_subnet_mismatch
@@ -92,11 +92,6 @@ class PreflightDriver(Step):
         if self.args.policy == "warn":
             return Plan(f"driver {gpu.driver_version}", warnings=(f"{message}; {fix}",))
         raise StepFailed(message, fix)
-
-
-@dataclass(frozen=True)
-class NoArgs:
-    pass
 
 
 @register
