@@ -6,6 +6,7 @@ cd "$(dirname "$0")/.."
 ./scripts/setup-vllm.sh   # a real vLLM (CPU build) for the serve tests
 # The values between the wings are typed; the checker holds them (configuration: pyproject.toml [tool.mypy]).
 .venv/bin/python -m mypy
+.venv/bin/ruff check sparkcluster   # unused or undefined names, import order
 # Simulated-cluster tests fail instead of skipping when the machine cannot run them.
 export SPARKCLUSTER_REQUIRE_SIM="${SPARKCLUSTER_REQUIRE_SIM:-1}"
 set +e

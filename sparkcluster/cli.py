@@ -3,18 +3,18 @@
 from __future__ import annotations
 
 import argparse
-from contextlib import AbstractContextManager
 import getpass
 import sys
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 from . import __version__, stepcatalog
 from .bench import cli as bench_cli
 from .engine import flags
 from .engine.cliapp import App
-from .engine.console import out as console
 from .engine.console import err as err_console
+from .engine.console import out as console
 from .engine.console import print_error, print_unreachable
 from .engine.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, SparkclusterError, UsageError
 from .engine.events import RunFinished
@@ -28,7 +28,6 @@ from .nccl import cli as nccl_cli
 from .serving import cli as serving_cli
 from .sim import cli as sim_cli
 from .staging import cli as staging_cli
-
 
 
 # ---- inventory, transports ------------------------------------------------------------------------

@@ -17,20 +17,28 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
 from .. import __version__
+from ..engine import flags
+from ..engine.cliapp import App, Connect
 from ..engine.console import err as err_console
 from ..engine.console import out as console
 from ..engine.console import print_error
-from ..engine import flags
-from ..engine.cliapp import App, Connect
 from ..engine.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, UsageError
 from ..engine.report import print_json
 from ..serving.recipes import Reference
 from . import compare, plot, table
 from .sweep import (
-    BenchEvent, BenchFailed, Emit, Level, LevelStarted, Prepared, RequestDone, SweepOptions, ignore, sweep,
+    BenchEvent,
+    BenchFailed,
+    Emit,
+    Level,
+    LevelStarted,
+    Prepared,
+    RequestDone,
+    SweepOptions,
+    ignore,
+    sweep,
 )
 from .target import Target, from_cluster, from_url
-
 
 METHOD = """method: one warm-up request first (the JIT warms on it, as the published recipes do); then, at each
 concurrency C, --runs runs of C x --requests-per-stream streamed /v1/completions requests with C kept in flight

@@ -13,13 +13,12 @@ Requests go to /v1/completions with `stream_options.include_usage` (token counts
 
 from __future__ import annotations
 
-from typing import Any
-
 import asyncio
 import json
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import aiohttp
 

@@ -6,13 +6,12 @@ Facts cover what does not change during a run; a step probes what it mutates its
 
 from __future__ import annotations
 
-from typing import Any
-
 import json
 import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from ipaddress import IPv4Interface
+from typing import Any
 
 from .command import Command
 from .parallel import parallel_map

@@ -16,10 +16,19 @@ from rich.live import Live
 from rich.markup import escape
 from rich.table import Table
 
-from .facts import HostFacts
 from .events import (
-    Event, Failure, HostRecap, PlayFinished, PlayStarted, RunFinished, RunStarted, Status, StepFinished, StepStarted,
+    Event,
+    Failure,
+    HostRecap,
+    PlayFinished,
+    PlayStarted,
+    RunFinished,
+    RunStarted,
+    Status,
+    StepFinished,
+    StepStarted,
 )
+from .facts import HostFacts
 
 STYLE = {Status.OK: "green", Status.CHANGED: "yellow", Status.SKIPPED: "cyan", Status.FAILED: "bold red",
          Status.UNREACHABLE: "bold magenta"}

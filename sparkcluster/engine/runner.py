@@ -16,13 +16,22 @@ from typing import Any
 
 from .errors import UsageError
 from .events import (
-    Event, Failure, HostRecap, PlayFinished, PlayStarted, RunFinished, RunStarted, Status, StepFinished, StepStarted,
+    Event,
+    Failure,
+    HostRecap,
+    PlayFinished,
+    PlayStarted,
+    RunFinished,
+    RunStarted,
+    Status,
+    StepFinished,
+    StepStarted,
 )
 from .facts import HostFacts, gather
 from .inventory import Host
 from .playbook import Play, Playbook, StepCall, build_args
-from .steps import HostContext, Plan, StepFailed
 from .session import Session
+from .steps import HostContext, Plan, StepFailed
 from .transport import Unreachable
 
 # A bug, or a library calling sys.exit(), must fail its host and never end that host's thread unreported; the

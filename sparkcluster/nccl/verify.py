@@ -11,9 +11,9 @@ from __future__ import annotations
 import ipaddress
 import shlex
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
 from dataclasses import dataclass, field, replace
 from importlib import resources
+from typing import Any
 
 from ..engine.command import Command
 from ..engine.errors import SparkclusterError
@@ -21,10 +21,10 @@ from ..engine.facts import HostFacts
 from ..engine.inventory import Host
 from ..engine.remote import python_line, python_of, source_env
 from ..engine.session import Session
+from ..engine.transport import Transport, remote_path
+from ..node.network import COMM_ENV_PATH, QsfpChoice, choose_for, comm_env_path
 from .logs import BandwidthRow, read_log, read_probe_output
 from .verdict import DEFAULT_MIN_BUSBW_GBPS, Verdict, VerdictStatus, judge
-from ..node.network import COMM_ENV_PATH, QsfpChoice, choose_for, comm_env_path
-from ..engine.transport import Transport, remote_path
 
 MASTER_PORT = 29577
 RENDEZVOUS_TIMEOUT_S = 60  # ranks give up waiting for each other after this: a failed rank must not hang the rest

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from ipaddress import IPv4Address, IPv4Interface
 
 from ..engine.errors import SparkclusterError
-from ..engine.inventory import Host
 from ..engine.facts import Gid, HostFacts, RdmaDevice
+from ..engine.inventory import Host
 
 RECOMMENDED_MTU = 9000
 FULL_SPEED_MBPS = 200000

@@ -13,9 +13,9 @@ from rich.markup import escape
 
 from ..engine import flags
 from ..engine.cliapp import App, Connect, no_check
-from ..engine.errors import EXIT_FAILED, EXIT_OK, UsageError
 from ..engine.console import err as err_console
 from ..engine.console import out as console
+from ..engine.errors import EXIT_FAILED, EXIT_OK, UsageError
 from ..engine.inventory import Inventory
 from ..engine.report import print_json
 from ..engine.transport import openssh_argv, ssh_destination
@@ -26,11 +26,10 @@ from .launch import LAUNCHERS, RUNTIMES
 from .lifecycle import StopState, stop_everywhere
 from .phases import Phases, ServeOptions, check_tp, hub_model, plan, serve, up
 from .progress import Emit, ignore
-from .record import clear_record
 from .recipes import load_recipe
+from .record import clear_record
 from .runtime import RuntimeChoice
 from .status import logs_command, recorded, status
-
 
 
 def options(args: argparse.Namespace) -> ServeOptions:

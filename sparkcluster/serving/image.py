@@ -8,8 +8,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..engine.errors import SparkclusterError
-from ..staging.images import ImageBytes, ImageInfo, inspect, plan_copies, sync_from_head
 from ..engine.session import Session
+from ..staging.images import ImageBytes, ImageInfo, inspect, plan_copies, sync_from_head
 from .record import fabric_ips
 
 

@@ -12,9 +12,9 @@ from ..engine.command import Command
 from ..engine.errors import SparkclusterError
 from ..engine.events import Failure
 from ..engine.inventory import Host
+from ..engine.session import Session
 from ..engine.transport import Unreachable
 from .launch import CONTAINER, Launcher, Node, ServeArgs, ray_start_argv, vllm_serve_argv
-from ..engine.session import Session
 from .nodes import node_env
 from .runtime import RuntimeChoice, stop_all_serving
 

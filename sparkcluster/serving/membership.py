@@ -9,8 +9,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from ..engine.errors import SparkclusterError
-from .launch import RAY_PORT, Node
 from ..engine.session import Session
+from .launch import RAY_PORT, Node
 from .nodes import node_env
 from .record import fabric_ips, other_ips
 from .runtime import RuntimeChoice

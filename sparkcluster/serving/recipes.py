@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
-from ..engine.errors import UsageError, did_you_mean
 from ..engine import yamlsource
+from ..engine.errors import UsageError, did_you_mean
 from . import recipe_values
 
 BUNDLED = resources.files("sparkcluster") / "recipes"

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field, replace
 
 from ..engine.command import Command, exports, shell_path
 from ..engine.errors import SparkclusterError
-from ..engine.remote import source_env
 from ..engine.inventory import Host
+from ..engine.remote import source_env
 from ..staging.images import ImageInfo
 from .launch import CONTAINER, DEFAULT_IMAGE, RuntimeName, docker_run_line
 

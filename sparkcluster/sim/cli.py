@@ -8,15 +8,14 @@ from collections.abc import Callable
 from contextlib import nullcontext
 from pathlib import Path
 
+from ..engine.cliapp import App
 from ..engine.console import err as err_console
 from ..engine.console import out as console
-from ..engine.cliapp import App
 from ..engine.errors import EXIT_OK, UsageError
 from ..engine.report import print_json
 from . import render as sim_render
 from .cluster import DEFAULT_DRIVER, DEFAULT_LAN_RATE, DEFAULT_NAME, DEFAULT_USER, SimCluster, UpOptions
 from .state import existing_names
-
 
 
 def cmd_sim_up(args: argparse.Namespace) -> int:

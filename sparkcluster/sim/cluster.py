@@ -19,11 +19,7 @@ import yaml
 
 from ..engine.errors import SparkclusterError, UsageError
 from ..engine.remote import STRICT_SSH
-from . import hardware
-from . import machine
-from . import hostproc
-from . import netns
-from . import prerequisites
+from . import hardware, hostproc, machine, netns, prerequisites
 from .inventory import inventory_doc
 from .state import ClusterState, HostState, existing_names, locked, sim_root
 from .topology import HostSpec, Subnets, Topology, build_topology

@@ -8,12 +8,11 @@ host/; this module renders the data they read: /etc/sparkcluster-sim/hardware.js
 
 from __future__ import annotations
 
-from typing import Any
-
 import hashlib
 import ipaddress
 import json
 from pathlib import Path
+from typing import Any
 
 from .topology import HostSpec, Nic
 

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import os
 import signal
 import socket
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 from ..engine.errors import SparkclusterError
 

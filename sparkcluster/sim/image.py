@@ -14,8 +14,8 @@ import shutil
 import subprocess
 import tarfile
 import time
-from importlib import resources
 from collections.abc import Sequence
+from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING
 

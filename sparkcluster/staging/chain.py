@@ -22,11 +22,18 @@ from ..engine.parallel import parallel_map
 from ..engine.remote import python_of
 from ..engine.session import Session
 from ..engine.transport import SSH_FOR_BULK, Unreachable
+from .blobwire import EXIT_CORRUPT
 from .hfcache import (
-    PARTIAL_DIR, Manifest, NodeModel, NodeStatus, SnapshotFile, finalize_command, rsync_blobs_argv, verify_command,
+    PARTIAL_DIR,
+    Manifest,
+    NodeModel,
+    NodeStatus,
+    SnapshotFile,
+    finalize_command,
+    rsync_blobs_argv,
+    verify_command,
 )
 from .space import free_bytes, no_space
-from .blobwire import EXIT_CORRUPT
 from .wire import DataPlane, Sender, fetch_command, new_token, start_senders, stop_senders
 
 

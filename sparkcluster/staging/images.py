@@ -14,14 +14,13 @@ every node afterwards.
 
 from __future__ import annotations
 
-from typing import Any
-
 import json
 import shlex
 import subprocess
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from ..engine.command import Command
 from ..engine.errors import SparkclusterError, UsageError
@@ -29,8 +28,8 @@ from ..engine.inventory import Host
 from ..engine.parallel import parallel_map
 from ..engine.remote import python_command, python_line, python_of
 from ..engine.transport import Transport, Unreachable, openssh_argv, ssh_destination
-from .space import free_bytes, size_text
 from .blobwire import GROWING, TAR_END
+from .space import free_bytes, size_text
 from .wire import BLOBWIRE_PY, Sender, new_token, start_senders, stop_senders
 
 WORK_DIR = ".cache/sparkcluster/image-sync"  # under the head's login home: the saved tar and the parts plans

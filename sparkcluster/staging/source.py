@@ -9,14 +9,20 @@ import subprocess
 from pathlib import Path
 
 from ..engine.command import Command
-from ..engine.remote import python_command
-from ..engine.modelref import ModelRef
 from ..engine.errors import SparkclusterError
-from .hfcache import (
-    PARTIAL_DIR, Manifest, finalize_command, parse_scan, rsync_blobs_argv, scan_command, source_manifest,
-)
 from ..engine.inventory import Host
+from ..engine.modelref import ModelRef
+from ..engine.remote import python_command
 from ..engine.transport import Transport, ssh_destination
+from .hfcache import (
+    PARTIAL_DIR,
+    Manifest,
+    finalize_command,
+    parse_scan,
+    rsync_blobs_argv,
+    scan_command,
+    source_manifest,
+)
 
 DOWNLOAD_PY = r"""
 import sys

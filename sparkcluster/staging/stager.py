@@ -18,7 +18,14 @@ from ..engine.transport import openssh_argv
 from ..node.network import choose_for
 from .chain import BlobDone, Chain, CopyJob, NodeResult, StageResult
 from .hfcache import (
-    Manifest, NodeModel, NodeStatus, node_status, parse_scan, scan_command, source_manifest, verify_command,
+    Manifest,
+    NodeModel,
+    NodeStatus,
+    node_status,
+    parse_scan,
+    scan_command,
+    source_manifest,
+    verify_command,
 )
 from .wire import TRANSPORTS, DataPlane
 

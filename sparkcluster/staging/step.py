@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..engine.steps.base import HostContext, Plan, Step, StepFailed, register
 from ..engine.errors import SparkclusterError
 from ..engine.modelref import ModelRef
 from ..engine.session import Session
+from ..engine.steps.base import HostContext, Plan, Step, StepFailed, register
 from .hfcache import source_manifest
 from .stager import Stager, stage
 

@@ -13,11 +13,11 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from .. import yamlsource
+from ..yamlsource import SourceList, SourceMap, describe
 from .ansible import is_ansible, load_ansible
 from .model import HEAD, WORKER, Host, Inventory, InventoryError
 from .native import load_native
 from .values import Source
-from ..yamlsource import SourceList, SourceMap, describe
 
 # The readers and the shared checks live in inventory_native, inventory_ansible and inventory_values; the
 # values they build are defined in inventory_model and re-exported here, where callers have always found them.

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..yamlsource import SourceMap, describe
 from .model import HEAD, WORKER, Inventory
 from .native import TOP_KEYS
 from .values import (
@@ -30,7 +31,6 @@ from .values import (
     model_ids,
     read_layer,
 )
-from ..yamlsource import SourceMap, describe
 
 _ANSIBLE_GROUP_KEYS = ("hosts", "children", "vars")
 _ANSIBLE_SETTINGS = {

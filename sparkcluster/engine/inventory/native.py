@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import did_you_mean
+from ..yamlsource import SourceList, SourceMap, describe
 from .model import WORKER, Inventory
 from .values import (
     Draft,
@@ -28,7 +29,6 @@ from .values import (
     model_ids,
     read_layer,
 )
-from ..yamlsource import SourceList, SourceMap, describe
 
 TOP_KEYS = ("name", "vars", "groups", "hosts", "models")
 _HOST_KEYS = ("address", "role", "user", "port", "key", "known_hosts", "become", "qsfp_interface", "fabric_ip", "hcas", "vars")

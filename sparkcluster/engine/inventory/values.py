@@ -17,9 +17,9 @@ from typing import Any
 
 from ..command import ENV_NAME
 from ..errors import UsageError, did_you_mean
-from .model import HEAD, WORKER, Host, InventoryError
 from ..modelref import ModelRef
 from ..yamlsource import SourceList, SourceMap, describe
+from .model import HEAD, WORKER, Host, InventoryError
 
 
 @dataclass(frozen=True)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .base import HostContext, Plan, Step, StepFailed, register
 from ..command import Command
+from .base import HostContext, Plan, Step, StepFailed, register
 
 
 @dataclass(frozen=True)

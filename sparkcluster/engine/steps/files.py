@@ -6,9 +6,9 @@ import difflib
 import posixpath
 from dataclasses import dataclass
 
-from .base import HostContext, Plan, Step, StepFailed, Upload, register
 from ..command import Command, shell_path
 from ..transport import remote_path
+from .base import HostContext, Plan, Step, StepFailed, Upload, register
 
 
 @dataclass(frozen=True)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .base import HostContext, Plan, Step, register
 from ..command import Command, shell_path
+from .base import HostContext, Plan, Step, register
 
 
 @dataclass(frozen=True)

@@ -13,12 +13,22 @@ import time
 from dataclasses import replace
 
 from ...engine.command import Command
-from ..addressing import (NETPLAN_FILE, AddressPlan, FabricConfig, FabricError, collisions, duplicates, fabric_config,
-                      managed_netdevs, netplan_yaml, plan_addresses)
 from ...engine.facts import parse_ip_addr
-from ...engine.transport import Unreachable
 from ...engine.steps.base import HostContext, NoArgs, Plan, Step, StepFailed, register
 from ...engine.steps.files import unified_diff
+from ...engine.transport import Unreachable
+from ..addressing import (
+    NETPLAN_FILE,
+    AddressPlan,
+    FabricConfig,
+    FabricError,
+    collisions,
+    duplicates,
+    fabric_config,
+    managed_netdevs,
+    netplan_yaml,
+    plan_addresses,
+)
 from .preflight import facts_of
 
 STATE_DIR = "/var/lib/sparkcluster/fabric"  # root-owned: the previous file, the rollback script, its outcome

@@ -14,8 +14,8 @@ import jinja2
 
 from ...engine.steps.base import HostContext, Plan, Step, StepFailed, register
 from ...engine.steps.files import plan_file, write_file
-from .preflight import qsfp_of
 from ..network import COMM_ENV_PATH, QsfpError, comm_env
+from .preflight import qsfp_of
 
 _TEMPLATES = jinja2.Environment(
     loader=jinja2.FileSystemLoader(str(resources.files("sparkcluster") / "templates")),

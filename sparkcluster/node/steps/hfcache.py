@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import shlex
 
-from ...engine.steps.base import HostContext, NoArgs, Plan, Step, StepFailed, register
 from ...engine.command import Command
 from ...engine.remote import HF_HOME
+from ...engine.steps.base import HostContext, NoArgs, Plan, Step, StepFailed, register
 
 RESOLVE = f'printf "%s\\n" "{HF_HOME}"; id -u; id -g'
 

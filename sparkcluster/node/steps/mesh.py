@@ -11,10 +11,10 @@ import shlex
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from ...engine.steps.base import HostContext, NoArgs, Plan, Step, StepFailed, register
-from .preflight import qsfp_of
 from ...engine.command import Command
 from ...engine.remote import STRICT_SSH
+from ...engine.steps.base import HostContext, NoArgs, Plan, Step, StepFailed, register
+from .preflight import qsfp_of
 
 KEY = "~/.ssh/id_ed25519"
 PROBE_OPTS = " ".join([*STRICT_SSH, "-o", "ConnectTimeout=10"])

@@ -9,9 +9,9 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass
 
-from ...engine.steps.base import HostContext, NoArgs, Plan, Step, StepFailed, register
 from ...engine.command import Command
 from ...engine.facts import HostFacts, driver_tuple
+from ...engine.steps.base import HostContext, NoArgs, Plan, Step, StepFailed, register
 from ..network import QsfpChoice, QsfpError, cabling_report, choose_for, fabric_subnet_mismatch
 
 GB10 = "NVIDIA GB10"
