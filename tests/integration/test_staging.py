@@ -232,3 +232,20 @@ def test_bootstrap_stages_the_inventorys_models(staged_cluster, tmp_path):
     step = next(s for s in json.loads(out.stdout)["steps"] if s["step"] == "models.stage")
     assert step["status"] == "changed" and not step["commands"] and "spark-2" in step["notes"][0]
     assert sums(c, "spark-2") == sums(c, "spark-1")
+
+
+def test_serve_shows_each_nodes_staging_progress(staged_cluster):
+    """serve stages a model the nodes lack and shows the copy per node as `stage` does. This cluster has no
+    python_env for the host runtime, so serve stops right after its stage phase, with that fix."""
+    c = staged_cluster
+    _drop_copies(c, ["spark-2"])
+    out = cli(c, "serve", "--runtime", "host", "--tp", "4", "--model", MODEL, "--no-verify")
+    assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr
+    lines = out.stderr.splitlines()
+    assert "stage ..." in lines
+    staged = [line for line in lines if line.startswith("spark-2 <- ")]
+    # Every file of the snapshot, counted as it lands: 1/N .. N/N, the 5 weight shards among them.
+    assert [line.split()[2] for line in staged] == [f"{i}/{len(staged)}" for i in range(1, len(staged) + 1)], staged
+    assert sum(".safetensors " in line for line in staged) == 5, staged
+    assert "python_env" in out.stderr  # the phase after staging names what it lacks
+    assert sums(c, "spark-2") == sums(c, "spark-1")
