@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from ipaddress import IPv4Interface
 from typing import Any
@@ -367,16 +367,14 @@ def gather(transport: Transport) -> HostFacts:
     return parse_probe(transport.run(PROBE).stdout)
 
 
-def gather_all(transports: Mapping[str, Transport], forks: int = 16) -> dict[str, HostFacts | Unreachable]:
-    """Every host's facts in parallel; an unreachable host's entry is its Unreachable error."""
+def gather_all(transports: Mapping[str, Transport], forks: int,
+               on_abort: Callable[[], None]) -> dict[str, HostFacts | Unreachable]:
+    """Every host's facts in parallel; an unreachable host's entry is its Unreachable error. `on_abort` closes
+    the connections, so an interrupt does not wait for threads blocked on a remote command."""
     def one(name: str) -> tuple[str, HostFacts | Unreachable]:
         try:
             return name, gather(transports[name])
         except Unreachable as e:
             return name, e
 
-    def close_all() -> None:
-        for transport in transports.values():
-            transport.close()
-
-    return dict(parallel_map(one, transports, workers=forks, on_abort=close_all))
+    return dict(parallel_map(one, transports, workers=forks, on_abort=on_abort))

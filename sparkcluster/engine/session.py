@@ -84,7 +84,7 @@ def connected(inventory: Inventory, *, forks: int = DEFAULT_FORKS, trust_new_hos
     naming it (serving and verifying need every node); otherwise the caller reports it."""
     with connect(inventory, forks=forks, trust_new_host_keys=trust_new_host_keys,
                  sudo_password=sudo_password) as session:
-        gathered = gather_all(session.transports, session.forks)
+        gathered = gather_all(session.transports, session.forks, session.close)
         down = {n: v for n, v in gathered.items() if isinstance(v, Unreachable)}
         if down and require_all:
             raise SparkclusterError("unreachable: " + "; ".join(f"{n}: {e.message}" for n, e in down.items()),

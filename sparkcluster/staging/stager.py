@@ -40,9 +40,6 @@ class Stager:
             raise UsageError(f"--transport must be {' or '.join(TRANSPORTS)}, not {data_plane!r}")
         self.data_plane = data_plane
         self.session = session
-        self.inventory = session.inventory
-        self.transports = session.transports
-        self.facts = session.facts
         self.model = model
         self.verify = verify
         self.streams = max(1, streams)
@@ -53,7 +50,7 @@ class Stager:
     # ---- reading ---------------------------------------------------------------------------------------
     def scan(self) -> dict[str, NodeModel]:
         def one(host: Host) -> tuple[str, NodeModel]:
-            result = self.transports[host.name].run(scan_command(self.model))
+            result = self.session.transport(host).run(scan_command(self.model))
             return host.name, parse_scan(result.stdout)
 
         self.scans = dict(self.session.each(one))
@@ -66,7 +63,7 @@ class Stager:
     def bad_hashes(self, name: str, blobs: Sequence[str]) -> frozenset[str]:
         if not blobs:
             return frozenset()
-        transport = self.transports[name]
+        transport = self.session.transport(name)
         result = transport.run(verify_command(python_of(transport.host), self.scans[name].model_dir, list(blobs)))
         if not result.ok:
             raise SparkclusterError(f"{name}: could not check blob hashes: {result.stderr_tail(3)}",
@@ -75,15 +72,15 @@ class Stager:
 
     def choose_source(self, source: str) -> tuple[str, Manifest]:
         """`auto`: the head if it holds a complete snapshot, else any node that does; or a named node."""
-        candidates = [h.name for h in self.inventory.hosts]
+        candidates = [h.name for h in self.session.hosts]
         if source == "head":
-            candidates = [self.inventory.head.name]
+            candidates = [self.session.head.name]
         elif source != "auto":
             if source not in candidates:
                 raise UsageError(f"--source {source!r} is not a host of the inventory", f"use one of: {', '.join(candidates)}")
             candidates = [source]
         else:
-            candidates.sort(key=lambda n: n != self.inventory.head.name)
+            candidates.sort(key=lambda n: n != self.session.head.name)
         for name in candidates:
             manifest = source_manifest(self.model, self.scans[name])
             if manifest:
@@ -121,7 +118,7 @@ class Stager:
         result = StageResult(str(self.model), manifest.commit, source_name,
                              {n: NodeResult(s.state) for n, s in statuses.items()})
         result.nodes[source_name].state = "complete"
-        chain = [source_name] + [h.name for h in self.inventory.hosts
+        chain = [source_name] + [h.name for h in self.session.hosts
                                  if h.name != source_name and not statuses[h.name].complete]
         for name in [n for n in statuses if statuses[n].complete]:
             result.nodes[name].state = "complete"
@@ -134,12 +131,12 @@ class Stager:
 
     def _address(self, name: str) -> str:
         """Where other nodes send to: the node's QSFP address (never the LAN, unless measuring it)."""
-        host = next(h for h in self.inventory.hosts if h.name == name)
+        host = next(h for h in self.session.hosts if h.name == name)
         if self.over_lan:
             return host.address
-        if name not in self.facts:
+        if name not in self.session.facts:
             raise SparkclusterError(f"{name}: no facts", "it was unreachable")
-        return choose_for(host, self.facts[name]).ip  # a QsfpError names the host and the fix
+        return choose_for(host, self.session.facts[name]).ip  # a QsfpError names the host and the fix
 
 
 def stage(session: Session, model: ModelRef, *, source: str = "auto", verify: str = "size", streams: int = 2,
