@@ -23,7 +23,7 @@ from ..staging.images import held_layers
 from . import render
 from .image import check_images, sync_image
 from .launch import LAUNCHERS, RUNTIMES
-from .lifecycle import StopState, stop_everywhere
+from .lifecycle import StopState, purge_caches, stop_everywhere
 from .phases import Phases, ServeOptions, check_tp, hub_model, plan, serve, up
 from .progress import Emit, ignore
 from .recipes import load_recipe
@@ -42,6 +42,7 @@ def options(args: argparse.Namespace) -> ServeOptions:
         up_timeout=args.up_timeout, ready_timeout=getattr(args, "ready_timeout", 1800.0),
         verify=getattr(args, "verify", True), allow_fallback=getattr(args, "allow_fallback", False),
         min_busbw=getattr(args, "min_busbw", None), docker_args=tuple(args.docker_arg or ()),
+        caches=getattr(args, "cache_dirs", True),
     )
 
 
@@ -142,11 +143,18 @@ def cmd_down(args: argparse.Namespace, connect: Connect) -> int:
         outcomes = stop_everywhere(session)
         if outcomes[session.head.name].state is not StopState.UNREACHABLE:
             clear_record(session)
+        purged = purge_caches(session) if args.purge_caches else {}
     if args.json:
-        print_json({"stopped": {name: outcome.describe() for name, outcome in outcomes.items()}})
+        doc: dict[str, object] = {"stopped": {name: outcome.describe() for name, outcome in outcomes.items()}}
+        if args.purge_caches:
+            doc["purged_caches"] = {name: p.describe() for name, p in purged.items()}
+        print_json(doc)
     else:
         render.stopped(console, outcomes)
-    return EXIT_OK if all(o.state is StopState.STOPPED for o in outcomes.values()) else EXIT_FAILED
+        for name, p in purged.items():
+            console.print(f"{name}: caches {p.describe()}", highlight=False)
+    ok = all(o.state is StopState.STOPPED for o in [*outcomes.values(), *purged.values()])
+    return EXIT_OK if ok else EXIT_FAILED
 
 
 def cmd_image_sync(args: argparse.Namespace, connect: Connect) -> int:
@@ -194,7 +202,13 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser], app:
                        help="seconds for every node to join Ray (default 180)")
         return p
 
+    def cache_flag(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--no-cache-dirs", dest="cache_dirs", action="store_false",
+                       help="do not keep compile/JIT caches (vLLM, Inductor, Triton, FlashInfer, CuTeDSL) in each "
+                            "node's ~/.cache/sparkcluster/jit between serves")
+
     u = common(connecting(commands.add_parser("up", help="bring the Ray cluster up on the QSFP addresses")))
+    cache_flag(u)
     wire(u, cmd_up)
 
     s = common(connecting(commands.add_parser("serve", help="serve a model with TP = N across the nodes"),
@@ -215,6 +229,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser], app:
     s.add_argument("--min-busbw", type=flags.bandwidth, help="bus bandwidth the probe needs, GB/s")
     s.add_argument("--check", action="store_true",
                    help="show the image copies and every node's command lines; start nothing")
+    cache_flag(s)
     s.epilog = "extra vLLM flags go after --, replacing the recipe's flags of the same name"
     wire(s, cmd_serve)
 
@@ -228,6 +243,8 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser], app:
     wire(lg, cmd_logs)
 
     dn = common(connecting(commands.add_parser("down", help="stop vLLM and Ray on every node (idempotent)")))
+    dn.add_argument("--purge-caches", action="store_true",
+                    help="also delete each node's compile/JIT caches (the next serve compiles from scratch)")
     wire(dn, cmd_down)
 
     img = commands.add_parser("image", help="container images across the nodes")

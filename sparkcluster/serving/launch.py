@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Literal, get_args
 
 from ..engine.remote import HF_HOME
+from .caches import docker_cache_args, make_dir_line
 
 # How the serving processes run on a node: in eugr's vllm_node container, or from the inventory's python_env.
 RuntimeName = Literal["docker", "host"]
@@ -107,14 +108,17 @@ def container_command(argv: Sequence[str], entrypoint: Sequence[str] | None) -> 
 
 def docker_run_line(image: str, env_file: str, argv: Sequence[str], *, entrypoint: Sequence[str] | None = None,
                     env: Mapping[str, str] | None = None, docker_args: Sequence[str] = (),
-                    detached: bool = True) -> str:
+                    detached: bool = True, caches: bool = False) -> str:
     """eugr's `docker run` for vllm_node (§1.4), with this node's own comm env from bootstrap as an env file
     rather than the head's values passed to every node. A shell line: the env file and the HF cache are
     paths the node's shell resolves. `detached=False`: a short-lived twin with the same flags, in the
-    foreground (the probe, before the native launcher's containers exist)."""
+    foreground (the probe, before the native launcher's containers exist). `caches`: the node's compile and JIT
+    cache directory mounted and every library pointed into it (before the recipe's env, which may override)."""
     options, command = container_command(argv, entrypoint)
     mode = ["-d", "--privileged", "--gpus", "all", "--rm"] if detached else ["--rm", "-i", "--privileged", "--gpus", "all"]
     fixed = ["docker", "run", *mode, "--ipc=host", "--network", "host"] + (["--name", CONTAINER] if detached else [])
     extra_env = [a for k, v in sorted((env or {}).items()) for a in ("-e", f"{k}={v}")]
-    return (f"{shlex.join(fixed)} --env-file {env_file} {shlex.join(extra_env)} "
+    cache = f"{docker_cache_args()} " if caches else ""
+    line = (f"{shlex.join(fixed)} --env-file {env_file} {cache}{shlex.join(extra_env)} "
             f"-v {NODE_HF_HOME}:{CONTAINER_HF_HOME} {shlex.join([*docker_args, *options, image, *command])}")
+    return f"{make_dir_line()} && {line}" if caches else line

@@ -14,6 +14,7 @@ from ..engine.events import Failure
 from ..engine.inventory import Host
 from ..engine.session import Session
 from ..engine.transport import Unreachable
+from .caches import NODE_CACHE_DIR, parse_size, purge_command
 from .launch import CONTAINER, Launcher, Node, ServeArgs, ray_start_argv, vllm_serve_argv
 from .nodes import node_env
 from .runtime import RuntimeChoice, stop_all_serving
@@ -132,3 +133,21 @@ def stop_everywhere(session: Session) -> dict[str, NodeStopped]:
                 command.display(), result.exit_code, result.stderr_tail()))
         return host.name, NodeStopped(StopState.STOPPED, " ".join(result.stdout.split()))
     return dict(session.each(stop))
+
+
+def purge_caches(session: Session) -> dict[str, NodeStopped]:
+    """node -> how much compile/JIT cache was deleted (`down --purge-caches`), or why it could not be."""
+    def purge(host: Host) -> tuple[str, NodeStopped]:
+        command = purge_command()
+        try:
+            result = session.run(host, command)
+        except Unreachable as e:
+            return host.name, NodeStopped(StopState.UNREACHABLE, failure=Failure(e.message, e.fix))
+        if not result.ok:
+            return host.name, NodeStopped(StopState.FAILED, failure=Failure(
+                f"could not delete {NODE_CACHE_DIR}: {result.stderr_tail(2)}",
+                f"files written by a root container need root: `sudo rm -rf {NODE_CACHE_DIR}` on {host.name}",
+                command.display(), result.exit_code, result.stderr_tail()))
+        size = parse_size(result.stdout)
+        return host.name, NodeStopped(StopState.STOPPED, "purged" if size is None else f"purged {size / 1e6:,.1f} MB")
+    return dict(session.each(purge))

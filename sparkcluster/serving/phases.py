@@ -53,9 +53,10 @@ class ServeOptions:
     allow_fallback: bool = False
     min_busbw: float | None = None
     docker_args: tuple[str, ...] = ()
+    caches: bool = True  # the node's compile/JIT caches mounted (docker) or exported (host); --no-cache-dirs
 
     def runtime_choice(self) -> RuntimeChoice:
-        return RuntimeChoice(self.runtime, self.image, self.docker_args)
+        return RuntimeChoice(self.runtime, self.image, self.docker_args, caches=self.caches)
 
     def serve_args(self) -> ServeArgs:
         model = self.model or self.recipe.model

@@ -69,13 +69,14 @@ def status_table(console: Console, state: ClusterStatus) -> None:
     record = state.record
     if record is None:
         console.print("nothing is served: no `sparkcluster up` or `serve` recorded on the head", highlight=False)
-    table = Table("node", "fabric ip", record.runtime if record else "process", "ray", "gpus")
+    table = Table("node", "fabric ip", record.runtime if record else "process", "ray", "gpus", "caches")
     for name, node in state.nodes.items():
         main = f"unreachable: {node.unreachable}" if node.unreachable else str(node.processes.get("main", "?"))
         process = main + (f", vLLM {node.processes['vllm']}" if "vllm" in node.processes else "")
         ray = node.ray
         table.add_row(name, node.fabric_ip or "?", escape(process),
-                      (ray.address or "not a member") if ray else "-", f"{ray.gpus:g}" if ray else "-")
+                      (ray.address or "not a member") if ray else "-", f"{ray.gpus:g}" if ray else "-",
+                      "-" if node.cache_bytes is None else f"{node.cache_bytes / 1e6:,.1f} MB")
     console.print(table)
     for problem in state.ray.problems if state.ray else ():
         console.print(f"[bold red]problem:[/] {escape(problem)}", highlight=False)

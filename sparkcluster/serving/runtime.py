@@ -18,6 +18,7 @@ from ..engine.errors import SparkclusterError
 from ..engine.inventory import Host
 from ..engine.remote import source_env
 from ..staging.images import ImageInfo
+from .caches import host_exports, make_dir_line
 from .launch import CONTAINER, DEFAULT_IMAGE, RuntimeName, docker_run_line
 
 HOST_STATE_DIR = "~/.cache/sparkcluster/serve"  # host runtime: <role>.pid and <role>.log
@@ -72,11 +73,12 @@ class DockerRuntime(Runtime):
     image: str
     entrypoint: tuple[str, ...] | None = None
     docker_args: tuple[str, ...] = ()
+    caches: bool = False  # the node's compile/JIT cache directory mounted (RuntimeChoice turns it on by default)
     name = "docker"
 
     def start_main(self, argv: Sequence[str], env: NodeEnv) -> Command:
         return Command(docker_run_line(self.image, shell_path(env.env_file), argv, entrypoint=self.entrypoint,
-                                       env=env.env, docker_args=self.docker_args))
+                                       env=env.env, docker_args=self.docker_args, caches=self.caches))
 
     def start_vllm_on_main(self, argv: Sequence[str], env: NodeEnv) -> Command:
         # The container already holds the env (--env-file, -e): no `bash -i` and .bashrc needed, as in eugr's.
@@ -90,7 +92,7 @@ class DockerRuntime(Runtime):
         if not twin:
             return Command(exec_line)
         fresh = docker_run_line(self.image, shell_path(env.env_file), argv, entrypoint=self.entrypoint, env=env.env,
-                                docker_args=self.docker_args, detached=False)
+                                docker_args=self.docker_args, detached=False, caches=self.caches)
         return Command(f"if {self.alive('main').script}; then {exec_line}; else {fresh}; fi")
 
     def alive(self, role: str) -> Command:
@@ -118,12 +120,14 @@ class DockerRuntime(Runtime):
 @dataclass(frozen=True)
 class HostRuntime(Runtime):
     python_env: str  # a virtual environment on the node holding ray and vllm
+    caches: bool = False  # the node's compile/JIT cache directory in every library's variable
     name = "host"
 
     def _enter(self, env: NodeEnv) -> str:
-        # The comm env first, then the fixed variables, so a recipe's or the inventory's serve_env wins.
+        # The comm env first, then the caches, then the fixed variables, so a recipe's or the inventory's serve_env wins.
         fixed = f" {exports(env.env)}" if env.env else ""
-        return (f"cd || exit 1\n{source_env(env.env_file)}\n"
+        caches = f"{make_dir_line()} && {host_exports()}\n" if self.caches else ""
+        return (f"cd || exit 1\n{source_env(env.env_file)}\n{caches}"
                 f"export PATH={shell_path(self.python_env)}/bin:\"$PATH\"{fixed}\n")
 
     def _start(self, role: str, argv: Sequence[str], env: NodeEnv) -> Command:
@@ -175,19 +179,20 @@ class RuntimeChoice:
     docker_args: tuple[str, ...] = ()
     entrypoint: tuple[str, ...] | None = None
     image_id: str | None = None  # the head's, once checked; None before the check (or with the host runtime)
+    caches: bool = True  # the node's compile/JIT caches kept between serves (--no-cache-dirs: off, as eugr's)
 
     def with_image(self, head_image: ImageInfo) -> RuntimeChoice:
         return replace(self, entrypoint=head_image.entrypoint, image_id=head_image.id)
 
     def on(self, host: Host) -> Runtime:
         if self.name == "docker":
-            return DockerRuntime(self.image, self.entrypoint, self.docker_args)
+            return DockerRuntime(self.image, self.entrypoint, self.docker_args, self.caches)
         env = host.vars.get("python_env")
         if not env:
             raise SparkclusterError(f"{host.name}: the host runtime needs `python_env` (a virtual environment with "
                                     "ray and vllm) in the inventory", "set vars: {python_env: /path/to/venv}, or "
                                     "use --runtime docker")
-        return HostRuntime(str(env))
+        return HostRuntime(str(env), self.caches)
 
     def start_fix(self) -> str:
         if self.name == "docker":

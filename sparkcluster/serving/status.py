@@ -11,6 +11,7 @@ from ..engine.errors import SparkclusterError
 from ..engine.inventory import Host
 from ..engine.session import Session
 from ..engine.transport import Unreachable
+from .caches import parse_size, size_command
 from .membership import judge_members, ray_members
 from .nodes import read_nodes
 from .readiness import http, served_models
@@ -36,6 +37,7 @@ class NodeStatus:
     processes: dict[str, ProcessState] = field(default_factory=dict)  # role (main, vllm) -> state
     unreachable: str | None = None  # why the node did not answer
     ray: RayMembership | None = None
+    cache_bytes: int | None = None  # the node's compile/JIT caches (~/.cache/sparkcluster/jit); None: not read
 
     def to_json(self) -> dict[str, Any]:
         doc: dict[str, Any] = {} if self.fabric_ip is None else {"fabric_ip": self.fabric_ip}
@@ -44,6 +46,8 @@ class NodeStatus:
             doc["main"] = f"unreachable: {self.unreachable}"
         if self.ray is not None:
             doc["ray"] = {"member": self.ray.member, "address": self.ray.address, "gpus": self.ray.gpus}
+        if self.cache_bytes is not None:
+            doc["cache_bytes"] = self.cache_bytes
         return doc
 
 
@@ -130,6 +134,7 @@ def status(session: Session, chosen: RuntimeChoice) -> ClusterStatus:
             for role in roles:
                 alive = replace(runtime.on(host).alive(role), timeout=30)
                 entry.processes[role] = ProcessState.RUNNING if session.run(host, alive).ok else ProcessState.STOPPED
+            entry.cache_bytes = parse_size(session.run(host, size_command()).stdout)
         except Unreachable as e:
             entry.processes.clear()
             entry.unreachable = e.message

@@ -85,9 +85,9 @@ def test_an_env_name_that_is_not_a_name_never_reaches_a_shell(name):
 
 def test_runtime_choice_is_completed_by_the_image_check():
     chosen = RuntimeChoice("docker", "vllm-node")
-    assert chosen.on(inventory().hosts[0]) == DockerRuntime("vllm-node")
+    assert chosen.on(inventory().hosts[0]) == DockerRuntime("vllm-node", caches=True)
     checked = chosen.with_image(ImageInfo("sha256:abc", 10, ("/opt/nvidia/entrypoint.sh",)))
-    assert checked.on(inventory().hosts[0]) == DockerRuntime("vllm-node", ("/opt/nvidia/entrypoint.sh",))
+    assert checked.on(inventory().hosts[0]) == DockerRuntime("vllm-node", ("/opt/nvidia/entrypoint.sh",), caches=True)
     # A Ray started from another image is not reused: the check compares the container's image with the head's.
     assert running_current(checked, inventory().hosts[0]).script.endswith(
         "test \"$(docker inspect -f '{{.Image}}' vllm_node)\" = sha256:abc")
@@ -98,7 +98,7 @@ def test_runtime_choice_is_completed_by_the_image_check():
 def test_the_host_runtime_needs_a_python_env():
     with pytest.raises(SparkclusterError, match="spark-1: the host runtime needs `python_env`"):
         RuntimeChoice("host").on(inventory().hosts[0])
-    assert RuntimeChoice("host").on(inventory(python_env="/v").hosts[0]) == HostRuntime("/v")
+    assert RuntimeChoice("host").on(inventory(python_env="/v").hosts[0]) == HostRuntime("/v", caches=True)
 
 
 def test_cluster_start_commands_give_each_node_its_own_address_and_env():
