@@ -6,7 +6,10 @@ and vLLM's /metrics counters. No batching effects: every stream runs as if alone
     python -m tests.openai_stub --port 0 --ttft 0.2 --itl 0.02     # prints `port N` once it listens
 
 It speaks just enough HTTP/1.1 itself (keep-alive, Content-Length bodies, chunked responses) to stay cheap
-next to the client it measures. A prompt's token count is its number of whitespace-separated words.
+next to the client it measures. A prompt's token count is its number of whitespace-separated words (for chat,
+over every message's content). With --prefill-tps the first token waits ttft + prompt tokens / prefill_tps, so a
+prompt speed is exactly known too. Chat streams carry `token_ids` when asked (`return_token_ids`, as vLLM does);
+a chat request that is not streamed answers --answer (llama-benchy's coherence question wants "Paris").
 Loopback only.
 """
 
@@ -34,6 +37,8 @@ class StubOptions:
     fail_after: int = -1  # answer HTTP 500 to every request after this many (-1: never)
     stall_after: int = -1  # accept but never answer requests after this many (-1: never)
     chunk_bytes: int = 0  # pad each token's text to about this size (0: short words)
+    prefill_tps: float = 0.0  # prompt tokens per second before the first token (0: ttft alone)
+    answer: str = "Paris."  # what a chat request that is not streamed answers
 
 
 @dataclass
@@ -89,8 +94,9 @@ class Stub:
         if 0 <= o.fail_after < s.requests:
             self.send_json(writer, 500, {"error": {"message": "stub: failing as asked"}})
             return
-        prompt = request["messages"][-1]["content"] if chat else request["prompt"]
+        prompt = " ".join(m["content"] for m in request["messages"]) if chat else request["prompt"]
         prompt_tokens = len(prompt.split())
+        ttft = o.ttft + (prompt_tokens / o.prefill_tps if o.prefill_tps > 0 else 0.0)
         tokens = int(request.get("max_tokens") or 16)
         s.prompt_tokens += prompt_tokens
         s.running += 1
@@ -98,21 +104,26 @@ class Stub:
         start = time.monotonic()
         try:
             if not request.get("stream"):
-                await asyncio.sleep(o.ttft + max(tokens - 1, 0) * o.itl)
+                await asyncio.sleep(ttft + max(tokens - 1, 0) * o.itl)
+                if chat:  # answered in full, as a chat model does: not necessarily max_tokens
+                    tokens = min(tokens, len(o.answer.split()))
                 s.generation_tokens += tokens
-                self.send_json(writer, 200, {"choices": [{"text": "tok " * tokens, "index": 0}],
-                                             "usage": self.usage(prompt_tokens, tokens)})
+                choice = ({"message": {"role": "assistant", "content": o.answer}, "index": 0} if chat
+                          else {"text": "tok " * tokens, "index": 0})
+                self.send_json(writer, 200, {"choices": [choice], "usage": self.usage(prompt_tokens, tokens)})
                 return
             writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
             word = "t" * max(o.chunk_bytes - 100, 3)
             for i in range(tokens):
-                due = start + o.ttft + i * o.itl
+                due = start + ttft + i * o.itl
                 delay = due - time.monotonic()
                 if delay > 0 or i % 16 == 0:  # an instant stub still lets other streams in now and then
                     await asyncio.sleep(max(delay, 0))
                 last = i == tokens - 1
                 choice = ({"index": 0, "delta": {"content": f" {word}{i}"}, "finish_reason": "length" if last else None}
                           if chat else {"index": 0, "text": f" {word}{i}", "finish_reason": "length" if last else None})
+                if chat and request.get("return_token_ids"):
+                    choice["token_ids"] = [1000 + i]
                 self.event(writer, {"id": "x", "object": "text_completion", "model": o.model, "choices": [choice]})
                 s.generation_tokens += 1
                 await writer.drain()
@@ -164,7 +175,14 @@ async def serve(options: StubOptions, port: int) -> None:
 def running_stub(**options: object) -> Iterator[str]:
     """A stub in its own process (its CPU never counts as the client's; its timing is not held up by the
     client's GIL); yields the base URL, e.g. http://127.0.0.1:40123/v1."""
-    argv = [sys.executable, "-m", "tests.openai_stub", "--port", "0"]
+    with running_server("tests.openai_stub", **options) as port:
+        yield f"http://127.0.0.1:{port}/v1"
+
+
+@contextmanager
+def running_server(module: str, **options: object) -> Iterator[int]:
+    """`python -m MODULE --port 0 --OPTION VALUE ...` in its own process; yields the port it printed."""
+    argv = [sys.executable, "-m", module, "--port", "0"]
     for key, value in options.items():
         argv += [f"--{key.replace('_', '-')}", str(value)]
     root = Path(__file__).resolve().parents[1]
@@ -174,8 +192,8 @@ def running_stub(**options: object) -> Iterator[str]:
         assert process.stdout is not None
         line = process.stdout.readline()
         if not line.startswith("port "):
-            raise RuntimeError(f"the stub did not start: {line!r}")
-        yield f"http://127.0.0.1:{int(line.split()[1])}/v1"
+            raise RuntimeError(f"{module} did not start: {line!r}")
+        yield int(line.split()[1])
     finally:
         process.send_signal(signal.SIGTERM)
         process.wait(timeout=10)

@@ -14,7 +14,6 @@ Requests go to /v1/completions with `stream_options.include_usage` (token counts
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -22,6 +21,7 @@ from typing import Any
 
 import aiohttp
 
+from .sse import BadResponse, Usage, data_lines, parse_event
 from .timeline import RequestTimeline, RunTimeline
 
 
@@ -33,9 +33,10 @@ class Endpoint:
 
 def session(max_streams: int, timeout_s: float) -> aiohttp.ClientSession:
     """One pool for the whole sweep: connections are reused between requests, as a real client's are.
-    `sock_read` bounds a stream that stalls; no total limit, since a long queue is what is being measured."""
+    `timeout_s` bounds each request as a whole (aiohttp's `total` runs until the body is read), not only a
+    silence: a server that keeps sending tokens or comments forever never stalls a read."""
     connector = aiohttp.TCPConnector(limit=max_streams + 4, keepalive_timeout=60)
-    timeout = aiohttp.ClientTimeout(total=None, connect=10, sock_read=timeout_s)
+    timeout = aiohttp.ClientTimeout(total=timeout_s, connect=10, sock_read=timeout_s)
     return aiohttp.ClientSession(connector=connector, timeout=timeout)
 
 
@@ -47,10 +48,14 @@ def request_body(model: str, prompt: str, max_tokens: int) -> dict[str, Any]:
 def describe_error(error: BaseException, url: str) -> str:
     if isinstance(error, aiohttp.ClientConnectorError):
         return f"nothing answers at {url}: {error.os_error.strerror or error}"
-    if isinstance(error, (asyncio.TimeoutError, aiohttp.ServerTimeoutError)):
+    if isinstance(error, aiohttp.ServerTimeoutError):
         return f"{url} sent nothing for longer than the timeout"
+    if isinstance(error, asyncio.TimeoutError):
+        return f"{url} did not finish within the timeout"
     if isinstance(error, aiohttp.ServerDisconnectedError):
         return f"{url} closed the connection mid-stream"
+    if isinstance(error, BadResponse):
+        return f"{url}: {error}"
     return f"{url}: {type(error).__name__}: {error}".rstrip(": ")
 
 
@@ -61,52 +66,30 @@ async def stream_completion(client: aiohttp.ClientSession, endpoint: Endpoint, p
     start = time.perf_counter()
     token_times: list[float] = []
     closing_times: list[float] = []  # empty chunks that ended the stream: a token only if usage says so
-    usage: dict[str, Any] = {}
+    usage: Usage | None = None
     try:
         async with client.post(url, json=request_body(endpoint.model, prompt, max_tokens)) as response:
             if response.status != 200:
-                text = (await response.text())[:300].strip()
+                text = (await response.content.read(300)).decode(errors="replace").strip()
                 return RequestTimeline(start, time.perf_counter(), error=f"HTTP {response.status}: {text}")
-            pending = b""
-            async for data in response.content.iter_any():
-                now = time.perf_counter()
-                *lines, pending = (pending + data).split(b"\n")
-                for line in lines:
-                    if not line.startswith(b"data:"):
-                        continue
-                    payload = line[5:].strip()
-                    if payload == b"[DONE]":
-                        continue
-                    event = json.loads(payload)
-                    if "error" in event:  # vLLM reports a failure mid-stream as an event
-                        message = event["error"].get("message") if isinstance(event["error"], dict) else event["error"]
-                        return RequestTimeline(start, now, tuple(token_times), error=f"server error: {message}")
-                    choices = event.get("choices")
-                    if choices:
-                        (token_times if _carries_output(choices[0]) else closing_times).append(now)
-                    if event.get("usage"):
-                        usage = event["usage"]
-    except (aiohttp.ClientError, asyncio.TimeoutError, OSError, ValueError) as e:
+            async for now, payload in data_lines(response.content):
+                event = parse_event(payload)
+                if event.error is not None:
+                    return RequestTimeline(start, now, tuple(token_times), error=f"server error: {event.error}")
+                if event.choices:
+                    (token_times if event.choices[0].carries_output else closing_times).append(now)
+                usage = event.usage or usage
+    except (aiohttp.ClientError, asyncio.TimeoutError, OSError, ValueError) as e:  # BadResponse is a ValueError
         return RequestTimeline(start, time.perf_counter(), tuple(token_times), error=describe_error(e, url))
     end = time.perf_counter()
-    missing = int(usage.get("completion_tokens", 0)) - len(token_times)
+    missing = (usage.completion_tokens if usage else 0) - len(token_times)
     if missing > 0 and closing_times:  # the last token decoded to no text (vLLM holds back partial characters)
         token_times = sorted(token_times + closing_times[:missing])
     if not token_times:
         return RequestTimeline(start, end, error="the stream ended without output")
-    return RequestTimeline(start, end, tuple(token_times), int(usage.get("prompt_tokens", 0)),
-                           int(usage.get("completion_tokens", len(token_times))), usage=bool(usage))
-
-
-def _carries_output(choice: dict[str, Any]) -> bool:
-    """A chunk with a token. Its text may be empty (a byte-level token that ends mid-character is held back)
-    while the stream goes on; an empty chunk with finish_reason set may only close the stream (chat does that),
-    so it counts only where the server's usage has a token left over for it."""
-    text = choice.get("text")
-    if text is None:
-        delta = choice.get("delta") or {}
-        text = delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning")
-    return bool(text) or choice.get("finish_reason") is None
+    if usage is None:
+        return RequestTimeline(start, end, tuple(token_times), 0, len(token_times), usage=False)
+    return RequestTimeline(start, end, tuple(token_times), usage.prompt_tokens, usage.completion_tokens)
 
 
 async def run_concurrency(client: aiohttp.ClientSession, endpoint: Endpoint, prompts: Sequence[str],

@@ -124,9 +124,11 @@ async def data_lines(content: aiohttp.StreamReader, limit: int = MAX_EVENT_BYTES
 
 async def read_document(response: aiohttp.ClientResponse, limit: int = MAX_DOCUMENT_BYTES) -> object:
     """A JSON document of at most `limit` bytes (None when it is not JSON); BadResponse when it is larger."""
-    body = await response.content.read(limit + 1)
-    if len(body) > limit:
-        raise BadResponse(f"{response.url} sent more than {limit >> 20} MiB")
+    body = b""
+    async for data in response.content.iter_any():  # read(n) returns what has arrived, not n bytes
+        body += data
+        if len(body) > limit:
+            raise BadResponse(f"the answer is larger than {limit >> 20} MiB")
     try:
         return json.loads(body)
     except (ValueError, RecursionError):

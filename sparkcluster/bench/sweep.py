@@ -5,7 +5,6 @@ Rows are appended to the caller's list as they complete, so a failure or Ctrl-C 
 
 from __future__ import annotations
 
-import json
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -16,6 +15,7 @@ from ..engine.errors import EXIT_FAILED, SparkclusterError
 from . import prompts
 from .load import Endpoint, describe_error, run_concurrency, session, stream_completion
 from .metrics import Sampler, ServerSide, summarize
+from .sse import BadResponse, model_ids, read_document
 from .stats import Row, combine, summarize_run
 from .timeline import RequestTimeline
 
@@ -91,27 +91,30 @@ def root_of(base_url: str) -> str:
 
 
 async def get_json(client: aiohttp.ClientSession, url: str) -> tuple[int, object]:
-    """(status, document); raises BenchFailed when nothing answers."""
+    """(status, document: None when not JSON); raises BenchFailed when nothing answers or the body is huge."""
     try:
         async with client.get(url, timeout=aiohttp.ClientTimeout(total=30)) as response:
-            text = await response.text()
-    except (aiohttp.ClientError, TimeoutError, OSError) as e:
+            return response.status, await read_document(response)
+    except (aiohttp.ClientError, TimeoutError, OSError, BadResponse) as e:
         raise BenchFailed(describe_error(e, url), FIX) from None
-    try:
-        return response.status, json.loads(text)
-    except ValueError:
-        return response.status, None
 
 
 async def resolve_model(client: aiohttp.ClientSession, base_url: str, wanted: str | None) -> str:
-    status, doc = await get_json(client, f"{base_url}/models")
-    served: list[str] = [m.get("id") for m in doc.get("data", [])] if status == 200 and isinstance(doc, dict) else []
+    url = f"{base_url}/models"
+    status, doc = await get_json(client, url)
+    if status != 200:
+        raise BenchFailed(f"{url} answered HTTP {status}, not a model list", FIX)
+    try:
+        served = model_ids(doc)
+    except BadResponse as e:
+        raise BenchFailed(f"{url} is not an OpenAI model list: {e}", FIX) from None
     if not served:
-        raise BenchFailed(f"{base_url}/models answered {status} without a model list", FIX)
+        raise BenchFailed(f"{url} lists no model", FIX)
     if wanted is None:
         return served[0]
     if wanted not in served:
-        raise BenchFailed(f"{base_url} serves {', '.join(served)}, not {wanted!r}", "give --model with a served name")
+        shown = ", ".join(served[:10]) + (f" and {len(served) - 10} more" if len(served) > 10 else "")
+        raise BenchFailed(f"{base_url} serves {shown}, not {wanted!r}", "give --model with a served name")
     return wanted
 
 
@@ -141,7 +144,8 @@ async def sweep(base_url: str, model: str | None, opts: SweepOptions, levels: li
     async with session(max(opts.concurrency), opts.timeout_s) as client:
         prepared.model = await resolve_model(client, base_url, model)
         _, version = await get_json(client, f"{root_of(base_url)}/version")
-        prepared.server_version = version.get("version") if isinstance(version, dict) else None
+        served_version = version.get("version") if isinstance(version, dict) else None
+        prepared.server_version = served_version if isinstance(served_version, str) else None
         endpoint = Endpoint(base_url, prepared.model)
         emit(Note(f"calibrating a {opts.prompt_tokens}-token prompt from the server's usage ..."))
         prepared.prompt_words, prepared.prompt_tokens = await calibrate(client, endpoint, opts.prompt_tokens)

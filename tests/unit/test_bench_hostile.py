@@ -1,0 +1,133 @@
+"""`sparkcluster bench --url` against tests/hostile_server.py, one route per misbehaviour seen in the round-3
+adversarial run: each ends within its timeout, exit 0 or 1, a reason and no traceback; the parsers behind it are
+fuzzed with hypothesis (a value or a clean error, never an exception)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from sparkcluster.bench.sse import BadResponse, StreamEvent, model_ids, parse_event
+from tests.helpers import run_cli
+from tests.hostile_server import ENDLESS_MODES, EVENT_MODES, METRICS_MODES, MODELS_MODES
+from tests.openai_stub import running_server
+
+TIMEOUT_S = 3  # --timeout: the bound on one request, and so on every endless route below
+
+
+@pytest.fixture(scope="module")
+def hostile() -> str:
+    with running_server("tests.hostile_server") as port:
+        yield f"http://127.0.0.1:{port}"
+
+
+def bench(url: str) -> tuple[object, float]:
+    started = time.monotonic()
+    result = run_cli("bench", "--url", url, "--concurrency", "1,2", "--runs", "1", "--requests-per-stream", "1",
+                     "--output-tokens", "4", "--prompt-tokens", "8", "--warmup", "0", "--timeout", str(TIMEOUT_S),
+                     "--json", timeout=120)
+    return result, time.monotonic() - started
+
+
+def reason_of(result) -> str:
+    doc = json.loads(result.stdout)
+    return doc["error"]["message"] if doc.get("error") else ""
+
+
+@pytest.mark.parametrize("mode", sorted(EVENT_MODES))
+def test_an_event_of_the_wrong_shape_is_a_failed_request_with_its_reason(hostile, mode):
+    result, _ = bench(f"{hostile}/{mode}/v1")
+    assert "Traceback" not in result.stderr, result.stderr
+    assert result.returncode == 1, result.stderr
+    reason = reason_of(result)
+    assert "the first request failed" in reason and ("is " in reason or "server error" in reason
+                                                     or "without output" in reason), reason
+
+
+@pytest.mark.parametrize("mode", sorted(MODELS_MODES))
+def test_a_model_list_of_the_wrong_shape_is_an_error_with_the_fix(hostile, mode):
+    result, _ = bench(f"{hostile}/{mode}/v1")
+    assert "Traceback" not in result.stderr, result.stderr
+    assert result.returncode == 1
+    assert "/models" in reason_of(result) and "fix" in json.loads(result.stdout)["error"]
+
+
+@pytest.mark.parametrize("mode", sorted(METRICS_MODES))
+def test_metrics_that_are_not_numbers_never_stop_a_run(hostile, mode):
+    result, _ = bench(f"{hostile}/{mode}/v1")
+    assert "Traceback" not in result.stderr, result.stderr
+    assert result.returncode == 0, result.stderr
+    rows = json.loads(result.stdout)["rows"]
+    assert [row["concurrency"] for row in rows] == [1, 2] and all(row["errors"] == 0 for row in rows)
+
+
+@pytest.mark.parametrize("mode", ENDLESS_MODES)
+def test_an_endless_or_silent_answer_is_bounded_by_the_timeout(hostile, mode):
+    result, took = bench(f"{hostile}/{mode}/v1")
+    assert "Traceback" not in result.stderr, result.stderr
+    assert result.returncode == 1, result.stderr
+    assert reason_of(result)
+    # The bound is per request: the model list, one calibration request, no more (plus the CLI's start).
+    assert took < 4 * TIMEOUT_S + 20, took
+
+
+JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
+                    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+                    max_leaves=20)
+# Shapes close to a real event, so the fuzz reaches the checks of each field and not only the top level.
+EVENT = st.fixed_dictionaries({}, optional={
+    "choices": JSON | st.lists(JSON | st.fixed_dictionaries({}, optional={
+        "text": JSON, "finish_reason": JSON, "delta": JSON | st.dictionaries(
+            st.sampled_from(["content", "reasoning_content", "reasoning"]), JSON)}), max_size=3),
+    "usage": JSON | st.dictionaries(st.sampled_from(["prompt_tokens", "completion_tokens"]), JSON),
+    "error": JSON,
+})
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.one_of(EVENT, JSON).map(lambda doc: json.dumps(doc).encode()) | st.binary(max_size=64))
+def test_any_event_is_a_checked_value_or_a_clean_error(payload):
+    try:
+        event = parse_event(payload)
+    except BadResponse as e:
+        assert str(e)
+        return
+    assert isinstance(event, StreamEvent)
+    assert all(c.text is None or isinstance(c.text, str) for c in event.choices)
+    assert event.usage is None or (isinstance(event.usage.prompt_tokens, int)
+                                   and isinstance(event.usage.completion_tokens, int))
+
+
+@settings(max_examples=300, deadline=None)
+@given(JSON | st.fixed_dictionaries({"data": JSON | st.lists(st.dictionaries(st.just("id"), JSON), max_size=3)}))
+def test_any_model_list_is_names_or_a_clean_error(doc):
+    try:
+        ids = model_ids(doc)
+    except BadResponse as e:
+        assert str(e)
+        return
+    assert all(isinstance(i, str) and i for i in ids)
+
+
+def test_a_line_over_the_cap_is_refused_without_holding_more():
+    from sparkcluster.bench.sse import data_lines
+
+    class Content:
+        async def iter_any(self):
+            for _ in range(100):
+                yield b"data: " + b"x" * 65536
+
+    async def read() -> str:
+        try:
+            async for _ in data_lines(Content(), limit=256 * 1024):  # type: ignore[arg-type]
+                pass
+        except BadResponse as e:
+            return str(e)
+        return ""
+
+    assert "without a line break" in asyncio.run(read())
