@@ -198,7 +198,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser], app:
     p.add_argument("--prefix-cache", action="store_true",
                    help="send the same prompt every time, so the prefix cache serves it (default: unique prompts)")
     p.add_argument("--timeout", type=flags.seconds, default=600.0,
-                   help="seconds a stream may stay silent before it counts as failed (default 600)")
+                   help="seconds one request may take in all before it counts as failed (default 600)")
     p.add_argument("--csv", metavar="FILE", help="write the rows as CSV")
     p.add_argument("--plot", metavar="FILE.png", help="draw throughput and latency against concurrency")
     p.add_argument("--compare", metavar="RECIPE|FILE",
