@@ -6,10 +6,13 @@ A server without /metrics (not vLLM) simply gives no such figures."""
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import aiohttp
+
+from ..serving import prometheus
 
 SAMPLE_EVERY_S = 1.0
 KV_USAGE = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")  # the older name before vLLM V1
@@ -20,20 +23,17 @@ COUNTERS = {
 }
 
 
+MAX_SCRAPE_BYTES = prometheus.MAX_TEXT_CHARS  # a server that sends more is cut off, not held in memory
+
+
 def parse(text: str) -> dict[str, float]:
-    """Each metric's value summed over its label sets (one per engine or model)."""
-    values: dict[str, float] = {}
-    for line in text.splitlines():
-        if not line or line.startswith("#"):
-            continue
-        name_part, _, rest = line.rpartition("}") if "}" in line else line.partition(" ")
-        name = name_part.split("{", 1)[0].strip()
-        try:
-            value = float(rest.split()[0])
-        except (IndexError, ValueError):
-            continue
-        values[name] = values.get(name, 0.0) + value
-    return values
+    """Each metric's finite value summed over its label sets (one per engine or model): NaN, ±Inf and lines
+    that are not Prometheus text are left out (the shared reader never raises)."""
+    return prometheus.parse(text).totals()
+
+
+def _count(value: float | None) -> int | None:
+    return None if value is None or not math.isfinite(value) else round(value)
 
 
 @dataclass(frozen=True)
@@ -59,12 +59,13 @@ def summarize(windows: Sequence[tuple[Mapping[str, float], Mapping[str, float], 
             return None
         return sum(last[name] - first[name] for first, last, _ in windows)
 
-    kv = [s[name] for _, _, samples in windows for s in samples for name in KV_USAGE if name in s]
+    kv = [s[name] for _, _, samples in windows for s in samples for name in KV_USAGE
+          if name in s and math.isfinite(s[name])]
     hits, queries, preempted = delta("prefix_hits"), delta("prefix_queries"), delta("preemptions")
     generated, prompted = delta("generation_tokens"), delta("prompt_tokens")
-    return ServerSide(max(kv) if kv else None, hits / queries if hits is not None and queries else None,
-                      None if preempted is None else round(preempted),
-                      None if generated is None else round(generated), None if prompted is None else round(prompted))
+    hit_rate = hits / queries if hits is not None and queries else None
+    return ServerSide(max(kv) if kv else None, hit_rate if hit_rate is None or math.isfinite(hit_rate) else None,
+                      _count(preempted), _count(generated), _count(prompted))
 
 
 class Sampler:
@@ -84,8 +85,9 @@ class Sampler:
                 if response.status != 200:
                     self.available = False  # not vLLM, or metrics turned off: stop asking
                     return {}
-                return parse(await response.text())
-        except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
+                body = await response.content.read(MAX_SCRAPE_BYTES)
+                return parse(body.decode("utf-8", errors="replace"))
+        except (aiohttp.ClientError, asyncio.TimeoutError, OSError, ValueError):
             return {}
 
     async def start(self) -> None:

@@ -8,8 +8,7 @@ import subprocess
 from pathlib import Path
 
 from sparkcluster.engine.inventory import Host
-from sparkcluster.serving.caches import (CACHE_VARIABLES, CONTAINER_CACHE_DIR, parse_size, purge_command,
-                                         size_command)
+from sparkcluster.serving.caches import CACHE_VARIABLES, CONTAINER_CACHE_DIR, parse_size, purge_command, size_command
 from sparkcluster.serving.runtime import DockerRuntime, HostRuntime, NodeEnv, RuntimeChoice
 
 ENV = NodeEnv("~/.config/sparkcluster/comm.env", {"HF_HUB_OFFLINE": "1"})
