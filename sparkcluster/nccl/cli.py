@@ -43,6 +43,8 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser], app:
 
     rep = commands.add_parser("nccl-report", help="read NCCL_DEBUG=INFO logs: transports, devices, a verdict")
     rep.add_argument("logfiles", nargs="+", metavar="LOGFILE")
-    rep.add_argument("--min-busbw", type=flags.bandwidth, help="bus bandwidth a pass needs, GB/s (probe output only)")
+    rep.add_argument("--min-busbw", type=flags.bandwidth,
+                     help="bus bandwidth a pass needs at 64 MiB and above, GB/s (default 18; nccl-tests tables and "
+                          "the probe's rows)")
     rep.add_argument("--json", action="store_true")
     rep.set_defaults(func=cmd_nccl_report)

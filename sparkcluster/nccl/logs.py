@@ -51,6 +51,12 @@ _IB_HCA_ENV = re.compile(r"NCCL_IB_HCA set (?:by environment )?to ?(.*)$")
 _IB_DISABLE = re.compile(r"NCCL_IB_DISABLE set by environment to (\d+)")
 _NO_IB_DEVICE = re.compile(r"NET/IB ?: No device found")
 _RANK = re.compile(r"\brank (\d+) n[Rr]anks \d+")
+_COMM_ID = re.compile(r"\bcommId (0x[0-9a-fA-F]+)")
+# NCCL >= 2.27 names the plugin it took ("Assigned NET plugin Socket to comm") before, or instead of, "Using network".
+_ASSIGNED = re.compile(r"Assigned NET plugin (\S+) to comm")
+_IB_INIT_FAILED = re.compile(r"Failed to initialize NET plugin IB\b")
+# nccl-tests starts a run with these; between them and the next run's lines, unprefixed NCCL lines are another run.
+_TESTS_START = re.compile(r"^(?:\S*\s)?# (?:nThread \d+|Collective test starting)")
 _ERRORS = re.compile(r"unhandled (?:system|cuda) error|ibv_\w+ failed|Got completion .*status=|IBV_WC_\w+_ERR"
                      r"|remote process exited|\bNCCL error\b|\bnccl(?:System|Remote|Internal)Error\b")
 
@@ -86,6 +92,9 @@ class RankLog:
     warnings: tuple[str, ...]  # "NCCL WARN msg", without the host:pid prefix
     errors: tuple[str, ...]  # NCCL lines as "NCCL INFO|WARN msg", other lines (tracebacks) whole
     truncated: bool  # NCCL lines but no Channel line: the log stops before any connection was made
+    comm_ids: tuple[str, ...] = ()  # the communicators this process joined: ranks sharing one are one run
+    first_line: int = 0  # where this process's lines start and end in its file
+    last_line: int = 0
 
     @property
     def transports(self) -> tuple[str, ...]:
@@ -116,8 +125,17 @@ class _Builder:
     channels: list[Channel] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    comm_ids: list[str] = field(default_factory=list)
+    first_line: int = 0
+    last_line: int = 0
+    ib_listed: bool = False  # a "NET/IB : Using [0]dev:1/RoCE" line named devices: NCCL took IB
+    assigned: str | None = None
 
     def nccl(self, level: str, msg: str, line_no: int) -> None:
+        self.first_line = self.first_line or line_no
+        self.last_line = line_no
+        if m := _COMM_ID.search(msg):
+            self._add(self.comm_ids, [m[1]])
         if m := _VERSION.search(msg):
             self.nccl_version = self.nccl_version or m[1]
         else:
@@ -131,7 +149,9 @@ class _Builder:
         elif m := _NETWORK.search(msg):
             self.network = _strip_version(m[1])
         elif m := _IB_USING.search(msg):
-            self._add(self.ib_devices, _IB_DEVICE.findall(m[1]))
+            listed = _IB_DEVICE.findall(m[1])
+            self.ib_listed = self.ib_listed or bool(listed)
+            self._add(self.ib_devices, listed)
             if oob := _OOB.search(m[1]):
                 self.oob_interface = oob[1]
         elif m := _IB_VIRTUAL.search(msg):
@@ -148,8 +168,10 @@ class _Builder:
             self.ib_hca_env = m[1].strip()
         elif m := _IB_DISABLE.search(msg):
             self.ib_disabled = m[1] != "0"
-        elif _NO_IB_DEVICE.search(msg):
+        elif _NO_IB_DEVICE.search(msg) or _IB_INIT_FAILED.search(msg):
             self.no_ib_device = True
+        elif m := _ASSIGNED.search(msg):
+            self.assigned = _strip_version(m[1])
         elif "Init COMPLETE" in msg:
             self.init_complete = True
         if self.rank is None and (m := _RANK.search(msg)):
@@ -163,14 +185,18 @@ class _Builder:
         values.extend(v for v in new if v not in values)
 
     def freeze(self) -> RankLog:
+        # A log cut before "Using network X" still says which network NCCL took: the plugin it assigned, or the
+        # IB devices NET/IB listed (NCCL prefers IB whenever it found one).
+        network = self.network or self.assigned or ("IB" if self.ib_listed and not self.no_ib_device else None)
         return RankLog(
             source=self.source, host=self.host, rank=self.rank, nccl_lines=self.nccl_lines,
-            nccl_version=self.nccl_version, network=self.network, ib_devices=tuple(self.ib_devices),
+            nccl_version=self.nccl_version, network=network, ib_devices=tuple(self.ib_devices),
             socket_interfaces=tuple(self.socket_interfaces), socket_addresses=tuple(self.socket_addresses),
             oob_interface=self.oob_interface, bootstrap_interface=self.bootstrap_interface,
             ib_hca_env=self.ib_hca_env, no_ib_device=self.no_ib_device, ib_disabled=self.ib_disabled,
             init_complete=self.init_complete, channels=tuple(self.channels), warnings=tuple(self.warnings),
             errors=tuple(self.errors), truncated=self.nccl_lines > 0 and not self.channels,
+            comm_ids=tuple(self.comm_ids), first_line=self.first_line, last_line=self.last_line,
         )
 
 
@@ -204,11 +230,16 @@ def read_capped_lines(readline: Callable[[int], str]) -> Iterator[str]:
 
 
 def read_log(text: Lines, source: str = "log") -> list[RankLog]:
-    """One RankLog per process (host:pid) for prefixed lines, else one for the whole text."""
+    """One RankLog per process (host:pid) for prefixed lines, else one for the whole text (one per nccl-tests run
+    when unprefixed NCCL lines of several runs follow each other)."""
     whole = _Builder(source)
+    earlier: list[RankLog] = []
     by_process: dict[tuple[str, str], _Builder] = {}
     for line_no, raw in enumerate(split_lines(text), 1):
         line = _ANSI.sub("", raw)
+        if whole.nccl_lines and _TESTS_START.search(line):
+            earlier.append(whole.freeze())
+            whole = _Builder(f"{source} (run {len(earlier) + 1})")
         if m := _PREFIXED.search(line):
             key = (m["host"], m["pid"])
             if key not in by_process:
@@ -221,9 +252,9 @@ def read_log(text: Lines, source: str = "log") -> list[RankLog]:
             ray = _RAY_PID.search(line)
             owner = next((b for (_, pid), b in by_process.items() if ray and pid == ray[1]), whole)
             owner.error(line.strip())
-    ranks = [b.freeze() for b in by_process.values()]
+    ranks = [*earlier, *(b.freeze() for b in by_process.values())]
     # Unprefixed lines next to prefixed ones are mostly tracebacks that follow the ranks' own WARN lines.
-    if not by_process or whole.nccl_lines or whole.errors:
+    if (not by_process and not earlier) or whole.nccl_lines or whole.errors:
         ranks.append(whole.freeze())
     return ranks
 
@@ -235,7 +266,12 @@ class BandwidthRow:
     size_bytes: int
     time_us: float
     algbw_gbps: float  # GB/s (1e9 bytes), as nccl-tests prints
-    busbw_gbps: float
+    busbw_gbps: float  # out-of-place where nccl-tests prints both
+    in_place_busbw_gbps: float | None = None
+
+    @property
+    def best_busbw_gbps(self) -> float:
+        return max(self.busbw_gbps, self.in_place_busbw_gbps or 0.0)
 
 
 def busbw(op: str, size_bytes: int, seconds: float, world: int) -> tuple[float, float]:

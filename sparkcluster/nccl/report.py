@@ -13,37 +13,64 @@ from rich.console import Console
 from rich.markup import escape
 
 from ..engine.errors import EXIT_FAILED, EXIT_OK, UsageError
-from .logs import BandwidthRow, RankLog, format_table, read_capped_lines, read_log, read_probe_output
-from .verdict import VerdictStatus, judge
+from .logs import RankLog, format_table, read_capped_lines, read_log, read_probe_output
+from .runs import FileLog, Run, group_runs
+from .tables import read_tables
+from .verdict import Verdict, VerdictStatus, judge
 from .verify import VerifyResult
 
 
 def report(paths: Sequence[str], *, json_output: bool, min_busbw: float | None) -> tuple[int, str]:
-    """(exit code, text to print): 0 for PASS and WARN (the WARN is printed), 1 for FAIL."""
-    ranks: list[RankLog] = []
-    rows: list[BandwidthRow] = []
+    """(exit code, text to print): 0 for PASS and WARN (the WARN is printed), 1 when any run FAILs. Each run in the
+    files (runs.py) gets its own verdict."""
+    files: list[FileLog] = []
     probe_ranks: list[dict[str, Any]] = []
     for path in paths:
         _check_regular(path)
-        with _open(path) as f:  # two passes over a regular file: neither keeps the text whole
-            ranks += read_log(read_capped_lines(f.readline), source=path)
+        with _open(path) as f:  # one pass per reader over a regular file: none keeps the text whole
+            ranks = read_log(read_capped_lines(f.readline), source=path)
         with _open(path) as f:
-            file_rows, file_ranks = read_probe_output(read_capped_lines(f.readline))
-        rows += file_rows
-        probe_ranks += file_ranks
-    verdict = judge(ranks, rows=rows, min_busbw_gbps=min_busbw)
+            tables = read_tables(read_capped_lines(f.readline), source=path)
+        with _open(path) as f:
+            probe_ranks += read_probe_output(read_capped_lines(f.readline))[1]
+        if tables:  # nccl-tests without NCCL_DEBUG: the table is the run, not a rank that printed nothing
+            ranks = [r for r in ranks if r.nccl_lines or r.errors]
+        files.append(FileLog(path, tuple(ranks), tuple(tables)))
+    judged = [(run, judge(run.ranks, rows=run.rows, min_busbw_gbps=min_busbw, table_hosts=run.table_hosts))
+              for run in group_runs(files)] or [(Run("the given logs", (), ()), judge([]))]
+    verdict = _worst([v for _, v in judged])
     code = EXIT_FAILED if verdict.status is VerdictStatus.FAIL else EXIT_OK
     if json_output:
+        rows = [r for run, _ in judged for r in run.rows]
         doc = {**asdict(verdict), "rows": [asdict(r) for r in rows], "probe_ranks": probe_ranks,
-               "ranks": [_rank_doc(r) for r in ranks]}
+               "ranks": [_rank_doc(r) for run, _ in judged for r in run.ranks],
+               "runs": [{"name": run.name, **asdict(v), "rows": [asdict(r) for r in run.rows]} for run, v in judged]}
         return code, json.dumps(doc, indent=2)
-    lines = [f"{verdict.status}  {verdict.cause}"]
-    if verdict.fix:
-        lines.append(f"  fix: {verdict.fix}")
-    lines += [f"  {d}" for d in verdict.details]
-    if rows:
-        lines.append(format_table(rows))
+    if len(judged) == 1:
+        return code, "\n".join(_verdict_lines(*judged[0], indent=""))
+    counts = ", ".join(f"{sum(v.status is s for _, v in judged)} {s}" for s in reversed(VerdictStatus)
+                       if any(v.status is s for _, v in judged))
+    lines = [f"{verdict.status}  {len(judged)} runs, judged apart: {counts}"]
+    for number, (run, v) in enumerate(judged, 1):
+        lines += ["", f"run {number}: {run.name}", *_verdict_lines(run, v, indent="  ")]
     return code, "\n".join(lines)
+
+
+def _worst(verdicts: Sequence[Verdict]) -> Verdict:
+    for status in (VerdictStatus.FAIL, VerdictStatus.WARN):
+        if found := next((v for v in verdicts if v.status is status), None):
+            return found
+    return verdicts[0]
+
+
+def _verdict_lines(run: Run, verdict: Verdict, indent: str) -> list[str]:
+    lines = [f"{indent}{verdict.status}  {verdict.cause}"]
+    if verdict.fix:
+        lines.append(f"{indent}  fix: {verdict.fix}")
+    lines += [f"{indent}  {d}" for d in verdict.details]
+    if run.rows:
+        lines.append(format_table(run.rows))
+    return lines
 
 
 def _check_regular(path: str) -> None:

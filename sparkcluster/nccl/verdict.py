@@ -58,18 +58,23 @@ _F7_FIX = ("an RDMA transfer failed on a collective (F7): fix the fabric config 
 
 def judge(ranks: Sequence[RankLog], *, expected_hcas: Sequence[str] = (), qsfp_interfaces: Sequence[str] = (),
           management_interfaces: Sequence[str] = MANAGEMENT_INTERFACES, rows: Sequence[BandwidthRow] = (),
-          min_busbw_gbps: float | None = None, require_network: bool = True) -> Verdict:
+          min_busbw_gbps: float | None = None, require_network: bool = True,
+          table_hosts: Sequence[str] = ()) -> Verdict:
     """PASS only when every inter-node channel is NET/IB(ext) on the expected HCAs and the bandwidth holds.
 
     Findings are gathered in order of how much they explain, so the verdict's cause is the root one: an error
     before the fallback it caused, a fallback before the truncated log or low bandwidth it explains.
     """
+    if not ranks and rows:
+        return _bandwidth_only(rows, min_busbw_gbps, table_hosts)
     transports = tuple(dict.fromkeys(t for r in ranks for t in r.inter_node))
     intra_only = not transports and any(r.channels for r in ranks)
     qsfp_hint = ",".join(qsfp_interfaces) or "<the QSFP interface, e.g. enp1s0f1np1>"
+    # A socket fallback comes before the errors and the truncated log it explains: a run on the management port
+    # that then timed out or was cut short failed because of where it ran.
     per_rank = (
-        _error_findings,
         lambda r: _socket_findings(r, expected_hcas, management_interfaces, qsfp_hint, require_network),
+        _error_findings,
         lambda r: _interface_findings(r, qsfp_interfaces, management_interfaces, qsfp_hint),
         _silence_findings,
         lambda r: _hca_findings(r, expected_hcas),
@@ -83,7 +88,7 @@ def judge(ranks: Sequence[RankLog], *, expected_hcas: Sequence[str] = (), qsfp_i
         found.append(("input", _no_lines("the given logs")))
     found += [("all ranks", f) for f in _transport_findings(transports)]
     if transports and set(transports) <= _RDMA:
-        found += [("probe", f) for f in _bandwidth_findings(transports, rows, min_busbw_gbps)]
+        found += [("bandwidth", f) for f in _bandwidth_findings(ranks, rows, min_busbw_gbps, expected_hcas)]
     details = (*(_summary(r) for r in ranks), *(f"{source}: {f.status} {f.cause}" for source, f in found))
     worst = next((f for _, f in found if f.status is VerdictStatus.FAIL), None) or next((f for _, f in found), None)
     if worst:
@@ -226,28 +231,82 @@ def _transport_findings(transports: Sequence[str]) -> list[_Finding]:
                      "NCCL_NET_PLUGIN")]
 
 
-def _bandwidth_findings(transports: Sequence[str], rows: Sequence[BandwidthRow],
-                        min_busbw: float | None) -> list[_Finding]:
+# What owners of Spark pairs actually hit when every channel is NET/IB and the bandwidth is still low, and how each
+# shows itself (docs/failure-modes.md F3, F24-F26).
+DEGRADED_CAUSES = (
+    "one twin only: about half (11-12 GB/s); `NET/IB : Using` lists one HCA: set NCCL_IB_HCA to both twins",
+    "hot re-plug or PCIe power: a few GB/s (2-4) on every size; `sudo dmesg | grep -i mlx5` shows 'insufficient "
+    "power' or a degraded PCIe link: reboot both nodes (a re-seated cable needs it)",
+    "FEC or speed mismatch on a direct cable: `ethtool <twin>` shows Speed other than 200000Mb/s or "
+    "`ethtool --show-fec <twin>` differs between the ends: set the same FEC, reseat or replace the cable",
+    "MTU: `ip link show <twin>` says mtu 1500 on either end: set 9000 on both ends (it costs 10-20%)",
+)
+
+
+def _large(rows: Sequence[BandwidthRow]) -> list[BandwidthRow]:
+    """The rows that say something about the link: 64 MiB and above, or nccl-tests' average alone (size 0)."""
+    large = [r for r in rows if r.size_bytes >= LARGE_BYTES]
+    return large or [r for r in rows if r.size_bytes == 0]
+
+
+def _floor(min_busbw: float | None) -> float:
+    return DEFAULT_MIN_BUSBW_GBPS if min_busbw is None else min_busbw
+
+
+def _bandwidth_findings(ranks: Sequence[RankLog], rows: Sequence[BandwidthRow], min_busbw: float | None,
+                        expected_hcas: Sequence[str]) -> list[_Finding]:
     if not rows:
         return []
-    threshold = DEFAULT_MIN_BUSBW_GBPS if min_busbw is None else min_busbw
-    large = [r for r in rows if r.size_bytes >= LARGE_BYTES]
+    threshold = _floor(min_busbw)
+    large = _large(rows)
     if not large:
         return [_Finding(VerdictStatus.WARN, f"no measurement at {LARGE_BYTES >> 20} MiB or more: bandwidth not judged",
-                         "run the probe with --sizes up to 1G")]
-    best = max(large, key=lambda r: r.busbw_gbps)
-    if best.busbw_gbps >= threshold:
+                         "run the probe with --sizes up to 1G (nccl-tests: -e 1G or more)")]
+    best = max(r.best_busbw_gbps for r in large)
+    if best >= threshold:
         return []
-    if best.busbw_gbps <= MISCONFIGURED_MAX_GBPS:
-        hint = " (≈3 GB/s at every size is F3)"
-    elif best.busbw_gbps <= ONE_TWIN_MAX_GBPS:
-        hint = " (one twin's ceiling: is only one HCA in use?)"
-    else:
-        hint = ""
-    return [_Finding(VerdictStatus.WARN, f"transport is {'/'.join(transports)} but busbw {best.busbw_gbps:.1f} < {threshold:.1f} "
-                             f"GB/s{hint}",
-                     "check MTU 9000 on both ends, NCCL_IB_HCA = both twins, PFC / packet loss on a switch (F3/F8); "
-                     "stop other GPU work and rerun")]
+    return [_Finding(VerdictStatus.FAIL, f"RDMA, but the link delivers {best:.2f} GB/s of an expected >= {threshold:g}"
+                                         f"{_degraded_hint(ranks, best, expected_hcas)}", _degraded_fix())]
+
+
+def _degraded_hint(ranks: Sequence[RankLog], best: float, expected_hcas: Sequence[str]) -> str:
+    """The cause the numbers point at, so that the headline already tells the cases apart."""
+    one = {d for r in ranks for d in r.ib_devices}
+    if len(one) == 1 and (len(expected_hcas) != 1):
+        return f" (one twin only: NCCL uses {next(iter(one))} alone)"
+    if best <= MISCONFIGURED_MAX_GBPS:
+        return (" (a few GB/s at every size with both twins on NET/IB: a hot re-plug or PCIe power limit; "
+                "`dmesg | grep -i mlx5`, then reboot; or F3: MTU 1500 / NCCL_IB_HCA)")
+    if best <= ONE_TWIN_MAX_GBPS:
+        return " (one twin's ceiling: is only one twin carrying traffic? verify measures each twin)"
+    return " (MTU 1500, FEC/speed mismatch, or other GPU work)"
+
+
+def _degraded_fix() -> str:
+    return "tell the causes apart: " + "; ".join(f"({i}) {c}" for i, c in enumerate(DEGRADED_CAUSES, 1))
+
+
+def _bandwidth_only(rows: Sequence[BandwidthRow], min_busbw: float | None, hosts: Sequence[str]) -> Verdict:
+    """nccl-tests without NCCL_DEBUG: the speed is known, the transport is not."""
+    threshold = _floor(min_busbw)
+    large = _large(rows)
+    unknown = "transport unknown: no NCCL INFO lines (rerun with NCCL_DEBUG=INFO to see it)"
+    details = tuple(f"{r.op} {r.size_bytes} B: busbw {r.busbw_gbps:.2f}"
+                    + (f" / in-place {r.in_place_busbw_gbps:.2f}" if r.in_place_busbw_gbps is not None else "")
+                    + " GB/s" for r in rows)
+    if len(set(hosts)) == 1:
+        return Verdict(VerdictStatus.WARN, f"every rank on one host ({hosts[0]}): the table says nothing about the "
+                                           "QSFP link", "run one rank on each of two Sparks", details, (), True)
+    if not large:
+        return Verdict(VerdictStatus.WARN, f"no measurement at {LARGE_BYTES >> 20} MiB or more: bandwidth not judged; "
+                                           f"{unknown}", "run nccl-tests with -e 1G or more", details, (), False)
+    best = max(r.best_busbw_gbps for r in large)
+    if best < threshold:
+        hint = _degraded_hint((), best, ())
+        return Verdict(VerdictStatus.FAIL, f"the link delivers {best:.2f} GB/s of an expected >= {threshold:g}{hint}; "
+                                           f"{unknown}", _degraded_fix() + "; and rerun with NCCL_DEBUG=INFO: NET/Socket "
+                                           "would explain it first", details, (), False)
+    return Verdict(VerdictStatus.PASS, f"busbw {best:.2f} GB/s >= {threshold:g}; {unknown}", "", details, (), False)
 
 
 def _pass_cause(ranks: Sequence[RankLog], transports: Sequence[str], intra_only: bool,
@@ -256,8 +315,10 @@ def _pass_cause(ranks: Sequence[RankLog], transports: Sequence[str], intra_only:
         return "intra-node only (P2P/SHM), and no network transport was required"
     devices = ", ".join(dict.fromkeys(d for r in ranks for d in r.ib_devices)) or "RDMA"
     cause = f"RDMA: {'/'.join(transports)} on {devices} for {len(ranks)} rank(s)"
-    large = [r.busbw_gbps for r in rows if r.size_bytes >= LARGE_BYTES]
-    return f"{cause}; best busbw {max(large):.1f} GB/s" if large else cause
+    large = _large(rows)
+    if large:
+        return f"{cause}; best busbw {max(r.best_busbw_gbps for r in large):.1f} GB/s"
+    return f"{cause}; transport proven, bandwidth not in this log: run `sparkcluster verify`"
 
 
 def _summary(rank: RankLog) -> str:
