@@ -25,7 +25,7 @@ from ..engine.console import print_error
 from ..engine.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, UsageError
 from ..engine.report import print_json
 from ..serving.recipes import Reference
-from . import compare, plot, table
+from . import benchy_cli, compare, plot, table
 from .sweep import (
     BenchEvent,
     BenchFailed,
@@ -63,13 +63,15 @@ def concurrency_list(text: str) -> tuple[int, ...]:
 
 def sweep_options(args: argparse.Namespace) -> SweepOptions:
     for flag, value, least in (("--prompt-tokens", args.prompt_tokens, 1), ("--output-tokens", args.output_tokens, 1),
-                               ("--runs", args.runs, 1), ("--warmup", args.warmup, 0),
+                               ("--runs", 3 if args.runs is None else args.runs, 1), ("--warmup", args.warmup, 0),
                                ("--requests-per-stream", args.requests_per_stream, 1)):
         if value < least:
             raise UsageError(f"{flag} {value} is below {least}", f"give {flag} {max(least, 1)} or more")
     if args.timeout <= 0:
         raise UsageError(f"--timeout {args.timeout:g} is not a duration", "give seconds, e.g. --timeout 600")
-    return SweepOptions(concurrency_list(args.concurrency), args.prompt_tokens, args.output_tokens, args.runs,
+    concurrency = ",".join(args.concurrency) if args.concurrency else "1,2,4,8,16,32,64"
+    runs = 3 if args.runs is None else args.runs
+    return SweepOptions(concurrency_list(concurrency), args.prompt_tokens, args.output_tokens, runs,
                         args.warmup, args.requests_per_stream, args.prefix_cache, args.timeout)
 
 
@@ -119,17 +121,22 @@ def _progress(enabled: bool) -> tuple[Progress | None, Emit]:
     return bar, show
 
 
+def find_target(args: argparse.Namespace, connect: Connect) -> Target:
+    if args.url:
+        return from_url(args.url, args.model)
+    with connect(args, lambda inventory: None) as session:
+        target = from_cluster(session)
+    return dataclasses.replace(target, model=args.model) if args.model else target
+
+
 def cmd_bench(args: argparse.Namespace, connect: Connect) -> int:
+    if args.method == "llama-benchy" or args.profile:
+        plan = benchy_cli.plan(args)
+        return benchy_cli.cmd(args, find_target(args, connect), plan)
     opts = sweep_options(args)
     check_outputs(args)
     reference: Reference | None = compare.load_reference(args.compare) if args.compare else None
-    if args.url:
-        target = from_url(args.url, args.model)
-    else:
-        with connect(args, lambda inventory: None) as session:
-            target = from_cluster(session)
-        if args.model:
-            target = dataclasses.replace(target, model=args.model)
+    target = find_target(args, connect)
     if not args.json:
         err_console.print(f"bench: {escape(target.base_url)} ({', '.join(map(str, opts.concurrency))} concurrent)",
                           highlight=False)
@@ -183,15 +190,17 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser], app:
     p = app.connecting(commands.add_parser(
         "bench", help="measure what the served cluster delivers: throughput and latency at each concurrency",
         description="Throughput and latency of the served model at each concurrency, measured the way the "
-                    "DGX Spark community publishes them.", epilog=METHOD,
+                    "DGX Spark community publishes them.", epilog=METHOD + "\n\n" + benchy_cli.METHOD,
         formatter_class=argparse.RawDescriptionHelpFormatter), inventory_positional=False)
     p.add_argument("--url", help="any OpenAI-compatible endpoint, e.g. http://HOST:8000/v1 (then no inventory is "
                                  "needed); default: the endpoint `serve` recorded on the inventory's head")
     p.add_argument("--model", help="the served model name (default: the one `serve` recorded, or the server's)")
-    p.add_argument("--concurrency", default="1,2,4,8,16,32,64", help="requests in flight (default 1,2,4,8,16,32,64)")
+    p.add_argument("--concurrency", nargs="+", metavar="C",
+                   help="requests in flight, space- or comma-separated (default 1,2,4,8,16,32,64; llama-benchy: 1)")
     p.add_argument("--prompt-tokens", type=flags.count, default=512, help="prompt length in tokens (default 512)")
     p.add_argument("--output-tokens", type=flags.count, default=128, help="tokens each request generates (default 128)")
-    p.add_argument("--runs", type=flags.count, default=3, help="runs per concurrency; rows are their median (default 3)")
+    p.add_argument("--runs", type=flags.count, default=None,
+                   help="runs per concurrency (llama-benchy: per cell); rows are their median (mean ± std) (default 3)")
     p.add_argument("--warmup", type=flags.non_negative, default=1, help="warm-up requests before measuring (default 1)")
     p.add_argument("--requests-per-stream", type=flags.count, default=4,
                    help="requests each of the C streams sends per run (default 4)")
@@ -203,4 +212,5 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser], app:
     p.add_argument("--plot", metavar="FILE.png", help="draw throughput and latency against concurrency")
     p.add_argument("--compare", metavar="RECIPE|FILE",
                    help="print each row beside a recipe's published reference rows, with the ratio (gpt-oss-120b)")
+    benchy_cli.add_flags(p)
     app.wire(p, cmd_bench)

@@ -1,0 +1,214 @@
+"""`bench --method llama-benchy` and `bench --profile`: llama-benchy's flags (each of --pp --tg --depth
+--concurrency takes several values, space- or comma-separated), checked before anything connects; the session
+run; then llama-benchy's outputs (its markdown table, --json its document with ours under `sparkcluster`,
+--csv FILE its columns, --plot) and, for a profile, the Arena's files in --out DIR, rewritten after every cell
+so an interruption keeps every finished one and a re-run measures only the rest."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rich.markup import escape
+
+from .. import __version__
+from ..engine.console import err as err_console
+from ..engine.console import print_error
+from ..engine.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, SparkclusterError, UsageError
+from ..engine.report import print_json
+from . import arena, benchy_plot, benchy_report
+from .benchy_client import Client
+from .benchy_run import Outcome, served_model, session_run
+from .benchy_runner import BenchyOptions, Cell, cells
+from .benchy_stats import BenchmarkRun
+from .corpus import BOOK_URL, Corpus, book_text, find_tokenizer, read_corpus
+from .profile import Profile, load_profile
+from .target import Target
+
+METHOD = """llama-benchy (0.4.0's requests, timing and arithmetic): streamed chat completions, the depth as a
+system message and the prompt as the user's, cut from a book with the model's tokenizer; per cell a warm-up
+run and --runs runs, each a burst of C requests at once; pp = prompt tokens / (time to first response - the
+measured latency), tg = tokens after the first / (last token - first token), peak = most tokens in 1 s; mean and
+population std of the runs, latencies in ms."""
+
+
+@dataclass(frozen=True)
+class Plan:
+    opts: BenchyOptions
+    cells: tuple[Cell, ...]
+    profile: Profile | None
+    out: Path | None
+
+
+def ints(values: list[str] | None, flag: str, default: tuple[int, ...], least: int) -> tuple[int, ...]:
+    """`--pp 512 1024`, `--pp 512,1024` or both: each value once, in the order given."""
+    if not values:
+        return default
+    try:
+        found = [int(v) for text in values for v in text.split(",") if v.strip()]
+    except ValueError:
+        found = []
+    if not found or any(v < least for v in found):
+        raise UsageError(f"{flag} {' '.join(values)} is not a list of whole numbers >= {least}",
+                         f"e.g. {flag} {max(least, 1)} or {flag} 1,2,4")
+    return tuple(dict.fromkeys(found))
+
+
+def plan(args: argparse.Namespace) -> Plan:
+    """Every flag checked, the cells in the order they will run; UsageError (exit 2) before any connection."""
+    if args.timeout <= 0:
+        raise UsageError(f"--timeout {args.timeout:g} is not a duration", "give seconds, e.g. --timeout 600")
+    if args.corpus and not Path(args.corpus).is_file():
+        raise UsageError(f"--corpus {args.corpus}: no such file", "give a text file (a book)")
+    profile = load_profile(args.profile) if args.profile else None
+    out = Path(args.out) if args.out else None
+    if profile is not None:
+        if out is None:
+            raise UsageError("--profile needs --out DIR", "the Arena's files (and each finished cell) go there")
+        if out.exists() and not out.is_dir():
+            raise UsageError(f"--out {out} is a file", "give a directory (it is created)")
+        if not out.resolve().parent.is_dir():
+            raise UsageError(f"--out {out}: its parent directory does not exist", "create it, or write elsewhere")
+        for flag in ("pp", "tg", "depth"):
+            if getattr(args, flag):
+                raise UsageError(f"--{flag} with --profile: the profile sets the grid", f"leave --{flag} out")
+    elif out is not None:
+        raise UsageError("--out is for --profile", "write the results with --json, --csv FILE or --plot FILE")
+    for flag, path in (("--csv", args.csv), ("--plot", args.plot)):
+        if path and not Path(path).resolve().parent.is_dir():
+            raise UsageError(f"{flag} {path}: its directory does not exist", "create it, or write elsewhere")
+    if args.plot and not args.plot.lower().endswith(".png"):
+        raise UsageError(f"--plot {args.plot} is not a .png file", "e.g. --plot bench.png")
+    if profile is not None:
+        opts = BenchyOptions(runs=profile.runs if args.runs is None else args.runs, latency_mode=profile.latency_mode,
+                             prefix_caching=profile.prefix_caching, no_cache=args.no_cache,
+                             warmup=not args.no_warmup, coherence=not args.skip_coherence,
+                             adapt_prompt=not args.no_adapt_prompt)
+        grid = tuple(Cell(d, p, t, c) for d, c in profile.order() for p in profile.pp for t in profile.tg)
+        return Plan(opts, grid, profile, out)
+    opts = BenchyOptions(runs=3 if args.runs is None else args.runs, latency_mode=args.latency_mode,
+                         prefix_caching=args.enable_prefix_caching, no_cache=args.no_cache,
+                         warmup=not args.no_warmup, coherence=not args.skip_coherence,
+                         adapt_prompt=not args.no_adapt_prompt)
+    return Plan(opts, tuple(cells(ints(args.depth, "--depth", (0,), 0), ints(args.pp, "--pp", (2048,), 1),
+                                  ints(args.tg, "--tg", (32,), 1), ints(args.concurrency, "--concurrency", (1,), 1))),
+                None, None)
+
+
+def corpus_for(args: argparse.Namespace, model: str, hf_model: str | None) -> Corpus:
+    text = read_corpus(Path(args.corpus)) if args.corpus else book_text(args.book_url or BOOK_URL)
+    return Corpus(text, find_tokenizer(args.tokenizer, hf_model or model))
+
+
+def header(plan_: Plan, model: str, outcome: Outcome, started: datetime.datetime) -> benchy_report.Header:
+    latency = outcome.session.latency_s if outcome.session else 0.0
+    return benchy_report.Header(started.strftime("%Y-%m-%d %H:%M:%SZ"), plan_.opts.latency_mode, latency * 1000,
+                                model, plan_.opts.prefix_caching, max(c.concurrency for c in plan_.cells))
+
+
+def ours(target: Target, plan_: Plan, corpus: Corpus | None, outcome: Outcome,
+         failure: SparkclusterError | None) -> dict[str, Any]:
+    """What sparkcluster adds to llama-benchy's document, under one key."""
+    doc: dict[str, Any] = {
+        "version": __version__, "method": "llama-benchy", "target": target.config,
+        "runs": plan_.opts.runs, "warmup_run_per_cell": plan_.opts.warmup, "no_cache": plan_.opts.no_cache,
+        "adapt_prompt": plan_.opts.adapt_prompt, "cells_planned": len(plan_.cells),
+        "cells_measured": outcome.cells_done,
+        "tokenizer": corpus.tokenizer.name if corpus else None,
+        "coherence_answer": outcome.session.answer if outcome.session else None,
+        "profile": plan_.profile.name if plan_.profile else None,
+    }
+    if failure:
+        doc["error"] = {"message": failure.message, "fix": failure.fix}
+    return doc
+
+
+def cmd(args: argparse.Namespace, target: Target, plan_: Plan) -> int:
+    started = datetime.datetime.now(datetime.timezone.utc)
+    quiet = bool(args.json)
+
+    def say(text: str) -> None:
+        if not quiet:
+            err_console.print(escape(text), highlight=False)
+    outcome, corpus, model = Outcome(), None, target.model or ""
+    failure: SparkclusterError | None = None
+    code = EXIT_OK
+    todo: list[Cell] = list(plan_.cells)
+    done_before: list[dict[str, Any]] = []
+    if plan_.out is not None:
+        done_before, todo = arena.resume(plan_.out, todo)
+        if done_before:
+            say(f"resuming in {plan_.out}: {len(done_before)} of {len(plan_.cells)} cells are measured already")
+
+    def done(cell: Cell, entries: list[BenchmarkRun]) -> None:
+        if plan_.out is not None and plan_.profile is not None:
+            arena.save_cell(plan_.out, cell, benchy_report.document(header(plan_, model, outcome, started), entries))
+            arena.write(plan_.out, plan_.profile, target, plan_.opts, started, plan_.cells, bool(done_before))
+    try:
+        if not model:
+            model = asyncio.run(served_model(target.base_url, args.timeout))
+        corpus = corpus_for(args, model, target.config.get("hf_model"))
+        say(f"bench --method llama-benchy: {target.base_url}, model {model}, tokenizer {corpus.tokenizer.name}, "
+            f"{len(todo)} cell(s)")
+        client = Client(target.base_url, model, args.timeout)
+        if todo:
+            asyncio.run(session_run(client, corpus, plan_.opts, todo, outcome, say, done,
+                                    session_warmup=not args.no_warmup, skipped=len(done_before)))
+    except SparkclusterError as e:
+        failure, code = e, (2 if isinstance(e, UsageError) else EXIT_FAILED)
+    except KeyboardInterrupt:
+        code = EXIT_INTERRUPTED
+    head = header(plan_, model, outcome, started)
+    runs = [BenchmarkRun.from_json(b) for d in done_before for b in d["benchmarks"]] + outcome.runs
+    doc = benchy_report.document(head, runs)
+    doc["sparkcluster"] = ours(target, plan_, corpus, outcome, failure)
+    if args.json:
+        print_json(doc)
+    elif runs:
+        print(benchy_report.markdown(model, runs, head.max_concurrency))
+    if runs and args.csv:
+        Path(args.csv).write_text(benchy_report.csv_text(model, runs, head.max_concurrency), encoding="utf-8")
+    if runs and args.plot:
+        benchy_plot.save(runs, Path(args.plot), f"{model} at {target.base_url} (llama-benchy)")
+    if plan_.out is not None and plan_.profile is not None:
+        arena.write(plan_.out, plan_.profile, target, plan_.opts, started, plan_.cells, bool(done_before))
+        say(f"{plan_.out}: benchmark.json, benchmark.csv, metadata.json, recipe.yaml "
+            f"({len(done_before) + outcome.cells_done} of {len(plan_.cells)} cells)")
+    if failure:
+        print_error(failure.message, failure.fix)
+    elif code == EXIT_INTERRUPTED:
+        err_console.print(f"interrupted: {len(done_before) + outcome.cells_done} of {len(plan_.cells)} cells "
+                          "measured", highlight=False)
+    return code
+
+
+def add_flags(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("--method llama-benchy and --profile (llama-benchy 0.4.0's flags)")
+    g.add_argument("--method", choices=("sustained", "llama-benchy"), default="sustained",
+                   help="sustained: our closed loop of completions (default); llama-benchy: its bursts of chat "
+                        "requests, its arithmetic and formats (what the Spark Arena and the recipes publish)")
+    g.add_argument("--pp", nargs="+", metavar="N", help="prompt tokens per request (default 2048)")
+    g.add_argument("--tg", nargs="+", metavar="N", help="tokens to generate per request (default 32)")
+    g.add_argument("--depth", nargs="+", metavar="N", help="context tokens before the prompt (default 0)")
+    g.add_argument("--latency-mode", choices=("api", "generation", "none"), default="api",
+                   help="how the round trip subtracted from TTFR is measured (default api: GET /models)")
+    g.add_argument("--enable-prefix-caching", action="store_true",
+                   help="with depth > 0: load the context first (ctx_pp/ctx_tg), then measure on the cached prefix")
+    g.add_argument("--no-cache", action="store_true", help="a unique suffix and cache_prompt=false per request")
+    g.add_argument("--skip-coherence", action="store_true", help="do not ask the model the capital of France first")
+    g.add_argument("--no-warmup", action="store_true", help="no warm-up run per cell (nor at session start)")
+    g.add_argument("--no-adapt-prompt", action="store_true",
+                   help="do not subtract the chat template's tokens (learnt at warm-up) from pp/depth")
+    g.add_argument("--tokenizer", metavar="PATH", help="tokenizer.json or a snapshot directory (default: the "
+                                                       "model's in the HF cache; else words, calibrated)")
+    g.add_argument("--corpus", metavar="FILE", help="text to cut prompts from (default: llama-benchy's book)")
+    g.add_argument("--book-url", help=f"the book to download when --corpus is not given (default {BOOK_URL})")
+    g.add_argument("--profile", metavar="NAME|FILE",
+                   help="run a benchmark profile: arena-v2 (the Spark Arena v2 grid) or a profile YAML")
+    g.add_argument("--out", metavar="DIR", help="with --profile: where the Arena's files and each cell go "
+                                                "(a re-run resumes, measuring only the missing cells)")
+

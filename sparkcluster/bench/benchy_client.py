@@ -1,0 +1,234 @@
+"""llama-benchy 0.4.0's requests, sent the way it sends them and timed the way it times them: streamed chat
+completions (the context as a system message, the prompt as the user's), `return_token_ids` and usage asked
+for, each network read stamped once; warm-up, coherence question and latency probe as it does them.
+
+What differs is only what a hostile server can do to the client: streams are read through sse.py (a line
+capped, every field checked), every request is bounded by a total deadline, and a bad answer makes that
+request an error with the reason instead of a traceback or a hang.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+
+from .sse import BadResponse, data_lines, parse_event, read_document
+
+CONTEXT_LOAD_USER_MESSAGE = "."  # vLLM rejects an empty user turn; llama-benchy's context load sends this
+COHERENCE_PROMPT = "What is the capital of France? Please reply with one word only"
+WARMUP_TEXT = "Warmup " * 10
+
+
+@dataclass
+class RequestResult:
+    """One request's clock readings (time.perf_counter seconds), as llama-benchy's RequestResult."""
+    start_ts: float = 0.0
+    end_ts: float = 0.0
+    first_token_ts: float | None = None
+    first_response_ts: float | None = None
+    prompt_tokens: int = 0
+    total_tokens: int = 0
+    error: str | None = None
+    token_timestamps: list[float] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Chunk:
+    text: str
+    timestamp: float
+    token_ids: int | None  # how many token ids the chunk carried; None when it carried none
+
+
+@dataclass(frozen=True)
+class Client:
+    base_url: str
+    model: str
+    timeout: float  # seconds one request may take in all
+    api_key: str = "EMPTY"
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.api_key}"}
+
+    def payload(self, messages: list[dict[str, str]], max_tokens: int, no_cache: bool) -> dict[str, Any]:
+        body: dict[str, Any] = {"model": self.model, "messages": messages, "max_tokens": max_tokens,
+                                "stream": True, "return_token_ids": True, "stream_options": {"include_usage": True}}
+        if no_cache:
+            body["cache_prompt"] = False
+        return body
+
+    async def generate(self, session: aiohttp.ClientSession, context: str, prompt: str, max_tokens: int,
+                       no_cache: bool = False) -> RequestResult:
+        messages = [{"role": "system", "content": context}] if context else []
+        messages.append({"role": "user", "content": prompt if prompt.strip() else CONTEXT_LOAD_USER_MESSAGE})
+        body = self.payload(messages, max_tokens, no_cache)
+        result = RequestResult(start_ts=time.perf_counter())
+        try:
+            async with asyncio.timeout(self.timeout):
+                await self._stream(session, body, result)
+        except BadResponse as e:
+            result.error = f"{self.base_url}/chat/completions: {e}"
+        except TimeoutError:
+            result.error = f"{self.base_url}/chat/completions took longer than --timeout {self.timeout:g} s"
+        except aiohttp.ClientError as e:
+            result.error = f"{self.base_url}/chat/completions: {type(e).__name__}: {e}".rstrip(": ")
+        return result
+
+    async def _stream(self, session: aiohttp.ClientSession, body: dict[str, Any], result: RequestResult) -> None:
+        async with session.post(f"{self.base_url}/chat/completions", json=body, headers=self.headers) as response:
+            if response.status != 200:
+                text = (await response.content.read(300)).decode("utf-8", "replace").strip()
+                result.error = f"HTTP {response.status}: {text}"
+                return
+            chunks: list[Chunk] = []
+            usage_completion: int | None = None
+            async for arrived, payload in data_lines(response.content):
+                event = parse_event(payload)
+                if event.error is not None:
+                    result.error = f"the server reported: {event.error}"
+                    return
+                if event.usage is not None:
+                    result.prompt_tokens = event.usage.prompt_tokens
+                    usage_completion = event.usage.completion_tokens
+                if not event.choices:
+                    continue
+                if result.first_response_ts is None:
+                    result.first_response_ts = arrived
+                token = event.choices[0].text
+                if token:  # content, reasoning_content or reasoning: a token, as llama-benchy counts one
+                    if result.first_token_ts is None:
+                        result.first_token_ts = arrived
+                    chunks.append(Chunk(token, arrived, token_id_count(payload)))
+            finalize(result, chunks, usage_completion)
+            result.end_ts = time.perf_counter()
+
+
+def token_id_count(payload: bytes) -> int | None:
+    """How many `token_ids` the first choice carries (vLLM sends them when asked); None when absent or not a
+    list of ints. sse.py's event does not keep them, so they are read here, only from chunks that have them."""
+    if b'"token_ids"' not in payload:
+        return None
+    doc = json.loads(payload)  # parse_event has just parsed it: it is a JSON object with a list of choices
+    ids = doc["choices"][0].get("token_ids") if isinstance(doc["choices"][0], dict) else None
+    if isinstance(ids, list) and all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
+        return len(ids)
+    return None
+
+
+def _append_observed(result: RequestResult, at: float, count: int) -> None:
+    """Tokens of one chunk: one at its arrival, several spread evenly since the previous token."""
+    if count <= 0:
+        return
+    if count == 1:
+        result.token_timestamps.append(at)
+        return
+    last = result.token_timestamps[-1] if result.token_timestamps else result.first_token_ts
+    last = result.start_ts if last is None else last
+    window = at - last
+    result.token_timestamps.extend(last + window * (i + 1) / count for i in range(count))
+
+
+def interpolate(times: list[float], count: int) -> list[float]:
+    """`count` token times spread evenly from the first chunk to the last."""
+    if count <= 0 or not times:
+        return []
+    if count == 1 or len(times) == 1 or times[-1] <= times[0]:
+        return [times[0]] * count
+    step = (times[-1] - times[0]) / (count - 1)
+    return [times[0] + step * i for i in range(count)]
+
+
+def finalize(result: RequestResult, chunks: list[Chunk], usage_completion: int | None) -> None:
+    """Token count and token times as llama-benchy settles them: from token_ids when every chunk has them,
+    else the server's usage spread over the chunks, else one token per chunk."""
+    if not chunks:
+        if usage_completion is not None:
+            result.total_tokens = usage_completion
+        return
+    if all(c.token_ids is not None for c in chunks):
+        for c in chunks:
+            result.total_tokens += c.token_ids or 0
+            _append_observed(result, c.timestamp, c.token_ids or 0)
+        return
+    times = [c.timestamp for c in chunks]
+    if usage_completion is not None:
+        result.total_tokens = usage_completion
+        result.token_timestamps = interpolate(times, usage_completion)
+        return
+    result.total_tokens = len(chunks)
+    result.token_timestamps = times
+
+
+async def _post_json(client: Client, session: aiohttp.ClientSession, body: dict[str, Any]) -> dict[str, Any]:
+    """A chat completion that is not streamed: its document, bounded in size and time; BadResponse otherwise."""
+    async with asyncio.timeout(client.timeout):
+        async with session.post(f"{client.base_url}/chat/completions", json=body,
+                                headers=client.headers) as response:
+            if response.status != 200:
+                text = (await response.content.read(300)).decode("utf-8", "replace").strip()
+                raise BadResponse(f"HTTP {response.status}: {text}")
+            doc = await read_document(response)
+    if not isinstance(doc, dict):
+        raise BadResponse("the answer is not a JSON object")
+    return doc
+
+
+def _usage_prompt(doc: dict[str, Any]) -> int | None:
+    usage = doc.get("usage")
+    value = usage.get("prompt_tokens") if isinstance(usage, dict) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+async def probe_prompt(client: Client, session: aiohttp.ClientSession, system: str | None, user: str) -> int | None:
+    """The server's prompt_tokens for one 1-token chat request (None when it reports no usage)."""
+    messages = ([{"role": "system", "content": system}] if system is not None else []) + \
+        [{"role": "user", "content": user}]
+    return _usage_prompt(await _post_json(client, session, {"model": client.model, "messages": messages,
+                                                             "max_tokens": 1}))
+
+
+async def coherence(client: Client, session: aiohttp.ClientSession) -> tuple[bool, str]:
+    """llama-benchy's coherence question; (passed, what the model answered)."""
+    doc = await _post_json(client, session, {"model": client.model, "max_tokens": 100,
+                                             "messages": [{"role": "user", "content": COHERENCE_PROMPT}]})
+    choices = doc.get("choices")
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        return False, "(no choices in the answer)"
+    message = choices[0].get("message")
+    message = message if isinstance(message, dict) else {}
+    parts = [message.get(k) for k in ("content", "reasoning", "reasoning_content")]
+    content = str(parts[0] or "")
+    reasoning = str(parts[1] or parts[2] or "")
+    return "paris" in (content + reasoning).lower(), content[:200]
+
+
+async def latency(client: Client, session: aiohttp.ClientSession, mode: str) -> float:
+    """Seconds of round trip, llama-benchy's way: mean of 3 GET /models (api), of 3 first bytes of a 1-token
+    request (generation), or 0 (none). Failed probes are left out, as llama-benchy leaves them out."""
+    if mode == "none":
+        return 0.0
+    samples: list[float] = []
+    for _ in range(3):
+        start = time.perf_counter()
+        try:
+            async with asyncio.timeout(client.timeout):
+                if mode == "api":
+                    async with session.get(f"{client.base_url}/models", headers=client.headers) as response:
+                        await response.content.read(1 << 20)
+                    samples.append(time.perf_counter() - start)
+                else:
+                    body = {"model": client.model, "messages": [{"role": "user", "content": "hello"}],
+                            "max_tokens": 1, "stream": True}
+                    async with session.post(f"{client.base_url}/chat/completions", json=body,
+                                            headers=client.headers) as response:
+                        async for _ in data_lines(response.content):
+                            samples.append(time.perf_counter() - start)
+                            break
+        except (TimeoutError, aiohttp.ClientError, BadResponse):
+            continue
+    return sum(samples) / len(samples) if samples else 0.0

@@ -1,0 +1,97 @@
+"""A llama-benchy session from start to the last cell, cell by cell: what `bench --method llama-benchy` and
+`bench --profile` share. Finished cells are handed to `done` as they finish, so a failure or Ctrl-C later
+loses none of them; a progress line per step says which cell, which run and the time left (estimated from
+the cells so far, weighted by the tokens each cell moves)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from ..engine.errors import SparkclusterError
+from .benchy_client import Client
+from .benchy_runner import BenchyOptions, Cell, Session, http_session, run_cell, start
+from .benchy_stats import BenchmarkRun
+from .corpus import Corpus
+from .sse import BadResponse, model_ids, read_document
+
+
+class CellFailed(SparkclusterError):
+    """Requests of a cell failed: the run stops there (the cells before it stand)."""
+
+
+@dataclass
+class Outcome:
+    """What the session produced so far: every finished cell's entries, in the order they ran."""
+    session: Session | None = None
+    runs: list[BenchmarkRun] = field(default_factory=list)
+    cells_done: int = 0
+
+
+Say = Callable[[str], None]
+Done = Callable[[Cell, list[BenchmarkRun]], None]
+
+
+def _weight(cell: Cell) -> float:
+    """How long a cell takes, relatively: its prompt tokens plus its output tokens (a decoded token costs
+    about as much as a few dozen prefilled ones), times the requests."""
+    return cell.concurrency * (cell.depth + cell.pp + 30 * cell.tg)
+
+
+def _eta(seconds: float) -> str:
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+async def served_model(base_url: str, timeout: float) -> str:
+    """The server's first model, as llama-benchy picks one when --model is not given."""
+    try:
+        async with http_session(1) as session, asyncio.timeout(timeout):
+            async with session.get(f"{base_url}/models") as response:
+                ids = model_ids(await read_document(response)) if response.status == 200 else []
+    except (TimeoutError, OSError, BadResponse) as e:
+        raise SparkclusterError(f"{base_url}/models did not say which model is served: {e or 'timed out'}",
+                                "give --model NAME") from None
+    except Exception as e:  # aiohttp's errors for an address nothing answers at
+        raise SparkclusterError(f"nothing answers at {base_url}: {e}", "check --url, or serve a model first"
+                                ) from None
+    if not ids:
+        raise SparkclusterError(f"{base_url}/models lists no model", "give --model NAME")
+    return ids[0]
+
+
+async def session_run(client: Client, corpus: Corpus, opts: BenchyOptions, plan: Sequence[Cell], outcome: Outcome,
+                      say: Say, done: Done, *, session_warmup: bool = True, skipped: int = 0) -> None:
+    """The session start, then each cell of `plan` in order. `skipped` cells were measured before (a resumed
+    profile) and count in the progress numbering only."""
+    total = len(plan) + skipped
+    async with http_session(max((c.concurrency for c in plan), default=1)) as http:
+        say("warm-up, coherence question and latency probe")
+        outcome.session = await start(client, http, corpus, opts, session_warmup)
+        say(f"latency {outcome.session.latency_s * 1000:.2f} ms ({opts.latency_mode})"
+            + (f"; the model answered {outcome.session.answer!r}" if opts.coherence else ""))
+        began, weight_done = time.monotonic(), 0.0
+        weight_all = sum(_weight(c) for c in plan)
+        for index, cell in enumerate(plan):
+            left = ""
+            if weight_done:
+                rate = (time.monotonic() - began) / weight_done
+                left = f", about {_eta(rate * (weight_all - weight_done))} left"
+            number = f"[{skipped + index + 1}/{total}] {cell.label}"
+
+            def step(text: str, number: str = number, left: str = left) -> None:
+                say(f"{number}: {text}{left}")
+            entries, errors = await run_cell(client, http, corpus, opts, outcome.session, cell, step)
+            outcome.runs += entries
+            weight_done += _weight(cell)
+            if errors:
+                more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+                raise CellFailed(f"{len(errors)} request(s) of cell {cell.label} failed: {errors[0]}{more}",
+                                 "the cells before it are kept; check the server's log, or raise --timeout")
+            outcome.cells_done += 1
+            done(cell, entries)  # only a cell whose every request succeeded counts as measured
