@@ -38,4 +38,13 @@ if ! .venv-ray/bin/python -c "import ray, aiohttp, torch; assert ray.__version__
   /usr/bin/python3 -m venv .venv-ray
   .venv-ray/bin/python -m pip install -q --disable-pip-version-check "ray[default]==$RAY_VERSION" torch==2.13.0
 fi
+# llama-benchy itself, only for tests/unit/test_bench_vs_llama_benchy.py: the reference `bench --method
+# llama-benchy` is held to on the same server (every metric within 5%, the same JSON keys).
+BENCHY_VERSION=0.4.0
+if ! .venv-benchy/bin/llama-benchy --version 2>/dev/null | grep -q "$BENCHY_VERSION"; then
+  echo "setup: installing llama-benchy==$BENCHY_VERSION in .venv-benchy (the reference bench is checked against)"
+  rm -rf .venv-benchy
+  python3 -m venv .venv-benchy
+  .venv-benchy/bin/python -m pip install -q --disable-pip-version-check "llama-benchy==$BENCHY_VERSION"
+fi
 echo "setup: ready ($(.venv/bin/sparkcluster --version))"
