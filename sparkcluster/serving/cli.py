@@ -20,25 +20,30 @@ from ..engine.inventory import Inventory
 from ..engine.report import print_json
 from ..engine.transport import openssh_argv, ssh_destination
 from ..staging.images import held_layers
-from . import render
+from . import recipes_cli, render, top
 from .image import check_images, sync_image
-from .launch import LAUNCHERS, RUNTIMES
+from .launch import DEFAULT_IMAGE, LAUNCHERS, RUNTIMES
 from .lifecycle import StopState, purge_caches, stop_everywhere
-from .phases import Phases, ServeOptions, check_tp, hub_model, plan, serve, up
+from .parallel import check_parallel
+from .phases import Phases, ServeOptions, hub_model, plan, serve, up
 from .progress import Emit, ignore
-from .recipes import load_recipe
+from .recipes_cli import add_recipe_flags, chosen, load_for
 from .record import clear_record
 from .runtime import RuntimeChoice
 from .status import logs_command, recorded, status
 
 
 def options(args: argparse.Namespace) -> ServeOptions:
-    """Every flag checked before anything connects."""
+    """Every flag checked before anything connects; a recipe's values are the defaults of our options."""
+    recipe = load_for(args, getattr(args, "recipe", None))
     return ServeOptions(
-        runtime=args.runtime, launcher=getattr(args, "launcher", "ray"), image=args.image,
-        tp=getattr(args, "tp", None), model=getattr(args, "model", None),
-        recipe=load_recipe(getattr(args, "recipe", None) or "default"), port=getattr(args, "port", None),
-        served_name=getattr(args, "served_model_name", None), extra=tuple(getattr(args, "remote", ())),
+        runtime=args.runtime, launcher=getattr(args, "launcher", None) or recipe.launcher or "ray",
+        image=args.image or recipe.container or DEFAULT_IMAGE,
+        tp=chosen(getattr(args, "tp", None), recipe.tp, "tensor_parallel", args),
+        pp=chosen(getattr(args, "pp", None), recipe.pp, "pipeline_parallel", args), model=getattr(args, "model", None),
+        recipe=recipe, port=chosen(getattr(args, "port", None), recipe.port, "port", args),
+        served_name=chosen(getattr(args, "served_model_name", None), recipe.served_model_name, "served_model_name", args),
+        extra=tuple(getattr(args, "remote", ())),
         up_timeout=args.up_timeout, ready_timeout=getattr(args, "ready_timeout", 1800.0),
         verify=getattr(args, "verify", True), allow_fallback=getattr(args, "allow_fallback", False),
         min_busbw=getattr(args, "min_busbw", None), docker_args=tuple(args.docker_arg or ()),
@@ -51,7 +56,7 @@ def _emit(args: argparse.Namespace) -> Emit:
 
 
 def _chosen(args: argparse.Namespace) -> RuntimeChoice:
-    return RuntimeChoice(args.runtime, args.image, tuple(args.docker_arg or ()))
+    return RuntimeChoice(args.runtime, args.image or DEFAULT_IMAGE, tuple(args.docker_arg or ()))
 
 
 def cmd_up(args: argparse.Namespace, connect: Connect) -> int:
@@ -70,8 +75,13 @@ def cmd_up(args: argparse.Namespace, connect: Connect) -> int:
 def cmd_serve(args: argparse.Namespace, connect: Connect) -> int:
     opts = options(args)
     hub_model(opts.serve_args().model)  # a bad model or a recipe without one fails before any connection
-    with connect(args, lambda inventory: check_tp(opts.tp, inventory)) as session:  # checked before connecting
-        opts = dataclasses.replace(opts, tp=check_tp(opts.tp, session.inventory))
+    if opts.recipe.mods and opts.runtime == "docker" and opts.launcher == "native":
+        raise UsageError(f"recipe {opts.recipe.name} brings mods, which the docker runtime runs only beside Ray "
+                         "(the native launcher's containers start vLLM at once)",
+                         "serve with --launcher ray, or with --runtime host")
+    with connect(args, lambda inventory: check_parallel(opts.tp, opts.pp, inventory, opts.recipe)) as session:
+        tp, pp = check_parallel(opts.tp, opts.pp, session.inventory, opts.recipe)  # checked before connecting
+        opts = dataclasses.replace(opts, tp=tp, pp=pp)
         if args.check:
             doc = plan(session, opts)
             if args.json:
@@ -195,7 +205,8 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser], app:
         p.add_argument("--runtime", choices=RUNTIMES, default="docker",
                        help="docker: the vllm_node container per node (eugr's setup, default); host: processes "
                             "from the inventory's python_env")
-        p.add_argument("--image", type=flags.image, default="vllm-node", help="container image (default vllm-node)")
+        p.add_argument("--image", type=flags.image,
+                       help="container image (default: the recipe's container, else vllm-node)")
         p.add_argument("--docker-arg", action="append", metavar="ARG",
                        help="an extra `docker run` argument, e.g. --docker-arg=--shm-size=16g (repeatable)")
         p.add_argument("--up-timeout", type=flags.seconds, default=180.0,
@@ -213,11 +224,16 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser], app:
 
     s = common(connecting(commands.add_parser("serve", help="serve a model with TP = N across the nodes"),
                           inventory_positional=False))
-    s.add_argument("--tp", type=flags.count, help="tensor parallelism: the number of nodes (one GPU each)")
+    s.add_argument("--tp", type=flags.count, help="tensor parallel size; TP x PP = the nodes (one GPU each); "
+                                                  "default: the recipe's, else the nodes / PP")
+    s.add_argument("--pp", type=flags.count, help="pipeline parallel size across nodes (default: the recipe's, else 1)")
     s.add_argument("--model", help="ORG/NAME[@REVISION] (staged on every node first), or a path on the nodes")
-    s.add_argument("--recipe", help="a bundled recipe (default, gpt-oss-120b, nemotron-3-super) or a .yml file")
-    s.add_argument("--launcher", choices=LAUNCHERS, default="ray",
-                   help="ray (eugr's setup, default) or native (vLLM's own --nnodes multi-node mode)")
+    s.add_argument("--recipe", help="a bundled recipe (default, gpt-oss-120b, nemotron-3-super), @REGISTRY/NAME, "
+                                    "or a recipe file (sparkcluster's, eugr's v1 or sparkrun's v2)")
+    s.add_argument("--launcher", choices=LAUNCHERS,
+                   help="ray (eugr's setup) or native (vLLM's own --nnodes multi-node mode); default: the "
+                        "recipe's, else ray")
+    add_recipe_flags(s)
     s.add_argument("--port", type=flags.port, help="API port (default 8000)")
     s.add_argument("--served-model-name", help="the name clients ask for (default: the model)")
     s.add_argument("--ready-timeout", type=flags.seconds, default=1800.0,
@@ -230,7 +246,8 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser], app:
     s.add_argument("--check", action="store_true",
                    help="show the image copies and every node's command lines; start nothing")
     cache_flag(s)
-    s.epilog = "extra vLLM flags go after --, replacing the recipe's flags of the same name"
+    s.epilog = ("extra vLLM flags go after --, replacing the recipe's flags of the same name; override order: "
+                "recipe defaults < --tp/--pp/--port/--served-model-name < --set KEY=VALUE < flags after --")
     wire(s, cmd_serve)
 
     st = common(connecting(commands.add_parser("status", help="per node: processes, Ray membership; vLLM health")))
@@ -246,6 +263,10 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser], app:
     dn.add_argument("--purge-caches", action="store_true",
                     help="also delete each node's compile/JIT caches (the next serve compiles from scratch)")
     wire(dn, cmd_down)
+
+    top.register(commands, app)
+
+    recipes_cli.register(commands, app)
 
     img = commands.add_parser("image", help="container images across the nodes")
     img_cmds = img.add_subparsers(dest="image_command", metavar="IMAGE_COMMAND", required=True)

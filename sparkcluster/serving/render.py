@@ -84,6 +84,10 @@ def status_table(console: Console, state: ClusterStatus) -> None:
     if server:
         console.print(f"vLLM {'[green]healthy[/]' if server.healthy else '[red]not answering[/]'} "
                       f"{escape(server.served_name)} ({escape(server.model)}) at {server.endpoint}", highlight=False)
+        if server.figures is not None:
+            console.print(f"  {escape(server.figures.summary())}", highlight=False)
+        elif server.metrics_error:
+            console.print(f"  no figures: {escape(server.metrics_error)}", highlight=False)
 
 
 def stopped(console: Console, outcomes: dict[str, NodeStopped]) -> None:

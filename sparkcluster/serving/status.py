@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
@@ -17,6 +18,9 @@ from .nodes import read_nodes
 from .readiness import http, served_models
 from .record import ServeRecord, fabric_ips, other_ips, read_record
 from .runtime import RuntimeChoice
+from .scrape import EndpointFigures, fetch, figures
+
+SUMMARY_WINDOW_S = 1.0  # the interval status' one-line endpoint summary covers
 
 
 class ProcessState(StrEnum):
@@ -71,6 +75,8 @@ class ServerStatus:
     served_name: str
     health: int  # the HTTP status of /health; 0 when nothing answered
     models: tuple[str, ...]
+    figures: EndpointFigures | None = None  # from /metrics over one second, as `top` shows them
+    metrics_error: str | None = None
 
     @property
     def healthy(self) -> bool:
@@ -103,7 +109,9 @@ class ClusterStatus:
             doc["ray"] = self.ray.to_json() if self.ray else {}
             doc["server"] = {} if self.server is None else {
                 "endpoint": self.server.endpoint, "model": self.server.model, "served_name": self.server.served_name,
-                "health": self.server.health, "models": list(self.server.models)}
+                "health": self.server.health, "models": list(self.server.models),
+                "figures": None if self.server.figures is None else self.server.figures.to_json(),
+                "metrics_error": self.server.metrics_error}
         doc["nodes"] = {name: node.to_json() for name, node in self.nodes.items()}
         return doc
 
@@ -156,9 +164,22 @@ def status(session: Session, chosen: RuntimeChoice) -> ClusterStatus:
         base = f"http://{session.head.address}:{serving.port}"
         health, _ = http(f"{base}/health")
         code, text = http(f"{base}/v1/models")
+        measured, metrics_error = endpoint_figures(f"{base}/metrics") if health == 200 else (None, None)
         server = ServerStatus(serving.endpoint, serving.model, serving.served_name, health,
-                              tuple(served_models(text)) if code == 200 else ())
+                              tuple(served_models(text)) if code == 200 else (), measured, metrics_error)
     return ClusterStatus(record, nodes, ray, server)
+
+
+def endpoint_figures(url: str, window_s: float = SUMMARY_WINDOW_S) -> tuple[EndpointFigures | None, str | None]:
+    """`top`'s endpoint figures over `window_s` (two scrapes): (figures, None) or (None, why there are none)."""
+    first = fetch(url)
+    if first.scrape is None:
+        return None, first.error
+    time.sleep(window_s)
+    second = fetch(url)
+    if second.scrape is None:
+        return figures(first.scrape), None
+    return figures(second.scrape, first, second.at), None
 
 
 def logs_command(record: ServeRecord | None, runtime: RuntimeChoice, host: Host, head: Host, lines: int,

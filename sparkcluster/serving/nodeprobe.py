@@ -1,0 +1,169 @@
+"""One node's live view for `top`: GPU utilisation and memory, the serving processes. One read-only shell line
+per node per sample, over the connection the session already holds.
+
+On the GB10 the GPU has no memory of its own: nvidia-smi reports memory as "[N/A]" in queries ("Not Supported"
+in its table), so the figure shown is the node's unified memory in use (MemTotal - MemAvailable), and says so.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from ..engine.command import Command
+from ..engine.inventory import Host
+from ..engine.session import Session
+from ..engine.transport import Unreachable
+from .launch import Launcher
+from .runtime import RuntimeChoice
+
+PROBE_TIMEOUT_S = 10.0
+GPU_QUERY = "nvidia-smi --query-gpu=utilization.gpu,memory.used,memory.total --format=csv,noheader,nounits"
+NOT_A_NUMBER = ("[N/A]", "N/A", "Not Supported", "[Not Supported]", "")
+
+
+class MemorySource(StrEnum):
+    GPU = "gpu"  # the GPU's own memory, from nvidia-smi
+    UNIFIED = "unified"  # the node's memory, which the GPU shares (GB10)
+
+
+@dataclass(frozen=True)
+class NodeSample:
+    name: str
+    answered: bool = True
+    error: str | None = None  # why the node gave no sample (unreachable, timed out)
+    gpu_util_pct: float | None = None
+    memory_used_bytes: int | None = None
+    memory_total_bytes: int | None = None
+    memory_source: MemorySource | None = None
+    gpu_error: str | None = None  # nvidia-smi failed (driver gone, not installed)
+    processes: dict[str, bool] = field(default_factory=dict)  # role (main, vllm) -> running
+
+    def to_json(self) -> dict[str, Any]:
+        if not self.answered:
+            return {"answered": False, "error": self.error}
+        return {"answered": True, "gpu_util_pct": self.gpu_util_pct, "memory_used_bytes": self.memory_used_bytes,
+                "memory_total_bytes": self.memory_total_bytes,
+                "memory_source": None if self.memory_source is None else str(self.memory_source),
+                "gpu_error": self.gpu_error,
+                "processes": {role: "running" if up else "stopped" for role, up in self.processes.items()}}
+
+
+def roles(launcher: Launcher, serving: bool, is_head: bool) -> list[str]:
+    """main: Ray (ray launcher) or the vLLM rank (native); vllm: the `vllm serve` beside the head's Ray."""
+    return ["main"] + (["vllm"] if serving and launcher == "ray" and is_head else [])
+
+
+def probe_command(runtime: RuntimeChoice, host: Host, node_roles: list[str]) -> Command:
+    """Sections the parser reads back: @gpu (nvidia-smi and its exit code), @mem (/proc/meminfo), @<role>."""
+    parts = [f"echo @gpu; {GPU_QUERY} 2>&1; echo rc=$?",
+             "echo @mem; grep -E '^(MemTotal|MemAvailable):' /proc/meminfo"]
+    for role in node_roles:
+        alive = runtime.on(host).alive(role).script
+        parts.append(f"echo @{role}; if {alive}; then echo running; else echo stopped; fi")
+    return Command("; ".join(parts), timeout=PROBE_TIMEOUT_S)
+
+
+def parse_probe(name: str, text: str) -> NodeSample:
+    sections: dict[str, list[str]] = {}
+    current: list[str] | None = None
+    for line in text.splitlines():
+        if line.startswith("@"):
+            current = sections.setdefault(line[1:].strip(), [])
+        elif current is not None:
+            current.append(line.strip())
+    util, gpu_used, gpu_total, gpu_error = _gpu(sections.get("gpu", []))
+    mem = dict(_meminfo(line) for line in sections.get("mem", []) if ":" in line)
+    used, total, source = None, None, None
+    if gpu_used is not None and gpu_total is not None:
+        used, total, source = gpu_used, gpu_total, MemorySource.GPU
+    elif mem.get("MemTotal") is not None and mem.get("MemAvailable") is not None:
+        total_kib, available_kib = mem["MemTotal"] or 0, mem["MemAvailable"] or 0
+        used, total, source = (total_kib - available_kib) * 1024, total_kib * 1024, MemorySource.UNIFIED
+    processes = {role: lines[:1] == ["running"] for role, lines in sections.items() if role not in ("gpu", "mem")}
+    return NodeSample(name, gpu_util_pct=util, memory_used_bytes=used, memory_total_bytes=total,
+                      memory_source=source, gpu_error=gpu_error, processes=processes)
+
+
+def _gpu(lines: list[str]) -> tuple[float | None, int | None, int | None, str | None]:
+    """(utilisation %, used bytes, total bytes, error) from the query's row and exit code."""
+    rc = next((line[3:] for line in lines if line.startswith("rc=")), "")
+    rows = [line for line in lines if not line.startswith("rc=")]
+    if rc != "0" or not rows:
+        return None, None, None, (" ".join(rows).strip()[:200] or f"nvidia-smi exited {rc or '?'}")
+    words = [w.strip() for w in rows[0].split(",")]
+    if len(words) != 3:
+        return None, None, None, f"nvidia-smi printed {rows[0][:100]!r}"
+    util, used, total = (_number(w) for w in words)
+    mib = 1024 * 1024
+    return util, None if used is None else int(used * mib), None if total is None else int(total * mib), None
+
+
+def _number(word: str) -> float | None:
+    if word in NOT_A_NUMBER:
+        return None
+    try:
+        value = float(word.split()[0])
+    except (ValueError, IndexError):
+        return None
+    return value if value == value and abs(value) != float("inf") else None
+
+
+def _meminfo(line: str) -> tuple[str, int | None]:
+    key, _, rest = line.partition(":")
+    words = rest.split()
+    return key.strip(), int(words[0]) if words and words[0].isdigit() else None
+
+
+class NodeSampler:
+    """Samples every node in parallel, each within PROBE_TIMEOUT_S: a node that takes longer (a dead link while
+    SSH retries its connection) is shown as not answering, and is not asked again until its last probe ends, so
+    one dead node never stalls the view of the others."""
+
+    def __init__(self, session: Session, runtime: RuntimeChoice, launcher: Launcher, serving: bool) -> None:
+        self.session, self.runtime, self.launcher, self.serving = session, runtime, launcher, serving
+        self.pool = ThreadPoolExecutor(max_workers=max(1, len(session.hosts)), thread_name_prefix="top-probe")
+        self.in_flight: dict[str, Future[NodeSample]] = {}
+
+    def sample(self) -> list[NodeSample]:
+        for host in self.session.hosts:
+            if host.name not in self.in_flight:
+                self.in_flight[host.name] = self.pool.submit(self._one, host)
+        wait(list(self.in_flight.values()), timeout=PROBE_TIMEOUT_S + 1)
+        out = []
+        for host in self.session.hosts:
+            future = self.in_flight[host.name]
+            if future.done():
+                del self.in_flight[host.name]
+                out.append(future.result())
+            else:
+                out.append(NodeSample(host.name, answered=False, error=f"no answer within {PROBE_TIMEOUT_S:.0f} s"))
+        return out
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=False, cancel_futures=True)
+
+    def _one(self, host: Host) -> NodeSample:
+        command = probe_command(self.runtime, host, roles(self.launcher, self.serving,
+                                                          host.name == self.session.head.name))
+        try:
+            result = self.session.run(host, command)
+        except Unreachable as e:
+            self._reconnect_later(host)
+            return NodeSample(host.name, answered=False, error=e.message)
+        except Exception as e:  # noqa: BLE001 - a live view shows any failure of one node as that node's state
+            self._reconnect_later(host)
+            return NodeSample(host.name, answered=False, error=f"{type(e).__name__}: {e}"[:200])
+        if result.exit_code == -1:
+            self._reconnect_later(host)
+            return NodeSample(host.name, answered=False, error=f"no answer within {PROBE_TIMEOUT_S:.0f} s")
+        return parse_probe(host.name, result.stdout)
+
+    def _reconnect_later(self, host: Host) -> None:
+        """Forget the connection, so that the next sample connects anew (the node may come back)."""
+        try:
+            self.session.transport(host).reconnect()
+        except Exception:  # noqa: BLE001 - closing a dead connection may fail in any way; nothing is lost
+            pass
