@@ -23,6 +23,7 @@ from ..engine.remote import python_line, python_of, source_env
 from ..engine.session import Session
 from ..engine.transport import Transport, remote_path
 from ..node.network import COMM_ENV_PATH, QsfpChoice, choose_for, comm_env_path
+from .binding import Misbinding, misbindings, parse_env
 from .logs import BandwidthRow, read_log, read_probe_output
 from .verdict import DEFAULT_MIN_BUSBW_GBPS, Verdict, VerdictStatus, judge
 
@@ -78,12 +79,22 @@ def run_verify(session: Session, *, backend: str = "auto", sizes: str | None = N
             check = in_serving_env[head.name](["python3", "-c", TORCH_CHECK]).script
         backend = detect_backend(session.transport(head), check)
     env_files = _check_comm_env(session)
+    bound = check_bindings(session, choices, env_files, in_serving_env)
     # The probe travels with sparkcluster, in the command itself: nothing to install on the nodes but torch.
     script = (resources.files("sparkcluster.nccl") / "probe.py").read_text()
     commands = probe_commands(session, choices[head.name].ip, backend, sizes or (GLOO_SIZES if backend == "gloo" else None),
                               env_files, script, timeout, in_serving_env)
-    outputs = run_probe(session, commands)
-    return judge_probe(session, backend, outputs, choices, min_busbw)
+    try:
+        outputs = run_probe(session, commands)
+    except SparkclusterError:
+        if bound is None:
+            raise
+        return VerifyResult(backend, bound, [])
+    result = judge_probe(session, backend, outputs, choices, min_busbw)
+    if bound is None:
+        return result
+    # Whatever this run's traffic showed: another connect order, or a third node, uses the misbound env.
+    return replace(result, verdict=replace(bound, details=(*bound.details, *result.verdict.details)))
 
 
 def _check_comm_env(session: Session) -> dict[str, str]:
@@ -95,6 +106,36 @@ def _check_comm_env(session: Session) -> dict[str, str]:
         raise SparkclusterError(f"no comm env ({COMM_ENV_PATH}) on {', '.join(missing)}: the probe must run in the "
                                 "environment vLLM gets", "run `sparkcluster bootstrap` first")
     return env_files
+
+
+def check_bindings(session: Session, choices: Mapping[str, QsfpChoice], env_files: Mapping[str, str],
+                   in_serving_env: Mapping[str, RunInEnv] | None) -> Verdict | None:
+    """FAIL naming the node, variable and value when any node's serving env binds a comm library off the QSFP
+    link; None when every node's binding is on it."""
+    fabric = [a.network for h in session.hosts for i in session.facts[h.name].interfaces
+              if i.name in {choices[h.name].netdev, *choices[h.name].twins} for a in i.ipv4]
+
+    def read(host: Host) -> tuple[str, list[Misbinding]]:
+        if in_serving_env is not None:
+            command = in_serving_env[host.name](["env"])
+        else:
+            command = Command(f"cd; {source_env(env_files[host.name])}; env", timeout=60)
+        result = session.run(host, command)
+        if not result.ok:
+            raise SparkclusterError(f"cannot read the serving env on {host.name}: {result.stderr_tail(2)}",
+                                    "run `sparkcluster bootstrap` first")
+        return host.name, misbindings(host.name, parse_env(result.stdout), choices[host.name],
+                                      session.facts[host.name], fabric)
+
+    found = [m for _, ms in session.each(read) for m in ms]
+    if not found:
+        return None
+    first = found[0]
+    return Verdict(VerdictStatus.FAIL, f"{first.node} binds off the QSFP link: {first.variable}={first.value} "
+                                       f"{first.why}",
+                   f"bind every comm variable of {first.node} to its QSFP interface ({choices[first.node].netdev}, "
+                   f"{choices[first.node].ip}): re-run `sparkcluster bootstrap` (it rewrites {COMM_ENV_PATH}), and "
+                   "remove any override from the container's or the shell's environment", tuple(str(m) for m in found), (), False)
 
 
 def probe_commands(session: Session, master: str, backend: str, sizes: str | None, env_files: Mapping[str, str],

@@ -62,6 +62,21 @@ def test_misbound_to_the_management_port_is_a_failure_naming_it(cluster4):
             ssh(cluster4, h, "sed -i 's/^GLOO_SOCKET_IFNAME=.*/GLOO_SOCKET_IFNAME=enp1s0f1np1/' ~/.config/sparkcluster/comm.env")
 
 
+def test_one_worker_misbound_fails_naming_it_whatever_the_traffic_showed(cluster4):
+    """Only spark-2's env names enP7s7: a two-node run may still cross the fabric (spark-1 opens the connections),
+    but a third node or the other connect order would not, so verify reads every node's env and names it."""
+    ssh(cluster4, "spark-2", "sed -i 's/^GLOO_SOCKET_IFNAME=.*/GLOO_SOCKET_IFNAME=enP7s7/' ~/.config/sparkcluster/comm.env")
+    try:
+        code, doc = verify(cluster4, "--limit", "spark-1,spark-2")
+        assert code == 1 and doc["verdict"]["status"] == "FAIL"
+        assert doc["verdict"]["cause"] == ("spark-2 binds off the QSFP link: GLOO_SOCKET_IFNAME=enP7s7 names enP7s7 "
+                                           "(the management port; the QSFP link is enp1s0f1np1)")
+        assert "spark-1" not in " ".join(d for d in doc["verdict"]["details"] if "binds" in d or "names" in d)
+    finally:
+        ssh(cluster4, "spark-2", "sed -i 's/^GLOO_SOCKET_IFNAME=.*/GLOO_SOCKET_IFNAME=enp1s0f1np1/' "
+                                 "~/.config/sparkcluster/comm.env")
+
+
 def test_verify_without_bootstrap_names_the_fix(cluster4):
     ssh(cluster4, "spark-4", "mv ~/.config/sparkcluster/comm.env ~/comm.env.bak")
     try:

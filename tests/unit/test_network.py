@@ -181,9 +181,19 @@ def test_twins_disagreeing_on_the_gid_index_warn():
     facts = spark()
     moved = tuple(replace(g, index=5) if (g.hca, g.index) == ("roceP2p1s0f1", 3) else g for g in facts.gids)
     choice = choose_qsfp(replace(facts, gids=moved))
-    assert choice.gid_index == 3
-    assert choice.warnings == ("NCCL_IB_GID_INDEX=3 (the RoCE v2 GID of 192.168.177.11 on rocep1s0f1) applies to every "
-                               "HCA, but roceP2p1s0f1 has its RoCE v2 IPv4 GID at index 5",)
+    assert choice.gid_index is None and "NCCL_IB_GID_INDEX" not in comm_env(choice)
+    assert choice.warnings == ("roceP2p1s0f1 has its RoCE v2 IPv4 GID at index 5, not 3 (that of 192.168.177.11 on "
+                               "rocep1s0f1): NCCL_IB_GID_INDEX, which applies to every HCA, is left unset",)
+
+
+def test_a_twin_with_no_ipv4_gid_is_never_named_by_the_gid_index():
+    """A twin with no IPv4 address has only its IPv6 link-local RoCE GIDs: index 3 does not exist on it."""
+    facts = spark()
+    bare = replace(facts, gids=tuple(g for g in facts.gids if not (g.hca == "roceP2p1s0f1" and g.ipv4_mapped)))
+    choice = choose_qsfp(bare)
+    assert choice.gid_index is None and "NCCL_IB_GID_INDEX" not in comm_env(choice)
+    assert choice.hcas == ("roceP2p1s0f1", "rocep1s0f1")
+    assert [w for w in choice.warnings if "roceP2p1s0f1 (enP2p1s0f1np1) has no RoCE v2 IPv4 GID" in w]
 
 
 # ---- unusable links: errors ----------------------------------------------------------------------------------
@@ -245,10 +255,11 @@ def test_pinned_ip_chooses_among_addresses_and_its_gid():
     facts = with_interface(spark(), "enp1s0f1np1", ipv4=("192.168.177.11/24", "192.168.177.21/24"))
     extra = roce_v2_gid("rocep1s0f1", "enp1s0f1np1", 5, "192.168.177.21")
     choice = choose_qsfp(replace(facts, gids=(*facts.gids, extra)), pin_ip="192.168.177.21")
-    assert (choice.ip, choice.gid_index) == ("192.168.177.21", 5)
-    # The second address's GID sits at another index than the twin's, and NCCL_IB_GID_INDEX is one for all HCAs.
-    assert choice.warnings == ("NCCL_IB_GID_INDEX=5 (the RoCE v2 GID of 192.168.177.21 on rocep1s0f1) applies to every "
-                               "HCA, but roceP2p1s0f1 has its RoCE v2 IPv4 GID at index 3",)
+    # The second address's GID sits at another index than the twin's, and NCCL_IB_GID_INDEX is one for all HCAs:
+    # naming 5 would give roceP2p1s0f1 a GID it lacks, so it is left to NCCL.
+    assert (choice.ip, choice.gid_index) == ("192.168.177.21", None)
+    assert choice.warnings == ("roceP2p1s0f1 has its RoCE v2 IPv4 GID at index 3, not 5 (that of 192.168.177.21 on "
+                               "rocep1s0f1): NCCL_IB_GID_INDEX, which applies to every HCA, is left unset",)
 
 
 def test_pinned_hcas_keep_their_order():
@@ -378,3 +389,28 @@ def test_comm_env_file_is_sourced_by_a_posix_shell(tmp_path):
                          env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")}).stdout
     exported = dict(line.split("=", 1) for line in out.splitlines() if line.split("=", 1)[0] in SPARK_ENV)
     assert exported == SPARK_ENV
+
+
+# ---- every node's binding (verify reads each node's serving env) ---------------------------------------------
+def test_comm_env_bound_to_the_management_port_is_named_with_node_variable_and_value():
+    from ipaddress import IPv4Network
+
+    from sparkcluster.nccl.binding import misbindings, parse_env
+    facts = spark()
+    choice = choose_qsfp(facts)
+    fabric = [IPv4Network("192.168.177.0/24")]
+    good = comm_env(choice)
+    assert misbindings("spark-2", good, choice, facts, fabric) == []
+    shell = "\n".join(f"{k}={v}" for k, v in {**good, "GLOO_SOCKET_IFNAME": "enP7s7", "MASTER_ADDR": "10.20.0.11",
+                                              "NCCL_SOCKET_IFNAME": "^docker0,lo", "PATH": "/usr/bin"}.items())
+    found = [str(m) for m in misbindings("spark-2", parse_env(shell), choice, facts, fabric)]
+    assert found == [
+        "spark-2: GLOO_SOCKET_IFNAME=enP7s7 names enP7s7 (the management port; the QSFP link is enp1s0f1np1)",
+        "spark-2: MASTER_ADDR=10.20.0.11 is off the QSFP link; this node's QSFP address is 192.168.177.11",
+    ]
+    # An address of this node held by another interface is named with that interface.
+    lan = next(i for i in facts.interfaces if i.name == "enP7s7" and i.ipv4)
+    wrong = {**good, "VLLM_HOST_IP": str(lan.ipv4[0].ip), "NCCL_SOCKET_IFNAME": "=enp1s0f1np1"}
+    assert [str(m) for m in misbindings("spark-2", wrong, choice, facts, fabric)] == [
+        f"spark-2: VLLM_HOST_IP={lan.ipv4[0].ip} is off the QSFP link (on enP7s7); this node's QSFP address is "
+        "192.168.177.11"]
