@@ -27,6 +27,10 @@ DEFAULT_MTU = 9000
 DEFAULT_CONFIRM_S = 30
 FIRST_HOST = 11  # the head is .11, the next node .12, as in eugr's setup
 NETPLAN_FILE = "/etc/netplan/40-sparkcluster-fabric.yaml"
+# NVIDIA's "Connect two Sparks" netplan leaves each twin on 169.254.0.0/16 (link-local, MTU 1500): both twins on one
+# /16, which NCCL and gloo cannot tell apart, and a /16 that autodiscovery probes for minutes (F10). Replaced by the
+# fabric subnets unless the inventory pins a link-local subnet or fabric_ip.
+LINK_LOCAL = IPv4Network("169.254.0.0/16")
 ANY_ADDRESS_FIX = "set vars: {fabric: {subnets: [A/24, B/24], mtu: 9000}} in the inventory"
 
 
@@ -49,6 +53,7 @@ class Twin:
     mtu: int  # what it has now
     assign: bool  # the address is ours to add (the twin has no IPv4 yet)
     managed: bool  # the netplan file holds this twin (we addressed it, now or in an earlier run)
+    replaces: tuple[IPv4Interface, ...] = ()  # link-local addresses it holds now, removed once it has its own
 
 
 @dataclass(frozen=True)
@@ -109,7 +114,8 @@ def in_use(fabric: Sequence[HostFacts]) -> tuple[str, str]:
         for index, netdev in enumerate(netdevs[:2]):
             interface = facts.interface(netdev)
             for cidr in interface.ipv4 if interface else ():
-                seen[index][str(cidr.network)] += 1
+                if cidr.ip not in LINK_LOCAL:  # NVIDIA's playbook state, not a choice to follow
+                    seen[index][str(cidr.network)] += 1
     return (seen[0].most_common(1)[0][0] if seen[0] else DEFAULT_SUBNETS[0],
             seen[1].most_common(1)[0][0] if seen[1] else DEFAULT_SUBNETS[1])
 
@@ -156,15 +162,22 @@ def plan_addresses(inventory: Inventory, host: Host, facts: HostFacts, config: F
         if interface is None:
             raise FabricError(f"{host.name}: {netdev} has an Up RDMA device but no network interface",
                               "check the mlx5 driver (`ibdev2netdev` and `ip link` must agree)")
-        existing = list(interface.ipv4)
+        pinned_link_local = subnet.subnet_of(LINK_LOCAL) or bool(host.fabric_ip and IPv4Address(host.fabric_ip) in LINK_LOCAL)
+        replaced = tuple(a for a in interface.ipv4 if a.ip in LINK_LOCAL and not pinned_link_local)
+        existing = [a for a in interface.ipv4 if a not in replaced]
         if existing:  # kept as it is, whoever set it
             twins.append(Twin(netdev, existing[0].network, existing[0], interface.mtu, False, netdev in managed_now))
             continue
         if number >= subnet.num_addresses - 1:
             raise FabricError(f"{subnet} has no address .{number} for {host.name}", ANY_ADDRESS_FIX)
         address = IPv4Interface(f"{subnet[number]}/{subnet.prefixlen}")
-        twins.append(Twin(netdev, subnet, address, interface.mtu, True, True))
-    if len(twins) == 2 and twins[0].address.network.overlaps(twins[1].address.network):
+        twins.append(Twin(netdev, subnet, address, interface.mtu, True, True, replaced))
+        if replaced:
+            notes.append(f"{netdev}: {', '.join(map(str, replaced))} (link-local, as NVIDIA's playbook leaves it) "
+                         f"is replaced by {address}; pin fabric.subnets to 169.254.0.0/16 to keep it")
+    # Both twins on NVIDIA's one link-local /16 only where the inventory pinned it so: the user's choice.
+    both_link_local = all(t.address.ip in LINK_LOCAL for t in twins)
+    if len(twins) == 2 and twins[0].address.network.overlaps(twins[1].address.network) and not both_link_local:
         raise FabricError(f"{twins[0].netdev} ({twins[0].address}) and {twins[1].netdev} ({twins[1].address}) would "
                           "share a subnet: each twin needs its own", ANY_ADDRESS_FIX)
     if len(twins) < 2:

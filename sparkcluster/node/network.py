@@ -88,7 +88,7 @@ def choose_qsfp(facts: HostFacts, *, pin_interface: str | None = None, pin_ip: s
     return QsfpChoice(
         netdev=netdev, ip=str(address.ip), prefix=address.network.prefixlen,
         hcas=tuple(d.hca for d in devices), twins=twins, port=port,
-        gid_index=gid.index if gid else None, mtu=interface.mtu, speed_mbps=interface.speed_mbps,
+        gid_index=gid.index if gid and _every_twin_has(facts, devices, gid.index) else None, mtu=interface.mtu, speed_mbps=interface.speed_mbps,
         source="pinned" if pin_interface or pin_ip or pin_hcas else "detected", warnings=warnings,
     )
 
@@ -322,19 +322,32 @@ def _port_warnings(up: Sequence[RdmaDevice], devices: Sequence[RdmaDevice], netd
     return warnings
 
 
+def _ipv4_indexes(facts: HostFacts, device: RdmaDevice) -> list[int]:
+    return [g.index for g in facts.gids if g.hca == device.hca and g.port == device.port
+            and g.type == ROCE_V2 and g.ipv4_mapped]
+
+
+def _every_twin_has(facts: HostFacts, devices: Sequence[RdmaDevice], index: int) -> bool:
+    """NCCL_IB_GID_INDEX applies to every HCA in NCCL_IB_HCA: it may only name an index each of them has as its
+    RoCE v2 IPv4 GID. Otherwise it is left unset, and NCCL (>= 2.21) picks each HCA's RoCE v2 GID itself."""
+    return all(index in _ipv4_indexes(facts, d) for d in devices)
+
+
 def _gid_warnings(facts: HostFacts, hca: RdmaDevice, gid: Gid | None, ip: IPv4Address,
                   devices: Sequence[RdmaDevice]) -> list[str]:
     if gid is None:
         return [f"{hca.hca} has no RoCE v2 GID for an IPv4 address: NCCL_IB_GID_INDEX is left unset and NCCL picks a "
                 f"GID itself; check /sys/class/infiniband/{hca.hca}/ports/{hca.port}/gid_attrs/types"]
     warnings = []
-    # NCCL_IB_GID_INDEX applies to every HCA in NCCL_IB_HCA, so the twins' tables must agree on it.
     for device in devices:
-        indexes = [g.index for g in facts.gids if g.hca == device.hca and g.port == device.port
-                   and g.type == ROCE_V2 and g.ipv4_mapped]
-        if indexes and gid.index not in indexes:
-            warnings.append(f"NCCL_IB_GID_INDEX={gid.index} (the RoCE v2 GID of {ip} on {hca.hca}) applies to every "
-                            f"HCA, but {device.hca} has its RoCE v2 IPv4 GID at index {indexes[0]}")
+        indexes = _ipv4_indexes(facts, device)
+        if not indexes:
+            warnings.append(f"{device.hca} ({device.netdev}) has no RoCE v2 IPv4 GID (its RoCE GIDs are the IPv6 "
+                            "link-local ones): NCCL_IB_GID_INDEX is left unset so that NCCL picks each HCA's GID "
+                            f"itself; give {device.netdev} its IPv4 address (`sparkcluster bootstrap`)")
+        elif gid.index not in indexes:
+            warnings.append(f"{device.hca} has its RoCE v2 IPv4 GID at index {indexes[0]}, not {gid.index} (that of "
+                            f"{ip} on {hca.hca}): NCCL_IB_GID_INDEX, which applies to every HCA, is left unset")
     return warnings
 
 

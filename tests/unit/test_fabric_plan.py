@@ -121,3 +121,35 @@ def test_without_configured_subnets_the_fabric_keeps_the_ones_in_use():
     assert [str(t.address) for t in plan.to_assign] == ["10.9.0.13/24", "10.9.1.13/24"]
     assert fabric_config(inv, inv.hosts[2], [fresh_from_the_box()]).subnets == (
         IPv4Network("192.168.177.0/24"), IPv4Network("192.168.178.0/24"))
+
+
+def nvidia_link_local(host_part: int) -> HostFacts:
+    """NVIDIA's "Connect two Sparks" netplan state: each twin on 169.254.0.0/16, MTU 1500 (as owners' `ip addr`
+    shows it)."""
+    facts = spark()
+    ll = {"enp1s0f1np1": (IPv4Interface(f"169.254.20.{host_part}/16"),),
+          "enP2p1s0f1np1": (IPv4Interface(f"169.254.201.{host_part}/16"),)}
+    return replace(facts, interfaces=tuple(replace(i, ipv4=ll[i.name], mtu=1500) if i.name in ll else i
+                                           for i in facts.interfaces))
+
+
+def test_link_local_twins_get_the_fabric_subnets_and_lose_the_link_local_addresses():
+    inv = inventory("spark-a", "spark-b")
+    peers = [nvidia_link_local(98), nvidia_link_local(68)]
+    config = fabric_config(inv, inv.hosts[1], peers)
+    assert config.subnets == (IPv4Network("192.168.177.0/24"), IPv4Network("192.168.178.0/24"))  # not 169.254/16
+    plan = plan_addresses(inv, inv.hosts[1], peers[1], config)
+    assert [(t.netdev, str(t.address), tuple(map(str, t.replaces))) for t in plan.to_assign] == [
+        ("enp1s0f1np1", "192.168.177.12/24", ("169.254.20.68/16",)),
+        ("enP2p1s0f1np1", "192.168.178.12/24", ("169.254.201.68/16",))]
+    assert [t.netdev for t in plan.to_retune] == ["enp1s0f1np1", "enP2p1s0f1np1"]  # MTU 1500 -> 9000
+    assert any("link-local" in n and "pin fabric.subnets" in n for n in plan.notes)
+
+
+def test_link_local_kept_when_the_inventory_pins_it():
+    inv = inventory("spark-a", "spark-b", pins={"spark-b": "169.254.20.68"},
+                    fabric={"subnets": ["169.254.0.0/16", "10.8.1.0/24"]})
+    facts = nvidia_link_local(68)
+    plan = plan_addresses(inv, inv.hosts[1], facts, fabric_config(inv, inv.hosts[1], [facts]))
+    assert [(str(t.address), t.assign, t.replaces) for t in plan.twins] == [
+        ("169.254.20.68/16", False, ()), ("169.254.201.68/16", False, ())]

@@ -124,10 +124,14 @@ class FabricAddresses(Step):
                                  "connect over the management port (enP7s7), or configure it yourself")
             live.append(f"ip link set {shlex.quote(twin.netdev)} mtu {plan.mtu}")
         live += [f"ip addr add {t.address} dev {shlex.quote(t.netdev)}" for t in plan.to_assign]
+        # NVIDIA's link-local addresses go once the twin has its own (in that order: the twin is never left bare).
+        live += [f"ip addr del {old} dev {shlex.quote(t.netdev)}" for t in plan.to_assign for old in t.replaces]
         rollback = ["#!/bin/sh", "# Restores what was there before sparkcluster changed the fabric's addresses.",
                     f"if [ -e {STATE_DIR}/previous.yaml ]; then cp -p {STATE_DIR}/previous.yaml {NETPLAN_FILE}; "
                     f"else rm -f {NETPLAN_FILE}; fi"]
         rollback += [f"ip addr del {t.address} dev {shlex.quote(t.netdev)} 2>/dev/null" for t in plan.to_assign]
+        rollback += [f"ip addr add {old} dev {shlex.quote(t.netdev)} 2>/dev/null" for t in plan.to_assign
+                     for old in t.replaces]
         rollback += [f"ip link set {shlex.quote(t.netdev)} mtu {t.mtu}" for t in (*plan.to_retune, *plan.to_assign)]
         rollback += ["netplan generate 2>/dev/null", f'echo "rolled-back-$1" > {STATE_DIR}/state']
         # Unless a new session confirms in time, the watchdog (setsid: it outlives this session) rolls back.
