@@ -64,6 +64,7 @@ class ServeArgs:
 
     model: str  # repo id as vLLM resolves it in the HF cache
     tp: int
+    pp: int = 1  # pipeline stages: TP x PP = the nodes, one GPU each (eugr's 3-node recipes run TP 1 x PP 3)
     port: int = DEFAULT_VLLM_PORT
     served_name: str | None = None
     flags: tuple[str, ...] = ()  # recipe flags merged with the user's extra args
@@ -74,6 +75,8 @@ def vllm_serve_argv(args: ServeArgs, launcher: Launcher, node: Node, nnodes: int
     """`vllm serve` for one node. ray: only the head runs it; native: every node runs one, the workers
     headless (vLLM's own multi-node mode, as eugr's and sparkrun's current releases default to)."""
     argv = ["vllm", "serve", args.model, "--tensor-parallel-size", str(args.tp)]
+    if args.pp > 1:
+        argv += ["--pipeline-parallel-size", str(args.pp)]
     if launcher == "ray":
         argv += ["--distributed-executor-backend", "ray"]
     else:

@@ -24,9 +24,11 @@ from .image import check_images, sync_image
 from .launch import DEFAULT_IMAGE, DEFAULT_VLLM_PORT, Launcher, Node, RuntimeName, ServeArgs
 from .lifecycle import diagnosis, gone, ray_commands, running_current, start, stop_everywhere, vllm_commands
 from .membership import Member, wait_ray
+from .mods_nodes import copy_mods, mods_command, run_mods
 from .nodes import node_env, read_nodes
 from .progress import Emit, PhaseStarted, ProbeJudged
 from .readiness import Readiness, wait_ready
+from .recipe_types import Mod
 from .recipes import Recipe, merged_flags
 from .record import ProbeSummary, ServeRecord, Serving, clear_record, endpoint, fabric_ips, write_record
 from .runtime import RuntimeChoice
@@ -42,6 +44,7 @@ class ServeOptions:
     launcher: Launcher = "ray"
     image: str = DEFAULT_IMAGE
     tp: int | None = None
+    pp: int | None = None  # pipeline stages across nodes: TP x PP = the nodes selected
     model: str | None = None
     recipe: Recipe = field(default_factory=lambda: Recipe("default"))
     port: int | None = None
@@ -62,7 +65,7 @@ class ServeOptions:
         model = self.model or self.recipe.model
         if not model:
             raise UsageError(f"recipe {self.recipe.name!r} names no model", "give one with --model ORG/NAME")
-        return ServeArgs(model=model, tp=self.tp or 0, port=self.port or self.recipe.port or DEFAULT_VLLM_PORT,
+        return ServeArgs(model=model, tp=self.tp or 0, pp=self.pp or 1, port=self.port or self.recipe.port or DEFAULT_VLLM_PORT,
                          served_name=self.served_name or self.recipe.served_model_name or model,
                          flags=merged_flags(self.recipe, self.extra), env=dict(self.recipe.env))
 
@@ -159,6 +162,8 @@ def serve(session: Session, opts: ServeOptions, emit: Emit) -> ServeResult:
         verified = None
         if opts.verify:
             verified = phases.run("verify", lambda: probe(session, runtime, opts, emit), emit)
+        if opts.recipe.mods:
+            phases.run("mods", lambda: apply_mods(session, runtime, opts.recipe.mods), emit)
         phases.run("launch", lambda: start(session, vllm_commands(session, runtime, nodes, opts.launcher, args),
                                            "vLLM", runtime.start_fix()), emit)
         base = endpoint(session.head, args.port).removesuffix("/v1")
@@ -198,10 +203,20 @@ def plan(session: Session, opts: ServeOptions) -> dict[str, Any]:
     if opts.launcher == "ray":
         for name, command in ray_commands(session, runtime, nodes, opts.recipe.env).items():
             commands[name].append(command.display())
+    if opts.recipe.mods:
+        doc["mods"] = [{"name": m.name, "from": str(m.path), "given": m.given} for m in opts.recipe.mods]
+        for host in session.hosts:
+            commands[host.name].append(mods_command(runtime, session, host, opts.recipe.mods).display())
     for name, command in vllm_commands(session, runtime, nodes, opts.launcher, args).items():
         commands[name].append(command.display())
     doc["commands"] = commands
     return doc
+
+
+def apply_mods(session: Session, runtime: RuntimeChoice, mods: tuple[Mod, ...]) -> None:
+    """The recipe's mods on every node, in vLLM's start directory, before vLLM starts."""
+    copy_mods(session, mods)
+    run_mods(session, runtime, mods)
 
 
 def probe(session: Session, runtime: RuntimeChoice, opts: ServeOptions, emit: Emit) -> VerifyResult:

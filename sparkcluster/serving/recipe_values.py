@@ -29,15 +29,15 @@ def key_line(doc: Any, key: Any) -> int:
     return doc.key_line(key) if isinstance(doc, SourceMap) and key in doc else 1
 
 
-def top_level(doc: Any, shown: str, keys: Collection[str]) -> dict[str, Any]:
+def top_level(doc: Any, shown: str, keys: Collection[str], formats: str = "") -> dict[str, Any]:
     if not isinstance(doc, dict):
         line = doc.line if isinstance(doc, SourceList) else 1
         raise error(shown, line, f"a recipe is a mapping of {', '.join(sorted(keys))}, not {describe(doc)}",
-                    "see recipes/default.yml")
+                    "see recipes/default.yml" + (f"; {formats}" if formats else ""))
     for key in doc:
         if key not in keys:
             raise error(shown, key_line(doc, key), f"unknown key {key!r}{did_you_mean(key, sorted(keys))}",
-                        f"recipe keys: {', '.join(sorted(keys))}")
+                        f"recipe keys: {', '.join(sorted(keys))}" + (f"; {formats}" if formats else ""))
     return doc
 
 

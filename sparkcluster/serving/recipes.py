@@ -1,17 +1,29 @@
-"""Serving recipes: named YAML files of vLLM flags and environment (recipes/), overridable flag by flag
-with the extra arguments after `--`."""
+"""Serving recipes: named YAML files of vLLM flags and environment (recipes/), eugr's v1 and sparkrun's v2
+recipe files, and registries' recipes by `@REG/NAME`, all loaded into one Recipe; overridable flag by flag with
+the extra arguments after `--`.
+
+The override order, lowest first: the recipe's defaults, sparkcluster's options (--tp, --pp, --port,
+--served-model-name), `--set KEY=VALUE` (a template placeholder), then the extra flags after `--`.
+"""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 from ..engine import yamlsource
 from ..engine.errors import UsageError, did_you_mean
+from ..engine.yamlsource import SourceMap
 from . import recipe_values
+from .recipe_command import FlagValue, flag_argv
+from .recipe_community import eugr_v1, mods_base, sparkrun_v2
+from .recipe_types import Inputs, Mod, Recipe, Reference
+from .recipe_yaml import load_last_wins
+
+__all__ = ["Inputs", "Mod", "Recipe", "Reference", "load_recipe", "merged_flags", "parse_flags", "bundled_names"]
 
 BUNDLED = resources.files("sparkcluster") / "recipes"
 KEYS = {"description", "model", "served_model_name", "port", "env", "flags", "reference"}
@@ -25,53 +37,144 @@ OWNED_FLAGS = {
     "--served-model-name": "--served-model-name", "--distributed-executor-backend": "--launcher",
     "--nnodes": "--launcher native", "--node-rank": "--launcher native", "--master-addr": "--launcher native",
     "--master-port": "--launcher native", "--headless": "--launcher native",
+    "--pipeline-parallel-size": "--pp", "-pp": "--pp",
 }
-
-
-@dataclass(frozen=True)
-class Recipe:
-    name: str
-    description: str = ""
-    model: str | None = None
-    served_model_name: str | None = None
-    port: int | None = None
-    env: Mapping[str, str] = field(default_factory=dict)
-    flags: Mapping[str, str | None] = field(default_factory=dict)  # None: a bare flag
-    reference: Reference | None = None
-
-
-@dataclass(frozen=True)
-class Reference:
-    """Published rows measured with this recipe, and where and on what they were measured."""
-
-    source: str
-    hardware: str
-    nodes: int
-    rows: tuple[Mapping[str, float], ...]  # each with `concurrency` and some of REFERENCE_FIGURES
+# Keys that say a file is eugr's or sparkrun's rather than sparkcluster's own format.
+COMMUNITY_KEYS = {"recipe_version", "sparkrun_version", "runtime", "container", "command", "defaults", "min_nodes",
+                  "max_nodes", "mods", "metadata", "include", "overrides", "name", "build_args", "solo_only",
+                  "cluster_only", "model_revision", "pre_exec", "post_exec", "post_commands", "containers",
+                  "layout", "scheduler", "cluster_config", "distribution_config", "executor"}
+FORMATS_FIX = ('sparkcluster recipes have flags:; eugr recipes start `recipe_version: "1"`, sparkrun recipes '
+               '`recipe_version: "2"` (see README "Bringing a recipe")')
 
 
 def bundled_names() -> list[str]:
     return sorted(p.name[:-4] for p in BUNDLED.iterdir() if p.name.endswith(".yml"))
 
 
-def load_recipe(name_or_path: str) -> Recipe:
-    """A bundled recipe by name, or a recipe file by path; every error names the fix."""
-    path = Path(name_or_path)
-    if name_or_path.endswith((".yml", ".yaml")) or path.is_file():
-        if not path.is_file():
-            raise UsageError(f"recipe file {name_or_path} does not exist", "give a bundled name or an existing file")
-        text, shown, name = _read_file(path), name_or_path, path.stem
-    else:
-        names = bundled_names()
-        if name_or_path not in names:
-            raise UsageError(f"no recipe named {name_or_path!r}{did_you_mean(name_or_path, names)}",
-                             f"bundled recipes: {', '.join(names)}; or give a path to a .yml file")
-        text, shown, name = (BUNDLED / f"{name_or_path}.yml").read_text(), f"recipe {name_or_path}", name_or_path
+def load_recipe(name_or_path: str, inputs: Inputs | None = None, *, nodes: int | None = None,
+                trust: bool = False) -> Recipe:
+    """A bundled recipe by name, a recipe file by path, or a registry's by `@REG/NAME`; every error names the fix.
+    `inputs` fill a community recipe's template; `nodes` (when known) selects sparkrun's `overrides`."""
+    inputs = inputs or Inputs()
+    if name_or_path.startswith("@"):
+        from .recipe_registry import resolve_scoped
+
+        found = resolve_scoped(name_or_path)
+        recipe = _load_file(found.path, str(found.path), found.path.stem, inputs, nodes, found.mods_dirs)
+        return _registry_recipe(recipe, found.registry, found.trusted or trust, name_or_path)
+    path = Path(name_or_path).expanduser()
+    candidates = [path, Path(f"{path}.yaml"), Path(f"{path}.yml")]
+    existing = next((c for c in candidates if c.is_file()), None)
+    if existing is not None and (existing != path or name_or_path.endswith((".yml", ".yaml")) or "/" in name_or_path
+                                 or name_or_path not in bundled_names()):
+        return _load_file(existing, name_or_path if existing == path else str(existing), existing.stem, inputs, nodes)
+    if name_or_path.endswith((".yml", ".yaml")) or "/" in name_or_path:
+        raise UsageError(f"recipe file {name_or_path} does not exist",
+                         "give a bundled name, an existing file, or @REGISTRY/NAME")
+    names = bundled_names()
+    if name_or_path in names:
+        text = (BUNDLED / f"{name_or_path}.yml").read_text()
+        return _from_text(text, f"recipe {name_or_path}", name_or_path, None, inputs, nodes, ())
+    from .recipe_registry import resolve_unscoped
+
+    unscoped = resolve_unscoped(name_or_path)
+    if unscoped is None:
+        raise UsageError(f"no recipe named {name_or_path!r}{did_you_mean(name_or_path, names)}",
+                         f"bundled recipes: {', '.join(names)}; or give a path to a .yml file, or @REGISTRY/NAME "
+                         "(`sparkcluster recipes list`)")
+    recipe = _load_file(unscoped.path, str(unscoped.path), unscoped.path.stem, inputs, nodes, unscoped.mods_dirs)
+    return _registry_recipe(recipe, unscoped.registry, unscoped.trusted or trust,
+                            f"@{unscoped.registry}/{unscoped.path.stem}")
+
+
+def _registry_recipe(recipe: Recipe, registry: str, trusted: bool, shown: str) -> Recipe:
+    """A registry's recipe is someone else's code when it brings mods: refused until its registry is trusted."""
+    import dataclasses
+
+    if recipe.mods and not trusted:
+        raise UsageError(f"{shown} comes from the registry {registry!r}, which is not trusted, and brings mods "
+                         f"({', '.join(m.given for m in recipe.mods)}) that would run code on every node",
+                         f"read them, then serve with --trust, or trust the registry: "
+                         f"`sparkcluster recipes add-registry {registry} URL --trust`")
+    return dataclasses.replace(recipe, registry=registry, trusted=trusted)
+
+
+def _load_file(path: Path, shown: str, name: str, inputs: Inputs, nodes: int | None,
+               mods_dirs: Sequence[Path] = ()) -> Recipe:
+    return _from_text(_read_file(path), shown, name, path, inputs, nodes, mods_dirs)
+
+
+def _from_text(text: str, shown: str, name: str, path: Path | None, inputs: Inputs, nodes: int | None,
+               mods_dirs: Sequence[Path]) -> Recipe:
     try:
-        doc = yamlsource.load(text) or {}
+        doc, repeated = load_last_wins(text)
     except yamlsource.YamlError as e:
         raise UsageError(f"{shown}:{e.line}: {e.problem}", e.fix) from None
-    return _recipe(name, shown, doc)
+    doc = doc if doc is not None else {}
+    community = isinstance(doc, dict) and (set(doc) & COMMUNITY_KEYS) and not (set(doc) & {"flags", "reference"})
+    if not community:
+        if repeated:
+            line = repeated[0].split(":")[0].removeprefix("line ")
+            raise UsageError(f"{shown}:{line}: {repeated[0].split(': ', 1)[1].split(';')[0]}",
+                             "remove one of them: sparkcluster's own recipes keep each key once")
+        return _recipe(name, shown, doc)
+    warnings = [f"{shown}:{w.removeprefix('line ')}" for w in repeated]
+    doc = _with_include(doc, shown, path, 0)
+    version = str(doc.get("recipe_version", doc.get("sparkrun_version", "2")))
+
+    def resolve_mod(given: str, line: int) -> Mod:
+        from .recipe_mods import resolve_mod as find
+
+        return find(given, f"{shown}:{line}", [*mods_base(path), *mods_dirs])
+
+    if version == "1":
+        return eugr_v1(doc, shown, name, inputs, resolve_mod, warnings)
+    if version == "2":
+        return sparkrun_v2(doc, shown, name, inputs, resolve_mod, warnings, nodes)
+    key = "recipe_version" if "recipe_version" in doc else "sparkrun_version"
+    raise UsageError(f"{shown}:{recipe_values.key_line(doc, key)}: recipe_version {version!r} is no format "
+                     "sparkcluster knows", FORMATS_FIX)
+
+
+def _with_include(doc: Any, shown: str, path: Path | None, depth: int) -> Any:
+    """sparkrun's `include:` a base recipe beside this one, deep-merged under this file's keys."""
+    base_name = doc.get("include")
+    if base_name is None:
+        return doc
+    line = recipe_values.key_line(doc, "include")
+    if depth > 4 or not isinstance(base_name, str):
+        raise UsageError(f"{shown}:{line}: include must name one base recipe (and includes nest at most 4 deep)",
+                         "write `include: BASE` for BASE.yaml beside this file")
+    if base_name.startswith("@"):
+        from .recipe_registry import resolve_scoped
+
+        base_path = resolve_scoped(base_name).path
+    else:
+        folder = path.parent if path else Path.cwd()
+        base_path = next((folder / f"{base_name}{ext}" for ext in ("", ".yaml", ".yml")
+                          if (folder / f"{base_name}{ext}").is_file()), folder / base_name)
+    if not base_path.is_file():
+        raise UsageError(f"{shown}:{line}: the included recipe {base_name!r} is not beside this file",
+                         f"put {base_name}.yaml next to it, or include @REGISTRY/NAME")
+    try:
+        base, _ = load_last_wins(_read_file(base_path))
+    except yamlsource.YamlError as e:
+        raise UsageError(f"{base_path}:{e.line}: {e.problem}", e.fix) from None
+    base = _with_include(base, str(base_path), base_path, depth + 1)
+    return _deep_merge(base, doc)
+
+
+def _deep_merge(base: Any, top: Any) -> Any:
+    if not (isinstance(base, dict) and isinstance(top, dict)):
+        return top
+    merged = SourceMap(getattr(top, "line", 1))
+    for key in [*base, *(k for k in top if k not in base)]:
+        if key == "include":
+            continue
+        value = _deep_merge(base[key], top[key]) if key in base and key in top else top.get(key, base.get(key))
+        merged._set(key, value, recipe_values.key_line(top if key in top else base, key))
+    return merged
 
 
 def _read_file(path: Path) -> str:
@@ -87,13 +190,14 @@ def _read_file(path: Path) -> str:
 
 
 def _recipe(name: str, shown: str, doc: object) -> Recipe:
-    doc = recipe_values.top_level(doc, shown, KEYS)
+    doc = recipe_values.top_level(doc, shown, KEYS, FORMATS_FIX)
     flags = recipe_values.flags(doc, shown, OWNED_FLAGS)
     env = recipe_values.env(doc, shown)
     port = recipe_values.port(doc, shown)
     text = {key: recipe_values.text(doc, key, shown) for key in ("description", "model", "served_model_name")}
     return Recipe(name, text["description"] or "", text["model"], text["served_model_name"], port, env, flags,
-                  _reference(shown, doc["reference"], _line(doc, "reference")) if "reference" in doc else None)
+                  _reference(shown, doc["reference"], _line(doc, "reference")) if "reference" in doc else None,
+                  source=shown)
 
 
 def _line(doc: object, key: str) -> int:
@@ -157,6 +261,6 @@ def parse_flags(args: Sequence[str]) -> dict[str, str | None]:
 
 def merged_flags(recipe: Recipe, extra: Sequence[str]) -> tuple[str, ...]:
     """The recipe's flags with the user's extra arguments replacing those of the same name, then the rest."""
-    flags = dict(recipe.flags)
+    flags: dict[str, FlagValue] = dict(recipe.flags)
     flags.update(parse_flags(extra))
-    return tuple(word for flag, value in flags.items() for word in ((flag,) if value is None else (flag, value)))
+    return flag_argv(flags)

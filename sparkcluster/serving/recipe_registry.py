@@ -1,0 +1,240 @@
+"""Recipe registries: git repositories of recipes, cloned under the user's cache and named `@REG/NAME` as sparkrun
+names them (the registry's `.sparkrun/registry.yaml` says where its recipes and mods are; a name is a file stem,
+found flat first, then anywhere below; a name found twice is an error). Registries a user configured for
+sparkrun (its clones under ~/.cache/sparkrun/registries) are usable as they are.
+
+A registry is someone else's code once its recipes bring mods: it is untrusted until added with --trust.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from ..engine.errors import SparkclusterError, UsageError, did_you_mean
+
+# sparkrun's defaults for the registries it ships, where a clone's manifest does not say (subpath, mods).
+KNOWN_LAYOUTS = {"eugr": ("recipes", "mods"), "official": ("official-recipes", "official-mods"),
+                 "experimental": ("experimental-recipes", "experimental-mods"), "community": ("recipes", None),
+                 "sparkrun-testing": ("testing/recipes", None), "sparkrun-transitional": ("transitional/recipes", None)}
+GIT_TIMEOUT_S = 300
+
+
+def _home(var: str, default: str) -> Path:
+    return Path(os.environ.get(var) or Path.home() / default)
+
+
+def config_file() -> Path:
+    return _home("XDG_CONFIG_HOME", ".config") / "sparkcluster" / "registries.yaml"
+
+
+def clones_dir() -> Path:
+    return _home("XDG_CACHE_HOME", ".cache") / "sparkcluster" / "registries"
+
+
+def sparkrun_clones_dir() -> Path:
+    return _home("XDG_CACHE_HOME", ".cache") / "sparkrun" / "registries"
+
+
+@dataclass(frozen=True)
+class Registry:
+    name: str
+    url: str
+    trusted: bool
+    clone: Path
+    origin: str = "sparkcluster"  # or "sparkrun": configured for sparkrun, read from its clone
+
+    def layout(self) -> tuple[Path, Path | None]:
+        """(recipes folder, mods folder) inside the clone."""
+        manifest = self.clone / ".sparkrun" / "registry.yaml"
+        if manifest.is_file():
+            try:
+                doc = yaml.safe_load(manifest.read_text()) or {}
+            except yaml.YAMLError:
+                doc = {}
+            entries = [e for e in doc.get("registries") or [] if isinstance(e, dict)]
+            entry = next((e for e in entries if e.get("name") == self.name), entries[0] if entries else None)
+            if entry is not None:
+                mods = entry.get("mods")
+                return self.clone / str(entry.get("recipes") or ""), (self.clone / str(mods)) if mods else None
+        recipes, mods = KNOWN_LAYOUTS.get(self.name, ("recipes" if (self.clone / "recipes").is_dir() else "", "mods"))
+        mods_dir = self.clone / mods if mods and (self.clone / mods).is_dir() else None
+        return self.clone / recipes, mods_dir
+
+
+@dataclass(frozen=True)
+class Found:
+    path: Path
+    registry: str
+    trusted: bool
+    mods_dirs: tuple[Path, ...]
+
+
+def registries() -> dict[str, Registry]:
+    """Ours (from the config file), then sparkrun's clones not shadowed by one of ours."""
+    found: dict[str, Registry] = {}
+    path = config_file()
+    if path.is_file():
+        try:
+            doc = yaml.safe_load(path.read_text()) or {}
+        except yaml.YAMLError as e:
+            raise UsageError(f"{path}: not valid YAML: {e}", "fix or remove the file; `recipes add-registry` rewrites it")
+        for name, entry in (doc.get("registries") or {}).items():
+            found[str(name)] = Registry(str(name), str(entry.get("url", "")), bool(entry.get("trusted", False)),
+                                        clones_dir() / str(name))
+    theirs = sparkrun_clones_dir()
+    if theirs.is_dir():
+        trusted = _sparkrun_trusted()
+        for clone in sorted(p for p in theirs.iterdir() if p.is_dir()):
+            if clone.name not in found:
+                found[clone.name] = Registry(clone.name, "", clone.name in trusted, clone, "sparkrun")
+    return found
+
+
+def _sparkrun_trusted() -> set[str]:
+    """Names sparkrun's own config marks `trusted: true` (~/.config/sparkrun/registries.yaml)."""
+    path = _home("XDG_CONFIG_HOME", ".config") / "sparkrun" / "registries.yaml"
+    try:
+        doc = yaml.safe_load(path.read_text()) or {}
+    except (OSError, yaml.YAMLError):
+        return set()
+    entries = doc.get("registries") if isinstance(doc, dict) else doc
+    if isinstance(entries, dict):
+        entries = [{"name": k, **(v or {})} for k, v in entries.items()]
+    return {str(e.get("name")) for e in entries or [] if isinstance(e, dict) and e.get("trusted") is True}
+
+
+def _write(entries: dict[str, Registry]) -> None:
+    path = config_file()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    doc = {"registries": {r.name: {"url": r.url, "trusted": r.trusted} for r in entries.values()
+                          if r.origin == "sparkcluster"}}
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(yaml.safe_dump(doc, sort_keys=True))
+    tmp.replace(path)
+
+
+def add(name: str, url: str, trust: bool) -> tuple[Registry, str]:
+    """Clones it (or refreshes the clone) and records it; returns it and what happened."""
+    if not name.replace("-", "").replace("_", "").isalnum():
+        raise UsageError(f"registry name {name!r} must be letters, digits, '-' or '_'", "e.g. `my-recipes`")
+    if "://" not in url and ":" not in url.split("/")[0] and Path(url).expanduser().exists():
+        url = str(Path(url).expanduser().resolve())
+    entries = registries()
+    reg = Registry(name, url, trust, clones_dir() / name)
+    said = _sync(reg)
+    entries[name] = reg
+    _write(entries)
+    return reg, said
+
+
+def update() -> dict[str, str]:
+    """Every registry of ours refreshed: name -> what happened (a failure keeps the last good copy)."""
+    return {r.name: _sync(r) for r in registries().values() if r.origin == "sparkcluster"}
+
+
+def _sync(reg: Registry) -> str:
+    reg.clone.parent.mkdir(parents=True, exist_ok=True)
+    if (reg.clone / ".git").exists():
+        cmd = ["git", "-C", str(reg.clone), "pull", "--ff-only", "--quiet"]
+        verb = "updated"
+    else:
+        tmp = reg.clone.with_name(reg.clone.name + ".partial")
+        shutil.rmtree(tmp, ignore_errors=True)
+        cmd = ["git", "clone", "--quiet", "--depth", "1", reg.url, str(tmp)]
+        verb = "cloned"
+    try:
+        result = subprocess.run(cmd, capture_output=True, text=True, timeout=GIT_TIMEOUT_S,
+                                env={**os.environ, "GIT_TERMINAL_PROMPT": "0"})
+        ok, why = result.returncode == 0, result.stderr.strip().splitlines()[-1:] or ["git failed"]
+    except (OSError, subprocess.TimeoutExpired) as e:
+        ok, why = False, [str(e)]
+    if not ok:
+        if reg.clone.is_dir():
+            return f"could not be {verb} ({why[0]}); keeping the last good copy"
+        raise SparkclusterError(f"registry {reg.name}: cloning {reg.url} failed: {why[0]}",
+                                "check the URL or path and the network, then run the command again")
+    if verb == "cloned":
+        tmp.replace(reg.clone)
+    return verb
+
+
+def recipe_files(reg: Registry) -> list[Path]:
+    recipes, _ = reg.layout()
+    if not recipes.is_dir():
+        return []
+    return sorted(p for p in recipes.rglob("*") if p.suffix in (".yaml", ".yml") and p.is_file()
+                  and ".sparkrun" not in p.parts and p.parent.name != "mods")
+
+
+def _find_in(reg: Registry, rest: str) -> list[Path]:
+    recipes, _ = reg.layout()
+    for ext in ("", ".yaml", ".yml"):  # a relative path (`qwen3.6/vllm/x`) first
+        direct = recipes / f"{rest}{ext}"
+        if "/" in rest and direct.is_file():
+            return [direct]
+    flat = [recipes / f"{rest}{ext}" for ext in (".yaml", ".yml") if (recipes / f"{rest}{ext}").is_file()]
+    if flat:
+        return flat[:1]
+    return [p for p in recipe_files(reg) if p.stem == rest]
+
+
+def _found(reg: Registry, path: Path) -> Found:
+    _, mods = reg.layout()
+    fallback = registries().get("eugr")
+    dirs = [d for d in (mods, fallback.layout()[1] if fallback else None) if d is not None]
+    return Found(path, reg.name, reg.trusted, tuple(dirs))
+
+
+def resolve_scoped(ref: str) -> Found:
+    """`@REG/NAME` (NAME may hold slashes: the registry is split at the first one)."""
+    name, _, rest = ref[1:].partition("/")
+    regs = registries()
+    if name not in regs:
+        raise UsageError(f"no registry named {name!r}{did_you_mean(name, list(regs))}",
+                         f"add it: `sparkcluster recipes add-registry {name} GIT_URL_OR_PATH`")
+    if not rest:
+        raise UsageError(f"{ref} names no recipe", f"write @{name}/RECIPE (`sparkcluster recipes list --registry {name}`)")
+    hits = _find_in(regs[name], rest)
+    if not hits:
+        stems = [p.stem for p in recipe_files(regs[name])]
+        raise UsageError(f"registry {name!r} has no recipe {rest!r}{did_you_mean(rest, stems)}",
+                         f"see `sparkcluster recipes list --registry {name}`; `recipes update` refreshes it")
+    if len(hits) > 1:
+        raise UsageError(f"{ref} is ambiguous: " + ", ".join(f"@{name}/{_rel(regs[name], p)}" for p in hits),
+                         "name one of them by its path")
+    return _found(regs[name], hits[0])
+
+
+def resolve_unscoped(name: str) -> Found | None:
+    """A bare name searched in every registry; found in two is an error naming both."""
+    hits = [(reg, path) for reg in registries().values() for path in _find_in(reg, name)]
+    if len(hits) > 1:
+        raise UsageError(f"recipe {name!r} is in more than one registry: "
+                         + ", ".join(f"@{reg.name}/{_rel(reg, p)}" for reg, p in hits), "name one of them")
+    return _found(*hits[0]) if hits else None
+
+
+def _rel(reg: Registry, path: Path) -> str:
+    recipes, _ = reg.layout()
+    return path.relative_to(recipes).with_suffix("").as_posix()
+
+
+def registry_mods_dirs(name: str) -> list[Path]:
+    reg = registries().get(name)
+    mods = reg.layout()[1] if reg else None
+    return [mods] if mods else []
+
+
+def listing(only: str | None = None) -> list[tuple[str, str, Path]]:
+    """(registry, @REG/NAME, file) of every registry recipe."""
+    regs = registries()
+    if only is not None and only not in regs:
+        raise UsageError(f"no registry named {only!r}{did_you_mean(only, list(regs))}", "see `sparkcluster recipes list`")
+    return [(reg.name, f"@{reg.name}/{_rel(reg, p)}", p) for reg in regs.values() if only in (None, reg.name)
+            for p in recipe_files(reg)]

@@ -1,0 +1,68 @@
+"""What a recipe is once loaded, whatever format it was written in: the values serve uses, where it came from
+and what it may not do (node counts), as one typed value."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from .recipe_command import FlagValue
+
+Format = Literal["sparkcluster", "eugr v1", "sparkrun v2"]
+RecipeLauncher = Literal["ray", "native"]
+
+
+@dataclass(frozen=True)
+class Reference:
+    """Published rows measured with this recipe, and where and on what they were measured."""
+
+    source: str
+    hardware: str
+    nodes: int
+    rows: tuple[Mapping[str, float], ...]  # each with `concurrency` and some of REFERENCE_FIGURES
+
+
+@dataclass(frozen=True)
+class Mod:
+    """A directory with run.sh that runs in every serving environment before vLLM starts."""
+
+    name: str  # the directory's name: where it lands on the nodes
+    path: Path  # where it was found on this machine
+    given: str  # as the recipe wrote it, e.g. mods/fix-chat-template
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """What the user gave that fills a recipe's template: our options under the template names eugr and
+    sparkrun use (tensor_parallel, pipeline_parallel, port, served_model_name), then each `--set KEY=VALUE`."""
+
+    options: Mapping[str, str] = field(default_factory=dict)
+    sets: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Recipe:
+    name: str
+    description: str = ""
+    model: str | None = None
+    served_model_name: str | None = None
+    port: int | None = None
+    env: Mapping[str, str] = field(default_factory=dict)
+    flags: Mapping[str, FlagValue] = field(default_factory=dict)  # None: a bare flag
+    reference: Reference | None = None
+    format: Format = "sparkcluster"
+    source: str = ""  # the file as shown in messages ("recipe default" for a bundled one)
+    tp: int | None = None
+    pp: int | None = None
+    launcher: RecipeLauncher | None = None
+    container: str | None = None
+    build_args: tuple[str, ...] = ()
+    mods: tuple[Mod, ...] = ()
+    min_nodes: int | None = None
+    max_nodes: int | None = None
+    registry: str | None = None  # the registry it came from; None for a file or a bundled recipe
+    trusted: bool = True
+    warnings: tuple[str, ...] = ()
+    sets_used: Mapping[str, str] = field(default_factory=dict)  # the --set values that filled the template
