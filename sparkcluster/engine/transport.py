@@ -65,6 +65,29 @@ class Result:
         return "\n".join(self.stderr.strip().splitlines()[-lines:])
 
 
+class Held:
+    """A remote command kept alive by an open channel (Transport.hold); `release()` ends it and waits briefly
+    for it to exit, so what it held is free when release returns."""
+
+    def __init__(self, channel: paramiko.Channel, permits: threading.BoundedSemaphore) -> None:
+        self._channel, self._permits, self._released = channel, permits, False
+
+    def release(self, wait_s: float = 5.0) -> None:
+        if self._released:
+            return
+        self._released = True
+        try:
+            self._channel.shutdown_write()  # EOF on its stdin: the command ends
+            deadline = time.monotonic() + wait_s
+            while not self._channel.exit_status_ready() and time.monotonic() < deadline:
+                time.sleep(0.01)
+        except (paramiko.SSHException, OSError, EOFError):
+            pass  # the connection is gone, and the command with it
+        finally:
+            self._channel.close()
+            self._permits.release()
+
+
 class _TrustNewKeys(paramiko.MissingHostKeyPolicy):
     """--trust-new-host-keys: accept an unknown key and append it to the inventory's known_hosts, or to
     ~/.ssh/known_hosts where the inventory names none (never a changed key: paramiko raises BadHostKeyException
@@ -226,6 +249,41 @@ class Transport:
         if code == -1:  # paramiko's value for a channel that closed without an exit status
             raise EOFError("the connection closed before the command finished")
         return Result(command, code, _text(stdout), _text(stderr), time.monotonic() - start)
+
+    def hold(self, command: Command, first_line_timeout: float = 30.0) -> tuple[str, Held]:
+        """Start a command whose life is this handle's: its stdin (`command.stdin` first) stays open until the
+        handle is released, or the connection is lost (this process killed included), and then it ends. Returns
+        its first line of output, its answer, with the handle. For what must not outlive this run: a lock."""
+        conn = self._connect()
+        if not self._channels.acquire(timeout=first_line_timeout):
+            raise self._unreachable(f"{self.host.address}: no free SSH channel for `{command.display()}`",
+                                    _reachability_fix(self.host))
+        try:
+            channel = conn.transport.open_session()
+            channel.settimeout(1.0)
+            channel.exec_command(command.line())
+            if command.stdin:
+                channel.sendall(command.stdin.encode())
+            held = Held(channel, self._channels)
+        except (paramiko.SSHException, OSError, EOFError) as e:
+            self._channels.release()
+            raise self._unreachable(f"{self.host.address} dropped off while starting `{command.display()}`: {e}",
+                                    _reachability_fix(self.host)) from None
+        line, deadline = b"", time.monotonic() + first_line_timeout
+        while not line.endswith(b"\n") and time.monotonic() < deadline and not channel.exit_status_ready():
+            try:
+                line += channel.recv(1)
+            except TimeoutError:
+                continue
+            except (paramiko.SSHException, OSError) as e:
+                held.release()
+                raise self._unreachable(f"{self.host.address} dropped off while running `{command.display()}`: {e}",
+                                        _reachability_fix(self.host)) from None
+        if not line.endswith(b"\n"):  # ended or silent: its stderr says why
+            errors = channel.recv_stderr(4096).decode(errors="replace").strip() if channel.recv_stderr_ready() else ""
+            held.release()
+            return errors or "(no answer)", held
+        return line.decode(errors="replace").strip(), held
 
     # ---- files -------------------------------------------------------------------------------------
     def sftp(self) -> paramiko.SFTPClient:

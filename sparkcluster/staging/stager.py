@@ -27,6 +27,7 @@ from .hfcache import (
     source_manifest,
     verify_command,
 )
+from .lock import staging_lock
 from .wire import TRANSPORTS, DataPlane
 
 
@@ -149,16 +150,17 @@ def stage(session: Session, model: ModelRef, *, source: str = "auto", verify: st
     transports = session.transports
     stager = Stager(session, model, verify=verify, streams=streams, data_plane=data_plane, over_lan=over_lan,
                     progress=progress)
-    if source == "local":
-        push_local(model, head, transports[head.name], openssh_argv(head))
-        return stager.run("head")
-    if source in ("auto", "head"):
-        stager.scan()
-        holders = [n for n, scan in stager.scans.items() if source_manifest(model, scan)]
-        if not holders or (source == "head" and head.name not in holders):
-            download_on(transports[head.name], model, python_of(head))
-            stager.scan()  # the head holds it now
-    return stager.run(source)
+    with staging_lock(session, model):
+        if source == "local":
+            push_local(model, head, transports[head.name], openssh_argv(head))
+            return stager.run("head")
+        if source in ("auto", "head"):
+            stager.scan()
+            holders = [n for n, scan in stager.scans.items() if source_manifest(model, scan)]
+            if not holders or (source == "head" and head.name not in holders):
+                download_on(transports[head.name], model, python_of(head))
+                stager.scan()  # the head holds it now
+        return stager.run(source)
 
 
 def stage_status(session: Session, model: ModelRef, verify: str = "size") -> dict[str, Any]:

@@ -207,6 +207,30 @@ def test_cli_interrupted_then_rerun_completes(staged_cluster):
         assert sums(c, w) == sums(c, "spark-1")
 
 
+def test_a_second_stage_of_the_same_model_is_refused_with_the_first_ones_command_and_pid(staged_cluster):
+    """Round 3: two stages at once each failed a node, stepping on each other's partial blobs. Now the second
+    is refused at once, naming the first, and the first completes untouched; after a SIGKILLed run (above)
+    the lock was free again, since it lives only as long as its run's SSH channel."""
+    c = staged_cluster
+    _drop_copies(c, ["spark-2", "spark-3", "spark-4"])
+    first = subprocess.Popen([sys.executable, "-m", "sparkcluster", "stage", MODEL, "-i", str(c.inventory_path),
+                              "--json"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    lock = f"~/.cache/huggingface/sparkcluster-locks/stage-{ModelRef.parse(MODEL).dir_name}.lock"
+    deadline = time.monotonic() + 30
+    while f"pid {first.pid} " not in ssh(c, "spark-4", f"cat {lock} 2>/dev/null; true").stdout:
+        assert time.monotonic() < deadline and first.poll() is None, "the first run never took the lock"
+        time.sleep(0.2)
+    code, doc = stage_json(c)
+    first_out, _ = first.communicate(timeout=600)
+    assert code == 1 and "another run is staging" in doc["error"] and f"pid {first.pid} " in doc["error"], doc
+    assert first.returncode == 0, first_out
+    assert all(n["state"] == "complete" for n in json.loads(first_out)["nodes"].values())
+    for w in ("spark-2", "spark-3", "spark-4"):
+        assert sums(c, w) == sums(c, "spark-1")
+    code, doc = stage_json(c)  # the first run's lock went with it
+    assert code == 0 and all(n["bytes"] == 0 for n in doc["nodes"].values()), doc
+
+
 def test_bad_model_names_fail_before_any_connection(staged_cluster):
     for name in ("a/b/c", "acme/../etc", "acme/x@bad rev", "acme/x@", "-rf"):
         out = cli(staged_cluster, "stage", name)
