@@ -64,6 +64,9 @@ def plan(args: argparse.Namespace) -> Plan:
         raise UsageError(f"--timeout {args.timeout:g} is not a duration", "give seconds, e.g. --timeout 600")
     if args.corpus and not Path(args.corpus).is_file():
         raise UsageError(f"--corpus {args.corpus}: no such file", "give a text file (a book)")
+    if args.tokenizer and not Path(args.tokenizer).exists():
+        raise UsageError(f"--tokenizer {args.tokenizer}: no such file or directory",
+                         "give the model's tokenizer.json, or its snapshot directory")
     profile = load_profile(args.profile) if args.profile else None
     out = Path(args.out) if args.out else None
     if profile is not None:
