@@ -155,3 +155,86 @@ def test_bench_measures_the_served_cluster(cluster, tmp_path):
     finally:
         down = sc(cluster, "down", "--json")
     assert down.returncode == 0, down.stderr
+
+
+# ---- a community recipe, unmodified: eugr's v1 format with a mod (issue 21) -----------------------------
+EUGR_RECIPE = """\
+recipe_version: "1"
+name: Tiny Llama for the simulated Sparks
+container: vllm-node
+model: local/tiny-llama
+mods:
+  - mods/tiny-template
+defaults:
+  port: 8000
+  host: 0.0.0.0
+  tensor_parallel: 2
+  max_model_len: 384
+env:
+  SPARKCLUSTER_RECIPE_MARK: 21
+command: |
+  vllm serve local/tiny-llama \\
+      --host {host} --port {port} \\
+      -tp {tensor_parallel} \\
+      --max-model-len {max_model_len} \\
+      --enforce-eager \\
+      --chat-template tiny-chat.jinja
+"""
+# The mod drops the template the command names by a relative path, where vLLM starts ($WORKSPACE_DIR).
+TEMPLATE_MOD = """#!/bin/sh
+set -e
+cp template.jinja "$WORKSPACE_DIR/tiny-chat.jinja"
+echo "dropped tiny-chat.jinja in $WORKSPACE_DIR"
+"""
+
+
+def eugr_checkout(root: Path, run_sh: str) -> Path:
+    """The shape of an eugr checkout: recipes/NAME.yaml naming mods/NAME from the repository's root."""
+    (root / "recipes").mkdir(parents=True)
+    mod = root / "mods" / "tiny-template"
+    mod.mkdir(parents=True)
+    (mod / "run.sh").write_text(run_sh)
+    (mod / "template.jinja").write_text("{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}")
+    recipe = root / "recipes" / "tiny-llama.yaml"
+    recipe.write_text(EUGR_RECIPE)
+    return recipe
+
+
+def test_an_eugr_recipe_with_a_mod_serves_tp2_unmodified(cluster, tmp_path):
+    """~80 s: the recipe's TP 2 and max model length, its env in the vLLM process on every node, and the chat
+    template its mod dropped, found by the command's relative path."""
+    head = cluster.topology.hosts[0]
+    recipe = eugr_checkout(tmp_path, TEMPLATE_MOD)
+    result = sc(cluster, "serve", "--runtime", "host", "--launcher", "native", "--recipe", str(recipe),
+                "--ready-timeout", "300", "--json")
+    try:
+        assert result.returncode == 0, result.stderr[-3000:]
+        assert "mods" in json.loads(result.stdout)["phases"]
+        base = f"http://{head.mgmt_ip}:8000/v1"
+        code, text = http(f"{base}/models", None, timeout=30)
+        assert code == 200 and json.loads(text)["data"][0]["max_model_len"] == 384, text
+        code, text = http(f"{base}/chat/completions",
+                          {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4},
+                          timeout=60)
+        assert code == 200, text  # the tiny model has no template of its own: the mod's is the one in use
+        for host in ("spark-1", "spark-2"):
+            env = ssh(cluster, host, "for p in $(pgrep -f 'vllm serve'); do tr '\\0' '\\n' < /proc/$p/environ; "
+                                     "done").stdout
+            assert "SPARKCLUSTER_RECIPE_MARK=21" in env, host
+            assert "dropped tiny-chat.jinja" not in env
+            assert ssh(cluster, host, "cat ~/tiny-chat.jinja").stdout.startswith("{% for m in messages %}")
+    finally:
+        down = sc(cluster, "down", "--json")
+    assert down.returncode == 0, down.stderr
+
+
+def test_a_failing_mod_stops_serve_everywhere_with_its_output(cluster, tmp_path):
+    """A few seconds: the mod fails before vLLM starts; exit 1 with the mod's own output, and nothing runs."""
+    recipe = eugr_checkout(tmp_path, "#!/bin/sh\necho 'patching vllm: hunk 2 FAILED'\nexit 3\n")
+    result = sc(cluster, "serve", "--runtime", "host", "--launcher", "native", "--recipe", str(recipe),
+                "--no-verify")
+    err = " ".join(result.stderr.split())
+    assert result.returncode == 1, err
+    assert "a mod failed on spark-" in err and "patching vllm: hunk 2 FAILED" in err and "exit 3" in err
+    for host in ("spark-1", "spark-2"):
+        assert "vllm serve" not in processes(cluster, host)
