@@ -23,6 +23,7 @@ def cmd_sim_up(args: argparse.Namespace) -> int:
         count=args.count, name=args.name, drivers=tuple(args.driver or [DEFAULT_DRIVER]),
         port0_hosts=frozenset(args.port0 or []), docker=args.docker, lan_rate=args.lan_rate,
         user=args.user, ssh_mesh=args.ssh_mesh, fabric_addresses=args.fabric_addresses,
+        rdma_names=args.rdma_names, link_local=args.link_local,
         vllm_env=str(Path(args.vllm_env).resolve()) if args.vllm_env else None,
     )
     with err_console.status(f"booting {args.count} simulated Spark(s)…", spinner="dots") if not args.json else nullcontext():
@@ -121,6 +122,12 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser], app:
     up.add_argument("--fabric-addresses", action=argparse.BooleanOptionalAction, default=True,
                     help="address the cabled QSFP twins (default: on); --no-fabric-addresses: fresh from the box, "
                          "up but unaddressed at MTU 1500, for `bootstrap` to address them")
+    up.add_argument("--rdma-names", choices=("roce", "mlx5"), default="roce",
+                    help="RDMA device names: roce (rocep1s0f1, as DGX OS names them) or mlx5 (mlx5_0..3, as some "
+                         "kernels do); default: roce")
+    up.add_argument("--link-local", action="store_true",
+                    help="the cabled twins as NVIDIA's playbook leaves them: 169.254.0.0/16 on both, MTU 1500, for "
+                         "`bootstrap` to replace (implies --no-fabric-addresses)")
     up.add_argument("--vllm-env", metavar="VENV",
                     help="a vLLM (CPU build) environment for `serve --runtime host`, e.g. .venv-vllm from "
                          "scripts/setup-vllm.sh: the inventory names it, with the settings a CPU vLLM needs")

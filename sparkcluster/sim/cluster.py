@@ -46,13 +46,15 @@ class UpOptions:
     ssh_mesh: bool = True
     vllm_env: str | None = None
     fabric_addresses: bool = True
+    rdma_names: str = "roce"
+    link_local: bool = False  # implies no fabric addresses: bootstrap replaces the link-local ones
 
 
 class SimCluster:
     def __init__(self, state: ClusterState) -> None:
         self.state = state
         self.topology: Topology = build_topology(
-            state.name, state.count, Subnets(state.k), state.drivers, frozenset(state.port0_hosts)
+            state.name, state.count, Subnets(state.k), state.drivers, frozenset(state.port0_hosts), state.rdma_names
         )
 
     # ---- paths -------------------------------------------------------------------------------------
@@ -106,14 +108,15 @@ class SimCluster:
                 name=opts.name, count=opts.count, k=_free_block(), drivers=list(opts.drivers),
                 port0_hosts=sorted(opts.port0_hosts), docker=opts.docker, lan_rate=opts.lan_rate,
                 user=opts.user, uid=DEFAULT_UID, ssh_mesh=opts.ssh_mesh, vllm_env=opts.vllm_env or "",
-                fabric_addresses=opts.fabric_addresses,
+                fabric_addresses=opts.fabric_addresses and not opts.link_local, rdma_names=opts.rdma_names,
+                link_local=opts.link_local,
             )
             state.dir.mkdir(parents=True)
             state.save()  # from here on, `sim down` can find and remove whatever exists
             cluster = cls(state)
             try:
                 cluster._prepare_files()
-                netns.create(cluster.topology, opts.lan_rate, opts.fabric_addresses)
+                netns.create(cluster.topology, opts.lan_rate, state.fabric_addresses, state.link_local)
                 cluster._open_forwarding()
             except BaseException:
                 cluster.down()
@@ -350,7 +353,7 @@ def _validate(opts: UpOptions) -> None:
     if opts.vllm_env and not os.access(os.path.join(opts.vllm_env, "bin", "vllm"), os.X_OK):
         raise UsageError(f"{opts.vllm_env} holds no vllm (bin/vllm)", "build it with scripts/setup-vllm.sh")
     try:
-        build_topology(opts.name, opts.count, Subnets(100), list(opts.drivers), opts.port0_hosts)
+        build_topology(opts.name, opts.count, Subnets(100), list(opts.drivers), opts.port0_hosts, opts.rdma_names)
     except ValueError as e:
         raise UsageError(str(e)) from None
 

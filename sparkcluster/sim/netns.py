@@ -14,7 +14,7 @@ import time
 from collections.abc import Iterable
 
 from ..engine.errors import SparkclusterError
-from .topology import MGMT_NETDEV, HostSpec, Topology
+from .topology import FIRST_HOST_OCTET, MGMT_NETDEV, HostSpec, Topology, link_local_address
 
 # tbf needs a bucket of at least rate/HZ; 256 KiB holds bursts at any rate we use without shaping jitter.
 TBF_BURST = "256kb"
@@ -78,11 +78,19 @@ def run_batch(tool: str, lines: Iterable[str], netns: str | None = None) -> None
                                 "remove leftovers of an earlier run with `sparkcluster sim down --all`")
 
 
-def create(topo: Topology, lan_rate: str, address_fabric: bool = True) -> None:
+def link_local_batch(host: HostSpec) -> list[str]:
+    """NVIDIA's link-local netplan state on the cabled twins (given once, at creation: it then persists across
+    boots as netplan's would, until bootstrap replaces it)."""
+    twins = [nic for nic in host.nics if nic.cabled and nic.hca]
+    return [f"addr add {link_local_address(i, FIRST_HOST_OCTET + host.index - 1)} dev {nic.netdev} scope link"
+            for i, nic in enumerate(twins)]
+
+
+def create(topo: Topology, lan_rate: str, address_fabric: bool = True, link_local: bool = False) -> None:
     run_batch("ip", root_batch(topo))
     for host in topo.hosts:
-        run_batch("ip", host_batch(host, address_fabric) + ([] if address_fabric else fresh_fabric_batch(host)),
-                  host.netns)
+        run_batch("ip", host_batch(host, address_fabric) + ([] if address_fabric else fresh_fabric_batch(host))
+                  + (link_local_batch(host) if link_local else []), host.netns)
     root_lines, host_lines = lan_shaping(topo, lan_rate)
     run_batch("tc", root_lines)
     for netns, lines in host_lines.items():

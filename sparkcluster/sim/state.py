@@ -50,6 +50,8 @@ class ClusterState:
     ssh_mesh: bool
     vllm_env: str = ""  # a CPU vLLM environment the inventory names for `serve --runtime host`
     fabric_addresses: bool = True  # False: the cabled twins come up without addresses, as from the box
+    rdma_names: str = "roce"  # "mlx5": RDMA devices named mlx5_N, as some kernels name them
+    link_local: bool = False  # the cabled twins come up as NVIDIA's playbook leaves them: 169.254/16, MTU 1500
     docker_runtime: str = ""  # runc wrapper path, where this machine's capability set needs one
     storage_driver: str = "overlay2"
     status: str = "creating"

@@ -18,9 +18,21 @@ LAN_SPEED_MBPS = 10_000
 FIRST_HOST_OCTET = 11  # spark-1 = .11, like eugr's canonical 192.168.177.11
 
 
-def qsfp_twins(port: int) -> tuple[tuple[str, str], tuple[str, str]]:
-    """(netdev, RDMA device) of the two twins of QSFP port 0 or 1, the eugr-preferred twin first."""
+RDMA_NAMES = ("roce", "mlx5")
+
+
+def qsfp_twins(port: int, rdma_names: str = "roce") -> tuple[tuple[str, str], tuple[str, str]]:
+    """(netdev, RDMA device) of the two twins of QSFP port 0 or 1, the eugr-preferred twin first. Some kernels
+    name the devices mlx5_N in PCI order instead of by their slot (rocep1s0f0 = mlx5_0, rocep1s0f1 = mlx5_1,
+    roceP2p1s0f0 = mlx5_2, roceP2p1s0f1 = mlx5_3)."""
+    if rdma_names == "mlx5":
+        return ((f"enp1s0f{port}np{port}", f"mlx5_{port}"), (f"enP2p1s0f{port}np{port}", f"mlx5_{2 + port}"))
     return ((f"enp1s0f{port}np{port}", f"rocep1s0f{port}"), (f"enP2p1s0f{port}np{port}", f"roceP2p1s0f{port}"))
+
+
+def link_local_address(twin: int, octet: int) -> ipaddress.IPv4Interface:
+    """The address NVIDIA's "Connect two Sparks" netplan leaves on a twin: 169.254.0.0/16 (one /16 for both)."""
+    return ipaddress.IPv4Interface(f"169.254.{(20, 201)[twin]}.{octet}/16")
 
 
 @dataclass(frozen=True)
@@ -124,12 +136,15 @@ def build_topology(
     subnets: Subnets,
     drivers: list[str],
     port0_hosts: frozenset[str] = frozenset(),
+    rdma_names: str = "roce",
 ) -> Topology:
     """The full plan for `count` hosts. `drivers` has one version for all hosts or one per host."""
     if count < 1:
         raise ValueError("a cluster needs at least one host")
     if count > 200:
         raise ValueError("at most 200 hosts fit in one /24 per network")
+    if rdma_names not in RDMA_NAMES:
+        raise ValueError(f"--rdma-names {rdma_names!r}: choose from {', '.join(RDMA_NAMES)}")
     if len(drivers) not in (1, count):
         raise ValueError(f"give one --driver for all hosts or exactly {count} (one per host), not {len(drivers)}")
     names = [f"spark-{i}" for i in range(1, count + 1)]
@@ -148,7 +163,7 @@ def build_topology(
                 LAN_MTU, LAN_SPEED_MBPS, _mac(subnets.k, i, 0)),
         ]
         for port in (0, 1):
-            twins = qsfp_twins(port)
+            twins = qsfp_twins(port, rdma_names)
             for twin, ((netdev, hca), net, bridge) in enumerate(zip(twins, (fab_a, fab_b), (fab_a_bridge, fab_b_bridge))):
                 cabled = port == cabled_port
                 nics.append(Nic(

@@ -115,3 +115,15 @@ def test_hardware_doc_is_a_gb10_with_the_hosts_driver():
     assert doc["gpu"]["compute_cap"] == "12.1"
     speeds = {n["netdev"]: n["speed_mbps"] for n in doc["nics"]}
     assert speeds["enp1s0f1np1"] == 200000 and speeds["enP7s7"] == 10000
+
+
+def test_mlx5_names_follow_pci_order_and_link_local_is_nvidias_state():
+    from sparkcluster.sim.netns import link_local_batch
+    host = topo(2, rdma_names="mlx5").hosts[1]
+    assert [(n.netdev, n.hca, n.cabled) for n in host.nics if n.hca] == [
+        ("enp1s0f0np0", "mlx5_0", False), ("enP2p1s0f0np0", "mlx5_2", False),
+        ("enp1s0f1np1", "mlx5_1", True), ("enP2p1s0f1np1", "mlx5_3", True)]
+    assert link_local_batch(host) == ["addr add 169.254.20.12/16 dev enp1s0f1np1 scope link",
+                                      "addr add 169.254.201.12/16 dev enP2p1s0f1np1 scope link"]
+    with pytest.raises(ValueError, match="--rdma-names 'ib'"):
+        topo(1, rdma_names="ib")

@@ -1,0 +1,66 @@
+"""What strangers' Sparks show, end to end on one simulated pair: RDMA devices named mlx5_N (`sim up --rdma-names
+mlx5`) and twins holding only NVIDIA's link-local 169.254/16 addresses at MTU 1500 (`sim up --link-local`).
+bootstrap replaces the link-local addresses with the fabric subnets and binds NCCL to the mlx5 names as they are,
+verify passes on the QSFP link. One cluster (no Docker) serves every test here: about 40 s in all."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from sparkcluster.sim import SimCluster, UpOptions
+from tests.helpers import require_sim, run_cli, ssh, unique_name
+
+pytestmark = [pytest.mark.sim, pytest.mark.slow]
+
+
+@pytest.fixture(scope="module")
+def strangers(tmp_path_factory):
+    pytest.importorskip("torch")
+    require_sim(docker=False)
+    c = SimCluster.up(UpOptions(count=2, name=unique_name("vary"), docker=False, ssh_mesh=False,
+                                rdma_names="mlx5", link_local=True))
+    try:
+        yield c, tmp_path_factory.mktemp("cfg")
+    finally:
+        c.down()
+
+
+def addresses(c: SimCluster, host: str, netdev: str) -> tuple[list[str], int]:
+    link = json.loads(c.exec_in(host, ["ip", "-j", "addr", "show", netdev], capture_output=True, text=True).stdout)[0]
+    return [f"{a['local']}/{a['prefixlen']}" for a in link["addr_info"] if a["family"] == "inet"], link["mtu"]
+
+
+def test_the_simulator_shows_mlx5_names_and_link_local_twins(strangers):
+    c, _ = strangers
+    assert ssh(c, "spark-1", "ibdev2netdev").stdout.splitlines() == [
+        "mlx5_0 port 1 ==> enp1s0f0np0 (Down)",
+        "mlx5_1 port 1 ==> enp1s0f1np1 (Up)",
+        "mlx5_2 port 1 ==> enP2p1s0f0np0 (Down)",
+        "mlx5_3 port 1 ==> enP2p1s0f1np1 (Up)",
+    ]
+    assert ssh(c, "spark-1", "ls /sys/class/infiniband/mlx5_3/device/net").stdout.split() == ["enP2p1s0f1np1"]
+    assert addresses(c, "spark-2", "enp1s0f1np1") == (["169.254.20.12/16"], 1500)
+    assert addresses(c, "spark-2", "enP2p1s0f1np1") == (["169.254.201.12/16"], 1500)
+
+
+def test_bootstrap_replaces_link_local_binds_mlx5_names_and_verify_passes(strangers):
+    c, cfg = strangers
+    out = run_cli("bootstrap", str(c.inventory_path), "--runtime", "host", env={"XDG_CONFIG_HOME": str(cfg)})
+    assert out.returncode == 0, out.stdout + out.stderr
+    for host in ("spark-1", "spark-2"):
+        spec = c.host(host)
+        fabric = spec.fabric_ips
+        assert addresses(c, host, "enp1s0f1np1") == ([f"{fabric[0]}/24"], 9000)  # the link-local one is gone
+        assert addresses(c, host, "enP2p1s0f1np1") == ([f"{fabric[1]}/24"], 9000)
+        env = dict(line.split("=", 1) for line in ssh(c, host, "cat ~/.config/sparkcluster/comm.env").stdout.split()
+                   if "=" in line)
+        assert env["NCCL_IB_HCA"] in ("mlx5_1,mlx5_3", "mlx5_3,mlx5_1")  # the names as they are
+        assert env["NCCL_SOCKET_IFNAME"] == "enp1s0f1np1" and env["VLLM_HOST_IP"] == fabric[0]
+        assert env.get("NCCL_IB_GID_INDEX") == "3"  # each twin's RoCE v2 IPv4 GID followed its new address
+    verify = run_cli("verify", str(c.inventory_path), "--json")
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+    doc = json.loads(verify.stdout)
+    assert doc["verdict"]["status"] == "PASS"
+    assert all(line.split()[0] == "enp1s0f1np1" for lines in doc["carried_by"].values() for line in lines)
