@@ -232,7 +232,7 @@ def _transport_findings(transports: Sequence[str]) -> list[_Finding]:
 
 
 # What owners of Spark pairs actually hit when every channel is NET/IB and the bandwidth is still low, and how each
-# shows itself (docs/failure-modes.md F3, F24-F26).
+# shows itself (docs/failure-modes.md F2, F3, F21, F24, F25).
 DEGRADED_CAUSES = (
     "one twin only: about half (11-12 GB/s); `NET/IB : Using` lists one HCA: set NCCL_IB_HCA to both twins",
     "hot re-plug or PCIe power: a few GB/s (2-4) on every size; `sudo dmesg | grep -i mlx5` shows 'insufficient "
