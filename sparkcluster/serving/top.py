@@ -146,6 +146,8 @@ def endpoint_table(view: EndpointView) -> Table | Text:
         return Text(f"{view.url}: {view.error}", style="bold red")
     f = view.figures
     window = f"last {f.interval_s:g} s" if f.interval_s else "since start"
+    if f.interval_s and f.since_start:
+        window += "; nothing new for some figures: those since start"
     table = Table("running", "waiting", "KV cache", "prefix hits", "prompt tok/s", "gen tok/s", "TTFT p50 / p90",
                   "ITL p50 / p90", "preemptions", title=f"endpoint {view.url} ({window})", title_justify="left")
     table.add_row(_num(f.running, "{:.0f}"), _num(f.waiting, "{:.0f}"), _num(f.kv_cache_usage, "{:.1%}"),

@@ -1,0 +1,111 @@
+"""The per-node compile/JIT caches on simulated Sparks with real Docker: `up` starts every node's vllm_node with
+the node's cache directory mounted and each library pointed into it; a real torch.compile (Inductor, CPU) in the
+container compiles once, and a new container after `down` and `up` finds the compiled graph in the cache; status
+shows each node's cache size; `down --purge-caches` deletes it; `--no-cache-dirs` removes the mount.
+
+Cost: one 2-node cluster, the test image with PyTorch imported on both nodes (~1 min), two torch.compile runs
+(~50 s cold, a few s warm). The image holds no C++ compiler, which Inductor needs on a CPU (a Spark's image has
+one): the test mounts the simulated host's /usr read-only over the container's (the image's binaries came
+from it) with --docker-arg."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from sparkcluster.serving.caches import CACHE_VARIABLES, CONTAINER_CACHE_DIR
+from sparkcluster.sim import SimCluster, UpOptions, image
+from tests.helpers import bootstrapped, require_sim, run_cli, ssh, unique_name
+
+pytestmark = [pytest.mark.sim, pytest.mark.docker, pytest.mark.slow]
+RAY_ENV = Path(__file__).resolve().parents[2] / ".venv-ray"
+TAG = "vllm-node"
+COMPILER = "--docker-arg=--volume=/usr:/usr:ro"
+PROBE = """
+import json, time
+import torch
+from torch._dynamo.utils import counters
+start = time.monotonic()
+f = torch.compile(lambda x, y: torch.nn.functional.gelu(x @ y + 1).sum(dim=-1))
+f(torch.randn(64, 64), torch.randn(64, 64))
+print(json.dumps({"seconds": time.monotonic() - start, "hits": counters["inductor"]["fxgraph_cache_hit"],
+                  "misses": counters["inductor"]["fxgraph_cache_miss"]}))
+"""
+
+
+@pytest.fixture(scope="module")
+def two(tmp_path_factory) -> Iterator[SimCluster]:
+    require_sim(docker=True)
+    if not (RAY_ENV / "bin" / "ray").exists():
+        pytest.fail(f"{RAY_ENV} is missing: run scripts/setup.sh")
+    c = SimCluster.up(UpOptions(count=2, name=unique_name("caches")))
+    try:
+        bootstrapped(c, tmp_path_factory.mktemp("cfg"))
+        tar = image.build(TAG, ray_env=RAY_ENV)  # with PyTorch
+        image.import_into(c, ["spark-1", "spark-2"], TAG, tar)
+        yield c
+    finally:
+        c.down()
+
+
+def sc(c: SimCluster, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    return run_cli(args[0], "-i", str(c.inventory_path), *args[1:], timeout=timeout)
+
+
+def mounts(c: SimCluster, host: str) -> dict[str, str]:
+    doc = json.loads(ssh(c, host, "docker inspect vllm_node").stdout)[0]
+    return {m["Destination"]: m["Source"] for m in doc["Mounts"]}
+
+
+def env(c: SimCluster, host: str) -> dict[str, str]:
+    doc = json.loads(ssh(c, host, "docker inspect vllm_node").stdout)[0]
+    return dict(e.split("=", 1) for e in doc["Config"]["Env"])
+
+
+def compile_in_container(c: SimCluster) -> dict:
+    result = subprocess.run(c.ssh_argv("spark-1", None, "mgmt") + ["docker exec -i vllm_node python3 - 2>&1"],
+                            input=PROBE, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout[-2000:]
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def test_every_node_mounts_its_cache_and_a_new_container_finds_the_compiled_graph(two):
+    assert sc(two, "up", COMPILER).returncode == 0
+    home = {h: ssh(two, h, "echo $HOME").stdout.strip() for h in ("spark-1", "spark-2")}
+    for host in ("spark-1", "spark-2"):
+        assert mounts(two, host)[CONTAINER_CACHE_DIR] == f"{home[host]}/.cache/sparkcluster/jit"
+        e = env(two, host)
+        assert all(e[name] == f"{CONTAINER_CACHE_DIR}/{sub}" for name, (sub, _) in CACHE_VARIABLES.items())
+    cold = compile_in_container(two)
+    assert cold["misses"] >= 1 and cold["hits"] == 0
+
+    assert sc(two, "down").returncode == 0  # the container is removed (--rm): only the mounted cache survives
+    assert sc(two, "up", COMPILER).returncode == 0
+    warm = compile_in_container(two)
+    assert warm["hits"] >= 1 and warm["misses"] == 0
+    print(f"torch.compile in a new container: cold {cold['seconds']:.1f} s, warm {warm['seconds']:.1f} s, "
+          f"warm/cold {warm['seconds'] / cold['seconds']:.2f}")
+
+    status = sc(two, "status", "--json")
+    nodes = json.loads(status.stdout)["nodes"]
+    assert nodes["spark-1"]["cache_bytes"] > 100_000 and nodes["spark-2"]["cache_bytes"] >= 0
+
+    purged = sc(two, "down", "--purge-caches", "--json")
+    assert purged.returncode == 0, purged.stderr
+    assert json.loads(purged.stdout)["purged_caches"]["spark-1"].startswith("purged ")
+    for host in ("spark-1", "spark-2"):
+        assert ssh(two, host, "test -e ~/.cache/sparkcluster/jit", check=False).returncode == 1
+
+
+def test_no_cache_dirs_removes_the_mount_and_the_variables(two):
+    assert sc(two, "up", "--no-cache-dirs").returncode == 0
+    try:
+        for host in ("spark-1", "spark-2"):
+            assert CONTAINER_CACHE_DIR not in mounts(two, host)
+            assert not set(CACHE_VARIABLES) & set(env(two, host))
+    finally:
+        sc(two, "down")
