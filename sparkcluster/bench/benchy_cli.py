@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import datetime
 from dataclasses import dataclass
 from pathlib import Path
@@ -154,13 +155,15 @@ def cmd(args: argparse.Namespace, target: Target, plan_: Plan) -> int:
     try:
         if not model:
             model = asyncio.run(served_model(target.base_url, args.timeout))
+            target = dataclasses.replace(target, model=model)
         corpus = corpus_for(args, model, target.config.get("hf_model"))
         say(f"bench --method llama-benchy: {target.base_url}, model {model}, tokenizer {corpus.tokenizer.name}, "
             f"{len(todo)} cell(s)")
         client = Client(target.base_url, model, args.timeout)
         if todo:
             asyncio.run(session_run(client, corpus, plan_.opts, todo, outcome, say, done,
-                                    session_warmup=not args.no_warmup, skipped=len(done_before)))
+                                    session_warmup=not args.no_warmup, skipped=len(done_before),
+                                    warm_first_cell_only=plan_.profile is not None))
     except SparkclusterError as e:
         failure, code = e, (2 if isinstance(e, UsageError) else EXIT_FAILED)
     except KeyboardInterrupt:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ..engine.errors import SparkclusterError
 from .benchy_client import Client
@@ -66,9 +66,11 @@ async def served_model(base_url: str, timeout: float) -> str:
 
 
 async def session_run(client: Client, corpus: Corpus, opts: BenchyOptions, plan: Sequence[Cell], outcome: Outcome,
-                      say: Say, done: Done, *, session_warmup: bool = True, skipped: int = 0) -> None:
+                      say: Say, done: Done, *, session_warmup: bool = True, skipped: int = 0,
+                      warm_first_cell_only: bool = False) -> None:
     """The session start, then each cell of `plan` in order. `skipped` cells were measured before (a resumed
-    profile) and count in the progress numbering only."""
+    profile) and count in the progress numbering only. `warm_first_cell_only`: as sparkrun runs a profile
+    (llama-benchy once per cell, the later ones with --no-warmup), only the first cell gets a warm-up run."""
     total = len(plan) + skipped
     async with http_session(max((c.concurrency for c in plan), default=1)) as http:
         say("warm-up, coherence question and latency probe")
@@ -86,7 +88,8 @@ async def session_run(client: Client, corpus: Corpus, opts: BenchyOptions, plan:
 
             def step(text: str, number: str = number, left: str = left) -> None:
                 say(f"{number}: {text}{left}")
-            entries, errors = await run_cell(client, http, corpus, opts, outcome.session, cell, step)
+            cell_opts = replace(opts, warmup=False) if warm_first_cell_only and index > 0 else opts
+            entries, errors = await run_cell(client, http, corpus, cell_opts, outcome.session, cell, step)
             outcome.runs += entries
             weight_done += _weight(cell)
             if errors:
