@@ -19,6 +19,7 @@ from ..engine.modelref import ModelRef
 from ..engine.session import Session
 from ..nccl.verdict import VerdictStatus
 from ..nccl.verify import VerifyResult, run_verify
+from ..staging.chain import StageResult
 from ..staging.stager import stage
 from .image import check_images, sync_image
 from .launch import DEFAULT_IMAGE, DEFAULT_VLLM_PORT, Launcher, Node, RuntimeName, ServeArgs
@@ -29,8 +30,9 @@ from .nodes import node_env, read_nodes
 from .progress import Emit, PhaseStarted, ProbeJudged
 from .readiness import Readiness, wait_ready
 from .recipe_types import Mod
-from .recipes import Recipe, merged_flags
-from .record import ProbeSummary, ServeRecord, Serving, clear_record, endpoint, fabric_ips, write_record
+from .recipes import Recipe, build_fix, draft_models, merged_flags
+from .record import ProbeSummary, ServeRecord, Serving, clear_record, endpoint, fabric_ips, read_record, write_record
+from .reuse import ray_fingerprint
 from .runtime import RuntimeChoice
 
 # A placement group stays reserved a few seconds after its vLLM exits: a new one must wait.
@@ -92,6 +94,7 @@ class Phases:
     """Seconds per phase, in order; what the benchmark reports."""
 
     seconds: dict[str, float] = field(default_factory=dict)
+    skipped: dict[str, str] = field(default_factory=dict)  # phase -> why it had nothing to do
 
     def run(self, name: str, fn: Callable[[], T], emit: Emit) -> T:
         emit(PhaseStarted(name))
@@ -114,31 +117,46 @@ class ServeResult:
     readiness: Readiness | None = None
     verify: VerifyResult | None = None
     reused_ray: bool = False
+    skipped: dict[str, str] = field(default_factory=dict)  # phase -> why it had nothing to do (what was reused)
 
 
 def up(session: Session, opts: ServeOptions, phases: Phases,
        emit: Emit) -> tuple[RuntimeChoice, dict[str, Node], list[Member], bool]:
-    """The Ray cluster (ray launcher). Reused when already up as it must be; otherwise started fresh.
+    """The Ray cluster (ray launcher). Reused when already up as it must be (the same start commands and comm env,
+    the image just checked, every node on its fabric address); otherwise started fresh.
     Returns the runtime (completed by the image check), the nodes, Ray's members and whether it was reused."""
     nodes = read_nodes(session)
     runtime = _checked_image(session, opts, phases, emit)
-    if all(session.run(h, running_current(runtime, h)).ok for h in session.hosts):
+    commands = ray_commands(session, runtime, nodes, opts.recipe.env)
+    fingerprint = ray_fingerprint(session, commands)
+    if _recorded_fingerprint(session) == fingerprint and all(
+            session.run(h, running_current(runtime, h)).ok for h in session.hosts):
         try:
             members = phases.run("ray", lambda: wait_ray(session, runtime, nodes, timeout=10), emit)
+            phases.skipped["ray"] = "already up with the same image, start commands and comm env"
             return runtime, nodes, members, True
         except SparkclusterError:
             pass  # not the cluster it must be: start afresh
     stop_everywhere(session)
     try:
         def bring_up() -> list[Member]:
-            start(session, ray_commands(session, runtime, nodes, opts.recipe.env), "Ray", runtime.start_fix())
+            start(session, commands, "Ray", runtime.start_fix())
             return wait_ray(session, runtime, nodes, opts.up_timeout)
         members = phases.run("ray", bring_up, emit)
     except BaseException:
         stop_everywhere(session)
         raise
-    write_record(session, ServeRecord(opts.runtime, "ray", opts.image, tuple(h.name for h in session.hosts)))
+    write_record(session, ServeRecord(opts.runtime, "ray", opts.image, tuple(h.name for h in session.hosts),
+                                      ray_fingerprint=fingerprint))
     return runtime, nodes, members, False
+
+
+def _recorded_fingerprint(session: Session) -> str | None:
+    try:
+        record = read_record(session)
+    except SparkclusterError:
+        return None  # unreadable: start afresh (and write a good one)
+    return record.ray_fingerprint if record else None
 
 
 def serve(session: Session, opts: ServeOptions, emit: Emit) -> ServeResult:
@@ -148,7 +166,12 @@ def serve(session: Session, opts: ServeOptions, emit: Emit) -> ServeResult:
     try:
         model_ref = hub_model(args.model)
         if model_ref is not None:
-            phases.run("stage", lambda: stage_model(session, model_ref, emit), emit)
+            staged = phases.run("stage", lambda: stage_model(session, model_ref, emit), emit)
+            if staged.bytes == 0:
+                phases.skipped["stage"] = f"every node holds {model_ref}"
+        for draft in draft_models(args.flags):  # a speculative decoder's draft model is loaded offline too
+            draft_ref = ModelRef.parse(draft)
+            phases.run("stage", lambda: stage_model(session, draft_ref, emit), emit)
         if opts.launcher == "ray":
             runtime, nodes, _, reused = up(session, opts, phases, emit)
             if reused:
@@ -178,13 +201,16 @@ def serve(session: Session, opts: ServeOptions, emit: Emit) -> ServeResult:
         raise
     served_name = args.served_name or args.model
     result = ServeResult(endpoint(session.head, args.port), args.model, served_name, opts.runtime, opts.launcher,
-                         list(nodes.values()), phases.seconds, ready, verified, reused)
+                         list(nodes.values()), phases.seconds, ready, verified, reused, phases.skipped)
+    fingerprint = (ray_fingerprint(session, ray_commands(session, runtime, nodes, opts.recipe.env))
+                   if opts.launcher == "ray" else None)
     # What produced the numbers bench measures later: published figures compare only with their configuration.
     probe_summary = None if verified is None else ProbeSummary(verified.backend, verified.verdict.status,
                                                                verified.verdict.cause)
     write_record(session, ServeRecord(opts.runtime, opts.launcher, opts.image, tuple(h.name for h in session.hosts),
                                       Serving(args.model, served_name, args.port, result.endpoint, args.tp,
-                                              opts.recipe.name, tuple(args.flags), probe_summary)))
+                                              opts.recipe.name, tuple(args.flags), probe_summary),
+                                      ray_fingerprint=fingerprint))
     return result
 
 
@@ -195,7 +221,12 @@ def plan(session: Session, opts: ServeOptions) -> dict[str, Any]:
     runtime = opts.runtime_choice()
     doc: dict[str, Any] = {"runtime": opts.runtime, "launcher": opts.launcher, "model": args.model, "image_copies": []}
     if opts.runtime == "docker":
-        head_info, need = check_images(session, opts.image)
+        try:
+            head_info, need = check_images(session, opts.image)
+        except SparkclusterError as e:
+            if "has no image" not in e.message:
+                raise
+            raise SparkclusterError(e.message, build_fix(opts.recipe, opts.image)) from None
         runtime = runtime.with_image(head_info)
         doc["image"] = {"name": opts.image, "id": head_info.id}
         doc["image_copies"] = [{"node": n, "over": fabric_ips(session)[n]} for n in need]
@@ -235,13 +266,14 @@ def probe(session: Session, runtime: RuntimeChoice, opts: ServeOptions, emit: Em
     return result
 
 
-def stage_model(session: Session, model: ModelRef, emit: Emit) -> None:
+def stage_model(session: Session, model: ModelRef, emit: Emit) -> StageResult:
     """The model on every node that lacks it, as `sparkcluster stage` puts it there, with the same progress."""
     result = stage(session, model, progress=emit)
     if not result.ok:
         failed = [f"{n}: {s.error}" for n, s in result.nodes.items() if s.state != "complete"]
         raise SparkclusterError(f"staging {model} failed: " + "; ".join(failed),
                                 f"run `sparkcluster stage {model}` to see each node's state")
+    return result
 
 
 def _checked_image(session: Session, opts: ServeOptions, phases: Phases, emit: Emit) -> RuntimeChoice:
@@ -249,7 +281,14 @@ def _checked_image(session: Session, opts: ServeOptions, phases: Phases, emit: E
     runtime = opts.runtime_choice()
     if opts.runtime != "docker":
         return runtime
-    synced = phases.run("image", lambda: sync_image(session, opts.image, emit), emit)
+    try:
+        synced = phases.run("image", lambda: sync_image(session, opts.image, emit), emit)
+    except SparkclusterError as e:
+        if "has no image" not in e.message:
+            raise
+        raise SparkclusterError(e.message, build_fix(opts.recipe, opts.image)) from None
+    if not synced.sent:
+        phases.skipped["image"] = f"every node holds {opts.image} ({(synced.head.id or '')[:19]})"
     return runtime.with_image(synced.head)
 
 

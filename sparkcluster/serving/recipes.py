@@ -264,3 +264,32 @@ def merged_flags(recipe: Recipe, extra: Sequence[str]) -> tuple[str, ...]:
     flags: dict[str, FlagValue] = dict(recipe.flags)
     flags.update(parse_flags(extra))
     return flag_argv(flags)
+
+
+def draft_models(flags: Sequence[str]) -> list[str]:
+    """The draft model a `--speculative-config` names (DFlash, EAGLE, a small model): serving runs offline, so it
+    is staged like the main model. N-gram and MTP need none."""
+    import json
+
+    for i, word in enumerate(flags):
+        value = word.split("=", 1)[1] if word.startswith("--speculative-config=") else (
+            flags[i + 1] if word == "--speculative-config" and i + 1 < len(flags) else None)
+        if value is None:
+            continue
+        try:
+            config = json.loads(value)
+        except ValueError:
+            raise UsageError(f"--speculative-config {value!r} is not JSON",
+                             "write it as JSON, e.g. '{\"method\": \"ngram\", \"num_speculative_tokens\": 3}'") from None
+        model = config.get("model") if isinstance(config, dict) else None
+        if isinstance(model, str) and model.count("/") == 1 and not model.startswith(("/", ".", "~")):
+            return [model]
+    return []
+
+
+def build_fix(recipe: Recipe, image: str) -> str:
+    """How to get a recipe's image: eugr's build command with the recipe's build_args, then our image sync."""
+    args = " ".join(recipe.build_args)
+    return (f"build it on the head with eugr's spark-vllm-docker: `./build-and-copy.sh -t {image}"
+            f"{' ' + args if args else ''}`; then `sparkcluster image sync {image}` puts it on every node "
+            "(or name another image with --image)")

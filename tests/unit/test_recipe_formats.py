@@ -343,3 +343,38 @@ def inventory(n: int) -> Inventory:
     with tempfile.TemporaryDirectory() as d:
         (Path(d) / "inv.yml").write_text(f"name: t\nvars: {{user: spark}}\nhosts:\n{hosts}")
         return load_inventory(Path(d) / "inv.yml")
+
+
+def test_a_draft_model_in_speculative_config_is_staged_and_ngram_needs_none():
+    from sparkcluster.serving.recipes import draft_models
+    assert draft_models(["--speculative-config", '{"method": "dflash", "model": "z-lab/Drafter-DFlash"}']) == \
+        ["z-lab/Drafter-DFlash"]
+    assert draft_models(['--speculative-config={"model": "org/eagle3"}']) == ["org/eagle3"]
+    assert draft_models(["--speculative-config", '{"method": "ngram", "num_speculative_tokens": 3}']) == []
+    assert draft_models(["--max-model-len", "512"]) == []
+    with pytest.raises(UsageError, match="is not JSON"):
+        draft_models(["--speculative-config", "{method: mtp}"])
+
+
+def test_a_missing_image_names_eugrs_build_command_with_the_recipes_build_args(tmp_path):
+    from sparkcluster.serving.recipes import build_fix
+    path = tmp_path / "r.yaml"
+    path.write_text('recipe_version: "1"\nname: x\ncontainer: vllm-node-mxfp4\nbuild_args: [--exp-mxfp4]\n'
+                    'command: vllm serve a/b\n')
+    recipe = load_recipe(str(path))
+    assert recipe.container == "vllm-node-mxfp4" and recipe.build_args == ("--exp-mxfp4",)
+    fix = build_fix(recipe, recipe.container)
+    assert "`./build-and-copy.sh -t vllm-node-mxfp4 --exp-mxfp4`" in fix
+    assert "`sparkcluster image sync vllm-node-mxfp4`" in fix
+
+
+def test_a_name_twice_below_a_registry_is_ambiguous(tmp_path):
+    from sparkcluster.serving import recipe_registry
+    repo = registry_repo(tmp_path)
+    (repo / "my-recipes" / "other").mkdir()
+    (repo / "my-recipes" / "other" / "modded.yaml").write_text("model: a/other\n")
+    git("add", ".", cwd=repo)
+    git("commit", "-q", "-m", "twice", cwd=repo)
+    recipe_registry.add("mine", str(repo), True)
+    with pytest.raises(UsageError, match="@mine/modded is ambiguous: @mine/other/modded, @mine/sub/modded"):
+        load_recipe("@mine/modded")
