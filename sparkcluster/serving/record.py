@@ -52,12 +52,13 @@ class ServeRecord:
     nodes: tuple[str, ...]
     serving: Serving | None = None
     version: int = RECORD_VERSION
+    ray_fingerprint: str | None = None  # what started the Ray cluster (serving/reuse.py); None: not reusable
 
     def to_json(self) -> dict[str, Any]:
         serving = self.serving
         return {
             "version": self.version, "runtime": self.runtime, "launcher": self.launcher, "image": self.image,
-            "nodes": list(self.nodes),
+            "nodes": list(self.nodes), "ray_fingerprint": self.ray_fingerprint,
             "serving": None if serving is None else {
                 "model": serving.model, "served_name": serving.served_name, "port": serving.port,
                 "endpoint": serving.endpoint, "tp": serving.tp, "recipe": serving.recipe, "flags": list(serving.flags),
@@ -78,8 +79,10 @@ class ServeRecord:
         if runtime not in RUNTIMES or launcher not in LAUNCHERS:
             raise ValueError(f"runtime {runtime!r} / launcher {launcher!r}")
         serving = doc.get("serving")
+        fingerprint = doc.get("ray_fingerprint")
         return cls(runtime, launcher, str(doc.get("image", "")), tuple(str(n) for n in doc.get("nodes") or ()),
-                   None if not serving else _serving(serving))
+                   None if not serving else _serving(serving),
+                   ray_fingerprint=fingerprint if isinstance(fingerprint, str) else None)
 
 
 def _serving(doc: dict[str, Any]) -> Serving:

@@ -49,6 +49,8 @@ def serving(console: Console, result: ServeResult) -> None:
     console.print(f"[bold green]serving[/] {escape(result.served_name)} with TP {len(result.nodes)} "
                   f"({result.runtime}, {result.launcher}) at [bold]{result.endpoint}[/]", highlight=False)
     console.print(f"  {timings}", highlight=False)
+    for phase, why in result.skipped.items():
+        console.print(f"  skipped {phase}: {escape(why)}", highlight=False)
     console.print(f"  try: curl {result.endpoint}/completions -H 'Content-Type: application/json' "
                   f"-d '{{\"model\": \"{result.served_name}\", \"prompt\": \"Hello\", \"max_tokens\": 16}}'",
                   highlight=False, markup=False)

@@ -19,11 +19,13 @@ import pytest
 
 from sparkcluster.serving.caches import CACHE_VARIABLES, CONTAINER_CACHE_DIR
 from sparkcluster.sim import SimCluster, UpOptions, image
+from sparkcluster.sim.fakemodel import generate
 from tests.helpers import bootstrapped, require_sim, run_cli, ssh, unique_name
 
 pytestmark = [pytest.mark.sim, pytest.mark.docker, pytest.mark.slow]
 RAY_ENV = Path(__file__).resolve().parents[2] / ".venv-ray"
 TAG = "vllm-node"
+MODEL = "acme/tiny"
 COMPILER = "--docker-arg=--volume=/usr:/usr:ro"
 PROBE = """
 import json, time
@@ -107,5 +109,22 @@ def test_no_cache_dirs_removes_the_mount_and_the_variables(two):
         for host in ("spark-1", "spark-2"):
             assert CONTAINER_CACHE_DIR not in mounts(two, host)
             assert not set(CACHE_VARIABLES) & set(env(two, host))
+    finally:
+        sc(two, "down")
+
+
+def test_serve_again_reuses_what_is_unchanged_and_says_so(two):
+    """A second serve skips stage, image and ray, and names them; a changed comm env starts Ray afresh."""
+    generate(two, "spark-1", MODEL, 1 << 20, shards=1)
+    args = ("serve", "--model", MODEL, "--no-verify", "--ready-timeout", "60", "--up-timeout", "90", "--json")
+    try:
+        first = sc(two, *args)
+        assert first.returncode == 0, first.stderr
+        assert "stage" not in json.loads(first.stdout)["skipped"]  # the worker lacked the model
+        again = json.loads(sc(two, *args).stdout)
+        assert set(again["skipped"]) == {"stage", "image", "ray"} and again["reused_ray"]
+        ssh(two, "spark-2", "echo '# edited' >> ~/.config/sparkcluster/comm.env")
+        changed = json.loads(sc(two, *args).stdout)
+        assert "ray" not in changed["skipped"] and not changed["reused_ray"]
     finally:
         sc(two, "down")
