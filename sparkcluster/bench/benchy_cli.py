@@ -18,10 +18,11 @@ from rich.markup import escape
 
 from .. import __version__
 from ..engine.console import err as err_console
+from ..engine.console import out as console
 from ..engine.console import print_error
 from ..engine.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, SparkclusterError, UsageError
 from ..engine.report import print_json
-from . import arena, benchy_plot, benchy_report
+from . import arena, benchy_plot, benchy_report, published
 from .benchy_client import Client
 from .benchy_run import Outcome, served_model, session_run
 from .benchy_runner import BenchyOptions, Cell, cells
@@ -43,6 +44,21 @@ class Plan:
     cells: tuple[Cell, ...]
     profile: Profile | None
     out: Path | None
+    published: published.Published | None = None
+
+
+def with_compare(args: argparse.Namespace, plan_: Plan) -> Plan:
+    """--compare for llama-benchy rows: a llama-benchy or Arena results file whose shapes this run measures."""
+    if not args.compare:
+        return plan_
+    if not published.is_results_file(args.compare):
+        raise UsageError(f"--compare {args.compare}: a recipe's reference rows are by concurrency alone, as "
+                         "--method sustained measures them, not llama-benchy's pp/tg at a depth",
+                         "compare a recipe's reference with --method sustained, or give a llama-benchy CSV/JSON "
+                         "(or an Arena benchmark.csv) here")
+    found = published.load(Path(args.compare))
+    published.check(found, published.planned_shapes(plan_.cells, plan_.opts.prefix_caching))
+    return dataclasses.replace(plan_, published=found)
 
 
 def ints(values: list[str] | None, flag: str, default: tuple[int, ...], least: int) -> tuple[int, ...]:
@@ -93,14 +109,14 @@ def plan(args: argparse.Namespace) -> Plan:
                              warmup=not args.no_warmup, coherence=not args.skip_coherence,
                              adapt_prompt=not args.no_adapt_prompt)
         grid = tuple(Cell(d, p, t, c) for d, c in profile.order() for p in profile.pp for t in profile.tg)
-        return Plan(opts, grid, profile, out)
+        return with_compare(args, Plan(opts, grid, profile, out))
     opts = BenchyOptions(runs=3 if args.runs is None else args.runs, latency_mode=args.latency_mode,
                          prefix_caching=args.enable_prefix_caching, no_cache=args.no_cache,
                          warmup=not args.no_warmup, coherence=not args.skip_coherence,
                          adapt_prompt=not args.no_adapt_prompt)
-    return Plan(opts, tuple(cells(ints(args.depth, "--depth", (0,), 0), ints(args.pp, "--pp", (2048,), 1),
-                                  ints(args.tg, "--tg", (32,), 1), ints(args.concurrency, "--concurrency", (1,), 1))),
-                None, None)
+    return with_compare(args, Plan(opts, tuple(cells(
+        ints(args.depth, "--depth", (0,), 0), ints(args.pp, "--pp", (2048,), 1), ints(args.tg, "--tg", (32,), 1),
+        ints(args.concurrency, "--concurrency", (1,), 1))), None, None))
 
 
 def corpus_for(args: argparse.Namespace, model: str, hf_model: str | None) -> Corpus:
@@ -172,10 +188,17 @@ def cmd(args: argparse.Namespace, target: Target, plan_: Plan) -> int:
     runs = [BenchmarkRun.from_json(b) for d in done_before for b in d["benchmarks"]] + outcome.runs
     doc = benchy_report.document(head, runs)
     doc["sparkcluster"] = ours(target, plan_, corpus, outcome, failure)
+    found = published.pairs(published.rows_of_runs(runs), plan_.published) if plan_.published else []
+    if plan_.published:
+        doc["sparkcluster"]["compare"] = {"source": plan_.published.source, "ratios": [
+            {"test": str(p.shape), "figure": p.figure, "measured": p.measured, "published": p.published,
+             "ratio": p.ratio} for p in found]}
     if args.json:
         print_json(doc)
     elif runs:
         print(benchy_report.markdown(model, runs, head.max_concurrency))
+        if plan_.published:
+            console.print(published.render(found, plan_.published.source))
     if runs and args.csv:
         Path(args.csv).write_text(benchy_report.csv_text(model, runs, head.max_concurrency), encoding="utf-8")
     if runs and args.plot:

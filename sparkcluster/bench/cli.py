@@ -25,7 +25,7 @@ from ..engine.console import print_error
 from ..engine.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, UsageError
 from ..engine.report import print_json
 from ..serving.recipes import Reference
-from . import benchy_cli, compare, plot, table
+from . import benchy_cli, compare, plot, published, table
 from .sweep import (
     BenchEvent,
     BenchFailed,
@@ -135,6 +135,10 @@ def cmd_bench(args: argparse.Namespace, connect: Connect) -> int:
         return benchy_cli.cmd(args, find_target(args, connect), plan)
     opts = sweep_options(args)
     check_outputs(args)
+    if args.compare and published.is_results_file(args.compare):
+        raise UsageError(f"--compare {args.compare}: llama-benchy rows (bursts of chat requests, pp/tg at a depth) "
+                         "are not comparable with --method sustained's closed loop of completions",
+                         f"measure the same way: --method llama-benchy --compare {args.compare}")
     reference: Reference | None = compare.load_reference(args.compare) if args.compare else None
     target = find_target(args, connect)
     if not args.json:
@@ -211,6 +215,8 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser], app:
     p.add_argument("--csv", metavar="FILE", help="write the rows as CSV")
     p.add_argument("--plot", metavar="FILE.png", help="draw throughput and latency against concurrency")
     p.add_argument("--compare", metavar="RECIPE|FILE",
-                   help="print each row beside a recipe's published reference rows, with the ratio (gpt-oss-120b)")
+                   help="print each row beside published ones, with the ratio: a recipe's reference rows "
+                        "(--method sustained), or a llama-benchy CSV/JSON or Arena benchmark.csv (--method "
+                        "llama-benchy; rows of the same shape only)")
     benchy_cli.add_flags(p)
     app.wire(p, cmd_bench)

@@ -130,3 +130,44 @@ def test_bad_flags_are_exit_2_before_any_request(tmp_path, flags, problem):
     result = benchy(tmp_path, "http://127.0.0.1:9/v1", *flags, timeout=60)
     assert result.returncode == 2, result.stderr
     assert problem in " ".join(result.stderr.split())
+
+
+def published_csv(path: Path, *rows: tuple[str, float]) -> Path:
+    """A results file in llama-benchy's CSV shape, with our own figures."""
+    header = ("model,test_name,t_s_mean,t_s_std,t_s_req_mean,t_s_req_std,peak_ts_mean,peak_ts_std,peak_ts_req_mean,"
+              "peak_ts_req_std,ttfr_mean,ttfr_std,est_ppt_mean,est_ppt_std,e2e_ttft_mean,e2e_ttft_std")
+    path.write_text("\n".join([header, *(f"m,{name},{value},0,{value},0,,,,,100.0,0,99.0,0,100.0,0"
+                                         for name, value in rows)]) + "\n")
+    return path
+
+
+def test_compare_puts_rows_of_the_same_shape_beside_a_llama_benchy_csv(tmp_path):
+    reference = published_csv(tmp_path / "theirs.csv", ("pp64 (c2)", 1000.0), ("pp64 @ d512 (c9)", 5.0))
+    with running_stub(ttft=0.05, itl=0.005, prefill_tps=PREFILL) as url:
+        result = benchy(tmp_path, url, "--pp", "64", "--tg", "8", "--concurrency", "1", "2", "--runs", "1",
+                        "--compare", str(reference), "--json")
+    assert result.returncode == 0, result.stderr
+    doc = json.loads(result.stdout)
+    compared = doc["sparkcluster"]["compare"]["ratios"]
+    assert {(r["test"], r["figure"]) for r in compared} == {("pp64 (c2)", f) for f in ("t_s", "ttfr", "est_ppt",
+                                                                                         "e2e_ttft")}
+    t_s = next(r for r in compared if r["figure"] == "t_s")
+    measured = next(b for b in doc["benchmarks"] if b["concurrency"] == 2)["pp_throughput"]["mean"]
+    assert t_s["measured"] == measured and t_s["ratio"] == measured / 1000.0
+
+
+@pytest.mark.parametrize("method, compare, problem", [
+    ("llama-benchy", "theirs.csv", "none of its rows has a shape this run measures"),
+    ("llama-benchy", "gpt-oss-120b", "by concurrency alone"),
+    ("sustained", "theirs.csv", "not comparable with --method sustained"),
+])
+def test_compare_refuses_rows_of_another_method_or_shape(tmp_path, method, compare, problem):
+    published_csv(tmp_path / "theirs.csv", ("pp2048 @ d4096 (c5)", 900.0), ("tg128 @ d4096 (c5)", 30.0))
+    argument = str(tmp_path / compare) if compare.endswith(".csv") else compare
+    result = run_cli("bench", "--url", "http://127.0.0.1:9/v1", "--method", method, "--pp", "64",
+                     "--compare", argument, timeout=60)
+    assert result.returncode == 2, result.stderr
+    text = " ".join(result.stderr.split())
+    assert problem in text
+    if "shape" in problem:  # the fix names the published shapes to measure
+        assert "--pp 2048 --tg 128 --depth 4096 --concurrency 5" in text
