@@ -72,16 +72,17 @@ class Hostile:
                 lines = head.decode("latin-1").split("\r\n")
                 method, path, _ = lines[0].split(" ", 2)
                 headers = {k.strip().lower(): v.strip() for k, _, v in (h.partition(":") for h in lines[1:] if h)}
-                await reader.readexactly(int(headers.get("content-length", "0")))
+                body = await reader.readexactly(int(headers.get("content-length", "0")))
                 mode, _, rest = path.lstrip("/").partition("/")
-                await self.answer(mode, "/" + rest, writer)
+                streamed = not body or json.loads(body).get("stream", False)
+                await self.answer(mode, "/" + rest, writer, streamed)
                 await writer.drain()
         except (asyncio.IncompleteReadError, ConnectionError, asyncio.LimitOverrunError):
             pass
         finally:
             writer.close()
 
-    async def answer(self, mode: str, path: str, writer: asyncio.StreamWriter) -> None:
+    async def answer(self, mode: str, path: str, writer: asyncio.StreamWriter, streamed: bool) -> None:
         if mode == "accept-never-answer":
             await asyncio.sleep(3600)
         if path == "/v1/models":
@@ -93,8 +94,10 @@ class Hostile:
             self.send(writer, json.dumps({"version": "hostile"}), "application/json")
         elif path == "/metrics":
             self.send(writer, metrics(METRICS_MODES.get(mode, "1.0")), "text/plain")
-        elif path in ("/v1/completions", "/v1/chat/completions"):
+        elif path in ("/v1/completions", "/v1/chat/completions") and streamed:
             await self.stream(mode, writer)
+        elif path in ("/v1/completions", "/v1/chat/completions"):
+            await self.whole(mode, path.endswith("chat/completions"), writer)
         else:
             self.send(writer, json.dumps({"error": f"no {path}"}), "application/json", status=404)
 
@@ -115,6 +118,17 @@ class Hostile:
             self.chunk(writer, piece)
             await writer.drain()  # raises ConnectionError once the client is gone
             await asyncio.sleep(every_s)
+
+    async def whole(self, mode: str, chat: bool, writer: asyncio.StreamWriter) -> None:
+        """A request without `stream`: the mode's first event is the whole answer (an endless mode streams
+        its endless body all the same)."""
+        if mode in ENDLESS_MODES:
+            await self.stream(mode, writer)
+        choice = {"index": 0, "finish_reason": "length", **({"message": {"role": "assistant", "content": "Paris"}}
+                                                             if chat else {"text": "Paris"})}
+        healthy = {"id": "x", "choices": [choice], "usage": USAGE["usage"]}
+        doc = EVENT_MODES.get(mode, [healthy])[0]
+        self.send(writer, doc if isinstance(doc, str) else json.dumps(doc), "application/json")
 
     async def stream(self, mode: str, writer: asyncio.StreamWriter) -> None:
         if mode == "stream-endless-tokens":
