@@ -47,6 +47,7 @@ METRICS_MODES = {
     "metrics-neg-inf": "-Inf",
     "metrics-garbage": "not-a-number",
 }
+SCRAPE_MODES = (*METRICS_MODES, "metrics-endless", "accept-never-answer")  # what `top` reads: /metrics only
 ENDLESS_MODES = ("stream-endless-tokens", "stream-endless-comments", "stream-no-line-break", "models-huge",
                  "accept-never-answer")
 
@@ -92,6 +93,8 @@ class Hostile:
             self.send(writer, doc if isinstance(doc, str) else json.dumps(doc), "application/json")
         elif path == "/version":
             self.send(writer, json.dumps({"version": "hostile"}), "application/json")
+        elif path == "/metrics" and mode == "metrics-endless":
+            await self.endless(writer, metrics().encode() * 64)
         elif path == "/metrics":
             self.send(writer, metrics(METRICS_MODES.get(mode, "1.0")), "text/plain")
         elif path in ("/v1/completions", "/v1/chat/completions") and streamed:

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from sparkcluster.bench.sse import BadResponse, StreamEvent, model_ids, parse_event
 from tests.helpers import run_cli
-from tests.hostile_server import ENDLESS_MODES, EVENT_MODES, METRICS_MODES, MODELS_MODES
+from tests.hostile_server import ENDLESS_MODES, EVENT_MODES, METRICS_MODES, MODELS_MODES, SCRAPE_MODES
 from tests.openai_stub import running_server
 
 TIMEOUT_S = 3  # --timeout: the bound on one request, and so on every endless route below
@@ -104,6 +104,16 @@ def test_an_endless_or_silent_answer_is_bounded_by_the_timeout(hostile, bench, m
     assert reason_of(result)
     # The bound is per request: the model list, one calibration request, no more (plus the CLI's start).
     assert took < 4 * TIMEOUT_S + 20, took
+
+
+@pytest.mark.parametrize("mode", SCRAPE_MODES)
+def test_top_shows_a_broken_scrape_as_such(hostile, mode):
+    started = time.monotonic()
+    result = run_cli("top", "--url", f"{hostile}/{mode}/v1", "--once", "--json", timeout=120)
+    assert "Traceback" not in result.stderr, result.stderr
+    assert result.returncode in (0, 1) and time.monotonic() - started < 60
+    endpoint = json.loads(result.stdout)["endpoint"]
+    assert endpoint["error"] or endpoint["figures"] is not None, endpoint
 
 
 JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
