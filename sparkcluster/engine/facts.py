@@ -51,6 +51,16 @@ for i in /sys/class/net/*; do
   read -r sysfs < "$i/speed" 2>/dev/null || sysfs=-
   echo "$n ${s:--} ${sysfs:--}"
 done
+sec link-health
+# Each RDMA device's PCIe link as negotiated against what it can do, and the kernel's ConnectX power and link
+# messages (a re-plugged ConnectX-7 on a power-limited slot runs at a few GB/s until a reboot).
+for d in /sys/class/infiniband/*/device; do
+  n=$(ls "$d/net" 2>/dev/null | head -n 1); [ -n "$n" ] || continue
+  r() { v=$(cat "$d/$1" 2>/dev/null) || v=-; echo "$v" | tr ' ' '_'; }
+  echo "pcie $n $(r current_link_speed) $(r current_link_width) $(r max_link_speed) $(r max_link_width)"
+done
+{ dmesg 2>/dev/null || sudo -n dmesg 2>/dev/null; } | grep -i -E 'mlx5.*(insufficient power|limited by|degraded)' \
+  | tail -n 20 | sed 's/^/kmsg /'
 sec docker
 echo "cli=$(command -v docker)"
 echo "dockerd=$(command -v dockerd)"
@@ -120,6 +130,22 @@ class Docker:
 
 
 @dataclass(frozen=True)
+class PcieLink:
+    """An RDMA device's PCIe link: negotiated and possible speed ("32.0_GT/s_PCIe") and width ("4")."""
+
+    netdev: str
+    speed: str
+    width: str
+    max_speed: str
+    max_width: str
+
+    @property
+    def degraded(self) -> bool:
+        known = "-" not in (self.speed, self.width, self.max_speed, self.max_width)
+        return known and (self.speed != self.max_speed or self.width != self.max_width)
+
+
+@dataclass(frozen=True)
 class HostFacts:
     arch: str
     kernel: str
@@ -138,6 +164,8 @@ class HostFacts:
     docker: Docker
     hf_cache: str
     hf_free_bytes: int | None = None
+    pcie_links: tuple[PcieLink, ...] = ()
+    kernel_link_messages: tuple[str, ...] = ()  # mlx5 power / PCIe bandwidth / degradation lines of the kernel log
 
     @property
     def gpu(self) -> Gpu | None:
@@ -349,7 +377,20 @@ def parse_probe(text: str) -> HostFacts:
         docker=parse_docker(s.get("docker", [])),
         hf_cache=hf_lines[0].strip() if hf_lines else "",
         hf_free_bytes=parse_df_free_bytes(hf_lines[-1]) if len(hf_lines) > 1 else None,
+        **parse_link_health(s.get("link-health", [])),
     )
+
+
+def parse_link_health(lines: list[str]) -> dict[str, Any]:
+    """`pcie NETDEV SPEED WIDTH MAX_SPEED MAX_WIDTH` and `kmsg LINE` lines."""
+    links, messages = [], []
+    for raw in lines:
+        kind, _, rest = raw.strip().partition(" ")
+        if kind == "pcie" and len(fields := rest.split()) == 5:
+            links.append(PcieLink(*fields))
+        elif kind == "kmsg" and rest:
+            messages.append(rest)
+    return {"pcie_links": tuple(links), "kernel_link_messages": tuple(messages)}
 
 
 def driver_tuple(version: str) -> tuple[int, ...]:

@@ -18,10 +18,12 @@ from .verify import run_verify
 
 def cmd_verify(args: argparse.Namespace, connect: Connect) -> int:
     with connect(args) as session:
-        result = run_verify(session, backend=args.backend, sizes=args.sizes, min_busbw=args.min_busbw)
+        result = run_verify(session, backend=args.backend, sizes=args.sizes, min_busbw=args.min_busbw,
+                            per_twin=args.twins)
     if args.json:
         print_json({"backend": result.backend, "verdict": dataclasses.asdict(result.verdict),
-                    "rows": [dataclasses.asdict(r) for r in result.rows], "carried_by": result.carried_by})
+                    "rows": [dataclasses.asdict(r) for r in result.rows], "carried_by": result.carried_by,
+                    "twins": result.twins})
     else:
         report.render_verify(console, result)
     return EXIT_FAILED if result.verdict.status is VerdictStatus.FAIL else EXIT_OK
@@ -39,6 +41,9 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser], app:
                      help="nccl on GPUs (auto when the head's torch sees CUDA), gloo on CPU-only nodes")
     ver.add_argument("--sizes", help="bytes per collective, e.g. 1M,64M,1G (at most 1 GiB)")
     ver.add_argument("--min-busbw", type=flags.bandwidth, help="bus bandwidth a pass needs, GB/s")
+    ver.add_argument("--twins", action=argparse.BooleanOptionalAction, default=True,
+                     help="also measure each twin of the cabled port alone, naming a degraded twin or one that "
+                          "carries nothing (default: on; --no-twins: one run)")
     app.wire(ver, cmd_verify)
 
     rep = commands.add_parser("nccl-report", help="read NCCL_DEBUG=INFO logs: transports, devices, a verdict")

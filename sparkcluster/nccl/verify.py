@@ -9,13 +9,15 @@ TCP connections each rank really used: their addresses name the interface that c
 from __future__ import annotations
 
 import ipaddress
+import json
 import shlex
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from datetime import datetime, timezone
 from importlib import resources
 from typing import Any
 
-from ..engine.command import Command
+from ..engine.command import Command, shell_path
 from ..engine.errors import SparkclusterError
 from ..engine.facts import HostFacts
 from ..engine.inventory import Host
@@ -25,6 +27,7 @@ from ..engine.transport import Transport, remote_path
 from ..node.network import COMM_ENV_PATH, QsfpChoice, choose_for, comm_env_path
 from .binding import Misbinding, misbindings, parse_env
 from .logs import BandwidthRow, read_log, read_probe_output
+from .twins import GLOO_TWIN_SIZES, NCCL_TWIN_SIZES, Twin, judge_twins, measure, twin_env, twins_of
 from .verdict import DEFAULT_MIN_BUSBW_GBPS, Verdict, VerdictStatus, judge
 
 MASTER_PORT = 29577
@@ -38,6 +41,7 @@ class VerifyResult:
     verdict: Verdict
     rows: list[BandwidthRow]
     carried_by: dict[str, list[str]] = field(default_factory=dict)  # node -> "iface local -> remote" lines
+    twins: dict[str, float | None] = field(default_factory=dict)  # twin label -> busbw alone (None: carried nothing)
 
 
 def interface_of(facts: HostFacts, ip: str) -> str | None:
@@ -66,8 +70,33 @@ def detect_backend(transport: Transport, check_line: str) -> str:
 RunInEnv = Callable[[list[str]], Command]  # per node: the command that runs argv where vLLM will run
 
 
+LAST_VERIFY_PATH = "~/.config/sparkcluster/last-verify.json"  # on every node: what `status` shows
+
+
 def run_verify(session: Session, *, backend: str = "auto", sizes: str | None = None, min_busbw: float | None = None,
-               timeout: float = 600, in_serving_env: Mapping[str, RunInEnv] | None = None) -> VerifyResult:
+               timeout: float = 600, in_serving_env: Mapping[str, RunInEnv] | None = None,
+               per_twin: bool = False) -> VerifyResult:
+    """The verdict, also recorded on every node (LAST_VERIFY_PATH) for `status`."""
+    result = _run_verify(session, backend, sizes, min_busbw, timeout, in_serving_env, per_twin)
+    record_verdict(session, result)
+    return result
+
+
+def record_verdict(session: Session, result: VerifyResult) -> None:
+    """Best effort: a node that cannot take the record keeps the verdict it had; the verdict is printed anyway."""
+    largest = max((r.size_bytes for r in result.rows), default=0)
+    best = max((r.best_busbw_gbps for r in result.rows if r.size_bytes == largest), default=None)
+    doc = json.dumps({"status": str(result.verdict.status), "cause": result.verdict.cause, "backend": result.backend,
+                      "busbw_gbps": best, "size_bytes": largest or None, "twins": result.twins,
+                      "at": datetime.now(timezone.utc).isoformat(timespec="seconds")})
+    target = shell_path(LAST_VERIFY_PATH)
+    command = Command(f"mkdir -p {shell_path(LAST_VERIFY_PATH.rsplit('/', 1)[0])} && cat > {target}.tmp && "
+                      f"mv {target}.tmp {target}", stdin=doc, timeout=30)
+    session.each(lambda h: session.run(h, command).ok)
+
+
+def _run_verify(session: Session, backend: str, sizes: str | None, min_busbw: float | None, timeout: float,
+                in_serving_env: Mapping[str, RunInEnv] | None, per_twin: bool) -> VerifyResult:
     """`in_serving_env`: per node, the command that runs argv where vLLM will run (serve passes its
     runtime's, e.g. inside the vllm_node container); the probe then travels on stdin. Without it, the probe
     runs on the node with the inventory's `python` and the comm env file."""
@@ -91,6 +120,8 @@ def run_verify(session: Session, *, backend: str = "auto", sizes: str | None = N
             raise
         return VerifyResult(backend, bound, [])
     result = judge_probe(session, backend, outputs, choices, min_busbw)
+    if per_twin and len(session.hosts) > 1:
+        result = _with_twins(session, result, choices, env_files, script, timeout, in_serving_env)
     if bound is None:
         return result
     # Whatever this run's traffic showed: another connect order, or a third node, uses the misbound env.
@@ -106,6 +137,28 @@ def _check_comm_env(session: Session) -> dict[str, str]:
         raise SparkclusterError(f"no comm env ({COMM_ENV_PATH}) on {', '.join(missing)}: the probe must run in the "
                                 "environment vLLM gets", "run `sparkcluster bootstrap` first")
     return env_files
+
+
+def _with_twins(session: Session, result: VerifyResult, choices: Mapping[str, QsfpChoice], env_files: Mapping[str, str],
+                script: str, timeout: float, in_serving_env: Mapping[str, RunInEnv] | None) -> VerifyResult:
+    """The probe again over each twin alone; a dead or degraded twin outranks anything but a FAIL."""
+    backend = result.backend
+    head = session.head.name
+
+    def run(twin: Twin) -> list[BandwidthRow]:
+        sizes = GLOO_TWIN_SIZES if backend == "gloo" else NCCL_TWIN_SIZES
+        commands = probe_commands(session, twin.ips[head], backend, sizes, env_files, script, timeout, in_serving_env,
+                                  extra_env=twin_env(twin, backend), port=MASTER_PORT + 1 + twin.index)
+        return read_probe_output("\n".join(run_probe(session, commands).values()))[0]
+
+    measures = measure(twins_of(choices, session.facts), run)
+    twins = {m.twin.label: m.busbw_gbps for m in measures}
+    verdict = judge_twins(measures, head)
+    if verdict is None or result.verdict.status is VerdictStatus.FAIL:
+        details = (*result.verdict.details, *(verdict.details if verdict else
+                                             (f"{k}: busbw {v:.3f} GB/s alone" for k, v in twins.items() if v)))
+        return replace(result, verdict=replace(result.verdict, details=tuple(details)), twins=twins)
+    return replace(result, verdict=replace(verdict, details=(*verdict.details, *result.verdict.details)), twins=twins)
 
 
 def check_bindings(session: Session, choices: Mapping[str, QsfpChoice], env_files: Mapping[str, str],
@@ -139,20 +192,25 @@ def check_bindings(session: Session, choices: Mapping[str, QsfpChoice], env_file
 
 
 def probe_commands(session: Session, master: str, backend: str, sizes: str | None, env_files: Mapping[str, str],
-                   script: str, timeout: float, in_serving_env: Mapping[str, RunInEnv] | None) -> dict[str, Command]:
+                   script: str, timeout: float, in_serving_env: Mapping[str, RunInEnv] | None,
+                   extra_env: Mapping[str, Mapping[str, str]] | None = None, port: int = MASTER_PORT
+                   ) -> dict[str, Command]:
     """Node -> the command that runs its rank of the probe (rank 0 on the head), as a value: nothing runs here."""
     hosts = session.hosts
     commands = {}
     for rank, host in enumerate(hosts):
         args = ["--rank", str(rank), "--world", str(len(hosts)), "--master-addr", master,
-                "--master-port", str(MASTER_PORT), "--backend", backend, "--timeout", str(RENDEZVOUS_TIMEOUT_S)]
+                "--master-port", str(port), "--backend", backend, "--timeout", str(RENDEZVOUS_TIMEOUT_S)]
         if sizes:
             args += ["--sizes", sizes]
+        extra = dict((extra_env or {}).get(host.name, {}))
         if in_serving_env is not None:
-            probe = in_serving_env[host.name](["env", "NCCL_DEBUG=INFO", "python3", "-", *args])
+            pinned = [f"{k}={v}" for k, v in extra.items()]
+            probe = in_serving_env[host.name](["env", "NCCL_DEBUG=INFO", *pinned, "python3", "-", *args])
             commands[host.name] = replace(probe, script=probe.script + " 2>&1", stdin=script, timeout=timeout + 60)
             continue
-        line = (f"{source_env(env_files[host.name])}; NCCL_DEBUG=INFO; export NCCL_DEBUG; "
+        exports = "".join(f"{k}={shlex.quote(v)}; export {k}; " for k, v in extra.items())
+        line = (f"{source_env(env_files[host.name])}; NCCL_DEBUG=INFO; export NCCL_DEBUG; {exports}"
                 f"exec {python_line(python_of(host), script, *args)} 2>&1")
         commands[host.name] = Command(f"cd; {line}", timeout=timeout + 60)
     return commands

@@ -84,6 +84,7 @@ def choose_qsfp(facts: HostFacts, *, pin_interface: str | None = None, pin_ip: s
         *_link_warnings(facts, twins),
         *_port_warnings(up, devices, netdev, port, bool(pinned)),
         *_gid_warnings(facts, hca, gid, address.ip, devices),
+        *health_warnings(facts, twins),
     )
     return QsfpChoice(
         netdev=netdev, ip=str(address.ip), prefix=address.network.prefixlen,
@@ -319,6 +320,20 @@ def _port_warnings(up: Sequence[RdmaDevice], devices: Sequence[RdmaDevice], netd
         if qsfp_port(device.netdev) != port:
             warnings.append(f"hcas: {device.hca} ({device.netdev}) is not on the QSFP port of {netdev}: NCCL may pair "
                             "it with a port the peer is not cabled to (F6)")
+    return warnings
+
+
+def health_warnings(facts: HostFacts, twins: Sequence[str]) -> list[str]:
+    """What the kernel says about the cabled twins' hardware: a PCIe link below what the ConnectX-7 can do, and
+    its power / bandwidth messages (docs/failure-modes.md F24). Every channel still runs NET/IB at a few GB/s."""
+    warnings = [f"{link.netdev}: PCIe link at {link.speed.replace('_', ' ')} x{link.width}, below its "
+                f"{link.max_speed.replace('_', ' ')} x{link.max_width}: the twin runs degraded; reboot (a ConnectX-7 "
+                "re-plugged without one stays so), then reseat the cable"
+                for link in facts.pcie_links if link.netdev in twins and link.degraded]
+    for message in facts.kernel_link_messages[-3:]:
+        fix = ("reboot both nodes: after a hot re-plug only a reboot restores the slot's power" if "power" in message
+               else "reboot, then check `sudo lspci -vv` LnkSta of the ConnectX-7")
+        warnings.append(f"kernel: {message.strip()}: {fix} (F24)")
     return warnings
 
 

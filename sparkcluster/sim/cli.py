@@ -76,6 +76,12 @@ def cmd_sim_ssh(args: argparse.Namespace) -> int:
     return EXIT_OK  # not reached
 
 
+def cmd_sim_degrade(args: argparse.Namespace) -> int:
+    netdev = SimCluster.load(args.name).degrade(args.host, args.twin, None if args.clear else args.rate)
+    console.print(f"{args.host} {netdev}: {'no limit' if args.clear else f'held to {args.rate}'}")
+    return EXIT_OK
+
+
 def cmd_sim_exec(args: argparse.Namespace) -> int:
     command = args.remote
     if not command:
@@ -152,6 +158,14 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser], app:
         p = named(sim_cmds.add_parser(verb, help=help_text))
         p.add_argument("host", help="host name, e.g. spark-2")
         p.set_defaults(func=_host_action(action, done))
+
+    deg = named(sim_cmds.add_parser("degrade", help="hold one QSFP twin of a host to a rate (a degraded link)"))
+    deg.add_argument("host", help="host name, e.g. spark-2")
+    deg.add_argument("twin", help="the twin's netdev (e.g. enP2p1s0f1np1), or 0/1")
+    limit = deg.add_mutually_exclusive_group(required=True)
+    limit.add_argument("--rate", help="a tc rate, e.g. 2gbit")
+    limit.add_argument("--clear", action="store_true", help="lift the limit")
+    deg.set_defaults(func=cmd_sim_degrade)
 
     ssh = named(sim_cmds.add_parser("ssh", help="ssh into a host with the cluster's key and known_hosts"))
     ssh.add_argument("host")

@@ -148,6 +148,29 @@ class SimCluster:
         self.state.hosts[name] = HostState()
         self.state.save()
 
+    def degrade(self, name: str, twin: str, rate: str | None) -> str:
+        """Hold one cabled QSFP twin of a host to `rate` (tc, both directions), or lift the limit (None).
+        `twin`: its netdev, or 0/1 (the eugr-preferred twin first). Returns the netdev."""
+        prerequisites.require_root()
+        host = self.host(name)
+        cabled = sorted((n.netdev for n in host.nics if n.hca and n.cabled), key=lambda n: (n.startswith("enP"), n))
+        netdev = cabled[int(twin)] if twin in ("0", "1") else twin
+        if netdev not in cabled:
+            raise UsageError(f"{name} has no cabled QSFP twin {twin!r}", f"name one of {', '.join(cabled)} (or 0/1)")
+        if rate is not None and not _tc_rate(rate):
+            raise UsageError(f"invalid rate {rate!r}", "give a tc rate such as 2gbit or 500mbit")
+        root_lines, host_lines = netns.degrade_lines(host, netdev, rate)
+        netns.run_batch("tc", root_lines)
+        netns.run_batch("tc", host_lines, host.netns)
+        # The twin's PCIe link shows it too, where preflight reads it (the tree's writable mount, as sim-gid-cache).
+        speed, width = (hardware.PCIE_SPEED, hardware.PCIE_WIDTH) if rate is None else hardware.DEGRADED_PCIE
+        hca = host.nic(netdev).hca
+        if self.is_running(host):
+            self.exec_in(name, ["sh", "-c", f"echo '{speed}' > /run/sim-infiniband/{hca}/device/current_link_speed; "
+                                            f"echo {width} > /run/sim-infiniband/{hca}/device/current_link_width"],
+                         capture_output=True)
+        return netdev
+
     def boot(self, name: str) -> None:
         prerequisites.require_root()
         host = self.host(name)
@@ -348,7 +371,7 @@ def _validate(opts: UpOptions) -> None:
         parts = driver.split(".")
         if not (2 <= len(parts) <= 3 and all(p.isdigit() for p in parts)):
             raise UsageError(f"invalid driver version {driver!r}", "give it as nvidia-smi prints it, e.g. 580.95.05 or 590.44")
-    if not opts.lan_rate[:-4].replace(".", "").isdigit() or not opts.lan_rate.endswith(("kbit", "mbit", "gbit")):
+    if not _tc_rate(opts.lan_rate):
         raise UsageError(f"invalid LAN rate {opts.lan_rate!r}", "give a tc rate such as 750mbit or 1gbit")
     if opts.vllm_env and not os.access(os.path.join(opts.vllm_env, "bin", "vllm"), os.X_OK):
         raise UsageError(f"{opts.vllm_env} holds no vllm (bin/vllm)", "build it with scripts/setup-vllm.sh")
@@ -356,6 +379,10 @@ def _validate(opts: UpOptions) -> None:
         build_topology(opts.name, opts.count, Subnets(100), list(opts.drivers), opts.port0_hosts, opts.rdma_names)
     except ValueError as e:
         raise UsageError(str(e)) from None
+
+
+def _tc_rate(rate: str) -> bool:
+    return rate[:-4].replace(".", "").isdigit() and rate.endswith(("kbit", "mbit", "gbit"))
 
 
 def _free_block() -> int:

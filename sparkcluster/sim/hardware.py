@@ -20,6 +20,8 @@ GPU_NAME = "NVIDIA GB10"
 GB10_COMPUTE_CAP = "12.1"
 HARDWARE_JSON = "etc/sparkcluster-sim/hardware.json"
 SPEEDS = "etc/sparkcluster-sim/speeds"
+PCIE_SPEED, PCIE_WIDTH = "32.0 GT/s PCIe", "4"
+DEGRADED_PCIE = ("8.0 GT/s PCIe", "2")
 EMULATORS = ("nvidia-smi", "ibdev2netdev", "ethtool", "nvidia-container-runtime-hook", "sim-gid-cache")
 
 
@@ -87,6 +89,10 @@ def write_infiniband_tree(host: HostSpec, root: Path, ipv4_gids: bool = True) ->
             (port / sub).mkdir(parents=True, exist_ok=True)
         (dev / "device" / "net" / nic.netdev).mkdir(parents=True, exist_ok=True)
         (dev / "node_type").write_text("1: CA\n")
+        # Each twin is a PCIe Gen5 x4 function; `sim degrade` lowers what it negotiated, as a starved slot does.
+        for name, value in (("current_link_speed", PCIE_SPEED), ("max_link_speed", PCIE_SPEED),
+                            ("current_link_width", PCIE_WIDTH), ("max_link_width", PCIE_WIDTH)):
+            (dev / "device" / name).write_text(value + "\n")
         (port / "state").write_text("4: ACTIVE\n" if nic.cabled else "1: DOWN\n")
         (port / "phys_state").write_text("5: LinkUp\n" if nic.cabled else "3: Disabled\n")
         (port / "link_layer").write_text("Ethernet\n")

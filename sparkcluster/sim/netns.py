@@ -68,6 +68,16 @@ def lan_shaping(topo: Topology, rate: str) -> tuple[list[str], dict[str, list[st
     return root_lines, host_lines
 
 
+def degrade_lines(host: HostSpec, netdev: str, rate: str | None) -> tuple[list[str], list[str]]:
+    """tc lines (root namespace, inside the host) that hold one QSFP twin to `rate` both ways, or lift it (None):
+    a real rate limit on the link, as a degraded twin (re-plug, PCIe power, FEC) shows it to every tool."""
+    nic = host.nic(netdev)
+    if rate is None:
+        return [f"qdisc del dev {nic.root_end} root"], [f"qdisc del dev {netdev} root"]
+    qdisc = f"root tbf rate {rate} burst {TBF_BURST} latency {TBF_LATENCY}"
+    return [f"qdisc replace dev {nic.root_end} {qdisc}"], [f"qdisc replace dev {netdev} {qdisc}"]
+
+
 def run_batch(tool: str, lines: Iterable[str], netns: str | None = None) -> None:
     argv = [tool] + (["-n", netns] if netns else []) + ["-batch", "-"]
     text = "\n".join(lines) + "\n"

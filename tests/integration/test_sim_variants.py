@@ -64,3 +64,24 @@ def test_bootstrap_replaces_link_local_binds_mlx5_names_and_verify_passes(strang
     doc = json.loads(verify.stdout)
     assert doc["verdict"]["status"] == "PASS"
     assert all(line.split()[0] == "enp1s0f1np1" for lines in doc["carried_by"].values() for line in lines)
+
+
+def test_a_degraded_twin_fails_verify_naming_it_and_its_rate(strangers):
+    """`sim degrade` holds spark-2's second twin to 1 Gbit/s with tc: together the twins still work, alone that twin
+    delivers a fraction of the other, and verify names it (the gloo path, by the same relative rule as NCCL's)."""
+    c, _ = strangers
+    c.degrade("spark-2", "1", "1gbit")
+    try:
+        out = run_cli("verify", str(c.inventory_path), "--json")
+        doc = json.loads(out.stdout)
+        assert out.returncode == 1 and doc["verdict"]["status"] == "FAIL", out.stdout + out.stderr
+        slow = doc["twins"]["twin 1 (enP2p1s0f1np1)"]
+        fast = doc["twins"]["twin 0 (enp1s0f1np1)"]
+        assert slow < 0.125 < fast / 2  # 1 Gbit/s is 0.125 GB/s: the limit holds, and the other twin is far faster
+        assert doc["verdict"]["cause"].startswith(f"twin 1 (enP2p1s0f1np1) is degraded: {slow:.3f} GB/s alone against "
+                                                  f"{fast:.3f} on twin 0 (enp1s0f1np1) (more than 2x apart)")
+    finally:
+        c.degrade("spark-2", "enP2p1s0f1np1", None)
+    healthy = run_cli("verify", str(c.inventory_path), "--json")
+    assert healthy.returncode == 0, healthy.stdout + healthy.stderr
+    assert json.loads(healthy.stdout)["verdict"]["status"] == "PASS"

@@ -670,3 +670,19 @@ def test_real_socket_captures_fail_with_their_bandwidth():
         assert code == 1 and doc["cause"].startswith(f"socket fallback over {iface}")
         assert {r["op"] for r in doc["rows"]} == {"all_reduce", "all_gather"}
         assert max(r["busbw_gbps"] for r in doc["rows"]) < 5.0  # what one TCP socket carried there
+
+
+def test_twins_compared_alone_name_the_degraded_one_and_the_dead_one():
+    from sparkcluster.nccl.twins import Twin, TwinMeasure, judge_twins
+    a = Twin(0, {"spark-1": "enp1s0f1np1", "spark-2": "enp1s0f1np1"}, {}, {})
+    b = Twin(1, {"spark-1": "enP2p1s0f1np1", "spark-2": "enP2p1s0f1np1"}, {}, {})
+    assert judge_twins([TwinMeasure(a, 11.2), TwinMeasure(b, 10.9)], "spark-1") is None
+    assert judge_twins([TwinMeasure(a, 11.2), TwinMeasure(b, 5.7)], "spark-1") is None  # within 2x
+    degraded = judge_twins([TwinMeasure(a, 11.2), TwinMeasure(b, 1.4)], "spark-1")
+    assert degraded is not None and degraded.status == "FAIL"
+    assert degraded.cause == ("twin 1 (enP2p1s0f1np1) is degraded: 1.400 GB/s alone against 11.200 on twin 0 "
+                              "(enp1s0f1np1) (more than 2x apart)")
+    assert "dmesg | grep -i mlx5" in degraded.fix and "ethtool enP2p1s0f1np1" in degraded.fix
+    dead = judge_twins([TwinMeasure(a, 11.2), TwinMeasure(b, None, "the probe failed on spark-2 (exit 1):")], "spark-1")
+    assert dead is not None and dead.cause == ("twin 1 (enP2p1s0f1np1) carries nothing on its own: the probe failed "
+                                               "on spark-2 (exit 1):")

@@ -414,3 +414,21 @@ def test_comm_env_bound_to_the_management_port_is_named_with_node_variable_and_v
     assert [str(m) for m in misbindings("spark-2", wrong, choice, facts, fabric)] == [
         f"spark-2: VLLM_HOST_IP={lan.ipv4[0].ip} is off the QSFP link (on enP7s7); this node's QSFP address is "
         "192.168.177.11"]
+
+
+def test_preflight_reads_the_pcie_link_and_the_kernels_connectx_power_messages():
+    from sparkcluster.engine.facts import parse_link_health
+    health = parse_link_health([
+        "pcie enp1s0f1np1 32.0_GT/s_PCIe 4 32.0_GT/s_PCIe 4",
+        "pcie enP2p1s0f1np1 8.0_GT/s_PCIe 2 32.0_GT/s_PCIe 4",
+        "pcie enp1s0f0np0 - - - -",
+        "kmsg [ 8734.226153] mlx5_core 0002:01:00.1: mlx5_pcie_event:299:(pid 0): Detected insufficient power on "
+        "the PCIe slot (27W).",
+    ])
+    facts = replace(spark(), **health)
+    assert [link.degraded for link in facts.pcie_links] == [False, True, False]
+    warnings = choose_qsfp(facts).warnings
+    assert warnings[0].startswith("enP2p1s0f1np1: PCIe link at 8.0 GT/s PCIe x2, below its 32.0 GT/s PCIe x4")
+    assert warnings[1].startswith("kernel: [ 8734.226153] mlx5_core 0002:01:00.1: mlx5_pcie_event:299:(pid 0): "
+                                  "Detected insufficient power on the PCIe slot (27W).: reboot both nodes")
+    assert choose_qsfp(spark()).warnings == ()  # a healthy Spark says nothing
