@@ -141,6 +141,7 @@ def ours(target: Target, plan_: Plan, corpus: Corpus | None, outcome: Outcome,
         "tokenizer": corpus.tokenizer.name if corpus else None,
         "coherence_answer": outcome.session.answer if outcome.session else None,
         "profile": plan_.profile.name if plan_.profile else None,
+        "tokens": outcome.tally.to_json() if outcome.tally else None,
     }
     if failure:
         doc["error"] = {"message": failure.message, "fix": failure.fix}

@@ -44,12 +44,27 @@ class Chunk:
     token_ids: int | None  # how many token ids the chunk carried; None when it carried none
 
 
+@dataclass
+class Tally:
+    """Every token the server reported for this session's requests (usage), and how many the client counted
+    (token_ids, else usage, else chunks): a check against the server's own counters."""
+    requests: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    counted_tokens: int = 0
+
+    def to_json(self) -> dict[str, int]:
+        return {"requests": self.requests, "prompt_tokens": self.prompt_tokens,
+                "completion_tokens": self.completion_tokens, "counted_tokens": self.counted_tokens}
+
+
 @dataclass(frozen=True)
 class Client:
     base_url: str
     model: str
     timeout: float  # seconds one request may take in all
     api_key: str = "EMPTY"
+    tally: Tally = field(default_factory=Tally)
 
     @property
     def headers(self) -> dict[str, str]:
@@ -87,6 +102,7 @@ class Client:
                 return
             chunks: list[Chunk] = []
             usage_completion: int | None = None
+            self.tally.requests += 1
             async for arrived, payload in data_lines(response.content):
                 event = parse_event(payload)
                 if event.error is not None:
@@ -95,6 +111,8 @@ class Client:
                 if event.usage is not None:
                     result.prompt_tokens = event.usage.prompt_tokens
                     usage_completion = event.usage.completion_tokens
+                    self.tally.prompt_tokens += event.usage.prompt_tokens
+                    self.tally.completion_tokens += event.usage.completion_tokens
                 if not event.choices:
                     continue
                 if result.first_response_ts is None:
@@ -105,6 +123,7 @@ class Client:
                         result.first_token_ts = arrived
                     chunks.append(Chunk(token, arrived, token_id_count(payload)))
             finalize(result, chunks, usage_completion)
+            self.tally.counted_tokens += result.total_tokens
             result.end_ts = time.perf_counter()
 
 
@@ -175,6 +194,14 @@ async def _post_json(client: Client, session: aiohttp.ClientSession, body: dict[
             doc = await read_document(response)
     if not isinstance(doc, dict):
         raise BadResponse("the answer is not a JSON object")
+    client.tally.requests += 1
+    usage = doc.get("usage")
+    for key in ("prompt_tokens", "completion_tokens"):
+        value = usage.get(key) if isinstance(usage, dict) else None
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+            setattr(client.tally, key, getattr(client.tally, key) + value)
+    if isinstance(usage, dict) and isinstance(usage.get("completion_tokens"), int):
+        client.tally.counted_tokens += usage["completion_tokens"]  # not streamed: only usage counts them
     return doc
 
 

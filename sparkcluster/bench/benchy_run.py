@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 from ..engine.errors import SparkclusterError
-from .benchy_client import Client
+from .benchy_client import Client, Tally
 from .benchy_runner import BenchyOptions, Cell, Session, http_session, run_cell, start
 from .benchy_stats import BenchmarkRun
 from .corpus import Corpus
@@ -28,6 +28,7 @@ class Outcome:
     session: Session | None = None
     runs: list[BenchmarkRun] = field(default_factory=list)
     cells_done: int = 0
+    tally: Tally | None = None  # the client's token tally, once a session started
 
 
 Say = Callable[[str], None]
@@ -72,6 +73,7 @@ async def session_run(client: Client, corpus: Corpus, opts: BenchyOptions, plan:
     profile) and count in the progress numbering only. `warm_first_cell_only`: as sparkrun runs a profile
     (llama-benchy once per cell, the later ones with --no-warmup), only the first cell gets a warm-up run."""
     total = len(plan) + skipped
+    outcome.tally = client.tally
     async with http_session(max((c.concurrency for c in plan), default=1)) as http:
         say("warm-up, coherence question and latency probe")
         outcome.session = await start(client, http, corpus, opts, session_warmup)

@@ -171,3 +171,20 @@ def test_compare_refuses_rows_of_another_method_or_shape(tmp_path, method, compa
     assert problem in text
     if "shape" in problem:  # the fix names the published shapes to measure
         assert "--pp 2048 --tg 128 --depth 4096 --concurrency 5" in text
+
+
+def test_the_token_tally_matches_the_servers_own_counters(tmp_path):
+    import urllib.request
+
+    with running_stub(ttft=0.01, itl=0.001, prefill_tps=PREFILL) as url:
+        result = benchy(tmp_path, url, "--pp", "64", "--tg", "8", "--depth", "0", "128", "--concurrency", "1", "2",
+                        "--runs", "1", "--enable-prefix-caching", "--json")
+        with urllib.request.urlopen(url.removesuffix("/v1") + "/metrics", timeout=5) as response:
+            metrics = dict(line.rsplit(" ", 1) for line in response.read().decode().splitlines()
+                           if line and not line.startswith("#"))
+    assert result.returncode == 0, result.stderr
+    tokens = json.loads(result.stdout)["sparkcluster"]["tokens"]
+    assert tokens["requests"] == int(metrics["stub:requests_total"])
+    assert tokens["prompt_tokens"] == float(metrics['vllm:prompt_tokens_total{model_name="stub-model"}'])
+    assert tokens["completion_tokens"] == tokens["counted_tokens"] == float(
+        metrics['vllm:generation_tokens_total{model_name="stub-model"}'])
