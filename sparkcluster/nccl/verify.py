@@ -95,6 +95,24 @@ def record_verdict(session: Session, result: VerifyResult) -> None:
     session.each(lambda h: session.run(h, command).ok)
 
 
+LAST_VERIFY_COMMAND = Command(f"cat {shell_path(LAST_VERIFY_PATH)} 2>/dev/null", timeout=30)
+
+
+def last_verify(text: str) -> str | None:
+    """The record a node keeps as one line for `status`: "PASS, busbw 21.40 GB/s (gloo, 2026-11-24T05:01:02+00:00)";
+    None when the node never verified (or the record is not ours)."""
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError:
+        return None
+    if not isinstance(doc, dict) or not isinstance(doc.get("status"), str):
+        return None
+    busbw = doc.get("busbw_gbps")
+    measured = f", busbw {busbw:.2f} GB/s" if isinstance(busbw, (int, float)) else ""
+    cause = "" if doc["status"] == "PASS" else f": {doc.get('cause', '')}"
+    return f"{doc['status']}{measured} ({doc.get('backend', '?')}, {doc.get('at', '?')}){cause}"
+
+
 def _run_verify(session: Session, backend: str, sizes: str | None, min_busbw: float | None, timeout: float,
                 in_serving_env: Mapping[str, RunInEnv] | None, per_twin: bool) -> VerifyResult:
     """`in_serving_env`: per node, the command that runs argv where vLLM will run (serve passes its

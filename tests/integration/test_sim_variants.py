@@ -80,6 +80,17 @@ def test_a_degraded_twin_fails_verify_naming_it_and_its_rate(strangers):
         assert slow < 0.125 < fast / 2  # 1 Gbit/s is 0.125 GB/s: the limit holds, and the other twin is far faster
         assert doc["verdict"]["cause"].startswith(f"twin 1 (enP2p1s0f1np1) is degraded: {slow:.3f} GB/s alone against "
                                                   f"{fast:.3f} on twin 0 (enp1s0f1np1) (more than 2x apart)")
+        # The twin's PCIe link shows it where preflight reads it, and every node keeps the verdict for `status`.
+        assert ssh(c, "spark-2", "cat /sys/class/infiniband/mlx5_3/device/current_link_width").stdout.strip() == "2"
+        facts = json.loads(run_cli("facts", str(c.inventory_path), "--json").stdout)
+        links = {link["netdev"]: (link["speed"], link["width"]) for link in facts["spark-2"]["pcie_links"]}
+        assert links["enP2p1s0f1np1"] == ("8.0_GT/s_PCIe", "2") and links["enp1s0f1np1"] == ("32.0_GT/s_PCIe", "4")
+        for host in ("spark-1", "spark-2"):
+            record = json.loads(ssh(c, host, "cat ~/.config/sparkcluster/last-verify.json").stdout)
+            assert record["status"] == "FAIL" and record["twins"]["twin 1 (enP2p1s0f1np1)"] == slow
+        status = json.loads(run_cli("status", str(c.inventory_path), "--runtime", "host", "--json").stdout)
+        assert all(status["nodes"][h]["last_verify"].startswith("FAIL, busbw ") and "is degraded" in
+                   status["nodes"][h]["last_verify"] for h in ("spark-1", "spark-2"))
     finally:
         c.degrade("spark-2", "enP2p1s0f1np1", None)
     healthy = run_cli("verify", str(c.inventory_path), "--json")

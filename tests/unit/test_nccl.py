@@ -686,3 +686,14 @@ def test_twins_compared_alone_name_the_degraded_one_and_the_dead_one():
     dead = judge_twins([TwinMeasure(a, 11.2), TwinMeasure(b, None, "the probe failed on spark-2 (exit 1):")], "spark-1")
     assert dead is not None and dead.cause == ("twin 1 (enP2p1s0f1np1) carries nothing on its own: the probe failed "
                                                "on spark-2 (exit 1):")
+
+
+def test_the_verdict_each_node_keeps_reads_back_as_one_line():
+    from sparkcluster.nccl.verify import last_verify
+    doc = {"status": "FAIL", "cause": "twin 1 (enP2p1s0f1np1) is degraded", "backend": "gloo", "busbw_gbps": 0.5321,
+           "at": "2026-11-24T05:00:00+00:00"}
+    assert last_verify(json.dumps(doc)) == ("FAIL, busbw 0.53 GB/s (gloo, 2026-11-24T05:00:00+00:00): twin 1 "
+                                            "(enP2p1s0f1np1) is degraded")
+    assert last_verify(json.dumps({**doc, "status": "PASS", "busbw_gbps": None})) == (
+        "PASS (gloo, 2026-11-24T05:00:00+00:00)")
+    assert last_verify("") is None and last_verify("[1]") is None

@@ -127,3 +127,16 @@ def test_mlx5_names_follow_pci_order_and_link_local_is_nvidias_state():
                                       "addr add 169.254.201.12/16 dev enP2p1s0f1np1 scope link"]
     with pytest.raises(ValueError, match="--rdma-names 'ib'"):
         topo(1, rdma_names="ib")
+
+
+def test_the_infiniband_tree_shows_each_twins_pcie_link(tmp_path):
+    from sparkcluster.engine.facts import parse_link_health
+    host = topo(1).hosts[0]
+    write_infiniband_tree(host, tmp_path)
+    device = tmp_path / "rocep1s0f1" / "device"
+    assert (device / "current_link_speed").read_text() == "32.0 GT/s PCIe\n"
+    assert (device / "max_link_width").read_text() == "4\n"
+    # The facts probe's line for it, as its shell loop prints it (spaces to underscores).
+    line = "pcie enp1s0f1np1 " + " ".join((device / n).read_text().strip().replace(" ", "_") for n in
+                                         ("current_link_speed", "current_link_width", "max_link_speed", "max_link_width"))
+    assert not parse_link_health([line])["pcie_links"][0].degraded
