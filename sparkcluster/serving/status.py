@@ -12,6 +12,7 @@ from ..engine.errors import SparkclusterError
 from ..engine.inventory import Host
 from ..engine.session import Session
 from ..engine.transport import Unreachable
+from ..nccl.verify import LAST_VERIFY_COMMAND, last_verify
 from .caches import parse_size, size_command
 from .membership import judge_members, ray_members
 from .nodes import read_nodes
@@ -42,6 +43,7 @@ class NodeStatus:
     unreachable: str | None = None  # why the node did not answer
     ray: RayMembership | None = None
     cache_bytes: int | None = None  # the node's compile/JIT caches (~/.cache/sparkcluster/jit); None: not read
+    last_verify: str | None = None  # the last `verify` verdict this node keeps, as one line; None: never verified
 
     def to_json(self) -> dict[str, Any]:
         doc: dict[str, Any] = {} if self.fabric_ip is None else {"fabric_ip": self.fabric_ip}
@@ -52,6 +54,8 @@ class NodeStatus:
             doc["ray"] = {"member": self.ray.member, "address": self.ray.address, "gpus": self.ray.gpus}
         if self.cache_bytes is not None:
             doc["cache_bytes"] = self.cache_bytes
+        if self.last_verify is not None:
+            doc["last_verify"] = self.last_verify
         return doc
 
 
@@ -143,6 +147,7 @@ def status(session: Session, chosen: RuntimeChoice) -> ClusterStatus:
                 alive = replace(runtime.on(host).alive(role), timeout=30)
                 entry.processes[role] = ProcessState.RUNNING if session.run(host, alive).ok else ProcessState.STOPPED
             entry.cache_bytes = parse_size(session.run(host, size_command()).stdout)
+            entry.last_verify = last_verify(session.run(host, LAST_VERIFY_COMMAND).stdout)
         except Unreachable as e:
             entry.processes.clear()
             entry.unreachable = e.message
