@@ -80,6 +80,9 @@ def status_table(console: Console, state: ClusterStatus) -> None:
                       (ray.address or "not a member") if ray else "-", f"{ray.gpus:g}" if ray else "-",
                       "-" if node.cache_bytes is None else f"{node.cache_bytes / 1e6:,.1f} MB")
     console.print(table)
+    for name, node in state.nodes.items():  # the last `verify` each node keeps (issue 20)
+        if node.last_verify:
+            console.print(f"{name}: last verify {escape(node.last_verify)}", highlight=False)
     for problem in state.ray.problems if state.ray else ():
         console.print(f"[bold red]problem:[/] {escape(problem)}", highlight=False)
     server = state.server
