@@ -15,6 +15,8 @@ import json
 import os
 import signal
 
+from tests.openai_stub import read_request
+
 # A healthy streamed token, and the closing usage event, as vLLM sends them.
 TOKEN = {"id": "x", "object": "text_completion", "choices": [{"index": 0, "text": " tok", "finish_reason": None}]}
 USAGE = {"id": "x", "choices": [], "usage": {"prompt_tokens": 8, "completion_tokens": 4, "total_tokens": 12}}
@@ -69,11 +71,7 @@ class Hostile:
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                lines = head.decode("latin-1").split("\r\n")
-                method, path, _ = lines[0].split(" ", 2)
-                headers = {k.strip().lower(): v.strip() for k, _, v in (h.partition(":") for h in lines[1:] if h)}
-                body = await reader.readexactly(int(headers.get("content-length", "0")))
+                _, path, body = await read_request(reader)
                 mode, _, rest = path.lstrip("/").partition("/")
                 streamed = not body or json.loads(body).get("stream", False)
                 await self.answer(mode, "/" + rest, writer, streamed)

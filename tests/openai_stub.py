@@ -51,6 +51,15 @@ class StubState:
     sockets: set = field(default_factory=set)
 
 
+async def read_request(reader: asyncio.StreamReader) -> tuple[str, str, bytes]:
+    """(method, path, body) of the next HTTP/1.1 request on a kept-alive connection."""
+    head = await reader.readuntil(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    method, path, _ = lines[0].split(" ", 2)
+    headers = {k.strip().lower(): v.strip() for k, _, v in (h.partition(":") for h in lines[1:] if h)}
+    return method, path, await reader.readexactly(int(headers.get("content-length", "0")))
+
+
 class Stub:
     def __init__(self, options: StubOptions) -> None:
         self.options, self.state = options, StubState()
@@ -58,11 +67,7 @@ class Stub:
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                lines = head.decode("latin-1").split("\r\n")
-                method, path, _ = lines[0].split(" ", 2)
-                headers = {k.strip().lower(): v.strip() for k, _, v in (h.partition(":") for h in lines[1:] if h)}
-                body = await reader.readexactly(int(headers.get("content-length", "0")))
+                method, path, body = await read_request(reader)
                 if method == "POST" and path in ("/v1/completions", "/v1/chat/completions"):
                     await self.complete(json.loads(body), writer, chat=path.endswith("chat/completions"))
                 elif path == "/v1/models":
