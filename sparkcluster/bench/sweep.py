@@ -92,8 +92,10 @@ def root_of(base_url: str) -> str:
 
 async def get_json(client: aiohttp.ClientSession, url: str) -> tuple[int, object]:
     """(status, document: None when not JSON); raises BenchFailed when nothing answers or the body is huge."""
+    # A short document: 30 s at most, and never longer than one request may take (--timeout).
+    timeout = aiohttp.ClientTimeout(total=min(30.0, client.timeout.total or 30.0))
     try:
-        async with client.get(url, timeout=aiohttp.ClientTimeout(total=30)) as response:
+        async with client.get(url, timeout=timeout) as response:
             return response.status, await read_document(response)
     except (aiohttp.ClientError, TimeoutError, OSError, BadResponse) as e:
         raise BenchFailed(describe_error(e, url), FIX) from None
