@@ -294,7 +294,8 @@ def _link_warnings(facts: HostFacts, netdevs: Sequence[str]) -> list[str]:
         if interface is None:
             continue
         if interface.mtu < RECOMMENDED_MTU:
-            warnings.append(f"{netdev} has MTU {interface.mtu}: {RECOMMENDED_MTU} is recommended on both ends (F3: "
+            warnings.append(f"{netdev} has MTU {interface.mtu} (RoCE path MTU {roce_path_mtu(interface.mtu)}, under "
+                            f"4096): {RECOMMENDED_MTU} is recommended on both ends (F3: "
                             f"about 3 GB/s with 1500); e.g. `sudo ip link set {netdev} mtu {RECOMMENDED_MTU}` or "
                             "`mtu: 9000` in netplan")
         if interface.speed_mbps is not None and interface.speed_mbps < FULL_SPEED_MBPS:
@@ -321,6 +322,12 @@ def _port_warnings(up: Sequence[RdmaDevice], devices: Sequence[RdmaDevice], netd
             warnings.append(f"hcas: {device.hca} ({device.netdev}) is not on the QSFP port of {netdev}: NCCL may pair "
                             "it with a port the peer is not cabled to (F6)")
     return warnings
+
+
+def roce_path_mtu(netdev_mtu: int) -> int:
+    """The RoCE MTU the HCA runs at on a netdev of this MTU: the largest IB MTU that fits with RoCE v2's headers
+    (ib_write_bw prints it as `Mtu : 1024[B]` on a 1500-byte netdev, 4096 on 9000)."""
+    return max((m for m in (256, 512, 1024, 2048, 4096) if m + 58 <= netdev_mtu), default=256)
 
 
 def health_warnings(facts: HostFacts, twins: Sequence[str]) -> list[str]:

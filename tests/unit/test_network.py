@@ -142,7 +142,14 @@ def test_twin_without_address_keeps_the_preferred_one():
 def test_mtu_1500_warns():
     choice = choose_qsfp(with_interface(spark(), "enp1s0f1np1", mtu=1500))
     assert choice.mtu == 1500
-    assert len(choice.warnings) == 1 and "enp1s0f1np1 has MTU 1500: 9000 is recommended" in choice.warnings[0]
+    assert len(choice.warnings) == 1 and ("enp1s0f1np1 has MTU 1500 (RoCE path MTU 1024, under 4096): 9000 is "
+                                          "recommended") in choice.warnings[0]
+
+
+@pytest.mark.parametrize("mtu, roce", [(1500, 1024), (2200, 2048), (4200, 4096), (9000, 4096), (1280, 1024)])
+def test_roce_path_mtu_follows_the_netdev_mtu(mtu, roce):
+    from sparkcluster.node.network import roce_path_mtu
+    assert roce_path_mtu(mtu) == roce
 
 
 @pytest.mark.parametrize("speed,warned", [(100000, True), (200000, False), (None, False)])
