@@ -24,6 +24,8 @@ MANAGEMENT_INTERFACES = ("enP7s7",)
 _RDMA = frozenset({"NET/IB", "NET/IBext"})
 # The two twins (PCIe functions) of QSFP port N are rocep1s0fN and roceP2p1s0fN (as `ibdev2netdev` on a Spark prints them).
 _SPARK_HCA = re.compile(r"roce(?:P2)?p1s0f([01])")
+# Kernels that name RDMA devices by PCI order call the same four mlx5_0..mlx5_3 (mlx5_1 and mlx5_3: port 1).
+_MLX5_HCA = re.compile(r"mlx5_[0-3]")
 
 class VerdictStatus(StrEnum):
     PASS = "PASS"
@@ -177,7 +179,7 @@ def _known_hcas(names: Sequence[str], expected: Sequence[str]) -> bool:
         return False
     if expected:
         return all(n in expected for n in names)
-    return all(_SPARK_HCA.fullmatch(n) for n in names)
+    return all(_SPARK_HCA.fullmatch(n) or _MLX5_HCA.fullmatch(n) for n in names)
 
 
 def _interface_findings(rank: RankLog, qsfp: Sequence[str], management: Sequence[str],

@@ -224,7 +224,7 @@ def test_one_device_that_is_not_a_spark_twin_is_not_one_twin():
 
 
 @pytest.mark.parametrize("hca_line, shown", [
-    ("NCCL_IB_HCA set to mlx5_0", "NCCL_IB_HCA=mlx5_0 matches no RDMA device"),
+    ("NCCL_IB_HCA set to mlx5_7", "NCCL_IB_HCA=mlx5_7 matches no RDMA device"),  # a Spark has mlx5_0..3 at most
     ("NCCL_IB_HCA set to ", "NCCL_IB_HCA=(empty) matches no RDMA device"),
 ])
 def test_an_unknown_ib_hca_list(hca_line, shown):
@@ -697,3 +697,14 @@ def test_the_verdict_each_node_keeps_reads_back_as_one_line():
     assert last_verify(json.dumps({**doc, "status": "PASS", "busbw_gbps": None})) == (
         "PASS (gloo, 2026-11-24T05:00:00+00:00)")
     assert last_verify("") is None and last_verify("[1]") is None
+
+
+def test_mlx5_names_in_nccl_ib_hca_are_a_sparks_not_a_typo():
+    """With /dev/infiniband missing, NCCL_IB_HCA=mlx5_1,mlx5_3 (a kernel naming by PCI order) is F1, not a wrong
+    HCA list; a name no Spark has still is."""
+    base = fixture("socket-no-device.log")
+    hca_line = next(line for line in base.splitlines() if "NCCL_IB_HCA set" in line)
+    for hcas, cause in (("mlx5_1,mlx5_3", "is /dev/infiniband in the container?"),
+                        ("mlx5_7", "NCCL_IB_HCA=mlx5_7 matches no RDMA device")):
+        text = base.replace(hca_line, hca_line.split("NCCL_IB_HCA set")[0] + f"NCCL_IB_HCA set to {hcas}")
+        assert cause in judge(read_log(text)).cause
