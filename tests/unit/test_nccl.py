@@ -708,3 +708,14 @@ def test_mlx5_names_in_nccl_ib_hca_are_a_sparks_not_a_typo():
                         ("mlx5_7", "NCCL_IB_HCA=mlx5_7 matches no RDMA device")):
         text = base.replace(hca_line, hca_line.split("NCCL_IB_HCA set")[0] + f"NCCL_IB_HCA set to {hcas}")
         assert cause in judge(read_log(text)).cause
+
+
+def test_two_communicators_of_one_process_are_one_run_real_capture():
+    """Real (H100, NCCL 2.28.9): each process joins two commIds, as vLLM's world and TP groups do, with
+    NCCL_IB_HCA=mlx5_1,mlx5_3 and no RDMA device: one run, the missing devices named (F1)."""
+    ranks = ranks_of("real/h100-two-comms.log")
+    assert [len(r.comm_ids) for r in ranks if r.host] == [2, 2]
+    code, doc = report([str(FIXTURES / "real" / "h100-two-comms.log")], json_output=True, min_busbw=None)
+    doc = json.loads(doc)
+    assert code == 1 and len(doc["runs"]) == 1
+    assert doc["cause"] == "socket fallback over lo: NET/IB found no device (is /dev/infiniband in the container?)"
