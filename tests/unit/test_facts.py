@@ -93,3 +93,25 @@ def test_docker_not_installed():
 def test_empty_output_yields_empty_facts_not_an_exception():
     f = parse_probe("")
     assert f.gpus == () and f.rdma == () and f.interfaces == () and f.uid == -1
+
+
+def mlx5_named(text: str) -> str:
+    """The same Spark on a kernel that names its RDMA devices by PCI order (mlx5_0..3), in every section."""
+    for roce, mlx5 in (("roceP2p1s0f0", "mlx5_2"), ("roceP2p1s0f1", "mlx5_3"), ("rocep1s0f0", "mlx5_0"),
+                       ("rocep1s0f1", "mlx5_1")):
+        text = text.replace(roce, mlx5)
+    return text
+
+
+@pytest.mark.parametrize("source", ["ibdev2netdev", "sysfs"])
+def test_mlx5_names_map_to_their_netdevs_and_are_used_as_they_are(source):
+    from sparkcluster.node.network import choose_qsfp, comm_env
+    text = mlx5_named((FIXTURES / "probe-spark.txt").read_text())
+    if source == "sysfs":  # no MLNX OFED: the mapping comes from /sys/class/infiniband/*/device/net
+        text = text.replace("\n".join(line for line in text.splitlines() if " ==> " in line), "@missing")
+    f = parse_probe(text)
+    assert f.rdma_source == source
+    assert {(d.hca, d.netdev) for d in f.rdma if d.up} == {("mlx5_1", "enp1s0f1np1"), ("mlx5_3", "enP2p1s0f1np1")}
+    choice = choose_qsfp(f)
+    assert comm_env(choice)["NCCL_IB_HCA"] in ("mlx5_3,mlx5_1", "mlx5_1,mlx5_3") and choice.gid_index == 3
+    assert choice.port == 1 and choice.warnings == ()
