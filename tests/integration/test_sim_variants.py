@@ -1,26 +1,33 @@
 """What strangers' Sparks show, end to end on one simulated pair: RDMA devices named mlx5_N (`sim up --rdma-names
 mlx5`) and twins holding only NVIDIA's link-local 169.254/16 addresses at MTU 1500 (`sim up --link-local`).
 bootstrap replaces the link-local addresses with the fabric subnets and binds NCCL to the mlx5 names as they are,
-verify passes on the QSFP link. One cluster (no Docker) serves every test here: about 40 s in all."""
+verify passes, the real CPU vLLM serves across both nodes, and a twin held down by `sim degrade` fails verify.
+One cluster (no Docker) serves every test here: about 3 minutes in all, most of it vLLM's start."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
+import yaml
 
-from sparkcluster.sim import SimCluster, UpOptions
+from sparkcluster.serving.readiness import http
+from sparkcluster.sim import SimCluster, UpOptions, tinymodel
 from tests.helpers import require_sim, run_cli, ssh, unique_name
 
 pytestmark = [pytest.mark.sim, pytest.mark.slow]
+VLLM_ENV = Path(__file__).resolve().parents[2] / ".venv-vllm"
+MODEL = "local/tiny-llama"
 
 
 @pytest.fixture(scope="module")
 def strangers(tmp_path_factory):
     pytest.importorskip("torch")
     require_sim(docker=False)
+    vllm = (VLLM_ENV / "bin" / "vllm").exists()
     c = SimCluster.up(UpOptions(count=2, name=unique_name("vary"), docker=False, ssh_mesh=False,
-                                rdma_names="mlx5", link_local=True))
+                                rdma_names="mlx5", link_local=True, vllm_env=str(VLLM_ENV) if vllm else None))
     try:
         yield c, tmp_path_factory.mktemp("cfg")
     finally:
@@ -66,6 +73,30 @@ def test_bootstrap_replaces_link_local_binds_mlx5_names_and_verify_passes(strang
     assert all(line.split()[0] == "enp1s0f1np1" for lines in doc["carried_by"].values() for line in lines)
 
 
+def test_the_real_vllm_serves_on_the_mlx5_link_local_pair(strangers):
+    c, _ = strangers
+    if not (VLLM_ENV / "bin" / "vllm").exists():
+        pytest.skip(f"{VLLM_ENV} is missing: run scripts/setup-vllm.sh")
+    doc = yaml.safe_load(c.inventory_path.read_text())
+    doc["vars"]["serve_env"]["SPARKCLUSTER_TEST_CPU_RAY"] = "1"  # the test-only platform plugin (tests/vllm_cpu_plugin)
+    c.inventory_path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    tinymodel.generate_on(c, "spark-1", str(VLLM_ENV / "bin" / "python"))
+    head = c.topology.hosts[0]
+    served = run_cli("serve", "-i", str(c.inventory_path), "--runtime", "host", "--launcher", "native", "--tp", "2",
+                     "--model", MODEL, "--ready-timeout", "300", "--json", "--", "--max-model-len", "512",
+                     "--enforce-eager")
+    try:
+        assert served.returncode == 0, served.stderr[-3000:]
+        assert json.loads(served.stdout)["verify"]["verdict"]["status"] == "PASS"
+        code, text = http(f"http://{head.mgmt_ip}:8000/v1/completions",
+                          {"model": MODEL, "prompt": "The cluster of sparks", "max_tokens": 4, "temperature": 0},
+                          timeout=60)
+        assert code == 200 and json.loads(text)["usage"]["completion_tokens"] == 4, text
+    finally:
+        down = run_cli("down", "-i", str(c.inventory_path), "--json")
+    assert down.returncode == 0, down.stderr
+
+
 def test_a_degraded_twin_fails_verify_naming_it_and_its_rate(strangers):
     """`sim degrade` holds spark-2's second twin to 1 Gbit/s with tc: together the twins still work, alone that twin
     delivers a fraction of the other, and verify names it (the gloo path, by the same relative rule as NCCL's)."""
@@ -88,7 +119,9 @@ def test_a_degraded_twin_fails_verify_naming_it_and_its_rate(strangers):
         for host in ("spark-1", "spark-2"):
             record = json.loads(ssh(c, host, "cat ~/.config/sparkcluster/last-verify.json").stdout)
             assert record["status"] == "FAIL" and record["twins"]["twin 1 (enP2p1s0f1np1)"] == slow
-        status = json.loads(run_cli("status", str(c.inventory_path), "--runtime", "host", "--json").stdout)
+        shown = run_cli("status", str(c.inventory_path), "--json")  # nothing served: the nodes' records still show
+        assert shown.stdout, shown.stderr
+        status = json.loads(shown.stdout)
         assert all(status["nodes"][h]["last_verify"].startswith("FAIL, busbw ") and "is degraded" in
                    status["nodes"][h]["last_verify"] for h in ("spark-1", "spark-2"))
     finally:
