@@ -235,6 +235,8 @@ class SimCluster:
             "docker": self.state.docker,
             "lan_rate": self.state.lan_rate,
             "fabric_addresses": self.state.fabric_addresses,
+            "link_local": self.state.link_local,
+            "rdma_names": self.state.rdma_names,
             "subnets": {"lan": str(self.topology.subnets.lan), "fabric": [str(n) for n in self.topology.subnets.fabric]},
             "hosts": [
                 {

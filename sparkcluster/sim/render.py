@@ -15,7 +15,10 @@ def cluster(console: Console, doc: dict[str, Any]) -> None:
         table.add_column(column)
     def fabric(ips: list[str]) -> str:
         # Fresh from the box, the twins have no address yet: show where bootstrap will put them, marked as such.
-        return " ".join(ips) if doc.get("fabric_addresses", True) else f"none yet (bootstrap: {' '.join(ips)})"
+        if doc.get("fabric_addresses", True):
+            return " ".join(ips)
+        given = "link-local 169.254/16 at first" if doc.get("link_local") else "none yet"
+        return f"{given} (bootstrap: {' '.join(ips)})"
 
     for h in doc["hosts"]:
         table.add_row(
