@@ -119,9 +119,9 @@ def plan(args: argparse.Namespace) -> Plan:
         ints(args.concurrency, "--concurrency", (1,), 1))), None, None))
 
 
-def corpus_for(args: argparse.Namespace, model: str, hf_model: str | None) -> Corpus:
+def corpus_for(args: argparse.Namespace, model: str, hf_model: str | None, from_head: Path | None) -> Corpus:
     text = read_corpus(Path(args.corpus)) if args.corpus else book_text(args.book_url or BOOK_URL)
-    return Corpus(text, find_tokenizer(args.tokenizer, hf_model or model))
+    return Corpus(text, find_tokenizer(args.tokenizer or (str(from_head) if from_head else None), hf_model or model))
 
 
 def header(plan_: Plan, model: str, outcome: Outcome, started: datetime.datetime) -> benchy_report.Header:
@@ -148,7 +148,7 @@ def ours(target: Target, plan_: Plan, corpus: Corpus | None, outcome: Outcome,
     return doc
 
 
-def cmd(args: argparse.Namespace, target: Target, plan_: Plan) -> int:
+def cmd(args: argparse.Namespace, target: Target, plan_: Plan, head_tokenizer: Path | None = None) -> int:
     started = datetime.datetime.now(datetime.timezone.utc)
     quiet = bool(args.json)
 
@@ -173,7 +173,7 @@ def cmd(args: argparse.Namespace, target: Target, plan_: Plan) -> int:
         if not model:
             model = asyncio.run(served_model(target.base_url, args.timeout))
             target = dataclasses.replace(target, model=model)
-        corpus = corpus_for(args, model, target.config.get("hf_model"))
+        corpus = corpus_for(args, model, target.config.get("hf_model"), head_tokenizer)
         say(f"bench --method llama-benchy: {target.base_url}, model {model}, tokenizer {corpus.tokenizer.name}, "
             f"{len(todo)} cell(s)")
         client = Client(target.base_url, model, args.timeout)

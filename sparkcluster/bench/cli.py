@@ -25,7 +25,7 @@ from ..engine.console import print_error
 from ..engine.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, UsageError
 from ..engine.report import print_json
 from ..serving.recipes import Reference
-from . import benchy_cli, compare, plot, published, table
+from . import benchy_cli, compare, head_tokenizer, plot, published, table
 from .sweep import (
     BenchEvent,
     BenchFailed,
@@ -121,18 +121,25 @@ def _progress(enabled: bool) -> tuple[Progress | None, Emit]:
     return bar, show
 
 
-def find_target(args: argparse.Namespace, connect: Connect) -> Target:
+def find_target(args: argparse.Namespace, connect: Connect, tokenizer: bool = False) -> tuple[Target, Path | None]:
+    """The endpoint (and, for `tokenizer`, the served model's tokenizer.json from the head when this machine
+    has none and --tokenizer gave none)."""
     if args.url:
-        return from_url(args.url, args.model)
+        return from_url(args.url, args.model), None
+    fetched = None
     with connect(args, lambda inventory: None) as session:
         target = from_cluster(session)
-    return dataclasses.replace(target, model=args.model) if args.model else target
+        hf_model = target.config.get("hf_model")
+        if tokenizer and not args.tokenizer and isinstance(hf_model, str):
+            fetched = head_tokenizer.fetch(session, hf_model)
+    return (dataclasses.replace(target, model=args.model) if args.model else target), fetched
 
 
 def cmd_bench(args: argparse.Namespace, connect: Connect) -> int:
     if args.method == "llama-benchy" or args.profile:
         plan = benchy_cli.plan(args)
-        return benchy_cli.cmd(args, find_target(args, connect), plan)
+        target, fetched = find_target(args, connect, tokenizer=True)
+        return benchy_cli.cmd(args, target, plan, fetched)
     opts = sweep_options(args)
     check_outputs(args)
     if args.compare and published.is_results_file(args.compare):
@@ -140,7 +147,7 @@ def cmd_bench(args: argparse.Namespace, connect: Connect) -> int:
                          "are not comparable with --method sustained's closed loop of completions",
                          f"measure the same way: --method llama-benchy --compare {args.compare}")
     reference: Reference | None = compare.load_reference(args.compare) if args.compare else None
-    target = find_target(args, connect)
+    target, _ = find_target(args, connect)
     if not args.json:
         err_console.print(f"bench: {escape(target.base_url)} ({', '.join(map(str, opts.concurrency))} concurrent)",
                           highlight=False)

@@ -24,6 +24,7 @@ VLLM_ENV = ROOT / ".venv-vllm"
 MODEL = "local/tiny-llama"
 PLUGIN_SWITCH = "SPARKCLUSTER_TEST_CPU_RAY"  # turns on the test-only platform plugin (tests/vllm_cpu_plugin)
 VLLM_FLAGS = ["--", "--max-model-len", "512", "--enforce-eager"]
+BOOK = ROOT / "README.md"  # any text of a few thousand words: bench --method llama-benchy cuts prompts from it
 
 
 @pytest.fixture(scope="module")
@@ -126,12 +127,27 @@ def test_serve_refuses_a_fallback_onto_the_management_network(cluster, tmp_path)
         host_bootstrap(cluster, tmp_path)  # rewrites the comm env
 
 
+def vllm_counters(endpoint: str) -> dict[str, float]:
+    """vLLM's prompt and generation token counters, summed over its label sets."""
+    code, text = http(endpoint.removesuffix("/v1") + "/metrics", None, timeout=30)
+    assert code == 200, text[:300]
+    totals = {"prompt": 0.0, "generation": 0.0}
+    for line in text.splitlines():
+        for key in totals:
+            if line.startswith(f"vllm:{key}_tokens_total"):
+                totals[key] += float(line.rsplit(" ", 1)[1])
+    return totals
+
+
 def test_bench_measures_the_served_cluster(cluster, tmp_path):
     """`bench` finds the endpoint from the inventory (the record serve left on the head), keeps 1, 2 and 4
-    requests in flight against the real vLLM, and counts what the server itself counted."""
+    requests in flight against the real vLLM, and counts what the server itself counted; then measures it as
+    llama-benchy does (~30 s more: chat needs the inline template given to vLLM here; the tiny model cannot
+    answer the coherence question, so it is skipped), its token tally equal to vLLM's counters."""
     head = cluster.topology.hosts[0]
+    template = "{% for m in messages %}{{ m.content }} {% endfor %}"
     served = sc(cluster, "serve", "--runtime", "host", "--launcher", "native", "--tp", "2", "--model", MODEL,
-                "--ready-timeout", "300", *VLLM_FLAGS)
+                "--ready-timeout", "300", *VLLM_FLAGS, "--chat-template", template)
     try:
         assert served.returncode == 0, served.stderr[-3000:]
         plot = tmp_path / "bench.png"
@@ -152,6 +168,24 @@ def test_bench_measures_the_served_cluster(cluster, tmp_path):
             assert server["prompt_tokens"] == row["prompt_tokens"] > 0
             assert row["generation_tps"] > 0 and row["ttft_s"]["p50"] > 0
         assert plot.read_bytes()[:4] == b"\x89PNG"
+
+        before = vllm_counters(doc["config"]["endpoint"])
+        result = sc(cluster, "bench", "--method", "llama-benchy", "--pp", "64", "--tg", "16", "--depth", "0", "128",
+                    "--concurrency", "1", "2", "--runs", "1", "--skip-coherence", "--corpus", str(BOOK), "--json")
+        assert result.returncode == 0, result.stderr[-3000:]
+        after = vllm_counters(doc["config"]["endpoint"])
+        benchy = json.loads(result.stdout)
+        assert [(b["context_size"], b["concurrency"]) for b in benchy["benchmarks"]] == [(0, 1), (0, 2), (128, 1),
+                                                                                        (128, 2)]
+        assert all(b["pp_throughput"]["mean"] > 0 and b["ttfr"]["mean"] > 0 for b in benchy["benchmarks"])
+        # Prompts cut with the model's own tokenizer, read from the head's HF cache (this machine has none).
+        assert benchy["sparkcluster"]["tokenizer"].endswith("local--tiny-llama/tokenizer.json")
+        tokens = benchy["sparkcluster"]["tokens"]
+        assert tokens["prompt_tokens"] == after["prompt"] - before["prompt"] > 0
+        assert tokens["completion_tokens"] == after["generation"] - before["generation"] > 0
+        # llama-benchy counts the token_ids of chunks that carry text; a token that decodes to nothing (the
+        # tiny model's end of sequence) is in vLLM's count only.
+        assert 0 < tokens["counted_tokens"] <= tokens["completion_tokens"]
     finally:
         down = sc(cluster, "down", "--json")
     assert down.returncode == 0, down.stderr
