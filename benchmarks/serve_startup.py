@@ -6,12 +6,18 @@ Two runtimes, each with both launchers, each from a stopped cluster:
   (the first run also copies the 1.1 GB image to the worker over the fabric; the second finds it there);
 - host: a real vLLM (CPU build, .venv-vllm from scripts/setup-vllm.sh) serving a tiny Llama, with the probe.
 
-Run as root:  .venv/bin/python benchmarks/serve_startup.py
+Then the compile/JIT caches (`--only caches` runs just this part): the host runtime serving the real CPU vLLM
+with compilation on (no --enforce-eager: torch.compile and Inductor run at start-up), first with every node's
+cache purged (`down --purge-caches`: cold), then again after `down` (warm: the caches kept in
+~/.cache/sparkcluster/jit), and the warm/cold ratio of serve -> first completion.
+
+Run as root:  .venv/bin/python benchmarks/serve_startup.py [--only docker|host|caches]
 All figures come from this run: the real CLI (its own phase timings from --json), process start included.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
@@ -87,13 +93,43 @@ def host_runs(config: str) -> None:
         cluster.down()
 
 
+def cache_runs(config: str) -> None:
+    """serve -> first completion with compilation on, cold (caches purged) then warm, on one node (TP 1: the
+    compile work is per node, and one node keeps the run within minutes on a small machine)."""
+    cluster = SimCluster.up(UpOptions(count=1, name="bench-serve-c", docker=False, vllm_env=str(VLLM_ENV)))
+    try:
+        assert cli(cluster.inventory_path, "bootstrap", "--runtime", "host", config=config).returncode == 0
+        tinymodel.generate_on(cluster, "spark-1", str(VLLM_ENV / "bin" / "python"))
+        args = ["--runtime", "host", "--launcher", "native", "--model", "local/tiny-llama", "--ready-timeout", "900",
+                "--no-verify", "--", "--max-model-len", "512"]
+        cli(cluster.inventory_path, "down", "--purge-caches", config=config)
+        cold, cold_doc = timed_serve(cluster.inventory_path, args, config)
+        report("host/native, compilation on, cold caches", cold, cold_doc)
+        status = cli(cluster.inventory_path, "status", "--json", config=config)
+        size = json.loads(status.stdout)["nodes"]["spark-1"].get("cache_bytes", 0) if status.stdout else 0
+        warm, warm_doc = timed_serve(cluster.inventory_path, args, config)
+        report("host/native, compilation on, warm caches", warm, warm_doc)
+        print(f"warm/cold serve -> first completion: {warm / cold:.2f} ({warm:.1f} s / {cold:.1f} s); "
+              f"ready phase {warm_doc['phases']['ready'] / cold_doc['phases']['ready']:.2f}; "
+              f"cache after the cold run {size / 1e6:.1f} MB")
+    finally:
+        cluster.down()
+
+
 def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--only", choices=("docker", "host", "caches"))
+    only = parser.parse_args().only
     with tempfile.TemporaryDirectory() as config:
-        docker_runs(config)
-        if (VLLM_ENV / "bin" / "vllm").exists():
-            host_runs(config)
-        else:
+        if only in (None, "docker"):
+            docker_runs(config)
+        if not (VLLM_ENV / "bin" / "vllm").exists():
             print("host runs skipped: run scripts/setup-vllm.sh for a real vLLM")
+            return 0
+        if only in (None, "host"):
+            host_runs(config)
+        if only in (None, "caches"):
+            cache_runs(config)
     return 0
 
 

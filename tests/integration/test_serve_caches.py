@@ -54,8 +54,10 @@ def two(tmp_path_factory) -> Iterator[SimCluster]:
         c.down()
 
 
-def sc(c: SimCluster, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    return run_cli(args[0], "-i", str(c.inventory_path), *args[1:], timeout=timeout)
+def sc(c: SimCluster, *args: str, timeout: float = 300, ok: bool = True) -> subprocess.CompletedProcess:
+    result = run_cli(args[0], "-i", str(c.inventory_path), *args[1:], timeout=timeout)
+    assert result.returncode == 0 or not ok, f"{' '.join(args)} exited {result.returncode}:\n{result.stderr[-3000:]}"
+    return result
 
 
 def mounts(c: SimCluster, host: str) -> dict[str, str]:
@@ -76,7 +78,7 @@ def compile_in_container(c: SimCluster) -> dict:
 
 
 def test_every_node_mounts_its_cache_and_a_new_container_finds_the_compiled_graph(two):
-    assert sc(two, "up", COMPILER).returncode == 0
+    sc(two, "up", COMPILER)
     home = {h: ssh(two, h, "echo $HOME").stdout.strip() for h in ("spark-1", "spark-2")}
     for host in ("spark-1", "spark-2"):
         assert mounts(two, host)[CONTAINER_CACHE_DIR] == f"{home[host]}/.cache/sparkcluster/jit"
@@ -85,8 +87,8 @@ def test_every_node_mounts_its_cache_and_a_new_container_finds_the_compiled_grap
     cold = compile_in_container(two)
     assert cold["misses"] >= 1 and cold["hits"] == 0
 
-    assert sc(two, "down").returncode == 0  # the container is removed (--rm): only the mounted cache survives
-    assert sc(two, "up", COMPILER).returncode == 0
+    sc(two, "down")  # the container is removed (--rm): only the mounted cache survives
+    sc(two, "up", COMPILER)
     warm = compile_in_container(two)
     assert warm["hits"] >= 1 and warm["misses"] == 0
     print(f"torch.compile in a new container: cold {cold['seconds']:.1f} s, warm {warm['seconds']:.1f} s, "
@@ -104,13 +106,13 @@ def test_every_node_mounts_its_cache_and_a_new_container_finds_the_compiled_grap
 
 
 def test_no_cache_dirs_removes_the_mount_and_the_variables(two):
-    assert sc(two, "up", "--no-cache-dirs").returncode == 0
+    sc(two, "up", "--no-cache-dirs")
     try:
         for host in ("spark-1", "spark-2"):
             assert CONTAINER_CACHE_DIR not in mounts(two, host)
             assert not set(CACHE_VARIABLES) & set(env(two, host))
     finally:
-        sc(two, "down")
+        sc(two, "down", ok=False)
 
 
 def test_serve_again_reuses_what_is_unchanged_and_says_so(two):
@@ -127,4 +129,4 @@ def test_serve_again_reuses_what_is_unchanged_and_says_so(two):
         changed = json.loads(sc(two, *args).stdout)
         assert "ray" not in changed["skipped"] and not changed["reused_ray"]
     finally:
-        sc(two, "down")
+        sc(two, "down", ok=False)
