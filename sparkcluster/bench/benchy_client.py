@@ -122,6 +122,8 @@ class Client:
                     if result.first_token_ts is None:
                         result.first_token_ts = arrived
                     chunks.append(Chunk(token, arrived, token_id_count(payload)))
+            if result.first_response_ts is None:  # a real server's stream always carries a choice
+                raise BadResponse("the stream ended without output (not one choice: no token, no finish_reason)")
             finalize(result, chunks, usage_completion)
             self.tally.counted_tokens += result.total_tokens
             result.end_ts = time.perf_counter()
