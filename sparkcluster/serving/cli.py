@@ -8,6 +8,7 @@ import dataclasses
 import subprocess
 import sys
 import threading
+from contextlib import AbstractContextManager
 
 from rich.markup import escape
 
@@ -17,7 +18,9 @@ from ..engine.console import err as err_console
 from ..engine.console import out as console
 from ..engine.errors import EXIT_FAILED, EXIT_OK, UsageError
 from ..engine.inventory import Inventory
+from ..engine.locks import held
 from ..engine.report import print_json
+from ..engine.session import Session
 from ..engine.transport import openssh_argv, ssh_destination
 from ..staging.images import held_layers
 from . import recipes_cli, render, top
@@ -59,10 +62,17 @@ def _chosen(args: argparse.Namespace) -> RuntimeChoice:
     return RuntimeChoice(args.runtime, args.image or DEFAULT_IMAGE, tuple(args.docker_arg or ()))
 
 
+def one_at_a_time(session: Session) -> AbstractContextManager[None]:
+    """Two serves (or ups) on one cluster would start, replace and stop each other's Ray and vLLM: the second
+    is refused while the first runs. `down` takes no lock: it is how a user stops a serve that went wrong."""
+    return held(session, "serve", "a serve or up of this cluster",
+                "wait for it, or stop it (`sparkcluster down`) and serve again")
+
+
 def cmd_up(args: argparse.Namespace, connect: Connect) -> int:
     opts = options(args)
     phases = Phases()
-    with connect(args, no_check) as session:
+    with connect(args, no_check) as session, one_at_a_time(session):
         _, _, members, reused = up(session, opts, phases, _emit(args))
     if args.json:
         print_json({"reused": reused, "phases": phases.seconds, "members": [dataclasses.asdict(m) for m in members]})
@@ -89,7 +99,8 @@ def cmd_serve(args: argparse.Namespace, connect: Connect) -> int:
             else:
                 render.serve_plan(console, doc)
             return EXIT_OK
-        result = serve(session, opts, _emit(args))
+        with one_at_a_time(session):
+            result = serve(session, opts, _emit(args))
     if args.json:
         print_json(dataclasses.asdict(result))
     else:
@@ -153,7 +164,7 @@ def cmd_down(args: argparse.Namespace, connect: Connect) -> int:
         outcomes = stop_everywhere(session)
         if outcomes[session.head.name].state is not StopState.UNREACHABLE:
             clear_record(session)
-        purged = purge_caches(session) if args.purge_caches else {}
+        purged = purge_caches(session, args.image) if args.purge_caches else {}
     if args.json:
         doc: dict[str, object] = {"stopped": {name: outcome.describe() for name, outcome in outcomes.items()}}
         if args.purge_caches:

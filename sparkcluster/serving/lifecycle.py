@@ -135,10 +135,11 @@ def stop_everywhere(session: Session) -> dict[str, NodeStopped]:
     return dict(session.each(stop))
 
 
-def purge_caches(session: Session) -> dict[str, NodeStopped]:
-    """node -> how much compile/JIT cache was deleted (`down --purge-caches`), or why it could not be."""
+def purge_caches(session: Session, image: str) -> dict[str, NodeStopped]:
+    """node -> how much compile/JIT cache was deleted (`down --purge-caches`), or why it could not be. `image`
+    removes what the root container wrote, where the login user may not."""
     def purge(host: Host) -> tuple[str, NodeStopped]:
-        command = purge_command()
+        command = purge_command(image)
         try:
             result = session.run(host, command)
         except Unreachable as e:

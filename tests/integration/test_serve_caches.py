@@ -89,6 +89,13 @@ def test_every_node_mounts_its_cache_and_a_new_container_finds_the_compiled_grap
 
     sc(two, "down")  # the container is removed (--rm): only the mounted cache survives
     sc(two, "up", COMPILER)
+    top = run_cli("top", "-i", str(two.inventory_path), "--once", "--json", "--interval", "0.5", timeout=120)
+    assert top.returncode == 0, top.stderr
+    doc = json.loads(top.stdout)
+    assert doc["endpoint"] is None and doc["note"].startswith("nothing is served")  # `up` only
+    for host in ("spark-1", "spark-2"):  # the emulated GB10 reads memory [N/A]: the node's own, said so
+        node = doc["nodes"][host]
+        assert node["answered"] and node["memory_source"] == "unified" and node["processes"]["main"] == "running"
     warm = compile_in_container(two)
     assert warm["hits"] >= 1 and warm["misses"] == 0
     print(f"torch.compile in a new container: cold {cold['seconds']:.1f} s, warm {warm['seconds']:.1f} s, "
@@ -130,3 +137,12 @@ def test_serve_again_reuses_what_is_unchanged_and_says_so(two):
         assert "ray" not in changed["skipped"] and not changed["reused_ray"]
     finally:
         sc(two, "down", ok=False)
+
+
+def test_top_shows_a_node_that_stops_answering(two):
+    """Last in the module: it powers a node off."""
+    two.power_off("spark-2")
+    top = run_cli("top", "-i", str(two.inventory_path), "--once", "--json", "--interval", "0.5", timeout=180)
+    assert top.returncode == 1 and "Traceback" not in top.stderr, top.stderr
+    nodes = json.loads(top.stdout)["nodes"]
+    assert nodes["spark-1"]["answered"] and not nodes["spark-2"]["answered"] and nodes["spark-2"]["error"]

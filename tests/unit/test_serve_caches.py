@@ -69,6 +69,6 @@ def test_size_and_purge_run_in_a_real_shell(tmp_path: Path):
     (d / "kernel.cubin").write_bytes(b"x" * 300_000)
     size = parse_size(sh(size_command().script))
     assert size is not None and 300_000 <= size < 400_000
-    assert parse_size(sh(purge_command().script)) == size
+    assert parse_size(sh(purge_command("vllm-node").script)) == size
     assert not (tmp_path / ".cache/sparkcluster/jit").exists()
     assert parse_size("du: cannot read") is None and parse_size("") is None
