@@ -164,7 +164,7 @@ def cmd_down(args: argparse.Namespace, connect: Connect) -> int:
         outcomes = stop_everywhere(session)
         if outcomes[session.head.name].state is not StopState.UNREACHABLE:
             clear_record(session)
-        purged = purge_caches(session, args.image) if args.purge_caches else {}
+        purged = purge_caches(session, args.image or DEFAULT_IMAGE) if args.purge_caches else {}
     if args.json:
         doc: dict[str, object] = {"stopped": {name: outcome.describe() for name, outcome in outcomes.items()}}
         if args.purge_caches:
