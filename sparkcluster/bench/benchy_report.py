@@ -105,7 +105,8 @@ def markdown(model: str, runs: Sequence[BenchmarkRun], max_concurrency: int) -> 
 
 
 def pipe_table(headers: list[str], data: list[list[str]]) -> str:
-    widths = [max(len(h), *(len(row[i]) for row in data)) for i, h in enumerate(headers)]
+    # tabulate's widths: the widest cell, and at least the header plus its minimum padding of 2
+    widths = [max(len(h) + 2, *(len(row[i]) for row in data)) for i, h in enumerate(headers)]
 
     def line(cells: list[str]) -> str:
         return "| " + " | ".join(c.ljust(w) if i == 0 else c.rjust(w)
