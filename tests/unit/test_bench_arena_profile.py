@@ -87,3 +87,38 @@ def test_a_re_run_of_a_finished_profile_measures_nothing(tmp_path):
     assert json.loads(first.stdout)["sparkcluster"]["cells_measured"] == 2
     assert json.loads(again.stdout)["sparkcluster"]["cells_measured"] == 0
     assert [b["context_size"] for b in json.loads(again.stdout)["benchmarks"]] == [256, 256, 0]
+
+
+def test_ctrl_c_keeps_every_finished_cell(tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from tests.unit.test_bench_client import _sigint_as_a_terminal_sends_it, _stub_requests
+
+    profile = tmp_path / "small.yaml"
+    profile.write_text("args: {pp: [64], tg: [8], depth: [0, 256], concurrency: [1, 2], prefix_caching: true, runs: 1}"
+                       "\nschedule:\n  - {depth: 256, concurrency: 2}\n  - {depth: 0, concurrency: 1}\n")
+    book = tmp_path / "book.txt"
+    book.write_text(" ".join(f"w{i % 300}" for i in range(5000)))
+    out = tmp_path / "small"
+    # Session start (4 requests) and the first cell (a warm-up and a run, each a context load and an inference
+    # burst of 2: 8); the second cell's request is accepted and never answered, until Ctrl-C.
+    with running_stub(**FAST, stall_after=12) as url:
+        process = subprocess.Popen([sys.executable, "-m", "sparkcluster", "bench", "--url", url, "--profile",
+                                    str(profile), "--out", str(out), "--corpus", str(book)], stdout=subprocess.PIPE,
+                                   stderr=subprocess.PIPE, text=True, preexec_fn=_sigint_as_a_terminal_sends_it)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and process.poll() is None and _stub_requests(url) < 13:
+            time.sleep(0.3)
+        process.send_signal(signal.SIGINT)
+        stdout, stderr = process.communicate(timeout=30)
+    assert process.returncode == 130, stderr
+    assert "interrupted: 1 of 2 cells measured" in stderr
+    assert "pp64 @ d256 (c2)" in stdout  # the finished cell's rows, as llama-benchy's table
+    assert [p.name for p in (out / "cells").iterdir()] == ["benchmark_d256_c2_pp64_tg8.json"]
+    rows = list(csv.reader((out / "benchmark.csv").open()))
+    assert [r[1] for r in rows[1:]] == ["ctx_pp @ d256 (c2)", "ctx_tg @ d256 (c2)", "pp64 @ d256 (c2)",
+                                        "tg8 @ d256 (c2)"]
+    assert json.loads((out / "metadata.json").read_text())["benchmark"]["completed_at"] is None
