@@ -112,8 +112,12 @@ class DockerRuntime(Runtime):
         return Command.argv(["docker", "exec", CONTAINER, "sh", "-c", inner])
 
     def stop_all(self) -> Command:
+        # A --rm container is removed by the daemon after it stops, a moment later: `docker rm -f` may find the
+        # removal in progress, and a `docker run --name` at once would find the name still taken. Wait until gone.
+        gone = (f"i=0; while docker inspect {CONTAINER} >/dev/null 2>&1 && [ $i -lt {STOP_GRACE_S * 5} ]; "
+                f"do sleep 0.2; i=$((i+1)); done")
         return Command(f"if docker inspect {CONTAINER} >/dev/null 2>&1; then docker stop -t {STOP_GRACE_S} {CONTAINER} "
-                       f">/dev/null 2>&1; docker rm -f {CONTAINER} >/dev/null 2>&1; echo container; fi; "
+                       f">/dev/null 2>&1; docker rm -f {CONTAINER} >/dev/null 2>&1; echo container; fi; {gone}; "
                        f"! docker inspect {CONTAINER} >/dev/null 2>&1")
 
 
