@@ -28,7 +28,7 @@ V2_USED = {"model", "model_revision", "runtime", "container", "command", "defaul
 # Where and how sparkrun places containers, which sparkcluster's one-container-per-node layout cannot follow.
 PLACEMENT = {"containers", "layout", "scheduler", "cluster_config", "distribution_config"}
 HOOKS = {"pre_exec", "post_exec", "post_commands", "stop_after_post"}
-VLLM_RUNTIMES: dict[str, RecipeLauncher | None] = {"vllm": None, "vllm-distributed": "native", "vllm-ray": "ray",
+VLLM_RUNTIMES: dict[str, RecipeLauncher | None] = {"vllm": "native", "vllm-distributed": "native", "vllm-ray": "ray",
                                                     "eugr-vllm": None}
 # sparkrun builds a command-less recipe's line from these defaults keys (runtimes/vllm's flag map); others are
 # not emitted.
