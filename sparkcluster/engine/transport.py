@@ -270,15 +270,18 @@ class Transport:
             raise self._unreachable(f"{self.host.address} dropped off while starting `{command.display()}`: {e}",
                                     _reachability_fix(self.host)) from None
         line, deadline = b"", time.monotonic() + first_line_timeout
-        while not line.endswith(b"\n") and time.monotonic() < deadline and not channel.exit_status_ready():
+        while not line.endswith(b"\n") and time.monotonic() < deadline:
             try:
-                line += channel.recv(1)
+                byte = channel.recv(1)  # what it printed before it exited is still read: EOF comes after it
             except TimeoutError:
                 continue
             except (paramiko.SSHException, OSError) as e:
                 held.release()
                 raise self._unreachable(f"{self.host.address} dropped off while running `{command.display()}`: {e}",
                                         _reachability_fix(self.host)) from None
+            if not byte:
+                break
+            line += byte
         if not line.endswith(b"\n"):  # ended or silent: its stderr says why
             errors = channel.recv_stderr(4096).decode(errors="replace").strip() if channel.recv_stderr_ready() else ""
             held.release()

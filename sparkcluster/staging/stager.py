@@ -11,6 +11,7 @@ from typing import Any
 
 from ..engine.errors import SparkclusterError, UsageError
 from ..engine.inventory import Host
+from ..engine.locks import held
 from ..engine.modelref import ModelRef
 from ..engine.remote import python_of
 from ..engine.session import Session
@@ -27,7 +28,6 @@ from .hfcache import (
     source_manifest,
     verify_command,
 )
-from .lock import staging_lock
 from .wire import TRANSPORTS, DataPlane
 
 
@@ -150,7 +150,9 @@ def stage(session: Session, model: ModelRef, *, source: str = "auto", verify: st
     transports = session.transports
     stager = Stager(session, model, verify=verify, streams=streams, data_plane=data_plane, over_lan=over_lan,
                     progress=progress)
-    with staging_lock(session, model):
+    # Two runs would share each node's partial directory and step on each other's partial blobs.
+    with held(session, f"stage-{model.dir_name}", f"a stage of {model}",
+              "wait for it to finish (it makes the same copy), or stop it and run again"):
         if source == "local":
             push_local(model, head, transports[head.name], openssh_argv(head))
             return stager.run("head")

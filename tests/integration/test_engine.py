@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import subprocess
+import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -12,6 +16,7 @@ import yaml
 
 from sparkcluster.engine.events import StepFinished
 from sparkcluster.engine.inventory import load_inventory
+from sparkcluster.engine.locks import Busy, held
 from sparkcluster.engine.playbook import load_playbook
 from sparkcluster.engine.runner import Runner
 from sparkcluster.engine.session import connect
@@ -171,3 +176,41 @@ plays:
     assert result.exit_code == 1
     finished = [e for e in events if isinstance(e, StepFinished) and e.host == fresh_host]
     assert finished[-1].status == "unreachable" and "dropped off" in finished[-1].reason
+
+
+HOLD_A_LOCK = """
+import sys, time
+from sparkcluster.engine.inventory import load_inventory
+from sparkcluster.engine.locks import held
+from sparkcluster.engine.session import connect
+with connect(load_inventory(sys.argv[1])) as session, held(session, "test-lock", "a test run", "wait"):
+    print("held", flush=True)
+    time.sleep(120)
+"""
+
+
+def test_a_node_lock_refuses_a_second_run_and_dies_with_the_run_that_held_it(cluster):
+    """engine/locks.py, which `stage` (per model) and `serve`/`up` (per cluster) take: the second run is refused
+    with the first one's PID, and a SIGKILLed holder leaves nothing behind to clean up."""
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_A_LOCK, str(cluster.inventory_path)],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        with connect(load_inventory(cluster.inventory_path)) as session:
+            with pytest.raises(Busy) as refused:
+                with held(session, "test-lock", "a test run", "wait"):
+                    pytest.fail("two runs held one lock")
+            assert refused.value.message.startswith("spark-1: a test run is already running there: ")
+            assert f"(pid {holder.pid} on " in refused.value.message
+            holder.send_signal(signal.SIGKILL)  # no cleanup at all: the lock goes with its SSH connection
+            holder.wait()
+            deadline = time.monotonic() + 15
+            while True:
+                try:
+                    with held(session, "test-lock", "a test run", "wait"):
+                        break
+                except Busy:
+                    assert time.monotonic() < deadline, "the lock outlived the run that held it"
+                    time.sleep(0.5)
+    finally:
+        holder.kill()

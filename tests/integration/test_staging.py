@@ -215,14 +215,15 @@ def test_a_second_stage_of_the_same_model_is_refused_with_the_first_ones_command
     _drop_copies(c, ["spark-2", "spark-3", "spark-4"])
     first = subprocess.Popen([sys.executable, "-m", "sparkcluster", "stage", MODEL, "-i", str(c.inventory_path),
                               "--json"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    lock = f"~/.cache/huggingface/sparkcluster-locks/stage-{ModelRef.parse(MODEL).dir_name}.lock"
+    lock = f"~/.cache/sparkcluster/locks/stage-{ModelRef.parse(MODEL).dir_name}.lock"
     deadline = time.monotonic() + 30
     while f"pid {first.pid} " not in ssh(c, "spark-4", f"cat {lock} 2>/dev/null; true").stdout:
         assert time.monotonic() < deadline and first.poll() is None, "the first run never took the lock"
         time.sleep(0.2)
     code, doc = stage_json(c)
     first_out, _ = first.communicate(timeout=600)
-    assert code == 1 and "another run is staging" in doc["error"] and f"pid {first.pid} " in doc["error"], doc
+    assert code == 1 and f"a stage of {MODEL} is already running" in doc["error"], doc
+    assert f"pid {first.pid} " in doc["error"], doc
     assert first.returncode == 0, first_out
     assert all(n["state"] == "complete" for n in json.loads(first_out)["nodes"].values())
     for w in ("spark-2", "spark-3", "spark-4"):

@@ -1,0 +1,76 @@
+"""Locks on the nodes that live exactly as long as the run that took them: one run of a kind at a time, however
+the other one ends. A lock is an `flock` held by a shell whose stdin is this run's SSH channel (Transport.hold),
+so it goes away with the run whatever happens to it (done, Ctrl-C, SIGKILL, the control machine powered off),
+and no stale-lock rule is ever needed. A second run is refused at once with the first one's command, PID,
+machine and start time (exit 1), never left to step on the first one's work.
+
+Nodes are locked one by one in inventory order: of two runs started together, the one that gets the first node
+gets them all, and the other is refused there, instead of both being refused half-way.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import socket
+import sys
+import time
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+
+from .command import Command
+from .errors import SparkclusterError
+from .inventory import Host
+from .session import Session
+from .transport import Held
+
+LOCK_DIR = "${XDG_CACHE_HOME:-$HOME/.cache}/sparkcluster/locks"
+LOCKED, BUSY = "locked", "busy"
+# The first line of stdin is who holds it; the lock file keeps it for the next run to read. `<>` opens the file
+# without truncating it, so a refused run never wipes the holder's words; the holder rewrites them once it holds.
+_HOLD = """d="{root}" && mkdir -p "$d" && exec 9<>"$d/{name}" || exit 1
+IFS= read -r holder
+if flock -n 9; then : > "$d/{name}"; printf '%s\\n' "$holder" >&9; echo {locked}; exec cat >/dev/null
+else printf '{busy} %s\\n' "$(head -c 400 "$d/{name}")"; fi"""
+
+
+class Busy(SparkclusterError):
+    """Another run holds the lock on a node (exit 1)."""
+
+
+def this_run() -> str:
+    """Who this run is, on one line: enough for another user to find it and decide."""
+    command = shlex.join(["sparkcluster", *sys.argv[1:]]).replace("\n", " ")[:200]
+    started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
+    return f"`{command}` (pid {os.getpid()} on {socket.gethostname()}, since {started})"
+
+
+def lock_file(name: str) -> str:
+    """Where lock `name` lives on a node, as the node's shell expands it."""
+    return f"{LOCK_DIR}/{name}.lock"
+
+
+def hold_command(name: str, holder: str) -> Command:
+    return Command(_HOLD.format(root=LOCK_DIR, name=f"{name}.lock", locked=LOCKED, busy=BUSY),
+                   stdin=holder + "\n", timeout=30)
+
+
+@contextmanager
+def held(session: Session, name: str, what: str, fix: str, hosts: Iterable[Host] | None = None) -> Iterator[None]:
+    """Hold lock `name` (letters, digits, `.`, `_`, `-`) on each of `hosts` (every host of the session) while
+    the block runs; `what` names the work in the refusal ("a stage of acme/x"), `fix` says what to do."""
+    handles: list[Held] = []
+    command = hold_command(name, this_run())
+    try:
+        for host in session.hosts if hosts is None else hosts:  # in order: see the module's docstring
+            answer, handle = session.transport(host).hold(command)
+            handles.append(handle)
+            if answer.startswith(BUSY):
+                raise Busy(f"{host.name}: {what} is already running there: {answer[len(BUSY):].strip()}", fix)
+            if answer != LOCKED:
+                raise SparkclusterError(f"{host.name}: could not take the lock for {what}: {answer}",
+                                        "the node needs `flock` (util-linux) and a writable ~/.cache")
+        yield
+    finally:
+        for handle in reversed(handles):
+            handle.release()
