@@ -136,7 +136,7 @@ def write(out: Path, profile: Profile, target: Target, opts: BenchyOptions, star
     recipe = recipe_text(target)
     ended = datetime.datetime.now(datetime.timezone.utc)
     _write(out / "benchmark.json", json.dumps(merged, indent=2))
-    _write(out / "benchmark.csv", csv_text(merged["model"], runs, merged["max_concurrency"]))
+    _write(out / "benchmark.csv", csv_text(merged["model"], runs, merged["max_concurrency"], arena=True))
     _write(out / "metadata.json", json.dumps(metadata(profile, target, opts, started, ended, len(docs) == len(plan),
                                                       resumed, recipe), indent=2))
     _write(out / "recipe.yaml", recipe)

@@ -52,7 +52,9 @@ def document(header: Header, runs: Sequence[BenchmarkRun]) -> dict[str, Any]:
             "benchmarks": [run.to_json() for run in runs]}
 
 
-def lines(model: str, runs: Sequence[BenchmarkRun], max_concurrency: int) -> list[Line]:
+def lines(model: str, runs: Sequence[BenchmarkRun], max_concurrency: int, arena: bool = False) -> list[Line]:
+    """The rows llama-benchy prints. `arena`: sparkrun's json_to_csv, which writes a tg row only where there is
+    a tg figure (llama-benchy also writes one for a peak alone, as a run of 1-token answers has)."""
     out = []
     for run in runs:
         c = f" (c{run.concurrency})" if max_concurrency > 1 else ""
@@ -64,17 +66,17 @@ def lines(model: str, runs: Sequence[BenchmarkRun], max_concurrency: int) -> lis
         if run.pp_throughput:
             out.append(Line(model, pp_name, run.pp_throughput, run.pp_req_throughput, None, None, run.ttfr,
                             run.est_ppt, run.e2e_ttft))
-        if run.tg_throughput or run.peak_throughput:
+        if run.tg_throughput or (run.peak_throughput and not arena):
             out.append(Line(model, tg_name, run.tg_throughput, run.tg_req_throughput, run.peak_throughput,
                             run.peak_req_throughput, None, None, None))
     return out
 
 
-def csv_text(model: str, runs: Sequence[BenchmarkRun], max_concurrency: int) -> str:
+def csv_text(model: str, runs: Sequence[BenchmarkRun], max_concurrency: int, arena: bool = False) -> str:
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\r\n")  # csv.DictWriter's default, as llama-benchy writes it
     writer.writerow(CSV_COLUMNS)
-    for line in lines(model, runs, max_concurrency):
+    for line in lines(model, runs, max_concurrency, arena):
         row: list[object] = [line.model, line.test_name]
         for m in (line.t_s, line.t_s_req, line.peak_ts, line.peak_ts_req, line.ttfr, line.est_ppt, line.e2e_ttft):
             row += [m.mean, m.std] if m else ["", ""]

@@ -139,6 +139,13 @@ def test_row_names_csv_and_markdown_in_llama_benchys_shape():
                                                             "est_ppt (ms)", "e2e_ttft (ms)"]
 
 
+def test_a_peak_without_a_tg_figure_is_a_row_for_llama_benchy_but_not_in_the_arenas_csv():
+    peak_only = BenchmarkRun(1, 0, 64, 1, False, metric([100.0]), metric([100.0]), None, None, metric([1.0]),
+                             metric([1.0]), metric([5.0]), metric([5.0]), metric([5.0]))
+    assert [line.test_name for line in benchy_report.lines("m", [peak_only], 1)] == ["pp64", "tg1"]
+    assert benchy_report.csv_text("m", [peak_only], 1, arena=True).count("\n") == 2  # header and pp64
+
+
 def test_json_document_round_trips():
     header = benchy_report.Header("2026-01-01 00:00:00Z", "api", 1.5, "m", True, 2)
     doc = json.loads(json.dumps(benchy_report.document(header, arena_like_runs())))
