@@ -188,3 +188,14 @@ def test_the_token_tally_matches_the_servers_own_counters(tmp_path):
     assert tokens["prompt_tokens"] == float(metrics['vllm:prompt_tokens_total{model_name="stub-model"}'])
     assert tokens["completion_tokens"] == tokens["counted_tokens"] == float(
         metrics['vllm:generation_tokens_total{model_name="stub-model"}'])
+
+
+def test_latency_mode_generation_is_the_first_byte_of_a_one_token_request(tmp_path):
+    with running_stub(ttft=0.05, itl=0.005) as url:
+        result = benchy(tmp_path, url, "--pp", "64", "--tg", "8", "--runs", "1", "--latency-mode", "generation",
+                        "--json")
+    assert result.returncode == 0, result.stderr
+    doc = json.loads(result.stdout)
+    assert doc["latency_mode"] == "generation" and within(doc["latency_ms"], 50)
+    cell = doc["benchmarks"][0]
+    assert within(cell["ttfr"]["mean"] - cell["est_ppt"]["mean"], doc["latency_ms"], 0.01)
