@@ -62,6 +62,9 @@ def serve_plan(console: Console, doc: dict[str, Any]) -> None:
     for copy in doc["image_copies"]:
         console.print(f"  copy image {escape(doc['image']['name'])} to {copy['node']} over {copy['over']}",
                       highlight=False)
+    for mod in doc.get("mods", ()):
+        console.print(f"  mod {mod['name']} from {mod['from']} (the recipe's {mod['given']}), run on every node "
+                      "before vLLM", highlight=False, markup=False)
     for node, lines in doc["commands"].items():
         for line in lines:
             console.print(f"  {node}: {line}", highlight=False, markup=False, soft_wrap=True)

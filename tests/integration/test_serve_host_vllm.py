@@ -239,6 +239,17 @@ def test_an_eugr_recipe_with_a_mod_serves_tp2_unmodified(cluster, tmp_path):
     template its mod dropped, found by the command's relative path."""
     head = cluster.topology.hosts[0]
     recipe = eugr_checkout(tmp_path, TEMPLATE_MOD)
+    # --check first: each mod and where it comes from, then every node's lines (the mods', then vLLM's).
+    check = sc(cluster, "serve", "--runtime", "host", "--launcher", "native", "--recipe", str(recipe), "--check")
+    assert check.returncode == 0, check.stderr
+    assert f"mod tiny-template from {tmp_path / 'mods' / 'tiny-template'} (the recipe's mods/tiny-template)" in \
+        check.stdout
+    out = check.stdout
+    assert out.count("export WORKSPACE_DIR=") == 2 and out.count("SPARKCLUSTER_RECIPE_MARK=21") >= 2, out
+    # on each node the mods' command comes before its vLLM rank's
+    for rank, host in enumerate(("spark-1", "spark-2")):
+        node = out[out.index(f"  {host}: "):]
+        assert node.index("mod tiny-template: running") < node.index(f"--node-rank {rank}"), out
     result = sc(cluster, "serve", "--runtime", "host", "--launcher", "native", "--recipe", str(recipe),
                 "--ready-timeout", "300", "--json")
     try:

@@ -8,6 +8,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from sparkcluster import cli
 from sparkcluster.engine import session as session_module
@@ -378,3 +381,42 @@ def test_a_name_twice_below_a_registry_is_ambiguous(tmp_path):
     recipe_registry.add("mine", str(repo), True)
     with pytest.raises(UsageError, match="@mine/modded is ambiguous: @mine/other/modded, @mine/sub/modded"):
         load_recipe("@mine/modded")
+
+
+def test_mods_run_in_vllms_start_directory_and_the_first_failure_stops_them(tmp_path):
+    """The line every node runs, executed by a real shell here: WORKSPACE_DIR is where it starts (where vLLM will
+    start), each mod runs from its own directory, and a failing one stops the rest with its exit code."""
+    from sparkcluster.serving.recipe_mods import resolve_mod, run_mods_line
+    mods = tmp_path / "mods"
+    for name, body in (("drop", 'cp t.jinja "$WORKSPACE_DIR/chat.jinja"\n'), ("fail", "echo broken >&2; exit 4\n"),
+                       ("never", 'touch "$WORKSPACE_DIR/never-ran"\n')):
+        (mods / name).mkdir(parents=True)
+        (mods / name / "run.sh").write_text("#!/bin/sh\n" + body)
+    (mods / "drop" / "t.jinja").write_text("{{ messages }}")
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    found = [resolve_mod(f"mods/{n}", "r.yaml:3", [tmp_path]) for n in ("drop", "fail", "never")]
+    ok = subprocess.run(["sh", "-c", run_mods_line(found[:1], str(mods))], cwd=workspace, capture_output=True, text=True)
+    assert ok.returncode == 0 and (workspace / "chat.jinja").read_text() == "{{ messages }}"
+    bad = subprocess.run(["sh", "-c", run_mods_line(found, str(mods))], cwd=workspace, capture_output=True, text=True)
+    assert bad.returncode == 4 and "broken" in bad.stderr and "mod fail failed (exit 4)" in bad.stderr
+    assert not (workspace / "never-ran").exists()
+
+
+@settings(max_examples=150, suppress_health_check=list(HealthCheck), deadline=None)
+@given(doc=st.dictionaries(
+    st.sampled_from(["recipe_version", "name", "container", "command", "defaults", "env", "mods", "model", "runtime",
+                     "min_nodes", "max_nodes", "include", "overrides", "solo_only", "build_args", "executor"]),
+    st.recursive(st.none() | st.booleans() | st.integers(-2, 4) | st.text(max_size=8)
+                 | st.sampled_from(["1", "2", "vllm serve a/b -tp {tensor_parallel}", "vllm serve {model}", "{"]),
+                 lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3),
+                 max_leaves=8), max_size=7))
+def test_random_community_recipes_load_or_explain(tmp_path_factory, doc):
+    path = tmp_path_factory.mktemp("fuzz") / "r.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    try:
+        recipe = load_recipe(str(path))
+    except UsageError as e:
+        assert e.message and e.fix
+    else:
+        assert all(isinstance(v, str) for v in recipe.env.values())
