@@ -420,3 +420,30 @@ def test_random_community_recipes_load_or_explain(tmp_path_factory, doc):
         assert e.message and e.fix
     else:
         assert all(isinstance(v, str) for v in recipe.env.values())
+
+
+def two_node_inventory(tmp_path: Path, count: int = 2) -> Path:
+    inv = tmp_path / "inv.yml"
+    hosts = "".join(f"  spark-{i}: {{address: 10.0.0.{i}, role: {'head' if i == 1 else 'worker'}}}\n"
+                    for i in range(1, count + 1))
+    inv.write_text(f"name: t\nvars: {{user: spark}}\nhosts:\n{hosts}")
+    return inv
+
+
+@pytest.mark.parametrize("extra, recipe_text, nodes, message", [
+    # mods need a running container beside Ray with the docker runtime
+    (["--runtime", "docker", "--launcher", "native"], EUGR_V1, 2, "brings mods, which the docker runtime runs only"),
+    # a cluster_only recipe on one node
+    ([], 'recipe_version: "1"\nname: big\ncontainer: c\ncluster_only: true\ncommand: vllm serve a/b\n', 1,
+     "needs at least 2 nodes (cluster_only"),
+    # the recipe's TP 2 on three nodes
+    ([], EUGR_V1, 3, "TP 2 x PP 1 on 3 nodes"),
+])
+def test_serve_refuses_what_the_nodes_cannot_run_before_connecting(tmp_path, monkeypatch, capsys, no_connection,
+                                                                  extra, recipe_text, nodes, message):
+    path = eugr_tree(tmp_path / "checkout", recipe=recipe_text)
+    monkeypatch.setattr(cli.err_console, "width", 10_000)
+    code = cli.main(["serve", "-i", str(two_node_inventory(tmp_path, nodes)), "--recipe", str(path), "--check",
+                     *extra])
+    err = " ".join(capsys.readouterr().err.split())
+    assert code == EXIT_USAGE and message in err, err
