@@ -283,3 +283,39 @@ def test_a_failing_mod_stops_serve_everywhere_with_its_output(cluster, tmp_path)
     assert "a mod failed on spark-" in err and "patching vllm: hunk 2 FAILED" in err and "exit 3" in err
     for host in ("spark-1", "spark-2"):
         assert "vllm serve" not in processes(cluster, host)
+
+
+RAY_PP_RECIPE = """\
+model: local/tiny-llama
+runtime: vllm-ray
+defaults:
+  tensor_parallel: 1
+  pipeline_parallel: 2
+  max_model_len: 256
+  served_model_name: tiny-ray-pp
+  # a later pipeline stage allocates its receive buffer in the CPU worker's warm-up, which --enforce-eager skips
+  compilation_config: '{"mode": 1, "backend": "eager"}'
+"""
+
+
+def test_a_sparkrun_recipe_serves_tp1_x_pp2_over_ray(cluster, tmp_path):
+    """~90 s: pipeline parallel with the Ray launcher (the recipe's runtime: vllm-ray), a stage per node."""
+    head = cluster.topology.hosts[0]
+    recipe = tmp_path / "tiny-ray-pp.yaml"
+    recipe.write_text(RAY_PP_RECIPE)
+    result = sc(cluster, "serve", "--runtime", "host", "--recipe", str(recipe), "--ready-timeout", "300", "--json")
+    try:
+        assert result.returncode == 0, result.stderr[-3000:]
+        doc = json.loads(result.stdout)
+        assert doc["launcher"] == "ray" and doc["served_name"] == "tiny-ray-pp"
+        code, text = http(f"http://{head.mgmt_ip}:8000/v1/completions",
+                          {"model": "tiny-ray-pp", "prompt": "Two stages", "max_tokens": 8, "temperature": 0},
+                          timeout=60)
+        assert code == 200 and json.loads(text)["usage"]["completion_tokens"] == 8, text
+        line = [p for p in cluster.exec_in("spark-1", ["ps", "-eww", "-o", "args"], capture_output=True,
+                                           text=True).stdout.splitlines() if "vllm serve" in p]
+        assert line and "--pipeline-parallel-size 2 --distributed-executor-backend ray" in line[0], line
+        assert "RayWorkerProc" in processes(cluster, "spark-2")  # the second stage runs on the worker
+    finally:
+        down = sc(cluster, "down", "--json")
+    assert down.returncode == 0, down.stderr
