@@ -135,8 +135,29 @@ def find_target(args: argparse.Namespace, connect: Connect, tokenizer: bool = Fa
     return (dataclasses.replace(target, model=args.model) if args.model else target), fetched
 
 
+# Each method's own flags, with their defaults: a flag of the other method would be silently ignored.
+SUSTAINED_DEFAULTS: dict[str, object] = {"prompt_tokens": 512, "output_tokens": 128, "warmup": 1,
+                                         "requests_per_stream": 4, "prefix_cache": False}
+BENCHY_DEFAULTS: dict[str, object] = {"pp": None, "tg": None, "depth": None, "latency_mode": "api",
+                                      "enable_prefix_caching": False, "no_cache": False, "skip_coherence": False,
+                                      "no_warmup": False, "no_adapt_prompt": False, "tokenizer": None, "corpus": None,
+                                      "book_url": None, "out": None}
+
+
+def check_method_flags(args: argparse.Namespace, benchy: bool) -> None:
+    """Refuse, before anything connects, a flag the chosen method does not read."""
+    others = SUSTAINED_DEFAULTS if benchy else BENCHY_DEFAULTS
+    given = ["--" + name.replace("_", "-") for name, default in others.items() if getattr(args, name) != default]
+    if given:
+        method = "llama-benchy" if benchy else "sustained"
+        raise UsageError(f"{', '.join(given)}: not a flag of --method {method}, which would ignore it",
+                         f"leave it out, or measure with --method {'sustained' if benchy else 'llama-benchy'}")
+
+
 def cmd_bench(args: argparse.Namespace, connect: Connect) -> int:
-    if args.method == "llama-benchy" or args.profile:
+    benchy = args.method == "llama-benchy" or bool(args.profile)
+    check_method_flags(args, benchy)
+    if benchy:
         plan = benchy_cli.plan(args)
         target, fetched = find_target(args, connect, tokenizer=True)
         return benchy_cli.cmd(args, target, plan, fetched)
@@ -208,12 +229,15 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser], app:
     p.add_argument("--model", help="the served model name (default: the one `serve` recorded, or the server's)")
     p.add_argument("--concurrency", nargs="+", metavar="C",
                    help="requests in flight, space- or comma-separated (default 1,2,4,8,16,32,64; llama-benchy: 1)")
-    p.add_argument("--prompt-tokens", type=flags.count, default=512, help="prompt length in tokens (default 512)")
-    p.add_argument("--output-tokens", type=flags.count, default=128, help="tokens each request generates (default 128)")
+    p.add_argument("--prompt-tokens", type=flags.count, default=SUSTAINED_DEFAULTS["prompt_tokens"],
+                   help="prompt length in tokens (default 512)")
+    p.add_argument("--output-tokens", type=flags.count, default=SUSTAINED_DEFAULTS["output_tokens"],
+                   help="tokens each request generates (default 128)")
     p.add_argument("--runs", type=flags.count, default=None,
                    help="runs per concurrency (llama-benchy: per cell); rows are their median (mean ± std) (default 3)")
-    p.add_argument("--warmup", type=flags.non_negative, default=1, help="warm-up requests before measuring (default 1)")
-    p.add_argument("--requests-per-stream", type=flags.count, default=4,
+    p.add_argument("--warmup", type=flags.non_negative, default=SUSTAINED_DEFAULTS["warmup"],
+                   help="warm-up requests before measuring (default 1)")
+    p.add_argument("--requests-per-stream", type=flags.count, default=SUSTAINED_DEFAULTS["requests_per_stream"],
                    help="requests each of the C streams sends per run (default 4)")
     p.add_argument("--prefix-cache", action="store_true",
                    help="send the same prompt every time, so the prefix cache serves it (default: unique prompts)")

@@ -85,6 +85,12 @@ def test_bad_flags_fail_before_any_request():
     assert result.returncode == 2 and "--concurrency" in result.stderr
     result = run_cli("bench", "--url", "http://127.0.0.1:9/v1", "--compare", "default", timeout=60)
     assert result.returncode == 2 and "no published reference rows" in " ".join(result.stderr.split())
+    # A flag of the other method would be silently ignored.
+    result = run_cli("bench", "--url", "http://127.0.0.1:9/v1", "--method", "llama-benchy", "--prompt-tokens", "64",
+                     timeout=60)
+    assert result.returncode == 2 and "--prompt-tokens: not a flag of --method llama-benchy" in result.stderr
+    result = run_cli("bench", "--url", "http://127.0.0.1:9/v1", "--depth", "0", "128", timeout=60)
+    assert result.returncode == 2 and "--depth: not a flag of --method sustained" in result.stderr
 
 
 def test_ctrl_c_prints_the_partial_table_and_exits_130():

@@ -164,7 +164,8 @@ def test_compare_puts_rows_of_the_same_shape_beside_a_llama_benchy_csv(tmp_path)
 def test_compare_refuses_rows_of_another_method_or_shape(tmp_path, method, compare, problem):
     published_csv(tmp_path / "theirs.csv", ("pp2048 @ d4096 (c5)", 900.0), ("tg128 @ d4096 (c5)", 30.0))
     argument = str(tmp_path / compare) if compare.endswith(".csv") else compare
-    result = run_cli("bench", "--url", "http://127.0.0.1:9/v1", "--method", method, "--pp", "64",
+    shape = ("--pp", "64") if method == "llama-benchy" else ()
+    result = run_cli("bench", "--url", "http://127.0.0.1:9/v1", "--method", method, *shape,
                      "--compare", argument, timeout=60)
     assert result.returncode == 2, result.stderr
     text = " ".join(result.stderr.split())
