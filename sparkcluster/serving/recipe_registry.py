@@ -9,6 +9,7 @@ A registry is someone else's code once its recipes bring mods: it is untrusted u
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 from dataclasses import dataclass
@@ -23,6 +24,11 @@ KNOWN_LAYOUTS = {"eugr": ("recipes", "mods"), "official": ("official-recipes", "
                  "experimental": ("experimental-recipes", "experimental-mods"), "community": ("recipes", None),
                  "sparkrun-testing": ("testing/recipes", None), "sparkrun-transitional": ("transitional/recipes", None)}
 GIT_TIMEOUT_S = 300
+# sparkrun reserves these names for the projects' own repositories, so that nobody's registry passes for the
+# community's (a mod falls back to the `eugr` registry's folder): a name starting with one needs their URL.
+RESERVED_PREFIXES = ("arena", "spark-arena", "sparkarena", "sparkrun", "official", "experimental", "transitional",
+                     "community", "eugr", "dbotwinick", "raphaelamorim", "scitrera")
+RESERVED_OWNERS = ("spark-arena", "scitrera", "eugr", "dbotwinick", "raphaelamorim")
 
 
 def _home(var: str, default: str) -> Path:
@@ -123,6 +129,10 @@ def add(name: str, url: str, trust: bool) -> tuple[Registry, str]:
     """Clones it (or refreshes the clone) and records it; returns it and what happened."""
     if not name.replace("-", "").replace("_", "").isalnum():
         raise UsageError(f"registry name {name!r} must be letters, digits, '-' or '_'", "e.g. `my-recipes`")
+    if name.lower().startswith(RESERVED_PREFIXES) and not re.search(
+            rf"github\.com[/:]({'|'.join(RESERVED_OWNERS)})/", url, re.IGNORECASE):
+        raise UsageError(f"registry name {name!r} is reserved for the community's own registries (GitHub "
+                         f"{', '.join(RESERVED_OWNERS)})", "choose another name for this registry")
     if "://" not in url and ":" not in url.split("/")[0] and Path(url).expanduser().exists():
         url = str(Path(url).expanduser().resolve())
     entries = registries()

@@ -447,3 +447,11 @@ def test_serve_refuses_what_the_nodes_cannot_run_before_connecting(tmp_path, mon
                      *extra])
     err = " ".join(capsys.readouterr().err.split())
     assert code == EXIT_USAGE and message in err, err
+
+
+def test_the_communitys_registry_names_are_reserved_for_their_urls(tmp_path):
+    from sparkcluster.serving import recipe_registry
+    with pytest.raises(UsageError, match="'eugr-mirror' is reserved"):
+        recipe_registry.add("eugr-mirror", str(registry_repo(tmp_path)), True)
+    with pytest.raises(UsageError, match="'official' is reserved"):
+        recipe_registry.add("official", "https://github.com/someone/recipe-registry", False)
