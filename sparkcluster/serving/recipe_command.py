@@ -46,16 +46,13 @@ def placeholders(template: str, where: str) -> list[str]:
     return fields
 
 
-def render(template: str, values: Mapping[str, object], where: str, keep_unknown: bool = False) -> str:
-    """The template filled in. eugr stops at an unfilled placeholder (a KeyError), sparkrun leaves it as written
-    (`keep_unknown`); either way it is named with the `--set` that fills it rather than reaching vLLM."""
+def render(template: str, values: Mapping[str, object], where: str) -> str:
+    """The template filled in. eugr stops at an unfilled placeholder (a KeyError) and sparkrun leaves it as written
+    for vLLM to choke on; here it is refused, naming the `--set` that fills it."""
     missing = [name for name in placeholders(template, where) if name not in values]
-    if missing and not keep_unknown:
+    if missing:
         raise UsageError(f"{where}: the command needs a value for {{{missing[0]}}}, and the recipe's defaults give none",
                          f"give it with --set {missing[0]}=VALUE, or add `{missing[0]}:` under the recipe's defaults")
-    if missing:
-        raise UsageError(f"{where}: the command keeps the placeholder {{{missing[0]}}} unfilled (no default, no --set)",
-                         f"give it with --set {missing[0]}=VALUE")
     return template.format(**values)  # a YAML true reaches vLLM as True, as in eugr's launcher
 
 

@@ -6,14 +6,16 @@ line is taken apart: the flags sparkcluster sets itself become the defaults of i
 from __future__ import annotations
 
 import re
+import shlex
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from ..engine.errors import UsageError
 from ..engine.yamlsource import SourceList, SourceMap, describe
 from . import recipe_values
-from .recipe_command import FlagValue, as_int, parse_vllm_line, render
+from .recipe_command import FlagValue, VllmLine, as_int, parse_vllm_line, render
 from .recipe_types import Format, Inputs, Mod, Recipe, RecipeLauncher
 
 EUGR_KEYS = {"recipe_version", "name", "container", "command", "description", "model", "mods", "defaults", "env",
@@ -122,13 +124,12 @@ def sparkrun_v2(doc: SourceMap, shown: str, name: str, inputs: Inputs, resolve_m
                      resolve_mod, warnings, cluster_only=_flag(doc, "cluster_only", shown),
                      solo_only=_flag(doc, "solo_only", shown), launcher=VLLM_RUNTIMES.get(runtime))
     min_nodes, max_nodes = _count(doc, "min_nodes", shown), _count(doc, "max_nodes", shown)
-    from dataclasses import replace
     return replace(recipe, model=f"{recipe.model}@{revision}" if revision and "@" not in (recipe.model or "") else recipe.model,
                    min_nodes=min_nodes or recipe.min_nodes, max_nodes=max_nodes or recipe.max_nodes,
                    container=container_override or recipe.container)
 
 
-def _recipe(doc: SourceMap, shown: str, name: str, fmt: Format, line: Any, where: str, values: Mapping[str, Any],
+def _recipe(doc: SourceMap, shown: str, name: str, fmt: Format, line: VllmLine, where: str, values: Mapping[str, Any],
             inputs: Inputs, resolve_mod: ModResolver, warnings: list[str], *, cluster_only: bool, solo_only: bool,
             launcher: RecipeLauncher | None = None) -> Recipe:
     taken: Mapping[str, FlagValue] = line.taken
@@ -173,8 +174,6 @@ def _sniff(command: str) -> str:
 
 def _built_line(model: str, values: Mapping[str, Any]) -> str:
     """sparkrun's line for a recipe without `command:`: `vllm serve MODEL` and each mapped defaults key."""
-    import shlex
-
     words = ["vllm", "serve", model]
     for key, flag in V2_FLAG_MAP.items():
         value = values.get(key)

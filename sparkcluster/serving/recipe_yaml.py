@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import yaml
 from yaml.nodes import MappingNode
 
 from ..engine import yamlsource
@@ -42,8 +43,6 @@ class _LastWins(yamlsource._Builder):
 
 def load_last_wins(text: str) -> tuple[Any, list[str]]:
     """The document (SourceMap/SourceList as the engine's loader builds them) and one warning per repeated key."""
-    import yaml
-
     warnings: list[str] = []
     try:
         node = yaml.compose(text, Loader=yaml.SafeLoader)
