@@ -4,8 +4,9 @@ Higher is better for throughput, lower for latency; the ratio is always measured
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from rich import box
 from rich.table import Table
@@ -69,25 +70,48 @@ def ratios(rows: Sequence[Row], reference: Reference) -> list[Ratio]:
     return out
 
 
-def render(found: Sequence[Ratio], reference: Reference) -> Table:
-    """One line per concurrency; per figure "measured / published  ratio"."""
-    labels = {key: label for key, label, _, _ in FIGURES}
-    figures = [key for key, *_ in FIGURES if any(r.figure == key for r in found)]
-    nodes = f"{reference.nodes} node{'s' if reference.nodes != 1 else ''}"
-    table = Table("c", *(f"{labels[key]}\nmeasured / published" for key in figures), box=box.SIMPLE_HEAD,
-                  title=f"vs published: {reference.source}", caption=f"published on {reference.hardware}, {nodes}")
+class Compared(Protocol):
+    """One figure measured beside its published value (a Ratio here, a llama-benchy row's Pair)."""
+
+    @property
+    def figure(self) -> str: ...
+    @property
+    def measured(self) -> float: ...
+    @property
+    def published(self) -> float: ...
+    @property
+    def higher_is_better(self) -> bool: ...
+    @property
+    def ratio(self) -> float: ...
+
+
+def ratio_table(first_column: str, rows: Mapping[str, Sequence[Compared]], labels: Mapping[str, str], title: str,
+                caption: str | None = None, shown: Callable[[str, float], str] = lambda figure, v: f"{v:,.1f}"
+                ) -> Table:
+    """A line per row (a concurrency, a shape); per figure (in `labels`' order) "measured / published  ratio"."""
+    figures = [key for key in labels if any(c.figure == key for found in rows.values() for c in found)]
+    table = Table(first_column, *(f"{labels[key]}\nmeasured / published" for key in figures), box=box.SIMPLE_HEAD,
+                  title=title, caption=caption)
     for column in table.columns:
         column.justify, column.no_wrap = "right", True
-    by_level: dict[int, dict[str, Ratio]] = {}
-    for r in found:
-        by_level.setdefault(r.concurrency, {})[r.figure] = r
-    for concurrency, cells in by_level.items():
-        table.add_row(str(concurrency), *(_cell(cells[key]) if key in cells else "-" for key in figures))
+    for name, found in rows.items():
+        cells = {c.figure: c for c in found}
+        table.add_row(name, *(_cell(cells[key], shown) if key in cells else "-" for key in figures))
     return table
 
 
-def _cell(r: Ratio) -> str:
-    good = r.ratio >= 1 if r.higher_is_better else r.ratio <= 1
-    def shown(value: float) -> str:
-        return f"{value * 1000:,.0f} ms" if r.figure.endswith("_s") else f"{value:,.1f}"
-    return f"{shown(r.measured)} / {shown(r.published)}  [{'green' if good else 'yellow'}]{r.ratio * 100:.0f}%[/]"
+def _cell(c: Compared, shown: Callable[[str, float], str]) -> str:
+    good = c.ratio >= 1 if c.higher_is_better else c.ratio <= 1
+    return (f"{shown(c.figure, c.measured)} / {shown(c.figure, c.published)}  "
+            f"[{'green' if good else 'yellow'}]{c.ratio * 100:.0f}%[/]")
+
+
+def render(found: Sequence[Ratio], reference: Reference) -> Table:
+    """One line per concurrency."""
+    by_level: dict[str, list[Ratio]] = {}
+    for r in found:
+        by_level.setdefault(str(r.concurrency), []).append(r)
+    nodes = f"{reference.nodes} node{'s' if reference.nodes != 1 else ''}"
+    return ratio_table("c", by_level, {key: label for key, label, _, _ in FIGURES}, f"vs published: {reference.source}",
+                       f"published on {reference.hardware}, {nodes}",
+                       lambda figure, v: f"{v * 1000:,.0f} ms" if figure.endswith("_s") else f"{v:,.1f}")

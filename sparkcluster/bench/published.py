@@ -13,13 +13,13 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from rich import box
 from rich.table import Table
 
 from ..engine.errors import UsageError
 from .benchy_report import CSV_COLUMNS, Line, lines
 from .benchy_runner import Cell
 from .benchy_stats import BenchmarkRun
+from .compare import ratio_table
 
 TEST_NAME = re.compile(r"^(?:pp(?P<pp>\d+)|tg(?P<tg>\d+)|(?P<ctx>ctx_pp|ctx_tg))(?: @ d(?P<depth>\d+))?"
                        r"(?: \(c(?P<c>\d+)\))?$")
@@ -181,23 +181,12 @@ def pairs(ours: Sequence[Row], published: Published) -> list[Pair]:
 
 
 def render(found: Sequence[Pair], source: str) -> Table:
-    labels = {key: label for key, label, _ in FIGURES}
-    figures = [key for key, *_ in FIGURES if any(p.figure == key for p in found)]
-    table = Table("test", *(f"{labels[key]}\nmeasured / published" for key in figures), box=box.SIMPLE_HEAD,
-                  title=f"vs published: {source} (llama-benchy, same shapes only)")
-    for column in table.columns:
-        column.justify, column.no_wrap = "right", True
-    by_shape: dict[Shape, dict[str, Pair]] = {}
+    """One line per shape."""
+    by_shape: dict[str, list[Pair]] = {}
     for p in found:
-        by_shape.setdefault(p.shape, {})[p.figure] = p
-    for shape, cells in by_shape.items():
-        table.add_row(str(shape), *(_cell(cells[key]) if key in cells else "-" for key in figures))
-    return table
-
-
-def _cell(p: Pair) -> str:
-    good = p.ratio >= 1 if p.higher_is_better else p.ratio <= 1
-    return f"{p.measured:,.1f} / {p.published:,.1f}  [{'green' if good else 'yellow'}]{p.ratio * 100:.0f}%[/]"
+        by_shape.setdefault(str(p.shape), []).append(p)
+    return ratio_table("test", by_shape, {key: label for key, label, _ in FIGURES},
+                       f"vs published: {source} (llama-benchy, same shapes only)")
 
 
 def is_results_file(value: str) -> bool:
