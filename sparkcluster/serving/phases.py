@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 
 from ..engine.command import Command
 from ..engine.errors import SparkclusterError, UsageError
-from ..engine.inventory import Host, Inventory
+from ..engine.inventory import Host
 from ..engine.modelref import ModelRef
 from ..engine.session import Session
 from ..nccl.verdict import VerdictStatus
@@ -70,23 +70,6 @@ class ServeOptions:
         return ServeArgs(model=model, tp=self.tp or 0, pp=self.pp or 1, port=self.port or self.recipe.port or DEFAULT_VLLM_PORT,
                          served_name=self.served_name or self.recipe.served_model_name or model,
                          flags=merged_flags(self.recipe, self.extra), env=dict(self.recipe.env))
-
-
-def check_tp(tp: int | None, inventory: Inventory) -> int:
-    """--tp must equal the GPUs of the nodes it runs on, one per Spark; refused before anything starts."""
-    count = len(inventory.hosts)
-    if tp is None:
-        return count
-    if tp < 1:
-        raise UsageError(f"--tp {tp}: tensor parallelism needs at least 1 GPU", "give --tp N with N >= 1")
-    if tp > count:
-        raise UsageError(f"--tp {tp} needs {tp} GPUs, but the selection has {count} node(s) with one GPU each",
-                         f"add nodes to the inventory, or serve with --tp {count}")
-    if tp < count:
-        names = ",".join(h.name for h in inventory.hosts[:tp])
-        raise UsageError(f"--tp {tp} on {count} nodes: each Spark holds one GPU, so TP {tp} runs on exactly {tp} nodes",
-                         f"choose them with --limit (e.g. --limit {names}) or a group of {tp}")
-    return tp
 
 
 @dataclass

@@ -17,7 +17,8 @@ from sparkcluster.serving.launch import Node, ServeArgs, container_command, dock
 from sparkcluster.serving.membership import Member, judge_members, parse_members
 from sparkcluster.serving.readiness import NotReady, wait_ready
 from sparkcluster.serving.recipes import bundled_names, load_recipe, merged_flags, parse_flags
-from sparkcluster.serving.phases import check_tp
+from sparkcluster.serving.parallel import check_parallel
+from sparkcluster.serving.recipe_types import Recipe
 
 HEAD = Node("spark-1", 0, "192.168.177.11", "192.168.177.11")
 WORKER = Node("spark-2", 1, "192.168.177.12", "192.168.177.11")
@@ -124,12 +125,16 @@ def _inventory(tmp_path: Path, count: int):
 
 
 def test_tp_must_equal_the_nodes_selected(tmp_path):
-    four = _inventory(tmp_path, 4)
+    four, recipe = _inventory(tmp_path, 4), Recipe("plain")
+
+    def check_tp(tp, inventory):
+        return check_parallel(tp, None, inventory, recipe)[0]
+
     assert check_tp(None, four) == 4 and check_tp(4, four) == 4
-    with pytest.raises(UsageError, match=r"--tp 2 on 4 nodes.*") as e:
+    with pytest.raises(UsageError, match=r"TP 2 x PP 1 on 4 nodes.*") as e:
         check_tp(2, four)
     assert "--limit spark-1,spark-2" in e.value.fix
-    with pytest.raises(UsageError, match="--tp 5 needs 5 GPUs, but the selection has 4"):
+    with pytest.raises(UsageError, match="TP 5 x PP 1 needs 5 GPUs, but the selection has 4"):
         check_tp(5, four)
     with pytest.raises(UsageError):
         check_tp(0, four)
