@@ -28,7 +28,9 @@ LOCK_DIR = "${XDG_CACHE_HOME:-$HOME/.cache}/sparkcluster/locks"
 LOCKED, BUSY = "locked", "busy"
 # The first line of stdin is who holds it; the lock file keeps it for the next run to read. `<>` opens the file
 # without truncating it, so a refused run never wipes the holder's words; the holder rewrites them once it holds.
-_HOLD = """d="{root}" && mkdir -p "$d" && exec 9<>"$d/{name}" || exit 1
+# Without flock, `flock -n` would fail as if the lock were held: say so instead.
+_HOLD = """command -v flock >/dev/null || {{ echo 'flock is not installed'; exit 0; }}
+d="{root}" && mkdir -p "$d" && exec 9<>"$d/{name}" || exit 1
 IFS= read -r holder
 if flock -n 9; then : > "$d/{name}"; printf '%s\\n' "$holder" >&9; echo {locked}; exec cat >/dev/null
 else printf '{busy} %s\\n' "$(head -c 400 "$d/{name}")"; fi"""
@@ -43,11 +45,6 @@ def this_run() -> str:
     command = shlex.join(["sparkcluster", *sys.argv[1:]]).replace("\n", " ")[:200]
     started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
     return f"`{command}` (pid {os.getpid()} on {socket.gethostname()}, since {started})"
-
-
-def lock_file(name: str) -> str:
-    """Where lock `name` lives on a node, as the node's shell expands it."""
-    return f"{LOCK_DIR}/{name}.lock"
 
 
 def hold_command(name: str, holder: str) -> Command:
