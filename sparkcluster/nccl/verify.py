@@ -23,7 +23,7 @@ from ..engine.facts import HostFacts
 from ..engine.inventory import Host
 from ..engine.remote import python_line, python_of, source_env
 from ..engine.session import Session
-from ..engine.transport import Transport, remote_path
+from ..engine.transport import Transport, Unreachable, remote_path
 from ..node.network import COMM_ENV_PATH, QsfpChoice, choose_for, comm_env_path
 from .binding import Misbinding, misbindings, parse_env
 from .logs import BandwidthRow, read_log, read_probe_output
@@ -92,7 +92,14 @@ def record_verdict(session: Session, result: VerifyResult) -> None:
     target = shell_path(LAST_VERIFY_PATH)
     command = Command(f"mkdir -p {shell_path(LAST_VERIFY_PATH.rsplit('/', 1)[0])} && cat > {target}.tmp && "
                       f"mv {target}.tmp {target}", stdin=doc, timeout=30)
-    session.each(lambda h: session.run(h, command).ok)
+
+    def record(host: Host) -> bool:
+        try:
+            return session.run(host, command).ok
+        except Unreachable:  # it dropped off after the measurement: the verdict stands, its record waits
+            return False
+
+    session.each(record)
 
 
 LAST_VERIFY_COMMAND = Command(f"cat {shell_path(LAST_VERIFY_PATH)} 2>/dev/null", timeout=30)
