@@ -192,7 +192,7 @@ def serve(session: Session, opts: ServeOptions, emit: Emit) -> ServeResult:
                                                                verified.verdict.cause)
     write_record(session, ServeRecord(opts.runtime, opts.launcher, opts.image, tuple(h.name for h in session.hosts),
                                       Serving(args.model, served_name, args.port, result.endpoint, args.tp,
-                                              opts.recipe.name, tuple(args.flags), probe_summary),
+                                              opts.recipe.name, tuple(args.flags), probe_summary, args.pp),
                                       ray_fingerprint=fingerprint))
     return result
 

@@ -19,7 +19,9 @@ from .launch import LAUNCHERS, RUNTIMES, Launcher, RuntimeName
 
 RECORD_FILE = ".config/sparkcluster/serve.json"  # on the head, relative to the login user's home
 # Version 1 is the first typed record; files written before it carried no version and read as version 1.
-RECORD_VERSION = 1
+# Version 2 adds serving.pp (pipeline parallel); a version 1 record was written by a serve without it: pp 1.
+RECORD_VERSION = 2
+READABLE_VERSIONS = (1, 2)
 
 
 
@@ -42,6 +44,7 @@ class Serving:
     recipe: str | None = None
     flags: tuple[str, ...] = ()
     verify: ProbeSummary | None = None
+    pp: int = 1
 
 
 @dataclass(frozen=True)
@@ -61,7 +64,7 @@ class ServeRecord:
             "nodes": list(self.nodes), "ray_fingerprint": self.ray_fingerprint,
             "serving": None if serving is None else {
                 "model": serving.model, "served_name": serving.served_name, "port": serving.port,
-                "endpoint": serving.endpoint, "tp": serving.tp, "recipe": serving.recipe, "flags": list(serving.flags),
+                "endpoint": serving.endpoint, "tp": serving.tp, "pp": serving.pp, "recipe": serving.recipe, "flags": list(serving.flags),
                 "verify": None if serving.verify is None else {
                     "backend": serving.verify.backend, "status": str(serving.verify.status),
                     "cause": serving.verify.cause}},
@@ -73,8 +76,9 @@ class ServeRecord:
         if not isinstance(doc, dict):
             raise ValueError("not a JSON object")
         version = doc.get("version", 1)
-        if version != RECORD_VERSION:
-            raise ValueError(f"version {version!r}; this sparkcluster reads version {RECORD_VERSION}")
+        if version not in READABLE_VERSIONS:
+            raise ValueError(f"version {version!r}; this sparkcluster reads versions "
+                             f"{', '.join(map(str, READABLE_VERSIONS))}")
         runtime, launcher = doc.get("runtime"), doc.get("launcher", "ray")
         if runtime not in RUNTIMES or launcher not in LAUNCHERS:
             raise ValueError(f"runtime {runtime!r} / launcher {launcher!r}")
@@ -90,7 +94,8 @@ def _serving(doc: dict[str, Any]) -> Serving:
     return Serving(str(doc["model"]), str(doc["served_name"]), int(doc["port"]), str(doc["endpoint"]),
                    int(doc["tp"]), doc.get("recipe"), tuple(str(f) for f in doc.get("flags") or ()),
                    None if not verify else ProbeSummary(str(verify["backend"]), VerdictStatus(verify["status"]),
-                                                        str(verify["cause"])))
+                                                        str(verify["cause"])),
+                   int(doc.get("pp", 1)))  # absent from a version 1 record: serve ran no pipeline parallel then
 
 
 def write_record(session: Session, record: ServeRecord) -> None:

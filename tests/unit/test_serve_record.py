@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -23,23 +24,35 @@ from sparkcluster.staging.chain import BlobDone, NodeResult, StageResult
 
 SERVED = ServeRecord("docker", "ray", "vllm-node", ("spark-1", "spark-2"), Serving(
     "org/model", "model", 8000, "http://10.0.0.1:8000/v1", 2, "default", ("--max-model-len", "512"),
-    ProbeSummary("nccl", VerdictStatus.PASS, "NET/IB on roceP2p1s0f1")))
+    ProbeSummary("nccl", VerdictStatus.PASS, "NET/IB on roceP2p1s0f1"), pp=2))
 
 
 def test_the_record_round_trips_through_json_with_its_version():
     doc = json.loads(json.dumps(SERVED.to_json()))
-    assert doc["version"] == 1 and doc["serving"]["verify"]["status"] == "PASS"
+    assert doc["version"] == 2 and doc["serving"]["verify"]["status"] == "PASS"
+    assert doc["serving"]["tp"] == 2 and doc["serving"]["pp"] == 2
     assert ServeRecord.from_json(doc) == SERVED
 
 
-def test_a_record_written_before_versions_reads_as_version_1():
-    doc = SERVED.to_json()
-    del doc["version"]
-    assert ServeRecord.from_json(doc) == SERVED
+def version_1(doc: dict) -> dict:
+    """A record as a version 1 serve wrote it: no pp (it served tensor parallel only)."""
+    serving = {k: v for k, v in doc["serving"].items() if k != "pp"}
+    return {**doc, "version": 1, "serving": serving}
+
+
+@pytest.mark.parametrize("unversioned", [False, True])
+def test_a_version_1_record_still_reads_as_pipeline_parallel_1(unversioned):
+    doc = version_1(SERVED.to_json())
+    if unversioned:  # written before records carried a version: read as version 1
+        del doc["version"]
+    read = ServeRecord.from_json(json.loads(json.dumps(doc)))
+    assert read.serving is not None and read.serving.pp == 1 and read.serving.tp == 2
+    assert read == ServeRecord(SERVED.runtime, SERVED.launcher, SERVED.image, SERVED.nodes,
+                               replace(SERVED.serving, pp=1))
 
 
 @pytest.mark.parametrize("change, needle", [
-    ({"version": 2}, "version 2"),
+    ({"version": 3}, "version 3"),
     ({"runtime": "podman"}, "runtime 'podman'"),
 ])
 def test_a_record_this_version_cannot_read_is_named_with_the_fix(change, needle):
@@ -58,6 +71,7 @@ def test_bench_reads_the_probe_verdict_that_serve_records():
     assert target.base_url == "http://10.0.0.1:8000/v1" and target.model == "model"
     assert target.config["nccl_verdict"] == {"backend": "nccl", "status": "PASS", "cause": "NET/IB on roceP2p1s0f1"}
     assert target.config["recipe_flags"] == ["--max-model-len", "512"] and target.config["image_id"] == "sha256:abc"
+    assert target.config["tp"] == 2 and target.config["pp"] == 2  # a TP x PP serve is not described as TP only
 
 
 def test_bench_without_a_serve_record_says_what_to_do():
