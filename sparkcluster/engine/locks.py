@@ -47,17 +47,19 @@ def this_run() -> str:
     return f"`{command}` (pid {os.getpid()} on {socket.gethostname()}, since {started})"
 
 
-def hold_command(name: str, holder: str) -> Command:
-    return Command(_HOLD.format(root=LOCK_DIR, name=f"{name}.lock", locked=LOCKED, busy=BUSY),
+def hold_command(name: str, holder: str, root: str = LOCK_DIR) -> Command:
+    return Command(_HOLD.format(root=root, name=f"{name}.lock", locked=LOCKED, busy=BUSY),
                    stdin=holder + "\n", timeout=30)
 
 
 @contextmanager
-def held(session: Session, name: str, what: str, fix: str, hosts: Iterable[Host] | None = None) -> Iterator[None]:
+def held(session: Session, name: str, what: str, fix: str, hosts: Iterable[Host] | None = None,
+         root: str = LOCK_DIR) -> Iterator[None]:
     """Hold lock `name` (letters, digits, `.`, `_`, `-`) on each of `hosts` (every host of the session) while
-    the block runs; `what` names the work in the refusal ("a stage of acme/x"), `fix` says what to do."""
+    the block runs; `what` names the work in the refusal ("a stage of acme/x"), `fix` says what to do. `root`
+    (as the node's shell expands it, in double quotes) is best a directory the guarded work needs writable anyway."""
     handles: list[Held] = []
-    command = hold_command(name, this_run())
+    command = hold_command(name, this_run(), root)
     try:
         for host in session.hosts if hosts is None else hosts:  # in order: see the module's docstring
             answer, handle = session.transport(host).hold(command)
@@ -66,7 +68,7 @@ def held(session: Session, name: str, what: str, fix: str, hosts: Iterable[Host]
                 raise Busy(f"{host.name}: {what} is already running there: {answer[len(BUSY):].strip()}", fix)
             if answer != LOCKED:
                 raise SparkclusterError(f"{host.name}: could not take the lock for {what}: {answer}",
-                                        "the node needs `flock` (util-linux) and a writable ~/.cache")
+                                        f"the node needs `flock` (util-linux) and a writable {root}")
         yield
     finally:
         for handle in reversed(handles):

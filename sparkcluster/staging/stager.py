@@ -13,7 +13,7 @@ from ..engine.errors import SparkclusterError, UsageError
 from ..engine.inventory import Host
 from ..engine.locks import held
 from ..engine.modelref import ModelRef
-from ..engine.remote import python_of
+from ..engine.remote import HF_HOME, python_of
 from ..engine.session import Session
 from ..engine.transport import openssh_argv
 from ..node.network import choose_for
@@ -29,6 +29,8 @@ from .hfcache import (
     verify_command,
 )
 from .wire import TRANSPORTS, DataPlane
+
+STAGE_LOCKS = f"{HF_HOME}/hub/.locks/sparkcluster"
 
 
 class Stager:
@@ -150,9 +152,10 @@ def stage(session: Session, model: ModelRef, *, source: str = "auto", verify: st
     transports = session.transports
     stager = Stager(session, model, verify=verify, streams=streams, data_plane=data_plane, over_lan=over_lan,
                     progress=progress)
-    # Two runs would share each node's partial directory and step on each other's partial blobs.
+    # Two runs would share each node's partial directory and step on each other's partial blobs. The lock
+    # lives beside huggingface_hub's own locks, in the cache staging writes to anyway.
     with held(session, f"stage-{model.dir_name}", f"a stage of {model}",
-              "wait for it to finish (it makes the same copy), or stop it and run again"):
+              "wait for it to finish (it makes the same copy), or stop it and run again", root=STAGE_LOCKS):
         if source == "local":
             push_local(model, head, transports[head.name], openssh_argv(head))
             return stager.run("head")

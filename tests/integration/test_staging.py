@@ -215,7 +215,7 @@ def test_a_second_stage_of_the_same_model_is_refused_with_the_first_ones_command
     _drop_copies(c, ["spark-2", "spark-3", "spark-4"])
     first = subprocess.Popen([sys.executable, "-m", "sparkcluster", "stage", MODEL, "-i", str(c.inventory_path),
                               "--json"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    lock = f"~/.cache/sparkcluster/locks/stage-{ModelRef.parse(MODEL).dir_name}.lock"
+    lock = f"~/.cache/huggingface/hub/.locks/sparkcluster/stage-{ModelRef.parse(MODEL).dir_name}.lock"
     deadline = time.monotonic() + 30
     while f"pid {first.pid} " not in ssh(c, "spark-4", f"cat {lock} 2>/dev/null; true").stdout:
         assert time.monotonic() < deadline and first.poll() is None, "the first run never took the lock"
