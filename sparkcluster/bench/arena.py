@@ -10,9 +10,11 @@ import datetime
 import hashlib
 import json
 import os
+import shlex
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import yaml
 
@@ -75,20 +77,24 @@ def measured(out: Path, plan: Sequence[Cell]) -> list[dict[str, Any]]:
 
 
 def recipe_text(target: Target) -> str:
-    """The effective recipe: the recipe file serve ran when it is here, else a sparkrun v2 recipe of what the
-    head's serve record says (model, image, tensor parallel, flags)."""
+    """The effective recipe: a sparkrun v2 recipe of what the head's serve record says (model, image, TP x PP,
+    port, flags). The record's `recipe` is only a name here: a file of that name on this machine is never read,
+    since the name comes from the head and the local file (if any) is not what the head ran."""
     config = target.config
-    name = config.get("recipe")
-    if isinstance(name, str) and Path(name).is_file():
-        return Path(name).read_text(encoding="utf-8")
-    flags = " ".join(str(f) for f in config.get("recipe_flags") or ())
+    tp, pp = config.get("tp"), config.get("pp") or 1
+    flags = [str(f) for f in config.get("recipe_flags") or ()]
+    port = urlsplit(str(config.get("endpoint") or "")).port or 8000
+    # The placeholders stay bare for sparkrun to fill; the flags are quoted, so a JSON value (--speculative-config
+    # '{"method": ...}') reads back as the one argument it was.
+    command = ("vllm serve {model} --served-model-name {served_model_name} -tp {tensor_parallel} "
+               "-pp {pipeline_parallel} --port {port}")
     recipe: dict[str, Any] = {
         "recipe_version": "2", "model": config.get("hf_model") or target.model, "runtime": "vllm",
         "container": config.get("image"), "min_nodes": len(config.get("nodes") or ()) or 1,
-        "defaults": {"tensor_parallel": config.get("tp"), "served_model_name": target.model, "port": 8000},
-        "command": f"vllm serve {{model}} --served-model-name {{served_model_name}} -tp {{tensor_parallel}} "
-                   f"--port {{port}} {flags}".strip(),
-        "metadata": {"description": f"as served by sparkcluster (recipe: {name or 'none recorded'}; "
+        "defaults": {"tensor_parallel": tp, "pipeline_parallel": pp, "served_model_name": target.model,
+                     "port": port},
+        "command": f"{command} {shlex.join(flags)}".strip(),
+        "metadata": {"description": f"as served by sparkcluster (recipe: {config.get('recipe') or 'none recorded'}; "
                                     f"endpoint source: {config.get('source')})"},
     }
     return yaml.safe_dump(recipe, sort_keys=False)
@@ -101,8 +107,9 @@ def metadata(profile: Profile, target: Target, opts: BenchyOptions, started: dat
     nodes = list(config.get("nodes") or ())
     cluster: dict[str, Any] = {"cluster_id": None, "node_count": len(nodes) or None,
                                "hosts": [f"host{i + 1}" for i in range(len(nodes))], "hosts_redacted": True}
-    if isinstance(config.get("tp"), int) and config["tp"] != 1:
-        cluster["tp"] = config["tp"]
+    for key in ("tp", "pp"):  # sparkrun names each parallelism only where it is not 1
+        if isinstance(config.get(key), int) and config[key] != 1:
+            cluster[key] = config[key]
     image = config.get("image")
     return {
         "recipe": {"name": config.get("recipe"), "qualified_name": config.get("recipe"), "type": "sparkcluster",
