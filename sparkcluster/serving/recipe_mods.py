@@ -13,40 +13,42 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..engine.errors import UsageError
-from .recipe_types import Mod
+from .recipe_types import Mod, ModPlace
 
 NODE_MODS_DIR = ".cache/sparkcluster/mods"  # under the node user's home: where every mod lands
 MAX_MOD_BYTES = 64 * 1024 * 1024  # a patch set, templates, a script: not a model
 
 
-def resolve_mod(given: str, where: str, bases: Sequence[Path]) -> Mod:
+def resolve_mod(given: str, where: str, places: Sequence[ModPlace]) -> Mod:
     """`given` as the recipe wrote it: `@REG/rel` in that registry's mods, else beside the recipe (`rel`,
-    `mods/rel`) and up its tree, then the recipe's registry's mods folder (in `bases`)."""
+    `mods/rel`) and up its tree, then the recipe's registry's mods folder (in `places`). The mod carries the
+    registry and trust of the place it was found in."""
     rel = given.strip()
-    candidates: list[Path] = []
+    candidates: list[tuple[Path, ModPlace]] = []
     if rel.startswith("@"):
         from .recipe_registry import registry_mods_dirs
 
         registry, _, rest = rel[1:].partition("/")
-        candidates += [d / rest.removeprefix("mods/") for d in registry_mods_dirs(registry)]
+        candidates += [(d.path / rest.removeprefix("mods/"), d) for d in registry_mods_dirs(registry)]
     else:
         stripped = rel.removeprefix("mods/")
-        for base in bases:
-            candidates += [base / rel, base / "mods" / stripped, base / stripped]
-        if Path(rel).expanduser().is_absolute():
-            candidates.insert(0, Path(rel).expanduser())
-    seen = [c for c in candidates if c.is_dir()]
+        for place in places:
+            candidates += [(place.path / rel, place), (place.path / "mods" / stripped, place),
+                           (place.path / stripped, place)]
+        if Path(rel).expanduser().is_absolute():  # chosen by whoever wrote the recipe: theirs to vouch for
+            candidates.insert(0, (Path(rel).expanduser(), places[0] if places else ModPlace(Path("/"))))
+    seen = [(c, place) for c, place in candidates if c.is_dir()]
     if not seen:
-        looked = ", ".join(str(c) for c in dict.fromkeys(candidates)) or "(nowhere: the recipe has no folder)"
+        looked = ", ".join(dict.fromkeys(str(c) for c, _ in candidates)) or "(nowhere: the recipe has no folder)"
         raise UsageError(f"{where}: mod {given!r} is not found (looked in {looked})",
                          "put the mod directory next to the recipe (mods/NAME/run.sh), or fix its name")
-    found = seen[0].resolve()
+    found, place = seen[0][0].resolve(), seen[0][1]
     if not (found / "run.sh").is_file():
         raise UsageError(f"{where}: mod {given!r} ({found}) has no run.sh", "a mod is a directory with run.sh in it")
     size = sum(f.stat().st_size for f in found.rglob("*") if f.is_file())
     if size > MAX_MOD_BYTES:
         raise UsageError(f"{where}: mod {given!r} holds {size / 1e6:.0f} MB", "a mod patches and drops small files")
-    return Mod(found.name, found, given)
+    return Mod(found.name, found, given, place.registry, place.trusted)
 
 
 def mod_files(mod: Mod) -> list[tuple[str, bytes, int]]:

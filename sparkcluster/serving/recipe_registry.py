@@ -18,6 +18,7 @@ from pathlib import Path
 import yaml
 
 from ..engine.errors import SparkclusterError, UsageError, did_you_mean
+from .recipe_types import ModPlace
 
 # sparkrun's defaults for the registries it ships, where a clone's manifest does not say (subpath, mods).
 KNOWN_LAYOUTS = {"eugr": ("recipes", "mods"), "official": ("official-recipes", "official-mods"),
@@ -78,7 +79,7 @@ class Found:
     path: Path
     registry: str
     trusted: bool
-    mods_dirs: tuple[Path, ...]
+    mods_dirs: tuple[ModPlace, ...]  # the registry's mods folder, then eugr's (each with its own trust)
 
 
 def registries() -> dict[str, Registry]:
@@ -195,10 +196,10 @@ def _find_in(reg: Registry, rest: str) -> list[Path]:
 
 
 def _found(reg: Registry, path: Path) -> Found:
-    _, mods = reg.layout()
-    fallback = registries().get("eugr")
-    dirs = [d for d in (mods, fallback.layout()[1] if fallback else None) if d is not None]
-    return Found(path, reg.name, reg.trusted, tuple(dirs))
+    places = registry_mods_dirs(reg.name, reg)
+    if reg.name != "eugr":
+        places += registry_mods_dirs("eugr")  # sparkrun's fallback: eugr's mods, as trusted as eugr is
+    return Found(path, reg.name, reg.trusted, tuple(places))
 
 
 def resolve_scoped(ref: str) -> Found:
@@ -235,10 +236,11 @@ def _rel(reg: Registry, path: Path) -> str:
     return path.relative_to(recipes).with_suffix("").as_posix()
 
 
-def registry_mods_dirs(name: str) -> list[Path]:
-    reg = registries().get(name)
+def registry_mods_dirs(name: str, reg: Registry | None = None) -> list[ModPlace]:
+    """The registry's mods folder, carrying the registry's name and trust."""
+    reg = reg or registries().get(name)
     mods = reg.layout()[1] if reg else None
-    return [mods] if mods else []
+    return [ModPlace(mods, reg.name, reg.trusted)] if reg and mods else []
 
 
 def listing(only: str | None = None) -> list[tuple[str, str, Path]]:

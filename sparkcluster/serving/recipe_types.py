@@ -31,6 +31,19 @@ class Mod:
     name: str  # the directory's name: where it lands on the nodes
     path: Path  # where it was found on this machine
     given: str  # as the recipe wrote it, e.g. mods/fix-chat-template
+    registry: str | None = None  # the registry it was found in; None: a file of this machine
+    trusted: bool = True  # its registry is trusted (a local file is the user's own)
+
+
+@dataclass(frozen=True)
+class ModPlace:
+    """A folder a recipe's mods are looked for in, and whose code a mod found there is: the folder's registry
+    and that registry's trust travel with every mod found in it, so that trust follows the code, not the recipe
+    that names it."""
+
+    path: Path
+    registry: str | None = None
+    trusted: bool = True
 
 
 @dataclass(frozen=True)

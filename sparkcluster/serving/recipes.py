@@ -20,7 +20,7 @@ from ..engine.yamlsource import SourceMap
 from . import recipe_values
 from .recipe_command import FlagValue, flag_argv
 from .recipe_community import eugr_v1, mods_base, sparkrun_v2
-from .recipe_types import Inputs, Mod, Recipe, Reference
+from .recipe_types import Inputs, Mod, ModPlace, Recipe, Reference
 from .recipe_yaml import load_last_wins
 
 __all__ = ["Inputs", "Mod", "Recipe", "Reference", "load_recipe", "merged_flags", "parse_flags", "bundled_names"]
@@ -55,20 +55,24 @@ def bundled_names() -> list[str]:
 def load_recipe(name_or_path: str, inputs: Inputs | None = None, *, nodes: int | None = None,
                 trust: bool = False) -> Recipe:
     """A bundled recipe by name, a recipe file by path, or a registry's by `@REG/NAME`; every error names the fix.
-    `inputs` fill a community recipe's template; `nodes` (when known) selects sparkrun's `overrides`."""
+    `inputs` fill a community recipe's template; `nodes` (when known) selects sparkrun's `overrides`. A mod from
+    a registry that is not trusted is refused unless `trust`, whichever recipe names it or includes it."""
     inputs = inputs or Inputs()
     if name_or_path.startswith("@"):
         from .recipe_registry import resolve_scoped
 
         found = resolve_scoped(name_or_path)
-        recipe = _load_file(found.path, str(found.path), found.path.stem, inputs, nodes, found.mods_dirs)
-        return _registry_recipe(recipe, found.registry, found.trusted or trust, name_or_path)
+        recipe = _load_file(found.path, str(found.path), found.path.stem, inputs, nodes,
+                            _places(found.path, found.registry, found.trusted, found.mods_dirs))
+        return _registry_recipe(recipe, found.registry, found.trusted or trust, name_or_path, trust)
     path = Path(name_or_path).expanduser()
     candidates = [path, Path(f"{path}.yaml"), Path(f"{path}.yml")]
     existing = next((c for c in candidates if c.is_file()), None)
     if existing is not None and (existing != path or name_or_path.endswith((".yml", ".yaml")) or "/" in name_or_path
                                  or name_or_path not in bundled_names()):
-        return _load_file(existing, name_or_path if existing == path else str(existing), existing.stem, inputs, nodes)
+        shown = name_or_path if existing == path else str(existing)
+        recipe = _load_file(existing, shown, existing.stem, inputs, nodes, _places(existing, None, True, ()))
+        return _refuse_untrusted(recipe, shown, trust)
     if name_or_path.endswith((".yml", ".yaml")) or "/" in name_or_path:
         raise UsageError(f"recipe file {name_or_path} does not exist",
                          "give a bundled name, an existing file, or @REGISTRY/NAME")
@@ -83,30 +87,45 @@ def load_recipe(name_or_path: str, inputs: Inputs | None = None, *, nodes: int |
         raise UsageError(f"no recipe named {name_or_path!r}{did_you_mean(name_or_path, names)}",
                          f"bundled recipes: {', '.join(names)}; or give a path to a .yml file, or @REGISTRY/NAME "
                          "(`sparkcluster recipes list`)")
-    recipe = _load_file(unscoped.path, str(unscoped.path), unscoped.path.stem, inputs, nodes, unscoped.mods_dirs)
+    recipe = _load_file(unscoped.path, str(unscoped.path), unscoped.path.stem, inputs, nodes,
+                        _places(unscoped.path, unscoped.registry, unscoped.trusted, unscoped.mods_dirs))
     return _registry_recipe(recipe, unscoped.registry, unscoped.trusted or trust,
-                            f"@{unscoped.registry}/{unscoped.path.stem}")
+                            f"@{unscoped.registry}/{unscoped.path.stem}", trust)
 
 
-def _registry_recipe(recipe: Recipe, registry: str, trusted: bool, shown: str) -> Recipe:
-    """A registry's recipe is someone else's code when it brings mods: refused until its registry is trusted."""
+def _places(path: Path, registry: str | None, trusted: bool, extra: Sequence[ModPlace]) -> tuple[ModPlace, ...]:
+    """Where a recipe file's mods are looked for (beside it and up its tree, then `extra`), each folder carrying
+    the trust of the registry it belongs to."""
+    return (*(ModPlace(base, registry, trusted) for base in mods_base(path)), *extra)
+
+
+def _registry_recipe(recipe: Recipe, registry: str, trusted: bool, shown: str, trust: bool) -> Recipe:
     import dataclasses
 
-    if recipe.mods and not trusted:
-        raise UsageError(f"{shown} comes from the registry {registry!r}, which is not trusted, and brings mods "
-                         f"({', '.join(m.given for m in recipe.mods)}) that would run code on every node",
+    return dataclasses.replace(_refuse_untrusted(recipe, shown, trust), registry=registry, trusted=trusted)
+
+
+def _refuse_untrusted(recipe: Recipe, shown: str, trust: bool) -> Recipe:
+    """A mod from a registry that is not trusted is someone else's code run on every node: refused until the
+    user says --trust or trusts its registry, whether the recipe named it, a registry's recipe brought it, or an
+    included base recipe did."""
+    untrusted = [m for m in recipe.mods if not m.trusted]
+    if untrusted and not trust:
+        registry = untrusted[0].registry or "?"
+        raise UsageError(f"{shown} brings mods from the registry {registry!r}, which is not trusted "
+                         f"({', '.join(m.given for m in untrusted)}), that would run code on every node",
                          f"read them, then serve with --trust, or trust the registry: "
                          f"`sparkcluster recipes add-registry {registry} URL --trust`")
-    return dataclasses.replace(recipe, registry=registry, trusted=trusted)
+    return recipe
 
 
 def _load_file(path: Path, shown: str, name: str, inputs: Inputs, nodes: int | None,
-               mods_dirs: Sequence[Path] = ()) -> Recipe:
-    return _from_text(_read_file(path), shown, name, path, inputs, nodes, mods_dirs)
+               places: Sequence[ModPlace]) -> Recipe:
+    return _from_text(_read_file(path), shown, name, path, inputs, nodes, places)
 
 
 def _from_text(text: str, shown: str, name: str, path: Path | None, inputs: Inputs, nodes: int | None,
-               mods_dirs: Sequence[Path]) -> Recipe:
+               places: Sequence[ModPlace]) -> Recipe:
     try:
         doc, repeated = load_last_wins(text)
     except yamlsource.YamlError as e:
@@ -120,14 +139,14 @@ def _from_text(text: str, shown: str, name: str, path: Path | None, inputs: Inpu
                              "remove one of them: sparkcluster's own recipes keep each key once")
         return _recipe(name, shown, doc)
     warnings = [f"{shown}:{w.removeprefix('line ')}" for w in repeated]
-    doc = _with_include(doc, shown, path, 0)
-    version = str(doc.get("recipe_version", doc.get("sparkrun_version", "2")))
+    doc, mods_places = _with_include(doc, shown, path, 0, places)
 
     def resolve_mod(given: str, line: int) -> Mod:
         from .recipe_mods import resolve_mod as find
 
-        return find(given, f"{shown}:{line}", [*mods_base(path), *mods_dirs])
+        return find(given, f"{shown}:{line}", mods_places)
 
+    version = str(doc.get("recipe_version", doc.get("sparkrun_version", "2")))
     if version == "1":
         return eugr_v1(doc, shown, name, inputs, resolve_mod, warnings)
     if version == "2":
@@ -137,11 +156,14 @@ def _from_text(text: str, shown: str, name: str, path: Path | None, inputs: Inpu
                      "sparkcluster knows", FORMATS_FIX)
 
 
-def _with_include(doc: Any, shown: str, path: Path | None, depth: int) -> Any:
-    """sparkrun's `include:` a base recipe beside this one, deep-merged under this file's keys."""
+def _with_include(doc: Any, shown: str, path: Path | None, depth: int,
+                  places: Sequence[ModPlace]) -> tuple[Any, Sequence[ModPlace]]:
+    """sparkrun's `include:` a base recipe beside this one, deep-merged under this file's keys. Returns the
+    merged document and where its `mods:` are looked for: a list that came from the base is the base's, found
+    where the base is and as trusted as the base's registry."""
     base_name = doc.get("include")
     if base_name is None:
-        return doc
+        return doc, places
     line = recipe_values.key_line(doc, "include")
     if depth > 4 or not isinstance(base_name, str):
         raise UsageError(f"{shown}:{line}: include must name one base recipe (and includes nest at most 4 deep)",
@@ -149,11 +171,14 @@ def _with_include(doc: Any, shown: str, path: Path | None, depth: int) -> Any:
     if base_name.startswith("@"):
         from .recipe_registry import resolve_scoped
 
-        base_path = resolve_scoped(base_name).path
+        found = resolve_scoped(base_name)
+        base_path = found.path
+        base_places: Sequence[ModPlace] = _places(found.path, found.registry, found.trusted, found.mods_dirs)
     else:
         folder = path.parent if path else Path.cwd()
         base_path = next((folder / f"{base_name}{ext}" for ext in ("", ".yaml", ".yml")
                           if (folder / f"{base_name}{ext}").is_file()), folder / base_name)
+        base_places = places  # beside this file: the same registry, the same trust
     if not base_path.is_file():
         raise UsageError(f"{shown}:{line}: the included recipe {base_name!r} is not beside this file",
                          f"put {base_name}.yaml next to it, or include @REGISTRY/NAME")
@@ -161,8 +186,9 @@ def _with_include(doc: Any, shown: str, path: Path | None, depth: int) -> Any:
         base, _ = load_last_wins(_read_file(base_path))
     except yamlsource.YamlError as e:
         raise UsageError(f"{base_path}:{e.line}: {e.problem}", e.fix) from None
-    base = _with_include(base, str(base_path), base_path, depth + 1)
-    return _deep_merge(base, doc)
+    base, base_mods_places = _with_include(base, str(base_path), base_path, depth + 1, base_places)
+    mods_from_base = isinstance(base, dict) and "mods" in base and "mods" not in doc
+    return _deep_merge(base, doc), base_mods_places if mods_from_base else places
 
 
 def _deep_merge(base: Any, top: Any) -> Any:

@@ -17,7 +17,7 @@ from sparkcluster.engine import session as session_module
 from sparkcluster.engine.errors import EXIT_OK, EXIT_USAGE, UsageError
 from sparkcluster.engine.inventory import Inventory, load_inventory
 from sparkcluster.serving.parallel import check_parallel
-from sparkcluster.serving.recipe_types import Inputs
+from sparkcluster.serving.recipe_types import Inputs, ModPlace
 from sparkcluster.serving.recipes import load_recipe
 
 EUGR_V1 = """\
@@ -395,7 +395,7 @@ def test_mods_run_in_vllms_start_directory_and_the_first_failure_stops_them(tmp_
     (mods / "drop" / "t.jinja").write_text("{{ messages }}")
     workspace = tmp_path / "workspace"
     workspace.mkdir()
-    found = [resolve_mod(f"mods/{n}", "r.yaml:3", [tmp_path]) for n in ("drop", "fail", "never")]
+    found = [resolve_mod(f"mods/{n}", "r.yaml:3", [ModPlace(tmp_path)]) for n in ("drop", "fail", "never")]
     ok = subprocess.run(["sh", "-c", run_mods_line(found[:1], str(mods))], cwd=workspace, capture_output=True, text=True)
     assert ok.returncode == 0 and (workspace / "chat.jinja").read_text() == "{{ messages }}"
     bad = subprocess.run(["sh", "-c", run_mods_line(found, str(mods))], cwd=workspace, capture_output=True, text=True)
