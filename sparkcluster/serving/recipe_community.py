@@ -144,8 +144,17 @@ def _recipe(doc: SourceMap, shown: str, name: str, fmt: Format, line: VllmLine, 
     if not isinstance(mods, list):
         raise UsageError(f"{shown}:{line_of(doc, 'mods')}: mods must be a list of directories, not {describe(mods)}",
                          "write `mods: [mods/NAME]`")
-    resolved = tuple(resolve_mod(str(m), mods.item_line(i) if isinstance(mods, SourceList) else 1)
-                     for i, m in enumerate(mods))
+    resolved: list[Mod] = []
+    for i, given in enumerate(mods):
+        at = mods.item_line(i) if isinstance(mods, SourceList) else 1
+        mod = resolve_mod(str(given), at)
+        # a mod lands on the nodes under its directory's name: two of one name would overwrite each other
+        twin = next((m for m in resolved if m.name == mod.name), None)
+        if twin is not None:
+            raise UsageError(f"{shown}:{at}: mod {str(given)!r} ({mod.path}) has the directory name {mod.name!r} "
+                             f"of mod {twin.given!r} ({twin.path}); on the nodes one would replace the other",
+                             "keep one of them, or rename one mod's directory")
+        resolved.append(mod)
     build_args = doc.get("build_args") or []
     return Recipe(
         name=name, description=str(doc.get("description") or doc.get("name") or ""), model=line.model,
@@ -156,7 +165,7 @@ def _recipe(doc: SourceMap, shown: str, name: str, fmt: Format, line: VllmLine, 
         pp=as_int(taken["--pipeline-parallel-size"], "-pp", where) if "--pipeline-parallel-size" in taken else None,
         launcher=launcher, container=_text(doc, "container", shown, required=False),
         build_args=tuple(str(a) for a in build_args) if isinstance(build_args, list) else (),
-        mods=resolved, min_nodes=2 if cluster_only else None, max_nodes=1 if solo_only else None,
+        mods=tuple(resolved), min_nodes=2 if cluster_only else None, max_nodes=1 if solo_only else None,
         warnings=tuple(warnings), sets_used={k: v for k, v in inputs.sets.items()},
     )
 

@@ -8,6 +8,7 @@ command's relative `--chat-template NAME.jinja`.
 
 from __future__ import annotations
 
+import re
 import shlex
 from collections.abc import Sequence
 from pathlib import Path
@@ -17,6 +18,7 @@ from .recipe_types import Mod, ModPlace
 
 NODE_MODS_DIR = ".cache/sparkcluster/mods"  # under the node user's home: where every mod lands
 MAX_MOD_BYTES = 64 * 1024 * 1024  # a patch set, templates, a script: not a model
+MOD_NAME = re.compile(r"[A-Za-z0-9._-]+")
 
 
 def resolve_mod(given: str, where: str, places: Sequence[ModPlace]) -> Mod:
@@ -43,6 +45,9 @@ def resolve_mod(given: str, where: str, places: Sequence[ModPlace]) -> Mod:
         raise UsageError(f"{where}: mod {given!r} is not found (looked in {looked})",
                          "put the mod directory next to the recipe (mods/NAME/run.sh), or fix its name")
     found, place = seen[0][0].resolve(), seen[0][1]
+    if not MOD_NAME.fullmatch(found.name):  # the name becomes a folder and words of the nodes' shell lines
+        raise UsageError(f"{where}: mod {given!r} is in a directory named {found.name!r}, which is not a mod name",
+                         "rename the mod's directory with letters, digits, '.', '_' or '-' only")
     if not (found / "run.sh").is_file():
         raise UsageError(f"{where}: mod {given!r} ({found}) has no run.sh", "a mod is a directory with run.sh in it")
     size = sum(f.stat().st_size for f in found.rglob("*") if f.is_file())
@@ -66,6 +71,8 @@ def run_mods_line(mods: Sequence[Mod], mods_dir: str) -> str:
     steps = []
     for mod in mods:
         where = f"{mods_dir}/{shlex.quote(mod.name)}"
-        steps.append(f"echo \"mod {mod.name}: running\" && (cd {where} && chmod +x run.sh && ./run.sh) "
-                     f"|| {{ rc=$?; echo \"mod {mod.name} failed (exit $rc)\" >&2; exit $rc; }}")
+        # quoted although load refuses odd names: a name is data here, never shell
+        said = shlex.quote(f"mod {mod.name}")
+        steps.append(f"echo {said}': running' && (cd {where} && chmod +x run.sh && ./run.sh) "
+                     f"|| {{ rc=$?; echo {said}\" failed (exit $rc)\" >&2; exit $rc; }}")
     return "export WORKSPACE_DIR=\"$PWD\"; " + "; ".join(steps)

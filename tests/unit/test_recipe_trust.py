@@ -57,3 +57,33 @@ def test_a_trusted_registrys_recipe_cannot_pull_an_untrusted_base_with_mods(tmp_
         load_recipe("@good/top")
     recipe_registry.add("untr", str(tmp_path / "repo"), True)
     assert load_recipe("@good/top").mods[0].trusted
+
+
+def test_a_mod_directory_name_that_is_shell_is_refused_at_its_line_and_quoted_if_it_got_through(tmp_path):
+    import subprocess
+
+    from sparkcluster.serving.recipe_mods import run_mods_line
+    from sparkcluster.serving.recipe_types import Mod
+    evil = tmp_path / "mods" / "$(touch pwned)"
+    evil.mkdir(parents=True)
+    (evil / "run.sh").write_text("#!/bin/sh\ntrue\n")
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("recipe_version: '2'\nmodel: a/b\nmods:\n  - 'mods/$(touch pwned)'\n")
+    with pytest.raises(UsageError, match=r"r\.yaml:4: mod '.*' is in a directory named '\$\(touch pwned\)'"):
+        load_recipe(str(recipe))
+    # the shell line itself keeps the name as data: run by a real shell, nothing runs, the name is echoed
+    line = run_mods_line([Mod("$(touch pwned)", evil, "mods/x")], str(tmp_path / "mods"))
+    ran = subprocess.run(["sh", "-c", line], cwd=tmp_path, capture_output=True, text=True)
+    assert ran.returncode == 0 and "mod $(touch pwned): running" in ran.stdout
+    assert not (tmp_path / "pwned").exists()
+
+
+def test_two_mods_of_one_directory_name_are_refused_at_the_second(tmp_path):
+    for where in ("mods/fix", "other/fix"):
+        (tmp_path / where).mkdir(parents=True)
+        (tmp_path / where / "run.sh").write_text("#!/bin/sh\ntrue\n")
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("recipe_version: '2'\nmodel: a/b\nmods:\n  - mods/fix\n  - other/fix\n")
+    with pytest.raises(UsageError, match=r"r\.yaml:5: mod 'other/fix' .* has the directory name 'fix' of mod "
+                                         r"'mods/fix'"):
+        load_recipe(str(recipe))
