@@ -10,6 +10,7 @@ import json
 import math
 
 import pytest
+import tokenizers  # a required dependency (pyproject.toml): never skipped
 
 from sparkcluster.bench import benchy_report
 from sparkcluster.bench.benchy_client import Chunk, RequestResult, finalize
@@ -172,7 +173,6 @@ def test_prompts_have_exactly_the_requested_token_counts():
 
 
 def test_a_tokenizer_json_cuts_prompts_in_its_own_tokens(tmp_path):
-    tokenizers = pytest.importorskip("tokenizers")
     vocab = {f"w{i}": i for i in range(997)} | {"[UNK]": 997}
     inner = tokenizers.Tokenizer(tokenizers.models.WordLevel(vocab, unk_token="[UNK]"))
     inner.pre_tokenizer = tokenizers.pre_tokenizers.WhitespaceSplit()
@@ -189,7 +189,6 @@ def test_a_tokenizer_json_cuts_prompts_in_its_own_tokens(tmp_path):
 
 
 def test_the_tokenizer_is_found_in_the_hf_cache_else_words(tmp_path, monkeypatch):
-    pytest.importorskip("tokenizers")
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
     assert isinstance(find_tokenizer(None, "org/absent"), WordTokenizer)
     with pytest.raises(UsageError, match="no tokenizer.json"):

@@ -7,14 +7,17 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import subprocess
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
+import tokenizers  # a required dependency (pyproject.toml): never skipped
 
 from sparkcluster.bench.benchy_stats import METRICS
 from sparkcluster.bench.corpus import BOOK_URL
-from tests.helpers import run_cli
+from tests.helpers import REQUIRE_SIM, run_cli
 from tests.openai_stub import running_stub
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -24,9 +27,20 @@ GRID = ["--pp", "256", "--tg", "32", "--depth", "0", "1024", "--concurrency", "1
 VOCABULARY = [f"word{i}" for i in range(500)]
 
 
+def require_llama_benchy(path: Path = LLAMA_BENCHY, env: Mapping[str, str] = os.environ,
+                         require: bool = REQUIRE_SIM) -> None:
+    """Skip where .venv-benchy is missing on a developer's machine; under CI (CI=true, or
+    SPARKCLUSTER_REQUIRE_SIM=1 as scripts/test.sh exports) fail, so a broken setup never passes as a skip."""
+    if path.exists():
+        return
+    why = f"llama-benchy is not installed in .venv-benchy ({path.name} missing; scripts/setup.sh installs it)"
+    if require or env.get("CI", "").lower() in ("true", "1"):
+        pytest.fail(why)
+    pytest.skip(why)
+
+
 def book_and_tokenizer(home: Path) -> tuple[Path, Path]:
     """The book where llama-benchy caches its download, and a tokenizer.json with one token per word."""
-    tokenizers = pytest.importorskip("tokenizers")
     book = home / ".cache" / "llama-benchy" / f"{hashlib.md5(BOOK_URL.encode()).hexdigest()}.txt"
     book.parent.mkdir(parents=True)
     book.write_text(" ".join(VOCABULARY[(i * 7919) % 500] for i in range(20000)))
@@ -80,8 +94,7 @@ def disagreements(theirs: dict, ours: dict) -> list[str]:
 
 
 def test_bench_agrees_with_llama_benchy_on_every_metric_of_every_cell(tmp_path):
-    if not LLAMA_BENCHY.exists():
-        pytest.skip("llama-benchy is not installed in .venv-benchy (scripts/setup.sh installs it)")
+    require_llama_benchy()
     book, tokenizer = book_and_tokenizer(tmp_path)
     # This machine is shared: a stall of a few hundred ms in one run of either tool moves a mean of two by more
     # than 5%. So a pair that disagrees is measured once more, and one of the two pairs must agree throughout.
@@ -106,8 +119,7 @@ results.save_report(sys.argv[1], "csv", doc["max_concurrency"])
 
 def test_the_table_and_csv_are_llama_benchys_own_to_the_byte(tmp_path):
     """llama-benchy's report code, fed our document, writes exactly our markdown table and CSV."""
-    if not LLAMA_BENCHY.exists():
-        pytest.skip("llama-benchy is not installed in .venv-benchy (scripts/setup.sh installs it)")
+    require_llama_benchy()
     from sparkcluster.bench import benchy_report
     from sparkcluster.bench.benchy_stats import BenchmarkRun, metric
 
@@ -125,3 +137,15 @@ def test_the_table_and_csv_are_llama_benchys_own_to_the_byte(tmp_path):
         theirs_md = json.loads(done.stdout.splitlines()[0])["md"]
         assert benchy_report.markdown("org/m", chosen, concurrency) == theirs_md
         assert benchy_report.csv_text("org/m", chosen, concurrency).encode() == theirs_csv.read_bytes()
+
+
+@pytest.mark.parametrize("env, require, outcome", [
+    ({"CI": "true"}, False, pytest.fail.Exception),
+    ({}, True, pytest.fail.Exception),  # SPARKCLUSTER_REQUIRE_SIM=1
+    ({}, False, pytest.skip.Exception),  # a developer's machine without .venv-benchy
+])
+def test_a_missing_llama_benchy_fails_under_ci_and_skips_elsewhere(tmp_path, env, require, outcome):
+    with pytest.raises(outcome, match=".venv-benchy"):
+        require_llama_benchy(tmp_path / "llama-benchy", env, require)
+    (tmp_path / "llama-benchy").write_text("")
+    require_llama_benchy(tmp_path / "llama-benchy", env, require)  # present: runs, under CI or not
