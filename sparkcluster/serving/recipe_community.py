@@ -5,6 +5,7 @@ line is taken apart: the flags sparkcluster sets itself become the defaults of i
 
 from __future__ import annotations
 
+import argparse
 import re
 import shlex
 from collections.abc import Callable, Mapping
@@ -13,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ..engine.errors import UsageError
+from ..engine.flags import image as image_name
 from ..engine.yamlsource import SourceList, SourceMap, describe
 from . import recipe_values
 from .recipe_command import FlagValue, VllmLine, as_int, parse_vllm_line, render
@@ -110,7 +112,7 @@ def sparkrun_v2(doc: SourceMap, shown: str, name: str, inputs: Inputs, resolve_m
             env_doc._set("env", {**recipe_values.env(doc, shown), **recipe_values.env(layer, shown)},
                          line_of(layer, "env"))
         if "container" in layer:
-            container_override = _text(layer, "container", shown)
+            container_override = _container(layer, shown)
     values = {**defaults, "model": model, **inputs.options, **inputs.sets}
     _resolve_iteratively(values, shown)
     if command:
@@ -163,7 +165,7 @@ def _recipe(doc: SourceMap, shown: str, name: str, fmt: Format, line: VllmLine, 
         env={**line.env, **recipe_values.env(doc, shown)}, flags=dict(line.flags), format=fmt, source=shown,
         tp=as_int(taken["--tensor-parallel-size"], "-tp", where) if "--tensor-parallel-size" in taken else None,
         pp=as_int(taken["--pipeline-parallel-size"], "-pp", where) if "--pipeline-parallel-size" in taken else None,
-        launcher=launcher, container=_text(doc, "container", shown, required=False),
+        launcher=launcher, container=_container(doc, shown),
         build_args=tuple(str(a) for a in build_args) if isinstance(build_args, list) else (),
         mods=tuple(resolved), min_nodes=2 if cluster_only else None, max_nodes=1 if solo_only else None,
         warnings=tuple(warnings), sets_used={k: v for k, v in inputs.sets.items()},
@@ -259,6 +261,19 @@ def _text(doc: Any, key: str, shown: str, required: bool = True) -> str | None:
     if isinstance(value, bool) or not isinstance(value, (str, int, float)):
         raise UsageError(f"{shown}:{line_of(doc, key)}: {key} must be text, not {describe(value)}", f"write `{key}: TEXT`")
     return str(value)
+
+
+def _container(doc: Any, shown: str) -> str | None:
+    """`container:` reaches `docker run` as the image: checked as --image is, so that it is never an option
+    (`-v/:/host`) nor more than one word."""
+    value = _text(doc, "container", shown, required=False)
+    if value is None:
+        return None
+    try:
+        return image_name(value)
+    except argparse.ArgumentTypeError as e:
+        raise UsageError(f"{shown}:{line_of(doc, 'container')}: container {e}",
+                         "write `container: REPOSITORY[:TAG]`, e.g. `container: vllm-node`") from None
 
 
 def _flag(doc: Any, key: str, shown: str) -> bool:

@@ -87,3 +87,18 @@ def test_two_mods_of_one_directory_name_are_refused_at_the_second(tmp_path):
     with pytest.raises(UsageError, match=r"r\.yaml:5: mod 'other/fix' .* has the directory name 'fix' of mod "
                                          r"'mods/fix'"):
         load_recipe(str(recipe))
+
+
+@pytest.mark.parametrize(("text", "line"), [
+    ("recipe_version: '1'\nname: x\ncontainer: '-v/:/host'\ncommand: vllm serve a/b\n", 3),
+    ("recipe_version: '2'\nmodel: a/b\ncontainer: 'vllm-node --privileged'\n", 3),
+    ("recipe_version: '2'\nmodel: a/b\ncontainer: vllm-node\noverrides:\n  - when: {arch: gb10}\n"
+     "    container: '--volume=/:/host'\n", 6),
+])
+def test_a_container_that_is_not_an_image_name_is_refused_at_its_line(tmp_path, text, line):
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(text)
+    with pytest.raises(UsageError) as e:
+        load_recipe(str(recipe))
+    assert e.value.message.startswith(f"{recipe}:{line}: container ") and "is not an image name" in e.value.message
+    assert "container: REPOSITORY[:TAG]" in e.value.fix
