@@ -130,10 +130,6 @@ async def _burst(client: Client, session: aiohttp.ClientSession, prompts: Sequen
                                        for context, prompt in prompts)))
 
 
-def _first_error(results: Sequence[RequestResult]) -> str | None:
-    return next((r.error for r in results if r.error), None)
-
-
 async def run_cell(client: Client, session: aiohttp.ClientSession, corpus: Corpus, opts: BenchyOptions,
                    started: Session, cell: Cell, progress: Progress) -> tuple[list[BenchmarkRun], list[str]]:
     """One cell's entries (the context load's first when there is one) and the errors its requests met."""
