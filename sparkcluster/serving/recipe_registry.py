@@ -14,6 +14,7 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import yaml
 
@@ -130,8 +131,9 @@ def add(name: str, url: str, trust: bool) -> tuple[Registry, str]:
     """Clones it (or refreshes the clone) and records it; returns it and what happened."""
     if not name.replace("-", "").replace("_", "").isalnum():
         raise UsageError(f"registry name {name!r} must be letters, digits, '-' or '_'", "e.g. `my-recipes`")
-    if name.lower().startswith(RESERVED_PREFIXES) and not re.search(
-            rf"github\.com[/:]({'|'.join(RESERVED_OWNERS)})/", url, re.IGNORECASE):
+    if url.startswith("-"):  # git would read it as one of its options
+        raise UsageError(f"registry URL {url!r} starts with '-'", "give a git URL or a path (./-name for a path)")
+    if name.lower().startswith(RESERVED_PREFIXES) and not _community_url(url):
         raise UsageError(f"registry name {name!r} is reserved for the community's own registries (GitHub "
                          f"{', '.join(RESERVED_OWNERS)})", "choose another name for this registry")
     if "://" not in url and ":" not in url.split("/")[0] and Path(url).expanduser().exists():
@@ -142,6 +144,19 @@ def add(name: str, url: str, trust: bool) -> tuple[Registry, str]:
     entries[name] = reg
     _write(entries)
     return reg, said
+
+
+def _community_url(url: str) -> bool:
+    """A GitHub repository of one of the community's owners: `https://github.com/OWNER/...` or the scp form
+    `git@github.com:OWNER/...`, read as git reads it (the host is the host, not text anywhere in the URL)."""
+    scp = re.fullmatch(r"(?:[^@/:]+@)?([^@/:]+):([^/].*)", url) if "://" not in url else None
+    if scp:
+        host, path = scp.group(1), scp.group(2)
+    else:
+        parts = urlsplit(url)
+        host, path = parts.hostname or "", parts.path
+    owner = path.lstrip("/").split("/")[0]
+    return host.lower() == "github.com" and owner.lower() in RESERVED_OWNERS
 
 
 def update() -> dict[str, str]:
@@ -157,7 +172,7 @@ def _sync(reg: Registry) -> str:
     else:
         tmp = reg.clone.with_name(reg.clone.name + ".partial")
         shutil.rmtree(tmp, ignore_errors=True)
-        cmd = ["git", "clone", "--quiet", "--depth", "1", reg.url, str(tmp)]
+        cmd = ["git", "clone", "--quiet", "--depth", "1", "--", reg.url, str(tmp)]
         verb = "cloned"
     try:
         result = subprocess.run(cmd, capture_output=True, text=True, timeout=GIT_TIMEOUT_S,

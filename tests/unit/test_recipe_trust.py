@@ -102,3 +102,43 @@ def test_a_container_that_is_not_an_image_name_is_refused_at_its_line(tmp_path, 
         load_recipe(str(recipe))
     assert e.value.message.startswith(f"{recipe}:{line}: container ") and "is not an image name" in e.value.message
     assert "container: REPOSITORY[:TAG]" in e.value.fix
+
+
+@pytest.mark.parametrize("url", ["https://evil.example/github.com/eugr/x", "https://github.com.evil.example/eugr/x",
+                                 "https://github.com/evil/eugr/x", "git@evil.example:github.com/eugr/x",
+                                 "https://evil.example/?github.com/eugr/"])
+def test_a_reserved_name_needs_the_communitys_github_host_and_owner_not_the_text(tmp_path, url):
+    with pytest.raises(UsageError, match="'eugr' is reserved"):
+        recipe_registry.add("eugr", url, True)
+    assert not recipe_registry.config_file().exists()
+
+
+@pytest.mark.parametrize("url", ["https://github.com/eugr/spark-vllm-docker", "git@github.com:eugr/spark-vllm-docker",
+                                 "https://GitHub.com/Spark-Arena/recipes.git", "ssh://git@github.com/scitrera/x"])
+def test_the_communitys_own_urls_pass_the_reserved_name_check(url):
+    assert recipe_registry._community_url(url)
+
+
+def test_eugrs_fallback_mods_folder_is_as_trusted_as_eugr_not_as_the_recipe(tmp_path):
+    """sparkrun's `eugr` clone, not trusted; a trusted registry's recipe names a mod only eugr has."""
+    eugr = tmp_path / "cache" / "sparkrun" / "registries" / "eugr"
+    (eugr / "mods" / "only-in-eugr").mkdir(parents=True)
+    (eugr / "mods" / "only-in-eugr" / "run.sh").write_text("#!/bin/sh\ntrue\n")
+    (eugr / "recipes").mkdir()
+    good = tmp_path / "good"
+    (good / "recipes").mkdir(parents=True)
+    (good / "recipes" / "top.yaml").write_text("recipe_version: '2'\nmodel: me/top\nmods: [mods/only-in-eugr]\n")
+    git("init", "-q", "-b", "main", cwd=good)
+    git("add", ".", cwd=good)
+    git("commit", "-q", "-m", "top", cwd=good)
+    recipe_registry.add("good", str(good), True)
+    with pytest.raises(UsageError, match="registry 'eugr', which is not trusted"):
+        load_recipe("@good/top")
+    assert load_recipe("@good/top", trust=True).mods[0].registry == "eugr"
+
+
+def test_a_registry_url_starting_with_a_dash_is_refused_before_git_reads_it_as_an_option(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(UsageError, match="registry URL '--upload-pack=touch pwned' starts with '-'"):
+        recipe_registry.add("mine", "--upload-pack=touch pwned", False)
+    assert not (tmp_path / "pwned").exists() and not recipe_registry.clones_dir().exists()
