@@ -76,23 +76,27 @@ def measured(out: Path, plan: Sequence[Cell]) -> list[dict[str, Any]]:
     return resume(out, plan)[0]
 
 
+FLAG = {"tensor_parallel": "-tp", "pipeline_parallel": "-pp"}  # sparkrun's VLLM_FLAG_MAP for these two
+
+
 def recipe_text(target: Target) -> str:
     """The effective recipe: a sparkrun v2 recipe of what the head's serve record says (model, image, TP x PP,
     port, flags). The record's `recipe` is only a name here: a file of that name on this machine is never read,
     since the name comes from the head and the local file (if any) is not what the head ran."""
     config = target.config
-    tp, pp = config.get("tp"), config.get("pp") or 1
     flags = [str(f) for f in config.get("recipe_flags") or ()]
     port = urlsplit(str(config.get("endpoint") or "")).port or 8000
+    # Only what the record says: an endpoint given by --url has no recorded TP or PP, and "-tp None" is no recipe.
+    parallel = {key: config[name] for key, name in (("tensor_parallel", "tp"), ("pipeline_parallel", "pp"))
+                if isinstance(config.get(name), int)}
     # The placeholders stay bare for sparkrun to fill; the flags are quoted, so a JSON value (--speculative-config
     # '{"method": ...}') reads back as the one argument it was.
-    command = ("vllm serve {model} --served-model-name {served_model_name} -tp {tensor_parallel} "
-               "-pp {pipeline_parallel} --port {port}")
+    command = " ".join(["vllm serve {model} --served-model-name {served_model_name}",
+                        *(f"{FLAG[key]} {{{key}}}" for key in parallel), "--port {port}"])
     recipe: dict[str, Any] = {
         "recipe_version": "2", "model": config.get("hf_model") or target.model, "runtime": "vllm",
         "container": config.get("image"), "min_nodes": len(config.get("nodes") or ()) or 1,
-        "defaults": {"tensor_parallel": tp, "pipeline_parallel": pp, "served_model_name": target.model,
-                     "port": port},
+        "defaults": {**parallel, "served_model_name": target.model, "port": port},
         "command": f"{command} {shlex.join(flags)}".strip(),
         "metadata": {"description": f"as served by sparkcluster (recipe: {config.get('recipe') or 'none recorded'}; "
                                     f"endpoint source: {config.get('source')})"},

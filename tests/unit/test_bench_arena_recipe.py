@@ -12,7 +12,7 @@ import yaml
 from sparkcluster.bench import arena
 from sparkcluster.bench.benchy_runner import BenchyOptions
 from sparkcluster.bench.profile import ARENA_V2
-from sparkcluster.bench.target import from_record
+from sparkcluster.bench.target import from_record, from_url
 from sparkcluster.serving.record import ServeRecord, Serving
 
 SPEC = json.dumps({"method": "eagle3", "model": "org/draft model", "num_speculative_tokens": 3})
@@ -55,3 +55,9 @@ def test_the_metadata_names_each_parallelism_that_is_not_1():
         meta = arena.metadata(ARENA_V2, tgt, BenchyOptions(), started, started, True, False, recipe)
         assert {k: v for k, v in meta["cluster"].items() if k in ("tp", "pp")} == cluster
         assert meta["cluster"]["node_count"] == 3 and meta["recipe"]["text"] == recipe
+
+
+def test_an_endpoint_given_by_url_claims_no_parallelism_it_cannot_know():
+    recipe = yaml.safe_load(arena.recipe_text(from_url("http://10.0.0.9:9000/v1", "m")))
+    assert recipe["defaults"] == {"served_model_name": "m", "port": 9000}
+    assert recipe["command"] == "vllm serve {model} --served-model-name {served_model_name} --port {port}"
