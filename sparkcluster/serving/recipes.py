@@ -9,6 +9,7 @@ The override order, lowest first: the recipe's defaults, sparkcluster's options 
 from __future__ import annotations
 
 import math
+import shlex
 from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
@@ -315,7 +316,8 @@ def draft_models(flags: Sequence[str]) -> list[str]:
 
 def build_fix(recipe: Recipe, image: str) -> str:
     """How to get a recipe's image: eugr's build command with the recipe's build_args, then our image sync."""
-    args = " ".join(recipe.build_args)
-    return (f"build it on the head with eugr's spark-vllm-docker: `./build-and-copy.sh -t {image}"
-            f"{' ' + args if args else ''}`; then `sparkcluster image sync {image}` puts it on every node "
+    # quoted: the user pastes this line into a shell, and the words are the recipe author's
+    build = shlex.join(["./build-and-copy.sh", "-t", image, *recipe.build_args])
+    return (f"build it on the head with eugr's spark-vllm-docker: `{build}`; then "
+            f"`{shlex.join(['sparkcluster', 'image', 'sync', image])}` puts it on every node "
             "(or name another image with --image)")

@@ -142,3 +142,22 @@ def test_a_registry_url_starting_with_a_dash_is_refused_before_git_reads_it_as_a
     with pytest.raises(UsageError, match="registry URL '--upload-pack=touch pwned' starts with '-'"):
         recipe_registry.add("mine", "--upload-pack=touch pwned", False)
     assert not (tmp_path / "pwned").exists() and not recipe_registry.clones_dir().exists()
+
+
+def test_the_build_line_a_user_pastes_keeps_the_recipes_build_args_as_words(tmp_path):
+    import shlex
+    import subprocess
+
+    from sparkcluster.serving.recipes import build_fix
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("recipe_version: '1'\nname: x\ncontainer: vllm-node\ncommand: vllm serve a/b\n"
+                      "build_args: ['--exp-mxfp4', '$(touch pwned)', 'a b; touch pwned2']\n")
+    fix = build_fix(load_recipe(str(recipe)), "vllm-node")
+    line = fix.split("`")[1]
+    assert shlex.split(line) == ["./build-and-copy.sh", "-t", "vllm-node", "--exp-mxfp4", "$(touch pwned)",
+                                 "a b; touch pwned2"]
+    # pasted into a real shell (echo standing in for the script): the words arrive as written, nothing runs
+    ran = subprocess.run(["sh", "-c", line.replace("./build-and-copy.sh", "printf '%s\\n'", 1)], cwd=tmp_path,
+                         capture_output=True, text=True)
+    assert ran.stdout.splitlines()[-2:] == ["$(touch pwned)", "a b; touch pwned2"]
+    assert not (tmp_path / "pwned").exists() and not (tmp_path / "pwned2").exists()
