@@ -18,6 +18,7 @@ from urllib.parse import urlsplit
 
 import yaml
 
+from ..engine.console import err as err_console
 from ..engine.errors import SparkclusterError, UsageError, did_you_mean
 from .recipe_types import ModPlace
 
@@ -58,14 +59,20 @@ class Registry:
     origin: str = "sparkcluster"  # or "sparkrun": configured for sparkrun, read from its clone
 
     def layout(self) -> tuple[Path, Path | None]:
-        """(recipes folder, mods folder) inside the clone."""
+        """(recipes folder, mods folder) inside the clone; a manifest of the wrong shape is a UsageError naming
+        it (lookups across registries warn and skip such a registry)."""
         manifest = self.clone / ".sparkrun" / "registry.yaml"
         if manifest.is_file():
+            fix = "the registry's .sparkrun/registry.yaml should read `registries: [{name: N, recipes: DIR, mods: DIR}]`"
             try:
                 doc = yaml.safe_load(manifest.read_text()) or {}
-            except yaml.YAMLError:
-                doc = {}
-            entries = [e for e in doc.get("registries") or [] if isinstance(e, dict)]
+            except (OSError, yaml.YAMLError) as e:
+                raise UsageError(f"{manifest}: registry {self.name!r} has a manifest that cannot be read: {e}", fix)
+            entries = doc.get("registries") if isinstance(doc, dict) else None
+            if not isinstance(doc, dict) or not isinstance(entries or [], list):
+                raise UsageError(f"{manifest}: registry {self.name!r} has a manifest that is not a mapping with a "
+                                 "`registries:` list", fix)
+            entries = [e for e in entries or [] if isinstance(e, dict)]
             entry = next((e for e in entries if e.get("name") == self.name), entries[0] if entries else None)
             if entry is not None:
                 mods = entry.get("mods")
@@ -92,8 +99,15 @@ def registries() -> dict[str, Registry]:
             doc = yaml.safe_load(path.read_text()) or {}
         except yaml.YAMLError as e:
             raise UsageError(f"{path}: not valid YAML: {e}", "fix or remove the file; `recipes add-registry` rewrites it")
-        for name, entry in (doc.get("registries") or {}).items():
-            found[str(name)] = Registry(str(name), str(entry.get("url", "")), bool(entry.get("trusted", False)),
+        fix = "it should read `registries: {NAME: {url: URL, trusted: false}}`; `recipes add-registry` rewrites it"
+        entries = doc.get("registries") if isinstance(doc, dict) else None
+        if not isinstance(doc, dict) or not isinstance(entries or {}, dict):
+            raise UsageError(f"{path}: not a mapping with a `registries:` mapping", fix)
+        for name, entry in (entries or {}).items():
+            if not isinstance(entry, dict):  # one bad entry: the other registries still serve
+                _warn(UsageError(f"{path}: registry {name!r} is {entry!r}, not a mapping; skipped", fix))
+                continue
+            found[str(name)] = Registry(str(name), str(entry.get("url", "")), entry.get("trusted") is True,
                                         clones_dir() / str(name))
     theirs = sparkrun_clones_dir()
     if theirs.is_dir():
@@ -212,8 +226,9 @@ def _find_in(reg: Registry, rest: str) -> list[Path]:
 
 def _found(reg: Registry, path: Path) -> Found:
     places = registry_mods_dirs(reg.name, reg)
-    if reg.name != "eugr":
-        places += registry_mods_dirs("eugr")  # sparkrun's fallback: eugr's mods, as trusted as eugr is
+    fallback = registries().get("eugr")
+    if reg.name != "eugr" and fallback in _usable({"eugr": fallback} if fallback else {}):
+        places += registry_mods_dirs("eugr", fallback)  # sparkrun's fallback: eugr's mods, as trusted as eugr is
     return Found(path, reg.name, reg.trusted, tuple(places))
 
 
@@ -237,9 +252,27 @@ def resolve_scoped(ref: str) -> Found:
     return _found(regs[name], hits[0])
 
 
+def _warn(e: UsageError) -> None:
+    err_console.print(f"warning: {e.message} ({e.fix})", highlight=False, markup=False)
+
+
+def _usable(regs: dict[str, Registry]) -> list[Registry]:
+    """The registries whose layout can be read; a broken one is warned about and skipped, so that it does not
+    break lookups in the others."""
+    usable = []
+    for reg in regs.values():
+        try:
+            reg.layout()
+        except UsageError as e:
+            _warn(e)
+            continue
+        usable.append(reg)
+    return usable
+
+
 def resolve_unscoped(name: str) -> Found | None:
     """A bare name searched in every registry; found in two is an error naming both."""
-    hits = [(reg, path) for reg in registries().values() for path in _find_in(reg, name)]
+    hits = [(reg, path) for reg in _usable(registries()) for path in _find_in(reg, name)]
     if len(hits) > 1:
         raise UsageError(f"recipe {name!r} is in more than one registry: "
                          + ", ".join(f"@{reg.name}/{_rel(reg, p)}" for reg, p in hits), "name one of them")
@@ -263,5 +296,7 @@ def listing(only: str | None = None) -> list[tuple[str, str, Path]]:
     regs = registries()
     if only is not None and only not in regs:
         raise UsageError(f"no registry named {only!r}{did_you_mean(only, list(regs))}", "see `sparkcluster recipes list`")
-    return [(reg.name, f"@{reg.name}/{_rel(reg, p)}", p) for reg in regs.values() if only in (None, reg.name)
+    if only is not None:
+        regs[only].layout()  # named: its own error, not a warning
+    return [(reg.name, f"@{reg.name}/{_rel(reg, p)}", p) for reg in _usable(regs) if only in (None, reg.name)
             for p in recipe_files(reg)]

@@ -161,3 +161,28 @@ def test_the_build_line_a_user_pastes_keeps_the_recipes_build_args_as_words(tmp_
                          capture_output=True, text=True)
     assert ran.stdout.splitlines()[-2:] == ["$(touch pwned)", "a b; touch pwned2"]
     assert not (tmp_path / "pwned").exists() and not (tmp_path / "pwned2").exists()
+
+
+def test_a_registry_of_the_wrong_shape_is_named_and_skipped_not_a_traceback(tmp_path, capsys):
+    recipe_registry.add("mine", str(registry_repo(tmp_path)), False)
+    broken = tmp_path / "cache" / "sparkrun" / "registries" / "broken"
+    (broken / ".sparkrun").mkdir(parents=True)
+    (broken / ".sparkrun" / "registry.yaml").write_text("- name: broken\n  recipes: r\n")
+    # a bare name: found in the good registry, the broken one warned about
+    assert load_recipe("plain").model == "a/plain"
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"warning: {broken / '.sparkrun' / 'registry.yaml'}: registry 'broken' has a manifest that is not a " \
+           "mapping" in err
+    assert [ref for _, ref, _ in recipe_registry.listing()] == [ref for _, ref, _ in recipe_registry.listing("mine")]
+    with pytest.raises(UsageError, match="registry 'broken' has a manifest that is not a mapping") as e:
+        load_recipe("@broken/x")
+    assert "registries: [{name: N, recipes: DIR, mods: DIR}]" in e.value.fix
+    # our own config: an entry that is not a mapping is skipped with a warning, the rest still resolve
+    config = recipe_registry.config_file()
+    config.write_text(config.read_text() + "  bad: [1, 2]\n")
+    assert load_recipe("@mine/plain").model == "a/plain"
+    assert "registry 'bad' is [1, 2], not a mapping; skipped" in " ".join(capsys.readouterr().err.split())
+    config.write_text("- mine\n")  # the whole file the wrong shape: an error naming it and the fix
+    with pytest.raises(UsageError, match="not a mapping with a `registries:` mapping") as e:
+        load_recipe("plain")
+    assert str(config) in e.value.message and "recipes add-registry" in e.value.fix
