@@ -19,7 +19,7 @@ from ..engine import yamlsource
 from ..engine.errors import UsageError, did_you_mean
 from ..engine.yamlsource import SourceMap
 from . import recipe_values
-from .recipe_command import FlagValue, flag_argv
+from .recipe_command import FlagValue, canonical, flag_argv, flag_words
 from .recipe_community import eugr_v1, mods_base, sparkrun_v2
 from .recipe_types import Inputs, Mod, ModPlace, Recipe, Reference
 from .recipe_yaml import load_last_wins
@@ -262,34 +262,28 @@ def _reference(shown: str, ref: object, line: int) -> Reference:
     return Reference(str(ref["source"]), str(ref["hardware"]), nodes, tuple(rows))
 
 
-def parse_flags(args: Sequence[str]) -> dict[str, str | None]:
-    """Extra vLLM arguments as flag -> value (None for a bare flag): `--x 1`, `--x=1`, `--flag`."""
-    flags: dict[str, str | None] = {}
-    i = 0
-    while i < len(args):
-        word = args[i]
-        if not word.startswith("-"):
-            raise UsageError(f"extra vLLM argument {word!r} is not a flag",
-                             "give flags after `--`, e.g. `-- --max-model-len 8192`; the model is --model")
-        if "=" in word:
-            key, value = word.split("=", 1)
-            flags[key] = value
-        elif i + 1 < len(args) and not args[i + 1].startswith("--"):
-            flags[word] = args[i + 1]
-            i += 1
-        else:
-            flags[word] = None
-        i += 1
+def parse_flags(args: Sequence[str]) -> dict[str, FlagValue]:
+    """Extra vLLM arguments as flag -> value (None for a bare flag): `--x 1`, `--x=1`, `--flag`, `--x a b`, read
+    by the one flag reader recipes' command lines use, so that `--tensor_parallel_size` is the
+    `--tensor-parallel-size` it is to vLLM."""
+    if args and not args[0].startswith("-"):
+        raise UsageError(f"extra vLLM argument {args[0]!r} is not a flag",
+                         "give flags after `--`, e.g. `-- --max-model-len 8192`; the model is --model")
+    flags = flag_words(list(args), "the extra vLLM arguments after --")
     for flag in flags:
-        if flag in OWNED_FLAGS:
-            raise UsageError(f"{flag} is set by sparkcluster", f"use sparkcluster's {OWNED_FLAGS[flag]}")
+        owner = OWNED_FLAGS.get(canonical(flag))
+        if owner is not None:
+            raise UsageError(f"{flag} is set by sparkcluster", f"use sparkcluster's {owner}")
     return flags
 
 
 def merged_flags(recipe: Recipe, extra: Sequence[str]) -> tuple[str, ...]:
-    """The recipe's flags with the user's extra arguments replacing those of the same name, then the rest."""
-    flags: dict[str, FlagValue] = dict(recipe.flags)
-    flags.update(parse_flags(extra))
+    """The recipe's flags with the user's extra arguments replacing those of the same name (by vLLM's reading:
+    `--max_model_len` is `--max-model-len`), then the rest."""
+    given = parse_flags(extra)
+    replaced = {canonical(flag) for flag in given}
+    flags: dict[str, FlagValue] = {k: v for k, v in recipe.flags.items() if canonical(k) not in replaced}
+    flags.update(given)
     return flag_argv(flags)
 
 

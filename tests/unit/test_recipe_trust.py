@@ -186,3 +186,23 @@ def test_a_registry_of_the_wrong_shape_is_named_and_skipped_not_a_traceback(tmp_
     with pytest.raises(UsageError, match="not a mapping with a `registries:` mapping") as e:
         load_recipe("plain")
     assert str(config) in e.value.message and "recipes add-registry" in e.value.fix
+
+
+@pytest.mark.parametrize(("extra", "owner"), [
+    (["--tensor_parallel_size", "4"], "--tp"), (["--pipeline_parallel_size=2"], "--pp"),
+    (["--max-model-len", "9", "--served_model_name", "x"], "--served-model-name"),
+    (["--distributed_executor_backend", "mp"], "--launcher"),
+])
+def test_extra_flags_are_read_as_vllm_reads_them_so_underscores_cannot_pass_an_owned_flag(extra, owner):
+    from sparkcluster.serving.recipes import parse_flags
+    with pytest.raises(UsageError, match="is set by sparkcluster") as e:
+        parse_flags(extra)
+    assert e.value.fix == f"use sparkcluster's {owner}"
+
+
+def test_an_extra_flag_replaces_the_recipes_flag_of_either_spelling(tmp_path):
+    from sparkcluster.serving.recipes import merged_flags
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("recipe_version: '2'\nmodel: a/b\ncommand: vllm serve a/b --max_model_len 384 --enforce-eager\n")
+    assert merged_flags(load_recipe(str(recipe)), ["--max-model-len", "100"]) == \
+        ("--enforce-eager", "--max-model-len", "100")
