@@ -173,9 +173,26 @@ def _community_url(url: str) -> bool:
     return host.lower() == "github.com" and owner.lower() in RESERVED_OWNERS
 
 
-def update() -> dict[str, str]:
-    """Every registry of ours refreshed: name -> what happened (a failure keeps the last good copy)."""
-    return {r.name: _sync(r) for r in registries().values() if r.origin == "sparkcluster"}
+@dataclass(frozen=True)
+class Synced:
+    """What `recipes update` did to one registry; `ok` is false where there is no usable copy."""
+
+    said: str
+    ok: bool = True
+
+
+def update() -> dict[str, Synced]:
+    """Every registry of ours refreshed: name -> what happened. One failing does not stop the others (a
+    failure keeps the last good copy where there is one)."""
+    results = {}
+    for reg in registries().values():
+        if reg.origin != "sparkcluster":
+            continue
+        try:
+            results[reg.name] = Synced(_sync(reg))
+        except SparkclusterError as e:
+            results[reg.name] = Synced(f"failed: {e.message} ({e.fix})", ok=False)
+    return results
 
 
 def _sync(reg: Registry) -> str:

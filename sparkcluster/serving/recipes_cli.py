@@ -14,7 +14,7 @@ from rich.markup import escape
 from ..engine.cliapp import App, Connect
 from ..engine.console import err as err_console
 from ..engine.console import out as console
-from ..engine.errors import EXIT_OK, UsageError
+from ..engine.errors import EXIT_FAILED, EXIT_OK, UsageError
 from ..engine.report import print_json
 from . import recipe_registry
 from .launch import DEFAULT_IMAGE, LAUNCHERS, Launcher, Node, ServeArgs, vllm_serve_argv
@@ -125,9 +125,10 @@ def cmd_add_registry(args: argparse.Namespace, connect: Connect) -> int:
 
 
 def cmd_update(args: argparse.Namespace, connect: Connect) -> int:
-    for name, said in recipe_registry.update().items():
-        print(f"{name}: {said}", file=sys.stdout if "keeping" not in said else sys.stderr)
-    return EXIT_OK
+    results = recipe_registry.update()
+    for name, synced in results.items():
+        print(f"{name}: {synced.said}", file=sys.stdout if synced.ok and "keeping" not in synced.said else sys.stderr)
+    return EXIT_OK if all(s.ok for s in results.values()) else EXIT_FAILED
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser], app: App) -> None:

@@ -317,7 +317,7 @@ def test_a_failing_update_keeps_the_last_good_copy(tmp_path, capsys):
     subprocess.run(["rm", "-rf", str(repo)], check=True)  # the origin is gone (offline, moved)
     assert cli.main(["recipes", "update"]) == EXIT_OK
     assert "mine: could not be updated" in capsys.readouterr().err and "keeping the last good copy" in \
-        recipe_registry.update()["mine"]
+        recipe_registry.update()["mine"].said
     assert load_recipe("@mine/plain").model == "a/plain"
 
 

@@ -206,3 +206,22 @@ def test_an_extra_flag_replaces_the_recipes_flag_of_either_spelling(tmp_path):
     recipe.write_text("recipe_version: '2'\nmodel: a/b\ncommand: vllm serve a/b --max_model_len 384 --enforce-eager\n")
     assert merged_flags(load_recipe(str(recipe)), ["--max-model-len", "100"]) == \
         ("--enforce-eager", "--max-model-len", "100")
+
+
+def test_update_reports_every_registry_and_goes_on_past_one_that_fails(tmp_path, capsys):
+    import shutil
+
+    from sparkcluster import cli
+    gone = tmp_path / "gone"
+    shutil.copytree(registry_repo(tmp_path), gone)
+    recipe_registry.add("a-gone", str(gone), False)  # sorted first: it fails before mine is reached
+    recipe_registry.add("mine", str(tmp_path / "repo"), False)
+    shutil.rmtree(gone)
+    shutil.rmtree(recipe_registry.clones_dir() / "a-gone")  # no last good copy either
+    (tmp_path / "repo" / "my-recipes" / "new.yaml").write_text("recipe_version: '2'\nmodel: a/new\n")
+    git("add", ".", cwd=tmp_path / "repo")
+    git("commit", "-q", "-m", "new", cwd=tmp_path / "repo")
+    assert cli.main(["recipes", "update"]) == 1
+    out, err = capsys.readouterr()
+    assert "a-gone: failed: registry a-gone: cloning" in " ".join(err.split()) and "mine: updated" in out
+    assert load_recipe("@mine/new").model == "a/new"
