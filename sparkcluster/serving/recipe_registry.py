@@ -196,15 +196,18 @@ def update() -> dict[str, Synced]:
 
 
 def _sync(reg: Registry) -> str:
+    """Pulls the clone, or clones afresh where there is none or it was cloned from another URL (a registry
+    re-added under its name with a new URL must not keep serving the old one's recipes)."""
     reg.clone.parent.mkdir(parents=True, exist_ok=True)
-    if (reg.clone / ".git").exists():
+    current = _origin_url(reg.clone) if (reg.clone / ".git").exists() else None
+    if current is not None and current == reg.url:
         cmd = ["git", "-C", str(reg.clone), "pull", "--ff-only", "--quiet"]
         verb = "updated"
     else:
         tmp = reg.clone.with_name(reg.clone.name + ".partial")
         shutil.rmtree(tmp, ignore_errors=True)
         cmd = ["git", "clone", "--quiet", "--depth", "1", "--", reg.url, str(tmp)]
-        verb = "cloned"
+        verb = "cloned" if current is None else f"cloned afresh (it was cloned from {current})"
     try:
         result = subprocess.run(cmd, capture_output=True, text=True, timeout=GIT_TIMEOUT_S,
                                 env={**os.environ, "GIT_TERMINAL_PROMPT": "0"})
@@ -212,13 +215,24 @@ def _sync(reg: Registry) -> str:
     except (OSError, subprocess.TimeoutExpired) as e:
         ok, why = False, [str(e)]
     if not ok:
-        if reg.clone.is_dir():
-            return f"could not be {verb} ({why[0]}); keeping the last good copy"
+        if reg.clone.is_dir() and current == reg.url:
+            return f"could not be updated ({why[0]}); keeping the last good copy"
         raise SparkclusterError(f"registry {reg.name}: cloning {reg.url} failed: {why[0]}",
                                 "check the URL or path and the network, then run the command again")
-    if verb == "cloned":
+    if verb != "updated":
+        shutil.rmtree(reg.clone, ignore_errors=True)
         tmp.replace(reg.clone)
     return verb
+
+
+def _origin_url(clone: Path) -> str | None:
+    try:
+        result = subprocess.run(["git", "-C", str(clone), "config", "--get", "remote.origin.url"],
+                                capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    url = result.stdout.strip() if result.returncode == 0 else ""
+    return url or None
 
 
 def recipe_files(reg: Registry) -> list[Path]:

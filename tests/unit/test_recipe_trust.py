@@ -225,3 +225,19 @@ def test_update_reports_every_registry_and_goes_on_past_one_that_fails(tmp_path,
     out, err = capsys.readouterr()
     assert "a-gone: failed: registry a-gone: cloning" in " ".join(err.split()) and "mine: updated" in out
     assert load_recipe("@mine/new").model == "a/new"
+
+
+def test_a_registry_re_added_with_a_new_url_is_cloned_from_it_not_pulled_from_the_old(tmp_path, capsys):
+    import shutil
+    old = registry_repo(tmp_path)
+    new = tmp_path / "new"
+    shutil.copytree(old, new)
+    (new / "my-recipes" / "plain.yaml").write_text("recipe_version: '2'\nmodel: from/new\n")
+    git("add", ".", cwd=new)
+    git("commit", "-q", "-m", "new", cwd=new)
+    recipe_registry.add("mine", str(old), False)
+    assert load_recipe("@mine/plain").model == "a/plain"
+    reg, said = recipe_registry.add("mine", str(new), False)
+    assert said == f"cloned afresh (it was cloned from {old})"
+    assert load_recipe("@mine/plain").model == "from/new" and recipe_registry.registries()["mine"].url == str(new)
+    assert recipe_registry.add("mine", str(new), False)[1] == "updated"
