@@ -32,7 +32,7 @@ from .readiness import Readiness, wait_ready
 from .recipe_types import Mod
 from .recipes import Recipe, build_fix, draft_models, merged_flags
 from .record import ProbeSummary, ServeRecord, Serving, clear_record, endpoint, fabric_ips, read_record, write_record
-from .reuse import ray_fingerprint
+from .reuse import may_reuse, ray_fingerprint
 from .runtime import RuntimeChoice
 
 # A placement group stays reserved a few seconds after its vLLM exits: a new one must wait.
@@ -111,8 +111,8 @@ def up(session: Session, opts: ServeOptions, phases: Phases,
     nodes = read_nodes(session)
     runtime = _checked_image(session, opts, phases, emit)
     commands = ray_commands(session, runtime, nodes, opts.recipe.env)
-    fingerprint = ray_fingerprint(session, commands)
-    if _recorded_fingerprint(session) == fingerprint and all(
+    fingerprint = ray_fingerprint(session, commands, opts.recipe.mods)
+    if may_reuse(_recorded_fingerprint(session), fingerprint, opts.recipe.mods) and all(
             session.run(h, running_current(runtime, h)).ok for h in session.hosts):
         try:
             members = phases.run("ray", lambda: wait_ray(session, runtime, nodes, timeout=10), emit)
@@ -185,7 +185,7 @@ def serve(session: Session, opts: ServeOptions, emit: Emit) -> ServeResult:
     served_name = args.served_name or args.model
     result = ServeResult(endpoint(session.head, args.port), args.model, served_name, opts.runtime, opts.launcher,
                          list(nodes.values()), phases.seconds, ready, verified, reused, phases.skipped)
-    fingerprint = (ray_fingerprint(session, ray_commands(session, runtime, nodes, opts.recipe.env))
+    fingerprint = (ray_fingerprint(session, ray_commands(session, runtime, nodes, opts.recipe.env), opts.recipe.mods)
                    if opts.launcher == "ray" else None)
     # What produced the numbers bench measures later: published figures compare only with their configuration.
     probe_summary = None if verified is None else ProbeSummary(verified.backend, verified.verdict.status,

@@ -241,3 +241,22 @@ def test_a_registry_re_added_with_a_new_url_is_cloned_from_it_not_pulled_from_th
     assert said == f"cloned afresh (it was cloned from {old})"
     assert load_recipe("@mine/plain").model == "from/new" and recipe_registry.registries()["mine"].url == str(new)
     assert recipe_registry.add("mine", str(new), False)[1] == "updated"
+
+
+def test_a_ray_cluster_patched_by_mods_is_not_reused_by_a_serve_with_other_mods_or_none(tmp_path):
+    from sparkcluster.serving.recipe_mods import resolve_mod
+    from sparkcluster.serving.recipe_types import ModPlace
+    from sparkcluster.serving.reuse import may_reuse, ray_fingerprint
+
+    from .test_serve_reuse import COMMANDS, session
+    (tmp_path / "mods" / "fix").mkdir(parents=True)
+    (tmp_path / "mods" / "fix" / "run.sh").write_text("#!/bin/sh\npatch -p1 < a.diff\n")
+    fix = resolve_mod("mods/fix", "r.yaml:3", [ModPlace(tmp_path)])
+    bare = ray_fingerprint(session(b"X=1\n"), COMMANDS)
+    patched = ray_fingerprint(session(b"X=1\n"), COMMANDS, [fix])
+    assert bare != patched and patched == ray_fingerprint(session(b"X=1\n"), COMMANDS, [fix])
+    (tmp_path / "mods" / "fix" / "a.diff").write_text("--- a\n+++ b\n")  # the same mod, other files
+    assert ray_fingerprint(session(b"X=1\n"), COMMANDS, [fix]) != patched
+    # patched earlier, none now: the recorded fingerprint differs; the same mods again: never on a patched cluster
+    assert not may_reuse(patched, bare, []) and not may_reuse(patched, patched, [fix])
+    assert may_reuse(bare, bare, [])
