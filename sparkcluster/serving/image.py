@@ -21,9 +21,21 @@ class ImageSync:
     ids: dict[str, str | None] = field(default_factory=dict)  # every node's image ID afterwards
 
 
+class MissingImage(SparkclusterError):
+    """The head lacks the image: what to build is the caller's to say (a recipe knows its build command)."""
+
+    def __init__(self, head: str, image: str) -> None:
+        super().__init__(f"the head {head} has no image {image!r}",
+                         f"build or pull it on {head} (eugr: ./build-and-copy.sh), or name another with --image")
+        self.head, self.image = head, image
+
+
 def check_images(session: Session, image: str) -> tuple[ImageInfo, list[str]]:
-    """The head's image and the nodes that need it copied. Changes nothing."""
+    """The head's image and the nodes that need it copied (MissingImage where the head has none). Changes
+    nothing."""
     infos = dict(zip((h.name for h in session.hosts), session.each(lambda h: inspect(session.transports[h.name], image))))
+    if infos[session.head.name].id is None:
+        raise MissingImage(session.head.name, image)
     return infos[session.head.name], plan_copies(infos, session.head.name, image)
 
 

@@ -21,7 +21,7 @@ from ..nccl.verdict import VerdictStatus
 from ..nccl.verify import VerifyResult, run_verify
 from ..staging.chain import StageResult
 from ..staging.stager import stage
-from .image import check_images, sync_image
+from .image import MissingImage, check_images, sync_image
 from .launch import DEFAULT_IMAGE, DEFAULT_VLLM_PORT, Launcher, Node, RuntimeName, ServeArgs
 from .lifecycle import diagnosis, gone, ray_commands, running_current, start, stop_everywhere, vllm_commands
 from .membership import Member, wait_ray
@@ -204,12 +204,7 @@ def plan(session: Session, opts: ServeOptions) -> dict[str, Any]:
     runtime = opts.runtime_choice()
     doc: dict[str, Any] = {"runtime": opts.runtime, "launcher": opts.launcher, "model": args.model, "image_copies": []}
     if opts.runtime == "docker":
-        try:
-            head_info, need = check_images(session, opts.image)
-        except SparkclusterError as e:
-            if "has no image" not in e.message:
-                raise
-            raise SparkclusterError(e.message, build_fix(opts.recipe, opts.image)) from None
+        head_info, need = with_build_fix(opts, lambda: check_images(session, opts.image))
         runtime = runtime.with_image(head_info)
         doc["image"] = {"name": opts.image, "id": head_info.id}
         doc["image_copies"] = [{"node": n, "over": fabric_ips(session)[n]} for n in need]
@@ -264,15 +259,18 @@ def _checked_image(session: Session, opts: ServeOptions, phases: Phases, emit: E
     runtime = opts.runtime_choice()
     if opts.runtime != "docker":
         return runtime
-    try:
-        synced = phases.run("image", lambda: sync_image(session, opts.image, emit), emit)
-    except SparkclusterError as e:
-        if "has no image" not in e.message:
-            raise
-        raise SparkclusterError(e.message, build_fix(opts.recipe, opts.image)) from None
+    synced = with_build_fix(opts, lambda: phases.run("image", lambda: sync_image(session, opts.image, emit), emit))
     if not synced.sent:
         phases.skipped["image"] = f"every node holds {opts.image} ({(synced.head.id or '')[:19]})"
     return runtime.with_image(synced.head)
+
+
+def with_build_fix(opts: ServeOptions, step: Callable[[], T]) -> T:
+    """`step` (an image check or sync), where a head without the image is told the recipe's build command."""
+    try:
+        return step()
+    except MissingImage as e:
+        raise SparkclusterError(e.message, build_fix(opts.recipe, opts.image)) from None
 
 
 def hub_model(model: str) -> ModelRef | None:

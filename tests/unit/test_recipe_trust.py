@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from sparkcluster.engine.errors import UsageError
+from sparkcluster.engine.errors import SparkclusterError, UsageError
 from sparkcluster.serving import recipe_registry
 from sparkcluster.serving.recipes import load_recipe
 
@@ -260,3 +260,37 @@ def test_a_ray_cluster_patched_by_mods_is_not_reused_by_a_serve_with_other_mods_
     # patched earlier, none now: the recorded fingerprint differs; the same mods again: never on a patched cluster
     assert not may_reuse(patched, bare, []) and not may_reuse(patched, patched, [fix])
     assert may_reuse(bare, bare, [])
+
+
+class Docker:
+    """A transport answering `docker image inspect` as docker does: the head holds no such image."""
+
+    def __init__(self, host, held: bool) -> None:
+        self.host, self.held = host, held
+
+    def run(self, command):
+        from sparkcluster.engine.transport import Result
+        if self.held:
+            return Result(command, 0, '"sha256:ab" 10 ["sha256:l1"] null', "", 0.0)
+        return Result(command, 1, "", "Error response from daemon: No such image: vllm-mxfp4:latest", 0.0)
+
+
+def test_a_head_without_the_image_is_a_typed_error_that_serve_turns_into_the_recipes_build_line(tmp_path):
+    from sparkcluster.engine.inventory import Host, Inventory
+    from sparkcluster.engine.session import Session
+    from sparkcluster.serving.image import MissingImage, check_images
+    from sparkcluster.serving.phases import ServeOptions, with_build_fix
+    hosts = (Host("spark-1", "10.0.0.1", role="head"), Host("spark-2", "10.0.0.2", role="worker"))
+    session = Session(Inventory(path=Path("inv.yml"), name="t", hosts=hosts, vars={}),
+                      transports={"spark-1": Docker(hosts[0], False), "spark-2": Docker(hosts[1], True)})
+    with pytest.raises(MissingImage) as missing:
+        check_images(session, "vllm-mxfp4")
+    assert (missing.value.head, missing.value.image) == ("spark-1", "vllm-mxfp4")
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("recipe_version: '1'\nname: x\ncontainer: vllm-mxfp4\nbuild_args: [--exp-mxfp4]\n"
+                      "command: vllm serve a/b\n")
+    opts = ServeOptions(image="vllm-mxfp4", recipe=load_recipe(str(recipe)))
+    with pytest.raises(SparkclusterError) as told:
+        with_build_fix(opts, lambda: check_images(session, "vllm-mxfp4"))
+    assert not isinstance(told.value, MissingImage) and told.value.message == "the head spark-1 has no image 'vllm-mxfp4'"
+    assert "`./build-and-copy.sh -t vllm-mxfp4 --exp-mxfp4`" in told.value.fix
