@@ -289,7 +289,7 @@ def test_image_sync_sends_only_the_layers_a_node_lacks(two):
 def test_tp_larger_than_the_gpus_is_refused_before_anything_starts(two):
     result = serve(two, "--tp", "3")
     assert result.returncode == 2
-    assert "--tp 3 needs 3 GPUs, but the selection has 2 node(s)" in " ".join(result.stderr.split())
+    assert "TP 3 x PP 1 needs 3 GPUs, but the selection has 2 node(s)" in " ".join(result.stderr.split())
     assert running_anywhere(two) == []
 
 
