@@ -82,7 +82,9 @@ def test_the_markdown_table_is_printed_and_latency_mode_none_subtracts_nothing(t
                                                               "est_ppt (ms)", "e2e_ttft (ms)"]
     assert [row.split("|")[2].strip() for row in table[2:]] == ["pp64", "tg8"]
     ttfr, est_ppt = (float(table[2].split("|")[i].split("±")[0]) for i in (5, 6))
-    assert ttfr == est_ppt and within(ttfr, (0.05 + 64 / PREFILL) * 1000)
+    # Nothing subtracted: est_ppt is the time to the first response itself, which the stub holds back for at least
+    # its ttft plus the prefill. A lower bound, not a band: on a busy machine the same run takes a little longer.
+    assert ttfr == est_ppt and ttfr >= (0.05 + 64 / PREFILL) * 1000
 
 
 def test_an_incoherent_model_stops_the_run_with_its_answer(tmp_path):
