@@ -17,8 +17,11 @@ def start(home: str, holder: str, path: str | None = None) -> subprocess.Popen:
     process = subprocess.Popen(["/bin/sh", "-c", command.line()], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True, env=env)
     assert process.stdin is not None and command.stdin
-    process.stdin.write(command.stdin)
-    process.stdin.flush()
+    try:
+        process.stdin.write(command.stdin)
+        process.stdin.flush()
+    except BrokenPipeError:  # it answered and ended without reading (no flock): its answer is still there
+        pass
     return process
 
 
