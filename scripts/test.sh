@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 # Simulated-cluster tests fail instead of skipping when the machine cannot run them.
 export SPARKCLUSTER_REQUIRE_SIM="${SPARKCLUSTER_REQUIRE_SIM:-1}"
 set +e
-.venv/bin/python -m pytest "$@"
+.venv/bin/python -m pytest --durations=25 "$@"  # the slowest 25: where CI time goes
 status=$?
 set -e
 if [ "$status" -eq 5 ]; then
