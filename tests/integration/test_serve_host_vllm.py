@@ -249,7 +249,7 @@ def test_an_eugr_recipe_with_a_mod_serves_tp2_unmodified(cluster, tmp_path):
     # on each node the mods' command comes before its vLLM rank's
     for rank, host in enumerate(("spark-1", "spark-2")):
         node = out[out.index(f"  {host}: "):]
-        assert node.index("mod tiny-template: running") < node.index(f"--node-rank {rank}"), out
+        assert node.index("mods/tiny-template && chmod +x run.sh && ./run.sh") < node.index(f"--node-rank {rank}"), out
     result = sc(cluster, "serve", "--runtime", "host", "--launcher", "native", "--recipe", str(recipe),
                 "--ready-timeout", "300", "--json")
     try:
