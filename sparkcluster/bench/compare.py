@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
 
 from rich import box
 from rich.table import Table
@@ -27,8 +26,9 @@ FIGURES: tuple[tuple[str, str, str, bool], ...] = (
 
 
 @dataclass(frozen=True)
-class Ratio:
-    concurrency: int
+class Compared:
+    """One figure measured beside its published value; a row type adds what the row is (a concurrency, a shape)."""
+
     figure: str
     measured: float
     published: float
@@ -37,6 +37,11 @@ class Ratio:
     @property
     def ratio(self) -> float:
         return self.measured / self.published if self.published else 0.0
+
+
+@dataclass(frozen=True)
+class Ratio(Compared):
+    concurrency: int
 
 
 def load_reference(name_or_path: str) -> Reference:
@@ -66,23 +71,8 @@ def ratios(rows: Sequence[Row], reference: Reference) -> list[Ratio]:
         for key, label, path, higher in FIGURES:
             measured = _measured(row, path)
             if key in ref and measured is not None:
-                out.append(Ratio(row.concurrency, key, measured, float(ref[key]), higher))
+                out.append(Ratio(key, measured, float(ref[key]), higher, concurrency=row.concurrency))
     return out
-
-
-class Compared(Protocol):
-    """One figure measured beside its published value (a Ratio here, a llama-benchy row's Pair)."""
-
-    @property
-    def figure(self) -> str: ...
-    @property
-    def measured(self) -> float: ...
-    @property
-    def published(self) -> float: ...
-    @property
-    def higher_is_better(self) -> bool: ...
-    @property
-    def ratio(self) -> float: ...
 
 
 def ratio_table(first_column: str, rows: Mapping[str, Sequence[Compared]], labels: Mapping[str, str], title: str,

@@ -19,7 +19,7 @@ from ..engine.errors import UsageError
 from .benchy_report import CSV_COLUMNS, Line, lines
 from .benchy_runner import Cell
 from .benchy_stats import BenchmarkRun
-from .compare import ratio_table
+from .compare import Compared, ratio_table
 
 TEST_NAME = re.compile(r"^(?:pp(?P<pp>\d+)|tg(?P<tg>\d+)|(?P<ctx>ctx_pp|ctx_tg))(?: @ d(?P<depth>\d+))?"
                        r"(?: \(c(?P<c>\d+)\))?$")
@@ -155,16 +155,8 @@ def check(published: Published, planned: set[Shape]) -> None:
 
 
 @dataclass(frozen=True)
-class Pair:
+class Pair(Compared):
     shape: Shape
-    figure: str
-    measured: float
-    published: float
-    higher_is_better: bool
-
-    @property
-    def ratio(self) -> float:
-        return self.measured / self.published if self.published else 0.0
 
 
 def pairs(ours: Sequence[Row], published: Published) -> list[Pair]:
@@ -176,7 +168,7 @@ def pairs(ours: Sequence[Row], published: Published) -> list[Pair]:
             continue
         for key, _, higher in FIGURES:
             if key in row.figures and key in match.figures:
-                out.append(Pair(row.shape, key, row.figures[key], match.figures[key], higher))
+                out.append(Pair(key, row.figures[key], match.figures[key], higher, shape=row.shape))
     return out
 
 
