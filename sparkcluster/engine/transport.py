@@ -65,6 +65,9 @@ class Result:
         return "\n".join(self.stderr.strip().splitlines()[-lines:])
 
 
+EOF_AFTER_EXIT_S = 2.0  # how long output may still arrive after a command's exit status
+
+
 class Held:
     """A remote command kept alive by an open channel (Transport.hold); `release()` ends it and waits briefly
     for it to exit, so what it held is free when release returns."""
@@ -232,11 +235,17 @@ class Transport:
             channel.sendall(stdin.encode())
         channel.shutdown_write()  # EOF: a command reading stdin must not wait for more
         stdout, stderr = io.BytesIO(), io.BytesIO()
-        deadline = start + command.timeout
+        deadline, exited_at = start + command.timeout, 0.0
         while True:
             _drain(channel, stdout, stderr)
             if channel.exit_status_ready() and not channel.recv_ready() and not channel.recv_stderr_ready():
-                break
+                # sshd may send the exit status before the last of the output (seen: 1 run in 2,000 lost the
+                # last line of `id -g`); the channel's EOF comes after all of it. A child left running in the
+                # background can hold the output open, so the EOF is awaited only briefly.
+                exited_at = exited_at or time.monotonic()
+                if channel.eof_received or channel.closed or time.monotonic() - exited_at > EOF_AFTER_EXIT_S:
+                    _drain(channel, stdout, stderr)
+                    break
             if time.monotonic() > deadline:
                 channel.close()
                 stderr.write(f"\n(timed out after {command.timeout:.0f} s)".encode())
