@@ -78,36 +78,42 @@ def processes(c: SimCluster, host: str) -> str:
     return c.exec_in(host, ["ps", "-eo", "args"], capture_output=True, text=True).stdout
 
 
-@pytest.mark.parametrize("launcher, rank_process", [("ray", "RayWorkerProc"), ("native", "Worker_TP")])
-def test_real_vllm_serves_with_tp2_across_two_nodes(cluster, launcher, rank_process):
-    head, worker = cluster.topology.hosts
-    result = sc(cluster, "serve", "--runtime", "host", "--launcher", launcher, "--tp", "2", "--model", MODEL,
+def serves_tp2_on_the_fabric(c: SimCluster, doc: dict, rank_process: str) -> None:
+    """A served TP 2 answers from the head's management address, with a rank on each node and the traffic between
+    the nodes on fabric addresses only: the worker's connections all run over its QSFP address, and some of them
+    reach the head's."""
+    head, worker = c.topology.hosts
+    assert doc["endpoint"] == f"http://{head.mgmt_ip}:8000/v1"
+    assert doc["verify"]["verdict"]["status"] == "PASS"
+    code, text = http(f"http://{head.mgmt_ip}:8000/v1/completions",
+                      {"model": MODEL, "prompt": "The cluster of sparks", "max_tokens": 8, "temperature": 0},
+                      timeout=60)
+    assert code == 200, text
+    assert json.loads(text)["usage"]["completion_tokens"] == 8
+    assert rank_process in processes(c, "spark-1") and rank_process in processes(c, "spark-2")
+    fabric = {head.fabric_ips[0], worker.fabric_ips[0]}
+    worker_conns = [(lo, peer, p) for lo, peer, p in connections(c, "spark-2") if peer not in ("127.0.0.1", "::1")]
+    off_fabric = [conn for conn in worker_conns if conn[0] not in fabric or conn[1] not in fabric]
+    assert worker_conns and not off_fabric, off_fabric
+    assert any(peer == head.fabric_ips[0] for _, peer, _ in worker_conns)
+
+
+def down_leaves_nothing(c: SimCluster) -> None:
+    down = sc(c, "down", "--json")
+    assert down.returncode == 0, down.stderr
+    for host in ("spark-1", "spark-2"):
+        assert "vllm serve" not in processes(c, host) and "raylet" not in processes(c, host)
+
+
+def test_real_vllm_serves_with_tp2_across_two_nodes_over_ray(cluster):
+    """The Ray launcher; the native one serves the same way in test_bench_measures_the_served_cluster."""
+    result = sc(cluster, "serve", "--runtime", "host", "--launcher", "ray", "--tp", "2", "--model", MODEL,
                 "--ready-timeout", "300", "--json", *VLLM_FLAGS)
     try:
         assert result.returncode == 0, result.stderr[-3000:]
-        doc = json.loads(result.stdout)
-        assert doc["endpoint"] == f"http://{head.mgmt_ip}:8000/v1"
-        assert doc["verify"]["verdict"]["status"] == "PASS"
-        code, text = http(f"http://{head.mgmt_ip}:8000/v1/completions",
-                          {"model": MODEL, "prompt": "The cluster of sparks", "max_tokens": 8, "temperature": 0},
-                          timeout=60)
-        assert code == 200, text
-        assert json.loads(text)["usage"]["completion_tokens"] == 8
-        # A tensor-parallel rank in each node.
-        assert rank_process in processes(cluster, "spark-1") and rank_process in processes(cluster, "spark-2")
-        # Between the nodes, only fabric addresses: the worker's connections all run over its QSFP address,
-        # and some of them reach the head's.
-        fabric = {head.fabric_ips[0], worker.fabric_ips[0]}
-        worker_conns = [(lo, peer, p) for lo, peer, p in connections(cluster, "spark-2")
-                        if peer not in ("127.0.0.1", "::1")]
-        off_fabric = [c for c in worker_conns if c[0] not in fabric or c[1] not in fabric]
-        assert worker_conns and not off_fabric, off_fabric
-        assert any(peer == head.fabric_ips[0] for _, peer, _ in worker_conns)
+        serves_tp2_on_the_fabric(cluster, json.loads(result.stdout), "RayWorkerProc")
     finally:
-        down = sc(cluster, "down", "--json")
-    assert down.returncode == 0, down.stderr
-    for host in ("spark-1", "spark-2"):
-        assert "vllm serve" not in processes(cluster, host) and "raylet" not in processes(cluster, host)
+        down_leaves_nothing(cluster)
 
 
 def test_serve_refuses_a_fallback_onto_the_management_network(cluster, tmp_path):
@@ -140,16 +146,18 @@ def vllm_counters(endpoint: str) -> dict[str, float]:
 
 
 def test_bench_measures_the_served_cluster(cluster, tmp_path):
-    """`bench` finds the endpoint from the inventory (the record serve left on the head), keeps 1, 2 and 4
+    """Served with vLLM's native multi-node launcher (a rank in each node, the traffic on the fabric), `bench`
+    finds the endpoint from the inventory (the record serve left on the head), keeps 1, 2 and 4
     requests in flight against the real vLLM, and counts what the server itself counted; then measures it as
     llama-benchy does (~30 s more: chat needs the inline template given to vLLM here; the tiny model cannot
     answer the coherence question, so it is skipped), its token tally equal to vLLM's counters."""
     head = cluster.topology.hosts[0]
     template = "{% for m in messages %}{{ m.content }} {% endfor %}"
     served = sc(cluster, "serve", "--runtime", "host", "--launcher", "native", "--tp", "2", "--model", MODEL,
-                "--ready-timeout", "300", *VLLM_FLAGS, "--chat-template", template)
+                "--ready-timeout", "300", "--json", *VLLM_FLAGS, "--chat-template", template)
     try:
         assert served.returncode == 0, served.stderr[-3000:]
+        serves_tp2_on_the_fabric(cluster, json.loads(served.stdout), "Worker_TP")  # vLLM's native multi-node
         plot = tmp_path / "bench.png"
         result = sc(cluster, "bench", "--concurrency", "1,2,4", "--runs", "1", "--output-tokens", "8",
                     "--prompt-tokens", "32", "--requests-per-stream", "2", "--plot", str(plot), "--json")
@@ -187,8 +195,7 @@ def test_bench_measures_the_served_cluster(cluster, tmp_path):
         # tiny model's end of sequence) is in vLLM's count only.
         assert 0 < tokens["counted_tokens"] <= tokens["completion_tokens"]
     finally:
-        down = sc(cluster, "down", "--json")
-    assert down.returncode == 0, down.stderr
+        down_leaves_nothing(cluster)
 
 
 # ---- a community recipe, unmodified: eugr's v1 format with a mod (issue 21) -----------------------------
