@@ -72,7 +72,7 @@ def build(tag: str = DEFAULT_TAG, rebuild: bool = False, ray_env: Path | None = 
     if ray_env is not None:  # the environment's own libraries go in once, under /opt/venv
         inside = (os.path.abspath(ray_env) + "/", os.path.realpath(ray_env) + "/")
         files = {f for f in files if not f.startswith(inside) and not os.path.realpath(f).startswith(inside)}
-    tmp = out.with_suffix(".partial")
+    tmp = out.with_suffix(f".{os.getpid()}.partial")  # two test processes may build the same tag at once
     with tarfile.open(tmp, "w") as tar:
         added: set[str] = set()
         for d, mode in (("workspace", 0o755), ("tmp", 0o1777), ("root", 0o700), ("etc", 0o755),
