@@ -60,13 +60,14 @@ def book_and_tokenizer(home: Path) -> tuple[Path, Path]:
 def both(tmp_path: Path, book: Path, tokenizer: Path) -> tuple[Run, Run]:
     """llama-benchy's run and ours, each on a stub of its own, for the same grid."""
     theirs_path = tmp_path / "theirs.json"
-    theirs = measured(lambda url: subprocess.run(
+    _, theirs_served = measured(lambda url: subprocess.run(
         [str(LLAMA_BENCHY), "--base-url", url, "--model", "stub-model", "--tokenizer", str(tokenizer), *GRID,
          "--format", "json", "--save-result", str(theirs_path)],
         capture_output=True, text=True, timeout=300, env={"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"}))
-    ours = measured(lambda url: run_cli("bench", "--url", url, "--method", "llama-benchy", "--tokenizer",
-                                        str(tokenizer), "--corpus", str(book), *GRID, "--json", timeout=300))
-    return Run(json.loads(theirs_path.read_text()), theirs[1]), Run(json.loads(ours[0].stdout), ours[1])
+    ours, ours_served = measured(lambda url: run_cli("bench", "--url", url, "--method", "llama-benchy", "--tokenizer",
+                                                     str(tokenizer), "--corpus", str(book), *GRID, "--json",
+                                                     timeout=300))
+    return Run(json.loads(theirs_path.read_text()), theirs_served), Run(json.loads(ours.stdout), ours_served)
 
 
 @dataclass(frozen=True)
@@ -118,7 +119,7 @@ def test_bench_sends_what_llama_benchy_sends_and_measures_the_same_figures(tmp_p
     once one run of either tool was seen 7% off the other (CI, 2026-11-24). So the means only have to agree
     within 25%, which any wrong method the clock can show (prompt tokens with or without the depth, per request
     or per burst, seconds or ms, a burst's span from the wrong end) misses by far more; the arithmetic itself is
-    proven to the last bit on shared readings by test_the_arithmetic_is_llama_benchys_on_the_same_readings."""
+    proven to float rounding on shared readings by test_the_arithmetic_is_llama_benchys_on_the_same_readings."""
     require_llama_benchy()
     book, tokenizer = book_and_tokenizer(tmp_path)
     theirs, ours = both(tmp_path, book, tokenizer)
