@@ -163,20 +163,45 @@ def _drop_copies(c: SimCluster, hosts: list[str]) -> None:
         ssh(c, h, f"rm -rf ~/{MODEL_DIR[len('home/spark/'):]}")
 
 
+def power_off_once_receiving(c: SimCluster, host: str, powered_off: threading.Event, timeout: float = 120) -> None:
+    """Power `host` off once a MiB of the model has landed on its disk (read from outside): mid-transfer however
+    long the run takes to get there. A fixed delay fell before the transfer when two test processes shared the
+    cores: the node was gone already at stage's facts probe."""
+    root = c.host_dir(c.host(host)) / "upper" / MODEL_DIR
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        landed = 0
+        for path in root.rglob("*") if root.exists() else ():
+            try:
+                landed += path.stat().st_size if path.is_file() else 0
+            except FileNotFoundError:  # renamed or replaced by rsync as we read
+                pass
+        if landed >= 1 << 20:
+            c.power_off(host)
+            powered_off.set()
+            return
+        time.sleep(0.05)
+
+
 def test_worker_powered_off_mid_transfer_then_rerun_completes(staged_cluster):
     c = staged_cluster
     sizes = model_sizes(c)
     _drop_copies(c, ["spark-3", "spark-4"])
-    with RefWatcher(c, sizes) as watcher:
-        timer = threading.Timer(2.0, c.power_off, ["spark-3"])
-        timer.start()
-        code, doc = stage_json(c)
-        timer.join()
-    assert code == 1 and "nodes" in doc, doc
-    assert doc["nodes"]["spark-3"]["state"] == "failed"
-    # spark-4 followed spark-3 in the chain: it re-routed to the node before it and still completed
-    assert doc["nodes"]["spark-4"]["state"] == "complete"
-    c.boot("spark-3")
+    powered_off = threading.Event()
+    try:
+        with RefWatcher(c, sizes) as watcher:
+            killer = threading.Thread(target=power_off_once_receiving, args=(c, "spark-3", powered_off))
+            killer.start()
+            code, doc = stage_json(c)
+            killer.join()
+        assert powered_off.is_set(), "no model bytes reached spark-3"
+        assert code == 1 and "nodes" in doc, doc
+        assert doc["nodes"]["spark-3"]["state"] == "failed"
+        # spark-4 followed spark-3 in the chain: it re-routed to the node before it and still completed
+        assert doc["nodes"]["spark-4"]["state"] == "complete"
+    finally:
+        if not c.is_running(c.host("spark-3")):  # the module's later tests need it, whatever failed here
+            c.boot("spark-3")
     # Blobs under their final name are whole (rsync renames only a finished file; partial data waits in a
     # hidden dir): the re-run must send exactly the rest.
     kept = ssh(c, "spark-3", f"cd ~/{MODEL_DIR[len('home/spark/'):]}/blobs && stat -c %s * 2>/dev/null; true").stdout
