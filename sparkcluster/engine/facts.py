@@ -111,6 +111,8 @@ class Interface:
     mtu: int
     ipv4: tuple[IPv4Interface, ...] = ()  # address and prefix; "a.b.c.d/prefix" text is parsed here, once
     speed_mbps: int | None = None
+    mac: str = ""  # link/ether: who a neighbour is on the fabric, before any address (node/discovery.py)
+    ipv6_link_local: tuple[str, ...] = ()  # fe80:: addresses without prefix: what a neighbour sees answering
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "ipv4", tuple(IPv4Interface(a) for a in self.ipv4))
@@ -293,7 +295,10 @@ def parse_ip_addr(text: str, speeds: dict[str, int | None]) -> tuple[Interface, 
     for link in links:
         name = link.get("ifname", "")
         ipv4 = tuple(IPv4Interface(f"{a['local']}/{a['prefixlen']}") for a in link.get("addr_info", []) if a.get("family") == "inet")
-        out.append(Interface(name, link.get("operstate", "UNKNOWN"), int(link.get("mtu", 0)), ipv4, speeds.get(name)))
+        link_local = tuple(str(a["local"]) for a in link.get("addr_info", [])
+                           if a.get("family") == "inet6" and str(a.get("local", "")).startswith("fe80:"))
+        out.append(Interface(name, link.get("operstate", "UNKNOWN"), int(link.get("mtu", 0)), ipv4, speeds.get(name),
+                             str(link.get("address", "")), link_local))
     return tuple(out)
 
 

@@ -1,0 +1,189 @@
+"""The fabric as a graph, built from facts and what answered on each twin: a pair, a switch, a 3-ring and a
+4-ring are one value, and each cabling mistake is named with its fix. The wires are described as data here (which
+twin ends share a wire), the answers derived from them as the link-layer probe would see them."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from ipaddress import IPv4Network
+from pathlib import Path
+
+from sparkcluster.engine.facts import HostFacts, Interface, RdmaDevice, parse_probe
+from sparkcluster.node.discovery import ipv4_candidates, probe_command
+from sparkcluster.node.discovery import parse_probe as parse_answers
+from sparkcluster.node.fabric import SWITCH, End, Fabric, Kind, build_fabric, cabling_problems
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+TWINS = {0: ("enp1s0f0np0", "enP2p1s0f0np0"), 1: ("enp1s0f1np1", "enP2p1s0f1np1")}
+HCAS = {"enp1s0f0np0": "rocep1s0f0", "enP2p1s0f0np0": "roceP2p1s0f0",
+        "enp1s0f1np1": "rocep1s0f1", "enP2p1s0f1np1": "roceP2p1s0f1"}
+
+
+def node(index: int, ports: set[int], ipv4: dict[str, str] | None = None) -> HostFacts:
+    """A Spark whose `ports` are cabled: their twins Up, each with its link-local address (and IPv4 if given)."""
+    base = parse_probe((FIXTURES / "probe-spark.txt").read_text())
+    rdma = tuple(RdmaDevice(HCAS[n], 1, n, p in ports) for p in (0, 1) for n in TWINS[p])
+    interfaces = [Interface("enP7s7", "UP", 1500, (f"192.168.1.{10 + index}/24",), 10000, f"02:00:00:00:{index:02x}:99")]
+    for p in (0, 1):
+        for t, n in enumerate(TWINS[p]):
+            mac = f"02:00:00:{index:02x}:{p}{t}:01"
+            addresses = ((ipv4[n],) if ipv4 and n in ipv4 else ())
+            interfaces.append(Interface(n, "UP" if p in ports else "DOWN", 9000, addresses, 200000 if p in ports else None,
+                                        mac, (f"fe80::{index:x}:{p}{t}",) if p in ports else ()))
+    return replace(base, rdma=rdma, interfaces=tuple(interfaces))
+
+
+def cabled(cables: list[tuple[str, int, str, int]], nodes: list[str], switch_ports: dict[str, int] | None = None,
+           strangers: int = 0) -> tuple[dict[str, HostFacts], dict[str, dict[str, tuple[str, ...]]]]:
+    """Facts and probe answers for direct `cables` (node, port, node, port) and nodes on a switch by one port."""
+    ports: dict[str, set[int]] = {n: set() for n in nodes}
+    wires: list[list[tuple[str, str]]] = []  # the switch's wires come last
+    for a, pa, b, pb in cables:
+        ports[a].add(pa)
+        ports[b].add(pb)
+        wires += [[(a, TWINS[pa][t]), (b, TWINS[pb][t])] for t in (0, 1)]
+    for n, p in (switch_ports or {}).items():
+        ports[n].add(p)
+    for t in (0, 1):
+        on_switch = [(n, TWINS[p][t]) for n, p in (switch_ports or {}).items()]
+        if on_switch:
+            wires.append(on_switch)
+    facts = {n: node(i, ports[n]) for i, n in enumerate(nodes, start=1)}
+
+    def ll(n: str, netdev: str) -> str:
+        return facts[n].interface(netdev).ipv6_link_local[0]  # type: ignore[union-attr]
+
+    answers: dict[str, dict[str, tuple[str, ...]]] = {n: {} for n in nodes}
+    for w, wire in enumerate(wires):
+        for n, netdev in wire:
+            others = tuple(ll(o, d) for o, d in wire if (o, d) != (n, netdev))
+            extra = tuple(f"fe80::ff:{i}" for i in range(strangers)) if w >= 2 * len(cables) else ()
+            answers[n][netdev] = answers[n].get(netdev, ()) + others + extra
+    return facts, answers
+
+
+NODES3 = ["spark-1", "spark-2", "spark-3"]
+NODES4 = [*NODES3, "spark-4"]
+RING3 = [("spark-1", 1, "spark-2", 0), ("spark-2", 1, "spark-3", 0), ("spark-3", 1, "spark-1", 0)]
+RING4 = [("spark-1", 1, "spark-2", 0), ("spark-2", 1, "spark-3", 0), ("spark-3", 1, "spark-4", 0),
+         ("spark-4", 1, "spark-1", 0)]
+
+
+def graph(nodes: list[str], cables: list[tuple[str, int, str, int]], **kw: object) -> Fabric:
+    facts, answers = cabled(cables, nodes, **kw)  # type: ignore[arg-type]
+    return build_fabric(nodes, facts, answers)
+
+
+def test_a_pair_is_two_twin_links_on_one_cable():
+    fabric = graph(["spark-1", "spark-2"], [("spark-1", 1, "spark-2", 1)])
+    assert fabric.kind is Kind.PAIR
+    assert [(l.a, l.b) for l in fabric.links] == [
+        (End("spark-1", 1, "enp1s0f1np1"), End("spark-2", 1, "enp1s0f1np1")),
+        (End("spark-1", 1, "enP2p1s0f1np1"), End("spark-2", 1, "enP2p1s0f1np1"))]
+    assert [l.speed_mbps for l in fabric.links] == [200000, 200000]
+    assert fabric.cables() == ((("spark-1", 1), ("spark-2", 1)),)
+    # A pair keeps the two subnets it has always had: twin 0 on the first, twin 1 on the second.
+    assert [fabric.segment(l.a) for l in fabric.links] == [0, 1]
+    assert cabling_problems(fabric) == []
+
+
+def test_a_switch_is_every_node_linked_to_it_per_twin():
+    nodes = [f"spark-{i}" for i in range(1, 9)]
+    fabric = graph(nodes, [], switch_ports={n: 1 for n in nodes}, strangers=1)
+    assert fabric.kind is Kind.SWITCH
+    assert len(fabric.links) == 16 and {l.b.node for l in fabric.links} == {SWITCH}
+    assert {fabric.segment(l.a) for l in fabric.links if l.a.twin == 1} == {1}
+    assert cabling_problems(fabric, "switch") == []
+    # Two nodes on a switch that answers (a bridge, the operator's machine) are still a switch, not a pair.
+    assert graph(nodes[:2], [], switch_ports={n: 1 for n in nodes[:2]}, strangers=1).kind is Kind.SWITCH
+
+
+def test_a_3_ring_cabled_crosswise():
+    fabric = graph(NODES3, RING3)
+    assert fabric.kind is Kind.RING
+    assert len(fabric.links) == 6 and fabric.ring_order() == ("spark-1", "spark-2", "spark-3")
+    assert fabric.adjacency()["spark-2"] == ("spark-1", "spark-3")
+    # Each cable its own pair of subnets: 3 cables, 6 segments, both twins of every node on one of its own.
+    segments = {(e.node, e.netdev): fabric.segment(e) for l in fabric.links for e in (l.a, l.b)}
+    assert sorted(set(segments.values())) == [0, 1, 2, 3, 4, 5]
+    assert len({s for (n, _), s in segments.items() if n == "spark-1"}) == 4
+    assert cabling_problems(fabric, "ring") == []
+    doc = fabric.to_json()
+    assert doc["kind"] == "ring" and len(doc["links"]) == 6
+    assert doc["links"][0]["a"] == {"node": "spark-1", "port": 0, "netdev": "enp1s0f0np0"}
+    assert doc["links"][0]["b"] == {"node": "spark-3", "port": 1, "netdev": "enp1s0f1np1"}
+
+
+def test_a_4_ring_cabled_crosswise():
+    fabric = graph(NODES4, RING4)
+    assert fabric.kind is Kind.RING and len(fabric.links) == 8 and len(fabric.cables()) == 4
+    assert fabric.ring_order() == ("spark-1", "spark-2", "spark-3", "spark-4")
+    assert "spark-3" not in fabric.adjacency()["spark-1"]  # no diagonal
+    assert cabling_problems(fabric) == []
+
+
+def test_a_ring_cabled_port_0_to_port_0_names_the_swap():
+    cables = [("spark-1", 0, "spark-2", 0), ("spark-2", 1, "spark-3", 0), ("spark-3", 1, "spark-1", 1)]
+    fabric = graph(NODES3, cables)
+    assert fabric.kind is Kind.RING
+    problems = cabling_problems(fabric)
+    assert len(problems) == 1
+    assert "spark-1 port 0 to spark-2 port 0" in problems[0].what and "ibv_modify_qp" in problems[0].what
+    assert problems[0].fix.startswith("on spark-1, swap the two QSFP cables")
+    # The fix works: swapping spark-1's cables leaves a ring with no problem.
+    fixed = [("spark-1", 1, "spark-2", 0), ("spark-2", 1, "spark-3", 0), ("spark-3", 1, "spark-1", 0)]
+    assert cabling_problems(graph(NODES3, fixed)) == []
+
+
+def test_a_node_cabled_to_itself():
+    fabric = graph(["spark-1", "spark-2"], [("spark-2", 0, "spark-2", 1)])
+    problems = cabling_problems(fabric)
+    assert any("spark-2 is cabled to itself" in p.what for p in problems)
+
+
+def test_some_direct_and_some_through_a_switch():
+    fabric = graph(NODES3, [("spark-1", 0, "spark-2", 0)], switch_ports={n: 1 for n in NODES3})
+    assert fabric.kind is Kind.MIXED
+    (problem,) = cabling_problems(fabric)
+    assert "spark-1-spark-2" in problem.what and "through a switch" in problem.what
+
+
+def test_a_4_ring_with_a_missing_link_names_the_cable_to_add():
+    fabric = graph(NODES4, RING4[:3])
+    assert fabric.kind is Kind.OTHER
+    (problem,) = cabling_problems(fabric, "ring")
+    assert "the ring is open" in problem.what
+    assert problem.fix.startswith("cable spark-1 port 0 to spark-4 port 1")
+
+
+def test_a_cable_in_the_port_the_inventory_pins_away():
+    fabric = graph(["spark-1", "spark-2"], [("spark-1", 0, "spark-2", 0)])
+    (problem,) = cabling_problems(fabric, "auto", {"spark-2": ["enp1s0f1np1"]})
+    assert "spark-2: the inventory pins enp1s0f1np1 (port 1), but the cable is in port 0" in problem.what
+
+
+def test_the_inventory_saying_another_topology():
+    (problem,) = cabling_problems(graph(NODES3, RING3), "switch")
+    assert "fabric.topology: switch" in problem.what and "topology: ring" in problem.fix
+
+
+def test_a_twin_nobody_answers_on_is_silent_not_a_link():
+    facts, answers = cabled([("spark-1", 1, "spark-2", 1)], ["spark-1", "spark-2"])
+    answers["spark-1"]["enP2p1s0f1np1"] = ()
+    answers["spark-2"]["enP2p1s0f1np1"] = ()
+    fabric = build_fabric(["spark-1", "spark-2"], facts, answers)
+    assert len(fabric.links) == 1 and End("spark-1", 1, "enP2p1s0f1np1") in fabric.silent
+
+
+def test_the_probe_command_and_its_answers():
+    facts = {"spark-1": node(1, {1}, {"enp1s0f1np1": "10.0.0.11/24"}),
+             "spark-2": node(2, {1}, {"enp1s0f1np1": "10.0.0.12/24"})}
+    candidates = ipv4_candidates("spark-1", facts)
+    assert candidates == {"enp1s0f1np1": ("10.0.0.12",), "enP2p1s0f1np1": ()}
+    text = probe_command(("enp1s0f1np1", "enP2p1s0f1np1"), candidates).display()
+    assert "ff02::1%enp1s0f1np1" in text and "-I enp1s0f1np1 10.0.0.12" in text
+    answers = parse_answers("enp1s0f1np1 fe80::2:10%enp1s0f1np1: 10.0.0.12:\nenP2p1s0f1np1\n")
+    assert answers == {"enp1s0f1np1": ("fe80::2:10", "10.0.0.12"), "enP2p1s0f1np1": ()}
+    fabric = build_fabric(["spark-1", "spark-2"], facts, {"spark-1": answers, "spark-2": {}})
+    assert fabric.links[0].b == End("spark-2", 1, "enp1s0f1np1")
+    assert fabric.links[0].subnet == IPv4Network("10.0.0.0/24")
