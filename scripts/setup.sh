@@ -7,7 +7,8 @@ cd "$(dirname "$0")/.."
 # netplan.io and iputils-arping: what bootstrap's fabric.addresses uses on a node (the simulated hosts share them).
 APT_PACKAGES=(openssh-server openssh-client sudo docker.io iproute2 iputils-ping iputils-arping netplan.io util-linux
               procps rsync python3 python3-venv curl
-              socat docker-registry)  # the last two: benchmarks/data_plane.py's baselines (raw TCP, a registry)
+              socat docker-registry  # benchmarks/data_plane.py's baselines (raw TCP, a registry)
+              zsh fish)  # tests/unit/test_cli.py: the completion scripts parsed by their shells
 missing=()
 for pkg in "${APT_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")

@@ -1,20 +1,29 @@
 """What every wing's sub-commands are wired with (`register(commands, app)` in each wing's `cli.py`): the way to
 connect to the inventory the flags select, and the flag sets shared by every command that connects or changes
-something. The top-level `cli.py` builds the one App; the wings never import it."""
+something. The top-level `cli.py` builds the one App; the wings never import it.
+
+Nothing here imports the transport, the session or the inventory at module level: `cli.py` builds its parser from
+this module for every command, and `sparkcluster --help` must not pay for paramiko (a third of a second)."""
 
 from __future__ import annotations
 
 import argparse
+import getpass
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from .inventory import Inventory
-from .session import Session
+from . import flags
+from .flags import DEFAULT_FORKS
+
+if TYPE_CHECKING:
+    from .inventory import Inventory
+    from .session import Session
 
 # The inventory the flags select, `check` run on it before anything connects; `require_all`: an unreachable
 # host is an error (serving and verifying need every node) rather than the caller's to report.
-Connect = Callable[..., AbstractContextManager[Session]]
+Connect = Callable[..., AbstractContextManager["Session"]]
 Command = Callable[[argparse.Namespace, Connect], int]
 
 
@@ -22,11 +31,67 @@ def no_check(inventory: Inventory) -> None:
     """For commands whose flags need nothing of the inventory before connecting."""
 
 
+def connecting(p: argparse.ArgumentParser, inventory_positional: bool = True) -> argparse.ArgumentParser:
+    """-i/--limit/--forks/--trust-new-host-keys/--json (and the INVENTORY positional) on a command that connects."""
+    if inventory_positional:
+        p.add_argument("inventory_arg", nargs="?", metavar="INVENTORY", help="inventory file")
+    p.add_argument("-i", "--inventory", help="inventory file (else $SPARKCLUSTER_INVENTORY, ./inventory.yml, "
+                                              "then the one the last bootstrap used)")
+    p.add_argument("--limit", type=flags.names, help="comma-separated hosts or groups to act on")
+    p.add_argument("--forks", type=flags.count, default=DEFAULT_FORKS,
+                   help=f"hosts in parallel (default {DEFAULT_FORKS})")
+    p.add_argument("--trust-new-host-keys", action="store_true",
+                   help="accept and record host keys not yet in known_hosts (never a changed key)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    return p
+
+
+def changing(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """--check/--diff/-K on a command that changes the nodes."""
+    p.add_argument("--check", action="store_true", help="show what would change; change nothing")
+    p.add_argument("--diff", action="store_true", help="show the changes made to files")
+    p.add_argument("--ask-become-pass", "-K", action="store_true", help="ask once for the sudo password")
+    return p
+
+
+def selected_inventory(args: argparse.Namespace) -> Inventory:
+    """The inventory the flags name (the positional one, -i, or the fallbacks), loaded and validated, --limit
+    applied. Says on stderr which file it is and why, unless the output is --json."""
+    from .console import err
+    from .inventory import find_inventory, load_inventory
+
+    positional = getattr(args, "inventory_arg", None)
+    path, reason = find_inventory(positional or args.inventory)
+    reason = "as given" if positional else reason
+    if not getattr(args, "json", False):
+        err.print(f"inventory: {path} ({reason})", highlight=False)
+    inventory = load_inventory(path)
+    if args.limit:
+        inventory = inventory.limit([n.strip() for n in args.limit.split(",") if n.strip()])
+    return inventory
+
+
+def become_password(args: argparse.Namespace) -> str | None:
+    # Asked once, fed to sudo on stdin; never in argv, logs or --json.
+    return getpass.getpass("BECOME (sudo) password: ") if getattr(args, "ask_become_pass", False) else None
+
+
+def connect_selected(args: argparse.Namespace, check: Callable[[Inventory], None] = no_check,
+                     require_all: bool = True) -> AbstractContextManager[Session]:
+    """The selected inventory (`check` sees it before anything connects), connected, with every node's facts."""
+    from .session import connected
+
+    inventory = selected_inventory(args)
+    check(inventory)
+    return connected(inventory, forks=args.forks, trust_new_host_keys=args.trust_new_host_keys,
+                     sudo_password=become_password(args), require_all=require_all)
+
+
 @dataclass(frozen=True)
 class App:
-    connect: Connect
-    connecting: Callable[..., argparse.ArgumentParser]  # adds -i/--limit/--forks/--json (and INVENTORY)
-    changing: Callable[[argparse.ArgumentParser], argparse.ArgumentParser]  # adds --check/--diff/-K
+    connect: Connect = connect_selected
+    connecting: Callable[..., argparse.ArgumentParser] = connecting  # adds -i/--limit/--forks/--json (and INVENTORY)
+    changing: Callable[[argparse.ArgumentParser], argparse.ArgumentParser] = changing  # adds --check/--diff/-K
 
     def wire(self, parser: argparse.ArgumentParser, command: Command) -> None:
         parser.set_defaults(func=lambda args: command(args, self.connect))

@@ -4,10 +4,13 @@ URL across two lines). Results go to `out`, progress and errors to `err`."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from rich.console import Console
 from rich.markup import escape
 
-from .transport import Unreachable
+if TYPE_CHECKING:  # not at run time: --help must not import paramiko through the console
+    from .transport import Unreachable
 
 # Wide enough for any table row or URL a command prints; tables still take only the width they need.
 UNWRAPPED_WIDTH = 1000

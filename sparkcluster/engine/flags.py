@@ -15,6 +15,8 @@ from typing import TypeVar
 
 N = TypeVar("N", int, float)
 
+DEFAULT_FORKS = 16  # --forks: hosts worked on at once
+
 # What a container image reference may hold (docker's grammar, loosely: its own check names the finer errors);
 # never a leading '-', which docker would read as an option, nor a space.
 _IMAGE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/:@-]*")

@@ -12,11 +12,11 @@ from typing import TypeVar
 from .command import Command
 from .errors import SparkclusterError
 from .facts import HostFacts, gather_all
+from .flags import DEFAULT_FORKS
 from .inventory import Host, Inventory
 from .parallel import parallel_map
 from .transport import Result, Transport, Unreachable
 
-DEFAULT_FORKS = 16
 T = TypeVar("T")
 
 

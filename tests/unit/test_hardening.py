@@ -18,7 +18,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sparkcluster import cli
+from sparkcluster import bootstrap_cli, cli
 from sparkcluster.engine import session as session_module
 from sparkcluster.engine.command import ENV_NAME, Command
 from sparkcluster.engine.errors import EXIT_USAGE, SparkclusterError, UsageError
@@ -442,9 +442,9 @@ def test_random_flag_values_parse_in_range_or_exit_2(capsys, flag, text):
 def test_a_lost_connection_that_reaches_the_top_names_the_node(monkeypatch, capsys):
     # Failed before the fix: serve printed "lost the connection to 192.168.103.12", and the user had to map the
     # address back to the node that was powered off.
-    def lose_spark_2(args: object) -> int:
+    def lose_spark_2(args: object, connect: object) -> int:
         raise Unreachable("lost the connection to 192.168.103.12", "power it on", host="spark-2")
-    monkeypatch.setattr(cli, "cmd_facts", lose_spark_2)
+    monkeypatch.setattr(bootstrap_cli, "cmd_facts", lose_spark_2)
     code, err = run_cli(monkeypatch, capsys, "facts", "-i", "unused.yml")
     assert code == 1
     assert "error: spark-2: lost the connection to 192.168.103.12" in err and "fix: power it on" in err

@@ -1,0 +1,100 @@
+"""`sparkcluster facts`, `bootstrap` and `run`: the engine's playbooks over the node's steps, wired from parsed
+flags. Imported only when one of these commands runs (cli.py lists them without importing this)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from . import stepcatalog
+from .engine.cliapp import App, Connect, become_password, selected_inventory
+from .engine.console import out as console
+from .engine.console import print_unreachable
+from .engine.errors import EXIT_FAILED, EXIT_OK, UsageError
+from .engine.events import RunFinished
+from .engine.inventory import Inventory, record_last_used
+from .engine.playbook import Playbook
+from .engine.report import facts_table, make_reporter, print_json
+from .engine.runner import Runner
+from .engine.session import connect
+
+
+def cmd_facts(args: argparse.Namespace, connect_selected: Connect) -> int:
+    with connect_selected(args, require_all=False) as session:
+        hosts = session.inventory.hosts
+    if args.json:
+        print_json({h.name: ({"unreachable": session.unreachable[h.name].message,
+                              "fix": session.unreachable[h.name].fix} if h.name in session.unreachable
+                             else session.facts[h.name].to_json()) for h in hosts})
+    else:
+        for h in hosts:
+            if h.name in session.unreachable:
+                print_unreachable(console, h.name, h.address, session.unreachable[h.name])
+            else:
+                facts_table(console, h.name, h.address, session.facts[h.name])
+    return EXIT_FAILED if session.unreachable else EXIT_OK
+
+
+def _extra_vars(pairs: list[str]) -> dict[str, object]:
+    out: dict[str, object] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.isidentifier():
+            raise UsageError(f"-e {pair!r} is not KEY=VALUE", "e.g. -e min_driver=590.44")
+        out[key] = value
+    return out
+
+
+def run_playbook(playbook: Playbook, inventory: Inventory, args: argparse.Namespace,
+                 extra_vars: dict[str, object] | None = None) -> RunFinished:
+    reporter = make_reporter(console, json_output=args.json, show_diff=args.diff, out=sys.stdout)
+    with connect(inventory, forks=args.forks, trust_new_host_keys=args.trust_new_host_keys,
+                 sudo_password=become_password(args)) as session:
+        return Runner(session, playbook, reporter, check=args.check, extra_vars=extra_vars).run()
+
+
+def cmd_run(args: argparse.Namespace, connect_selected: Connect) -> int:
+    playbook = stepcatalog.load(args.playbook)  # all input is validated before any connection
+    extra = _extra_vars(args.extra_vars or [])
+    inventory = selected_inventory(args)
+    return run_playbook(playbook, inventory, args, extra).exit_code
+
+
+def cmd_bootstrap(args: argparse.Namespace, connect_selected: Connect) -> int:
+    playbook = stepcatalog.load_bundled("bootstrap")
+    extra: dict[str, object] = {}
+    if args.min_driver:
+        extra["min_driver"] = args.min_driver
+    if args.driver_policy:
+        extra["driver_policy"] = args.driver_policy
+    if args.allow_other_gpu:
+        extra["allow_other_gpu"] = True
+    if args.runtime:
+        extra["runtime"] = args.runtime
+    inventory = selected_inventory(args)
+    result = run_playbook(playbook, inventory, args, extra)
+    if result.exit_code == 0 and not args.check and not args.limit:
+        record_last_used(Path(inventory.path))  # what `serve` falls back to when no inventory is named
+    return result.exit_code
+
+
+def register(commands: argparse._SubParsersAction[argparse.ArgumentParser], app: App) -> None:
+    facts = app.connecting(commands.add_parser("facts", help="gather and show each host's facts"))
+    app.wire(facts, cmd_facts)
+
+    boot = app.changing(app.connecting(commands.add_parser(
+        "bootstrap", help="preflight and provision every node (idempotent)")))
+    boot.add_argument("--min-driver",
+                      help="lowest acceptable NVIDIA driver (default 590.44, or min_driver: in the inventory)")
+    boot.add_argument("--driver-policy", choices=("fail", "warn"), help="what an older driver does (default fail)")
+    boot.add_argument("--allow-other-gpu", action="store_true", help="go on when a node's GPU is not a GB10")
+    boot.add_argument("--runtime", choices=("docker", "host"),
+                      help="host: Ray and vLLM will run from a Python environment, so Docker is not checked "
+                           "(default docker, or runtime: in the inventory)")
+    app.wire(boot, cmd_bootstrap)
+
+    run = app.changing(app.connecting(commands.add_parser("run", help="run a playbook"), inventory_positional=False))
+    run.add_argument("playbook", help="playbook file")
+    run.add_argument("-e", "--extra-vars", action="append", metavar="KEY=VALUE", help="a variable for templates")
+    app.wire(run, cmd_run)
