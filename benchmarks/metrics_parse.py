@@ -1,4 +1,4 @@
-"""The /metrics reader `top` and `bench` share (sparkcluster/serving/prometheus.py) against prometheus_client's
+"""The /metrics reader `top` and `bench` share (sparkcluster/observe/prometheus.py) against prometheus_client's
 text parser, on a real vLLM 0.32 scrape (tests/fixtures/metrics, 619 lines, 83 KB): CPU time per scrape, and what
 each does with one malformed line. prometheus_client is not a dependency of sparkcluster: install it to compare
 (`pip install prometheus_client`); without it only our reader is timed.
@@ -15,7 +15,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from sparkcluster.serving.prometheus import parse  # noqa: E402
+from sparkcluster.observe.prometheus import parse  # noqa: E402
 
 TEXT = (ROOT / "tests" / "fixtures" / "metrics" / "vllm-0.32-cpu-busy2.txt").read_text()
 ROUNDS = 200

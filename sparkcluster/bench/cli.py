@@ -24,7 +24,7 @@ from ..engine.console import out as console
 from ..engine.console import print_error
 from ..engine.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, UsageError
 from ..engine.report import print_json
-from ..serving.recipes import Reference
+from ..recipes.load import Reference
 from . import benchy_cli, compare, head_tokenizer, plot, published, table
 from .sweep import (
     BenchEvent,

@@ -11,7 +11,7 @@ from rich import box
 from rich.table import Table
 
 from ..engine.errors import UsageError
-from ..serving.recipes import Reference, load_recipe
+from ..recipes.load import Reference, load_recipe
 from .stats import Row
 
 # (reference key, label, how to read the measured row, True when higher is better)

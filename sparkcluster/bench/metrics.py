@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import aiohttp
 
-from ..serving import prometheus
+from ..observe import prometheus
 
 SAMPLE_EVERY_S = 1.0
 KV_USAGE = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")  # the older name before vLLM V1

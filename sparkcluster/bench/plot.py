@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..serving.recipes import Reference
+from ..recipes.load import Reference
 from .stats import Row
 
 

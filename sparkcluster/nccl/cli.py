@@ -11,7 +11,7 @@ from ..engine.cliapp import App, Connect
 from ..engine.console import out as console
 from ..engine.errors import EXIT_FAILED, EXIT_OK
 from ..engine.report import print_json
-from . import report
+from . import report, thresholds
 from .verdict import VerdictStatus
 from .verify import run_verify
 
@@ -49,7 +49,8 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser], app:
     rep = commands.add_parser("nccl-report", help="read NCCL_DEBUG=INFO logs: transports, devices, a verdict")
     rep.add_argument("logfiles", nargs="+", metavar="LOGFILE")
     rep.add_argument("--min-busbw", type=flags.bandwidth,
-                     help="bus bandwidth a pass needs at 64 MiB and above, GB/s (default 18; nccl-tests tables and "
-                          "the probe's rows)")
+                     help="bus bandwidth a pass needs at 64 MiB and above, GB/s (nccl-tests tables and the probe's "
+                          "rows). Default by the node count the log shows: 2 nodes the pair's floor, 3 or more the "
+                          f"ring's (behind a switch, pass the switch's): {thresholds.help_text()}")
     rep.add_argument("--json", action="store_true")
     rep.set_defaults(func=cmd_nccl_report)

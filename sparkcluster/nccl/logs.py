@@ -15,6 +15,7 @@ from typing import Any
 
 # The probe imports only the standard library at load time, so its arithmetic and table serve here too.
 from . import probe
+from .rings import QpFailure, RingLines
 
 PROBE_RESULT = "SPARKCLUSTER_PROBE_RESULT"
 PROBE_RANK = "SPARKCLUSTER_PROBE_RANK"
@@ -95,9 +96,20 @@ class RankLog:
     comm_ids: tuple[str, ...] = ()  # the communicators this process joined: ranks sharing one are one run
     first_line: int = 0  # where this process's lines start and end in its file
     last_line: int = 0
+    rings_connected: bool = False  # "Connected all rings": init got past the ring connect (rings.py)
+    trees_connected: bool = False
+    gdr: bool | None = None  # "GDR 0": no GPUDirect RDMA (every GB10), still RDMA; None: not said
+    n_nodes: int | None = None  # "nRanks N nNodes M"
+    qp_failures: tuple[QpFailure, ...] = ()
+    cross_rail_hint: bool = False  # NCCL's hint after a timed-out QP: "NICs are not cross-rail connected"
+    tree_connect_named: bool = False  # an error names ncclTransportTreeConnect
 
     @property
     def transports(self) -> tuple[str, ...]:
+        if not self.channels and self.rings_connected and self.network and self.n_nodes != 1:
+            # Rings connected with the channel lines filtered out (NCCL_DEBUG_SUBSYS) or scrolled away: they ran
+            # over the network NCCL chose.
+            return (f"NET/{self.network}",)
         return tuple(dict.fromkeys(c.transport for c in self.channels))
 
     @property
@@ -130,6 +142,7 @@ class _Builder:
     last_line: int = 0
     ib_listed: bool = False  # a "NET/IB : Using [0]dev:1/RoCE" line named devices: NCCL took IB
     assigned: str | None = None
+    ring: RingLines = field(default_factory=RingLines)
 
     def nccl(self, level: str, msg: str, line_no: int) -> None:
         self.first_line = self.first_line or line_no
@@ -143,7 +156,7 @@ class _Builder:
         if level == "WARN":
             self.warnings.append(f"NCCL WARN {msg.strip()}")
         if _ERRORS.search(msg):
-            self.error(f"NCCL {level} {msg.strip()}")
+            self.error(f"NCCL {level} {msg.strip()}", line_no)
         if m := _CHANNEL.search(msg):
             self.channels.append(Channel(int(m["src"]), int(m["dst"]), _transport(m["via"]), line_no))
         elif m := _NETWORK.search(msg):
@@ -176,9 +189,11 @@ class _Builder:
             self.init_complete = True
         if self.rank is None and (m := _RANK.search(msg)):
             self.rank = int(m[1])
+        self.ring.read(msg, line_no)
 
-    def error(self, line: str) -> None:
+    def error(self, line: str, line_no: int = 0) -> None:
         self._add(self.errors, [line])
+        self.ring.read_error(line, line_no)
 
     @staticmethod
     def _add(values: list[str], new: Sequence[str]) -> None:
@@ -195,8 +210,12 @@ class _Builder:
             oob_interface=self.oob_interface, bootstrap_interface=self.bootstrap_interface,
             ib_hca_env=self.ib_hca_env, no_ib_device=self.no_ib_device, ib_disabled=self.ib_disabled,
             init_complete=self.init_complete, channels=tuple(self.channels), warnings=tuple(self.warnings),
-            errors=tuple(self.errors), truncated=self.nccl_lines > 0 and not self.channels,
+            errors=tuple(self.errors),
+            truncated=self.nccl_lines > 0 and not self.channels and not self.ring.rings_connected,
             comm_ids=tuple(self.comm_ids), first_line=self.first_line, last_line=self.last_line,
+            rings_connected=self.ring.rings_connected, trees_connected=self.ring.trees_connected, gdr=self.ring.gdr,
+            n_nodes=self.ring.n_nodes, qp_failures=tuple(self.ring.qp_failures or ()),
+            cross_rail_hint=self.ring.cross_rail_hint, tree_connect_named=self.ring.tree_connect_named,
         )
 
 
@@ -251,7 +270,7 @@ def read_log(text: Lines, source: str = "log") -> list[RankLog]:
             # A Python traceback ("NCCL error in: ...") belongs to the process Ray names, when it names one.
             ray = _RAY_PID.search(line)
             owner = next((b for (_, pid), b in by_process.items() if ray and pid == ray[1]), whole)
-            owner.error(line.strip())
+            owner.error(line.strip(), line_no)
     ranks = [*earlier, *(b.freeze() for b in by_process.values())]
     # Unprefixed lines next to prefixed ones are mostly tracebacks that follow the ranks' own WARN lines.
     if (not by_process and not earlier) or whole.nccl_lines or whole.errors:

@@ -5,17 +5,19 @@ look plausible at small sizes): the transport lines decide and the bandwidth onl
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
 from .logs import BandwidthRow, RankLog
+from .rings import ETIMEDOUT, Endpoint, QpFailure, same_link
+from .thresholds import PAIR, floor_for
 
 # NVIDIA's pass mark is 21.875 GB/s (175 Gb/s) for a 16 GB all_gather on two Sparks (§2.5), where per-call overhead
 # vanishes. The probe stops at 1 GiB (16 GB froze Sparks, F4), which costs a few GB/s, and MTU 1500 alone already
 # gives 18.9-21 GB/s at 16 GB. One twin cannot exceed 12.5 GB/s (100 Gb/s), so 18 still separates "both twins" from
 # "one twin" (≈11-12) with margin while leaving ~4 GB/s for the smaller sizes.
-DEFAULT_MIN_BUSBW_GBPS = 18.0
+DEFAULT_MIN_BUSBW_GBPS = PAIR.min_busbw_gbps  # thresholds.py: the floor of every topology
 ONE_TWIN_MAX_GBPS = 12.5
 MISCONFIGURED_MAX_GBPS = 4.0  # F3: about 3 GB/s at every size with NCCL_IB_HCA unset, MTU 1500 or a dev-branch NCCL
 LARGE_BYTES = 64 << 20  # below this, per-call latency dominates and busbw says little about the link
@@ -61,22 +63,28 @@ _F7_FIX = ("an RDMA transfer failed on a collective (F7): fix the fabric config 
 def judge(ranks: Sequence[RankLog], *, expected_hcas: Sequence[str] = (), qsfp_interfaces: Sequence[str] = (),
           management_interfaces: Sequence[str] = MANAGEMENT_INTERFACES, rows: Sequence[BandwidthRow] = (),
           min_busbw_gbps: float | None = None, require_network: bool = True,
-          table_hosts: Sequence[str] = ()) -> Verdict:
+          table_hosts: Sequence[str] = (), endpoints: Mapping[str, Endpoint] | None = None,
+          topology: str | None = None) -> Verdict:
     """PASS only when every inter-node channel is NET/IB(ext) on the expected HCAs and the bandwidth holds.
 
     Findings are gathered in order of how much they explain, so the verdict's cause is the root one: an error
     before the fallback it caused, a fallback before the truncated log or low bandwidth it explains.
+    `endpoints` (address -> node and port) and `topology` ("pair", "ring", "switch": the fabric graph's kind) let a
+    failed connection name the ports and get the fix for this cabling; logs alone fall back on NCCL's node count.
     """
     if not ranks and rows:
-        return _bandwidth_only(rows, min_busbw_gbps, table_hosts)
+        nodes = len(set(table_hosts)) or None
+        return _bandwidth_only(rows, _threshold(min_busbw_gbps, topology, nodes), table_hosts)
     transports = tuple(dict.fromkeys(t for r in ranks for t in r.inter_node))
+    run = _RunFacts.of(ranks, endpoints, topology)
+    threshold = _threshold(min_busbw_gbps, run.kind, run.nodes or len(set(table_hosts)) or None)
     intra_only = not transports and any(r.channels for r in ranks)
     qsfp_hint = ",".join(qsfp_interfaces) or "<the QSFP interface, e.g. enp1s0f1np1>"
     # A socket fallback comes before the errors and the truncated log it explains: a run on the management port
     # that then timed out or was cut short failed because of where it ran.
     per_rank = (
         lambda r: _socket_findings(r, expected_hcas, management_interfaces, qsfp_hint, require_network),
-        _error_findings,
+        lambda r: _error_findings(r, run),
         lambda r: _interface_findings(r, qsfp_interfaces, management_interfaces, qsfp_hint),
         _silence_findings,
         lambda r: _hca_findings(r, expected_hcas),
@@ -90,7 +98,7 @@ def judge(ranks: Sequence[RankLog], *, expected_hcas: Sequence[str] = (), qsfp_i
         found.append(("input", _no_lines("the given logs")))
     found += [("all ranks", f) for f in _transport_findings(transports)]
     if transports and set(transports) <= _RDMA:
-        found += [("bandwidth", f) for f in _bandwidth_findings(ranks, rows, min_busbw_gbps, expected_hcas)]
+        found += [("bandwidth", f) for f in _bandwidth_findings(ranks, rows, threshold, expected_hcas)]
     details = (*(_summary(r) for r in ranks), *(f"{source}: {f.status} {f.cause}" for source, f in found))
     worst = next((f for _, f in found if f.status is VerdictStatus.FAIL), None) or next((f for _, f in found), None)
     if worst:
@@ -104,9 +112,116 @@ def _no_lines(where: str) -> _Finding:
                     "rank's output")
 
 
-def _error_findings(rank: RankLog) -> list[_Finding]:
+@dataclass(frozen=True)
+class _RunFacts:
+    """What the ranks of one run say together about the fabric: the tree or the cabling fails on one rank's lines,
+    while another rank printed how many nodes there are."""
+
+    nodes: int | None
+    rings_connected: bool
+    trees_connected: bool
+    tree_named: bool
+    cross_rail_hint: bool
+    endpoints: Mapping[str, Endpoint]
+    topology: str | None
+
+    @classmethod
+    def of(cls, ranks: Sequence[RankLog], endpoints: Mapping[str, Endpoint] | None, topology: str | None) -> _RunFacts:
+        nodes = max((r.n_nodes for r in ranks if r.n_nodes), default=None)
+        return cls(nodes, any(r.rings_connected for r in ranks), any(r.trees_connected for r in ranks),
+                   any(r.tree_connect_named for r in ranks), any(r.cross_rail_hint for r in ranks),
+                   endpoints or {}, topology)
+
+    @property
+    def kind(self) -> str | None:
+        if self.topology:
+            return self.topology
+        return None if self.nodes is None else "pair" if self.nodes == 2 else "ring" if self.nodes >= 3 else None
+
+
+def _error_findings(rank: RankLog, run: _RunFacts) -> list[_Finding]:
     lines = rank.errors or rank.warnings
-    return [_error_finding(lines[0])] if lines else []
+    if not lines:
+        return []
+    if (tree := _tree_finding(rank, run)) is not None:
+        return [tree]
+    if (qp := next((q for q in rank.qp_failures if q.errno == ETIMEDOUT), None)) is not None:
+        return [_qp_finding(qp, run)]
+    return [_error_finding(lines[0])]
+
+
+_RING_ONLY = "NCCL_ALGO=Ring NCCL_SKIP_TREE_CONNECT=1"
+
+
+def _tree_finding(rank: RankLog, run: _RunFacts) -> _Finding | None:
+    """The rings connected, the tree did not: on a ring of 4 the tree joins opposite nodes, which no cable does."""
+    completion = any(re.search(r"Got completion|IBV_WC_", e) for e in rank.errors)
+    after_rings = (run.rings_connected and not run.trees_connected and (run.nodes or 0) >= 4
+                   and (bool(rank.qp_failures) or any("unhandled system error" in e for e in rank.errors)))
+    if completion or not (run.tree_named or after_rings):
+        return None
+    where = f"a ring of {run.nodes}" if run.nodes else "this ring"
+    if run.kind == "switch":
+        return _Finding(VerdictStatus.FAIL, f"NCCL's tree connect failed on {run.nodes or 'these'} nodes behind a switch "
+                                            "(the rings connected): some node's port does not reach another's",
+                        "every node's twin k on the switch's subnet for twin k, NCCL_IB_HCA in the same order on every "
+                        "node; `sparkcluster verify` measures each link to name the one that fails")
+    qp = next(iter(rank.qp_failures), None)
+    between = f" ({_ends(qp, run)} timed out)" if qp and qp.local_ip and qp.remote_ip else ""
+    return _Finding(VerdictStatus.FAIL, f"NCCL's tree connect (ncclTransportTreeConnect) failed on {where}: the rings "
+                                        f"connected, but the tree joins opposite nodes and a ring has no diagonal RoCE "
+                                        f"path{between}",
+                    f"force the ring algorithm: {_RING_ONLY} (with NCCL_IB_SUBNET_AWARE_ROUTING=1) where NCCL runs; "
+                    "sparkcluster's comm env for a ring of 4 sets them: re-run `sparkcluster bootstrap`")
+
+
+def _describe(ip: str, run: _RunFacts) -> str:
+    end = run.endpoints.get(ip)
+    return f"{end} ({ip})" if end else ip
+
+
+def _ends(qp: QpFailure, run: _RunFacts) -> str:
+    device = f" on {qp.device}" if qp.device else ""
+    return f"{_describe(qp.local_ip or '?', run)}{device} -> {_describe(qp.remote_ip or '?', run)}"
+
+
+def _qp_finding(qp: QpFailure, run: _RunFacts) -> _Finding:
+    """A queue pair that timed out: between ports no cable joins (the cabling or the HCA pinning), or on one link
+    that does not carry RoCE. The fix is the one for this many nodes cabled this way."""
+    if not (qp.local_ip and qp.remote_ip):
+        return _Finding(VerdictStatus.FAIL, f"NCCL error: ibv_modify_qp timed out{f' on {qp.device}' if qp.device else ''}",
+                        _cabling_fix(qp, run))
+    linked = same_link(qp.local_ip, qp.remote_ip, dict(run.endpoints))
+    if linked and run.kind != "pair":
+        return _Finding(VerdictStatus.FAIL, f"ibv_modify_qp timed out between {_ends(qp, run)}, two ports of one link: "
+                                            "that link does not carry RoCE",
+                        "check the cable of that link: `ibdev2netdev` shows both ends (Up), MTU 9000 and the same FEC on "
+                        "both ends, NCCL_IB_GID_INDEX on the RoCE v2 IPv4 GID of each HCA (F7)")
+    # Two nodes with addresses on an uncabled port (both on one subnet) fail the same way: the port is not the cable.
+    why = ("the port NCCL took does not reach the peer's" if linked
+           else "no cable joins these two ports (their addresses are on different links)")
+    hint = ", and NCCL hints the NICs are not cross-rail connected" if run.cross_rail_hint else ""
+    return _Finding(VerdictStatus.FAIL, f"ibv_modify_qp timed out between {_ends(qp, run)}: {why}{hint}",
+                    _cabling_fix(qp, run))
+
+
+def _cabling_fix(qp: QpFailure, run: _RunFacts) -> str:
+    device = qp.device or "that HCA"
+    if run.kind == "pair":
+        return ("two nodes: cable the same QSFP port on both, and set NCCL_IB_HCA to that port's two twins only, in "
+                f"the same order on both nodes ({device} is not on the cable); `sparkcluster topology` shows the "
+                "cabled port")
+    if run.kind == "ring":
+        nodes = f"a ring of {run.nodes}" if run.nodes else "a ring"
+        four = f"; a ring of 4 also needs {_RING_ONLY}" if run.nodes in (None, 4) else ""
+        return (f"{nodes}: cable it crosswise, port 0 of each node to port 1 of the next (cabled port 0 to port 0, "
+                "NCCL pairs ports that no cable joins), each link on its own subnet per twin, and set "
+                f"NCCL_IB_SUBNET_AWARE_ROUTING=1 NCCL_IB_MERGE_NICS=0{four}; then re-run `sparkcluster bootstrap` "
+                "(`sparkcluster topology` names a miscabled link)")
+    if run.kind == "switch":
+        return ("behind a switch: twin k of every node on the one subnet of twin k, and NCCL_IB_HCA in the same order "
+                f"on every node ({device} reached a port on another twin's subnet)")
+    return _F6_FIX
 
 
 def _silence_findings(rank: RankLog) -> list[_Finding]:
@@ -251,15 +366,14 @@ def _large(rows: Sequence[BandwidthRow]) -> list[BandwidthRow]:
     return large or [r for r in rows if r.size_bytes == 0]
 
 
-def _floor(min_busbw: float | None) -> float:
-    return DEFAULT_MIN_BUSBW_GBPS if min_busbw is None else min_busbw
+def _threshold(min_busbw: float | None, topology: str | None, nodes: int | None) -> float:
+    return floor_for(topology, nodes).min_busbw_gbps if min_busbw is None else min_busbw
 
 
-def _bandwidth_findings(ranks: Sequence[RankLog], rows: Sequence[BandwidthRow], min_busbw: float | None,
+def _bandwidth_findings(ranks: Sequence[RankLog], rows: Sequence[BandwidthRow], threshold: float,
                         expected_hcas: Sequence[str]) -> list[_Finding]:
     if not rows:
         return []
-    threshold = _floor(min_busbw)
     large = _large(rows)
     if not large:
         return [_Finding(VerdictStatus.WARN, f"no measurement at {LARGE_BYTES >> 20} MiB or more: bandwidth not judged",
@@ -288,9 +402,8 @@ def _degraded_fix() -> str:
     return "tell the causes apart: " + "; ".join(f"({i}) {c}" for i, c in enumerate(DEGRADED_CAUSES, 1))
 
 
-def _bandwidth_only(rows: Sequence[BandwidthRow], min_busbw: float | None, hosts: Sequence[str]) -> Verdict:
+def _bandwidth_only(rows: Sequence[BandwidthRow], threshold: float, hosts: Sequence[str]) -> Verdict:
     """nccl-tests without NCCL_DEBUG: the speed is known, the transport is not."""
-    threshold = _floor(min_busbw)
     large = _large(rows)
     unknown = "transport unknown: no NCCL INFO lines (rerun with NCCL_DEBUG=INFO to see it)"
     details = tuple(f"{r.op} {r.size_bytes} B: busbw {r.busbw_gbps:.2f}"
@@ -317,6 +430,9 @@ def _pass_cause(ranks: Sequence[RankLog], transports: Sequence[str], intra_only:
         return "intra-node only (P2P/SHM), and no network transport was required"
     devices = ", ".join(dict.fromkeys(d for r in ranks for d in r.ib_devices)) or "RDMA"
     cause = f"RDMA: {'/'.join(transports)} on {devices} for {len(ranks)} rank(s)"
+    if any(r.gdr is False for r in ranks):
+        # GB10 has no GPUDirect RDMA: the HCA reads and writes host memory, still without the CPU copying the data.
+        cause += " (GDR off: GB10 has no GPUDirect RDMA, NCCL stages through host memory)"
     large = _large(rows)
     if large:
         return f"{cause}; best busbw {max(r.best_busbw_gbps for r in large):.1f} GB/s"

@@ -7,6 +7,7 @@ in its table), so the figure shown is the node's unified memory in use (MemTotal
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -16,8 +17,6 @@ from ..engine.command import Command
 from ..engine.inventory import Host
 from ..engine.session import Session
 from ..engine.transport import Unreachable
-from .launch import Launcher
-from .runtime import RuntimeChoice
 
 PROBE_TIMEOUT_S = 10.0
 GPU_QUERY = "nvidia-smi --query-gpu=utilization.gpu,memory.used,memory.total --format=csv,noheader,nounits"
@@ -51,17 +50,16 @@ class NodeSample:
                 "processes": {role: "running" if up else "stopped" for role, up in self.processes.items()}}
 
 
-def roles(launcher: Launcher, serving: bool, is_head: bool) -> list[str]:
-    """main: Ray (ray launcher) or the vLLM rank (native); vllm: the `vllm serve` beside the head's Ray."""
-    return ["main"] + (["vllm"] if serving and launcher == "ray" and is_head else [])
+# A node's serving processes to look for: role (main, vllm) -> a shell test that succeeds while it runs. The
+# serving wing knows the roles and how its runtime answers; this wing only runs the tests.
+AliveChecks = Mapping[str, str]
 
 
-def probe_command(runtime: RuntimeChoice, host: Host, node_roles: list[str]) -> Command:
+def probe_command(checks: AliveChecks) -> Command:
     """Sections the parser reads back: @gpu (nvidia-smi and its exit code), @mem (/proc/meminfo), @<role>."""
     parts = [f"echo @gpu; {GPU_QUERY} 2>&1; echo rc=$?",
              "echo @mem; grep -E '^(MemTotal|MemAvailable):' /proc/meminfo"]
-    for role in node_roles:
-        alive = runtime.on(host).alive(role).script
+    for role, alive in checks.items():
         parts.append(f"echo @{role}; if {alive}; then echo running; else echo stopped; fi")
     return Command("; ".join(parts), timeout=PROBE_TIMEOUT_S)
 
@@ -122,8 +120,8 @@ class NodeSampler:
     SSH retries its connection) is shown as not answering, and is not asked again until its last probe ends, so
     one dead node never stalls the view of the others."""
 
-    def __init__(self, session: Session, runtime: RuntimeChoice, launcher: Launcher, serving: bool) -> None:
-        self.session, self.runtime, self.launcher, self.serving = session, runtime, launcher, serving
+    def __init__(self, session: Session, checks: Callable[[Host], AliveChecks]) -> None:
+        self.session, self.checks = session, checks
         self.pool = ThreadPoolExecutor(max_workers=max(1, len(session.hosts)), thread_name_prefix="top-probe")
         self.in_flight: dict[str, Future[NodeSample]] = {}
 
@@ -146,8 +144,7 @@ class NodeSampler:
         self.pool.shutdown(wait=False, cancel_futures=True)
 
     def _one(self, host: Host) -> NodeSample:
-        command = probe_command(self.runtime, host, roles(self.launcher, self.serving,
-                                                          host.name == self.session.head.name))
+        command = probe_command(self.checks(host))
         try:
             result = self.session.run(host, command)
         except Unreachable as e:

@@ -16,9 +16,9 @@ from typing import Any
 from ..engine.errors import UsageError
 from ..engine.flags import image as image_name
 from ..engine.yamlsource import SourceList, SourceMap, describe
-from . import recipe_values
-from .recipe_command import FlagValue, VllmLine, as_int, parse_vllm_line, render
-from .recipe_types import Format, Inputs, Mod, Recipe, RecipeLauncher
+from . import values as recipe_values
+from .command import FlagValue, VllmLine, as_int, parse_vllm_line, render
+from .types import Format, Inputs, Mod, Recipe, RecipeLauncher
 
 EUGR_KEYS = {"recipe_version", "name", "container", "command", "description", "model", "mods", "defaults", "env",
              "build_args", "cluster_only", "solo_only"}

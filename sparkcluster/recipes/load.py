@@ -18,15 +18,15 @@ from typing import Any
 from ..engine import yamlsource
 from ..engine.errors import UsageError, did_you_mean
 from ..engine.yamlsource import SourceMap
-from . import recipe_values
-from .recipe_command import FlagValue, canonical, flag_argv, flag_words
-from .recipe_community import eugr_v1, mods_base, sparkrun_v2
-from .recipe_types import Inputs, Mod, ModPlace, Recipe, Reference
-from .recipe_yaml import load_last_wins
+from . import values as recipe_values
+from .command import FlagValue, canonical, flag_argv, flag_words
+from .community import eugr_v1, mods_base, sparkrun_v2
+from .types import Inputs, Mod, ModPlace, Recipe, Reference
+from .yamlfile import load_last_wins
 
 __all__ = ["Inputs", "Mod", "Recipe", "Reference", "load_recipe", "merged_flags", "parse_flags", "bundled_names"]
 
-BUNDLED = resources.files("sparkcluster") / "recipes"
+BUNDLED = resources.files("sparkcluster") / "recipes" / "bundled"
 KEYS = {"description", "model", "served_model_name", "port", "env", "flags", "reference"}
 # Published figures a recipe may carry (`sparkcluster bench --compare`): per-concurrency rows, rates in tok/s,
 # latencies as means in seconds.
@@ -60,7 +60,7 @@ def load_recipe(name_or_path: str, inputs: Inputs | None = None, *, nodes: int |
     a registry that is not trusted is refused unless `trust`, whichever recipe names it or includes it."""
     inputs = inputs or Inputs()
     if name_or_path.startswith("@"):
-        from .recipe_registry import resolve_scoped
+        from .registry import resolve_scoped
 
         found = resolve_scoped(name_or_path)
         recipe = _load_file(found.path, str(found.path), found.path.stem, inputs, nodes,
@@ -81,7 +81,7 @@ def load_recipe(name_or_path: str, inputs: Inputs | None = None, *, nodes: int |
     if name_or_path in names:
         text = (BUNDLED / f"{name_or_path}.yml").read_text()
         return _from_text(text, f"recipe {name_or_path}", name_or_path, None, inputs, nodes, ())
-    from .recipe_registry import resolve_unscoped
+    from .registry import resolve_unscoped
 
     unscoped = resolve_unscoped(name_or_path)
     if unscoped is None:
@@ -143,7 +143,7 @@ def _from_text(text: str, shown: str, name: str, path: Path | None, inputs: Inpu
     doc, mods_places = _with_include(doc, shown, path, 0, places)
 
     def resolve_mod(given: str, line: int) -> Mod:
-        from .recipe_mods import resolve_mod as find
+        from .mods import resolve_mod as find
 
         return find(given, f"{shown}:{line}", mods_places)
 
@@ -170,7 +170,7 @@ def _with_include(doc: Any, shown: str, path: Path | None, depth: int,
         raise UsageError(f"{shown}:{line}: include must name one base recipe (and includes nest at most 4 deep)",
                          "write `include: BASE` for BASE.yaml beside this file")
     if base_name.startswith("@"):
-        from .recipe_registry import resolve_scoped
+        from .registry import resolve_scoped
 
         found = resolve_scoped(base_name)
         base_path = found.path

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..engine.errors import UsageError
-from .recipe_types import Mod, ModPlace
+from .types import Mod, ModPlace
 
 NODE_MODS_DIR = ".cache/sparkcluster/mods"  # under the node user's home: where every mod lands
 MAX_MOD_BYTES = 64 * 1024 * 1024  # a patch set, templates, a script: not a model
@@ -28,7 +28,7 @@ def resolve_mod(given: str, where: str, places: Sequence[ModPlace]) -> Mod:
     rel = given.strip()
     candidates: list[tuple[Path, ModPlace]] = []
     if rel.startswith("@"):
-        from .recipe_registry import registry_mods_dirs
+        from .registry import registry_mods_dirs
 
         registry, _, rest = rel[1:].partition("/")
         candidates += [(d.path / rest.removeprefix("mods/"), d) for d in registry_mods_dirs(registry)]

@@ -20,7 +20,7 @@ import yaml
 
 from ..engine.console import err as err_console
 from ..engine.errors import SparkclusterError, UsageError, did_you_mean
-from .recipe_types import ModPlace
+from .types import ModPlace
 
 # sparkrun's defaults for the registries it ships, where a clone's manifest does not say (subpath, mods).
 KNOWN_LAYOUTS = {"eugr": ("recipes", "mods"), "official": ("official-recipes", "official-mods"),

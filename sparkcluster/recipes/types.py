@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from .recipe_command import FlagValue
+from .command import FlagValue
 
 Format = Literal["sparkcluster", "eugr v1", "sparkrun v2"]
 RecipeLauncher = Literal["ray", "native"]

@@ -13,10 +13,10 @@ from ..engine.errors import SparkclusterError
 from ..engine.inventory import Host
 from ..engine.session import Session
 from ..engine.transport import remote_path
+from ..recipes.mods import NODE_MODS_DIR, mod_files, run_mods_line
+from ..recipes.types import Mod
 from .launch import CONTAINER
 from .nodes import node_env
-from .recipe_mods import NODE_MODS_DIR, mod_files, run_mods_line
-from .recipe_types import Mod
 from .runtime import RuntimeChoice
 
 CONTAINER_MODS_DIR = "/tmp/sparkcluster-mods"

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from ..engine.errors import UsageError
 from ..engine.inventory import Inventory
-from .recipe_types import Recipe
+from ..recipes.types import Recipe
 
 
 def check_parallel(tp: int | None, pp: int | None, inventory: Inventory, recipe: Recipe) -> tuple[int, int]:

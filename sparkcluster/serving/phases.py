@@ -19,6 +19,8 @@ from ..engine.modelref import ModelRef
 from ..engine.session import Session
 from ..nccl.verdict import VerdictStatus
 from ..nccl.verify import VerifyResult, run_verify
+from ..recipes.load import Recipe, build_fix, draft_models, merged_flags
+from ..recipes.types import Mod
 from ..staging.chain import StageResult
 from ..staging.stager import stage
 from .image import MissingImage, check_images, sync_image
@@ -29,8 +31,6 @@ from .mods_nodes import copy_mods, mods_command, run_mods
 from .nodes import node_env, read_nodes
 from .progress import Emit, PhaseStarted, ProbeJudged
 from .readiness import Readiness, wait_ready
-from .recipe_types import Mod
-from .recipes import Recipe, build_fix, draft_models, merged_flags
 from .record import ProbeSummary, ServeRecord, Serving, clear_record, endpoint, fabric_ips, read_record, write_record
 from .reuse import may_reuse, ray_fingerprint
 from .runtime import RuntimeChoice

@@ -16,10 +16,10 @@ from ..engine.console import err as err_console
 from ..engine.console import out as console
 from ..engine.errors import EXIT_FAILED, EXIT_OK, UsageError
 from ..engine.report import print_json
-from . import recipe_registry
+from ..recipes import registry as recipe_registry
+from ..recipes.load import bundled_names, load_recipe, merged_flags
+from ..recipes.types import Inputs, Recipe
 from .launch import DEFAULT_IMAGE, LAUNCHERS, Launcher, Node, ServeArgs, vllm_serve_argv
-from .recipe_types import Inputs, Recipe
-from .recipes import bundled_names, load_recipe, merged_flags
 
 
 def set_value(text: str) -> tuple[str, str]:

@@ -12,8 +12,8 @@ from ..engine.command import Command
 from ..engine.session import Session
 from ..engine.transport import remote_path
 from ..node.network import comm_env_path
-from .recipe_mods import mod_files
-from .recipe_types import Mod
+from ..recipes.mods import mod_files
+from ..recipes.types import Mod
 
 
 def ray_fingerprint(session: Session, commands: Mapping[str, Command], mods: Sequence[Mod] = ()) -> str:

@@ -13,13 +13,13 @@ from ..engine.inventory import Host
 from ..engine.session import Session
 from ..engine.transport import Unreachable
 from ..nccl.verify import LAST_VERIFY_COMMAND, last_verify
+from ..observe.scrape import EndpointFigures, fetch, figures
 from .caches import parse_size, size_command
 from .membership import judge_members, ray_members
 from .nodes import read_nodes
 from .readiness import http, served_models
 from .record import ServeRecord, fabric_ips, other_ips, read_record
 from .runtime import RuntimeChoice
-from .scrape import EndpointFigures, fetch, figures
 
 SUMMARY_WINDOW_S = 1.0  # the interval status' one-line endpoint summary covers
 

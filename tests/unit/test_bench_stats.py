@@ -13,7 +13,7 @@ from sparkcluster.bench.stats import (Distribution, Row, combine, distribution, 
 from sparkcluster.bench.sweep import Level
 from sparkcluster.bench.timeline import RequestTimeline, RunTimeline
 from sparkcluster.engine.errors import UsageError
-from sparkcluster.serving.recipes import load_recipe
+from sparkcluster.recipes.load import load_recipe
 
 ROW_KEYS = {"concurrency", "prefill_tps", "generation_tps", "peak_tps", "ttft_s", "itl_s", "e2e_s", "requests",
             "prompt_tokens", "completion_tokens", "errors"}

@@ -1,6 +1,9 @@
 """The package's wings and the one direction their imports run (README "Layout"):
 
-    cli -> bench -> serving -> (nccl, staging) -> node -> engine;   sim -> engine
+    cli -> bench -> serving -> (recipes, observe, nccl, staging) -> node -> engine;   sim -> engine
+
+recipes knows no node (a file or @REG/NAME in, a typed Recipe out: engine only); observe watches what it is told to
+(engine and node); bench reads /metrics through observe too.
 
 Walks every module's imports with `ast` (module level and inside functions alike, since a lazy import is still
 a dependency), resolves relative imports, and fails on an import that runs upward or sideways, and on cycles.
@@ -24,8 +27,10 @@ ALLOWED: dict[str, frozenset[str]] = {
     "staging": frozenset({"engine", "node", "staging"}),
     "nccl": frozenset({"engine", "node", "nccl"}),
     "sim": frozenset({"engine", "sim"}),
-    "serving": frozenset({"engine", "node", "staging", "nccl", "serving"}),
-    "bench": frozenset({"engine", "node", "staging", "nccl", "serving", "bench"}),
+    "recipes": frozenset({"engine", "recipes"}),
+    "observe": frozenset({"engine", "node", "observe"}),
+    "serving": frozenset({"engine", "node", "staging", "nccl", "recipes", "observe", "serving"}),
+    "bench": frozenset({"engine", "node", "staging", "nccl", "recipes", "observe", "serving", "bench"}),
 }
 
 

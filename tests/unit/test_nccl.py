@@ -59,8 +59,16 @@ def rows(*busbws: float, size: int = 256 * MiB, op: str = "all_reduce") -> list[
      ("NET/Socket",), False),
     ("intra-node-p2p.log", "WARN", "intra-node only (P2P/SHM): says nothing about the QSFP link", (), True),
     ("truncated.log", "FAIL", "truncated: the log stops before NCCL connected any channel", (), False),
-    ("ibv-modify-qp.log", "FAIL", "NCCL error: NCCL WARN Call to ibv_modify_qp failed with 110 Connection timed out",
+    ("ibv-modify-qp.log", "FAIL", "ibv_modify_qp timed out between 192.168.100.11 on rocep1s0f0 -> 192.168.100.12",
      ("NET/IB",), False),
+    ("ring3-roce.log", "PASS", "RDMA: NET/IB on rocep1s0f0, rocep1s0f1, roceP2p1s0f0, roceP2p1s0f1 for 3 rank(s)",
+     ("NET/IB",), False),
+    ("ring4-ring-only.log", "PASS", "RDMA: NET/IB on rocep1s0f0", ("NET/IB",), False),
+    ("ring4-tree-connect.log", "FAIL", "NCCL's tree connect (ncclTransportTreeConnect) failed on a ring of 4",
+     ("NET/IB",), False),
+    ("ring3-port0-port0.log", "FAIL", "ibv_modify_qp timed out between 192.168.0.1 on rocep1s0f0 -> 192.168.4.3",
+     ("NET/IB",), False),
+    ("pair-gdr-off.log", "PASS", "RDMA: NET/IB on rocep1s0f1, roceP2p1s0f1 for 2 rank(s) (GDR off", ("NET/IB",), False),
     ("empty.log", "FAIL", "no NCCL INFO lines in empty.log", (), False),
     ("captured-h200-p2p.log", "WARN", "intra-node only (P2P/SHM): says nothing about the QSFP link", (), True),
     ("captured-h200-socket-lo.log", "FAIL", "socket fallback over lo: NCCL_IB_DISABLE=1", ("NET/Socket",), False),
@@ -76,7 +84,7 @@ def test_fixture_verdicts(name, status, cause, transports, intra):
     ("socket-ib-disabled.log", "unset NCCL_IB_DISABLE"),
     ("socket-management.log", "NCCL_SOCKET_IFNAME="),
     ("roce-one-twin.log", "NCCL_IB_HCA=rocep1s0f1,roceP2p1s0f1"),
-    ("ibv-modify-qp.log", "only the Up HCAs of the cabled port, in the same order on every node (F6)"),
+    ("ibv-modify-qp.log", "set NCCL_IB_HCA to that port's two twins only, in the same order on both nodes"),
     ("empty.log", "NCCL_DEBUG=INFO"),
     ("intra-node-p2p.log", "two Sparks"),
 ])
@@ -289,7 +297,9 @@ def test_intra_node_only():
 
 
 def test_init_complete_without_channels_says_connections_are_lazy():
-    text = "\n".join(line for line in fixture("roce-both-twins.log").splitlines() if " via " not in line)
+    # NCCL >= 2.22 connects at the first collective: before it, neither channel lines nor "Connected all rings".
+    text = "\n".join(line for line in fixture("roce-both-twins.log").splitlines()
+                     if " via " not in line and "Connected all" not in line)
     verdict = judge(read_log(text))
     assert verdict.status == "FAIL"
     assert verdict.cause.startswith("NCCL init completed but no channel was connected yet")
@@ -719,3 +729,98 @@ def test_two_communicators_of_one_process_are_one_run_real_capture():
     doc = json.loads(doc)
     assert code == 1 and len(doc["runs"]) == 1
     assert doc["cause"] == "socket fallback over lo: NET/IB found no device (is /dev/infiniband in the container?)"
+
+
+# ---- rings and switches: what NCCL prints on 3 and 4 nodes (tests/fixtures/nccl/README.md) ----------------
+def test_a_three_ring_passes_on_the_rings_floor_with_gdr_off():
+    """13.86 GB/s all_reduce is what a healthy 3-ring delivers: under the pair's 18, above the ring's floor."""
+    ranks = ranks_of("ring3-roce.log")
+    assert [(r.host, r.n_nodes, r.rings_connected, r.trees_connected, r.gdr) for r in ranks] == [
+        (f"spark-{i}", 3, True, True, False) for i in (1, 2, 3)]
+    code, text = report([str(FIXTURES / "ring3-roce.log")], json_output=False, min_busbw=None)
+    assert code == 0, text
+    assert text.startswith("PASS  RDMA: NET/IB on rocep1s0f0, rocep1s0f1, roceP2p1s0f0, roceP2p1s0f1 for 3 rank(s) "
+                           "(GDR off: GB10 has no GPUDirect RDMA"), text
+    assert text.splitlines()[0].endswith("best busbw 13.9 GB/s")
+    # The pair's floor is still there when asked for.
+    code, text = report([str(FIXTURES / "ring3-roce.log")], json_output=False, min_busbw=18.0)
+    assert code == 1 and "13.88 GB/s of an expected >= 18" in text
+
+
+def test_gdr_off_is_rdma_on_a_pair():
+    verdict = judge(ranks_of("pair-gdr-off.log"), rows=rows(23.7, size=1 << 30))
+    assert verdict.status == "PASS" and verdict.transports == ("NET/IB",)
+    assert "(GDR off: GB10 has no GPUDirect RDMA, NCCL stages through host memory)" in verdict.cause
+
+
+def test_a_working_four_ring_is_not_truncated():
+    """vLLM's workers print no channel line of their own; "Connected all rings" says their init finished."""
+    ranks = ranks_of("ring4-ring-only.log")
+    assert [bool(r.channels) for r in ranks] == [True, False, False, False]
+    assert not any(r.truncated for r in ranks) and all(r.rings_connected and not r.trees_connected for r in ranks)
+    verdict = judge(ranks)
+    assert verdict.status == "PASS" and verdict.transports == ("NET/IB",), verdict.details
+    assert verdict.cause.endswith("transport proven, bandwidth not in this log: run `sparkcluster verify`")
+
+
+def test_a_four_ring_whose_tree_connect_fails_is_told_to_force_the_ring_algorithm():
+    verdict = judge(ranks_of("ring4-tree-connect.log"))
+    assert verdict.status == "FAIL"
+    assert verdict.cause.startswith("NCCL's tree connect (ncclTransportTreeConnect) failed on a ring of 4: the rings "
+                                    "connected, but the tree joins opposite nodes"), verdict.cause
+    assert "192.168.0.1 on rocep1s0f0 -> 192.168.4.3 timed out" in verdict.cause
+    assert "NCCL_ALGO=Ring NCCL_SKIP_TREE_CONNECT=1" in verdict.fix
+
+
+def test_a_three_ring_cabled_port0_to_port0_names_the_two_ports_and_the_crosswise_fix():
+    verdict = judge(ranks_of("ring3-port0-port0.log"))
+    assert verdict.cause == ("ibv_modify_qp timed out between 192.168.0.1 on rocep1s0f0 -> 192.168.4.3: no cable joins "
+                             "these two ports (their addresses are on different links), and NCCL hints the NICs are "
+                             "not cross-rail connected")
+    assert verdict.fix.startswith("a ring of 3: cable it crosswise, port 0 of each node to port 1 of the next")
+    assert "NCCL_IB_SUBNET_AWARE_ROUTING=1" in verdict.fix and "NCCL_ALGO=Ring" not in verdict.fix
+
+
+def test_the_cabling_fix_fits_the_node_count_and_the_topology():
+    from sparkcluster.nccl.rings import Endpoint
+    import ipaddress
+    ranks = ranks_of("ring3-port0-port0.log")
+    pair = judge(ranks_of("ibv-modify-qp.log"))
+    assert pair.cause == ("ibv_modify_qp timed out between 192.168.100.11 on rocep1s0f0 -> 192.168.100.12: the port "
+                          "NCCL took does not reach the peer's")
+    assert pair.fix.startswith("two nodes: cable the same QSFP port on both") and "rocep1s0f0 is not on the cable" in pair.fix
+    switch = judge(ranks, topology="switch")
+    assert switch.fix.startswith("behind a switch: twin k of every node on the one subnet of twin k")
+    # With the cluster's addresses (verify has them) the ports are named by node and netdev.
+    named = judge(ranks, endpoints={
+        "192.168.0.1": Endpoint("spark-1", "enp1s0f0np0", ipaddress.ip_network("192.168.0.0/24")),
+        "192.168.4.3": Endpoint("spark-3", "enp1s0f0np0", ipaddress.ip_network("192.168.4.0/24"))})
+    assert named.cause.startswith("ibv_modify_qp timed out between spark-1 enp1s0f0np0 (192.168.0.1) on rocep1s0f0 -> "
+                                  "spark-3 enp1s0f0np0 (192.168.4.3): no cable joins")
+    # Two ports of one link that time out: the link itself, not the cabling.
+    one_link = judge(ranks, endpoints={
+        "192.168.0.1": Endpoint("spark-1", "enp1s0f0np0", ipaddress.ip_network("192.168.0.0/16"))})
+    assert "two ports of one link: that link does not carry RoCE" in one_link.cause and "(F7)" in one_link.fix
+
+
+def test_the_older_modify_qp_line_without_the_gids_still_gets_the_node_counts_fix():
+    text = fixture("ring3-port0-port0.log").replace(
+        "failed with 110 Connection timed out, on dev rocep1s0f0:1, curr state INIT, next state RTR, local GID index 3, "
+        "local GID ::ffff:192.168.0.1, remote GID ::ffff:192.168.4.3", "failed with error Connection timed out")
+    verdict = judge(read_log(text))
+    assert verdict.cause == "NCCL error: ibv_modify_qp timed out"
+    assert verdict.fix.startswith("a ring of 3: cable it crosswise")
+
+
+@pytest.mark.parametrize("topology, nodes, floor", [
+    (None, 2, 18.0), ("ring", 2, 18.0), (None, 3, 10.0), ("ring", 4, 10.0), ("switch", 8, 14.0), ("pair", None, 18.0)])
+def test_the_default_floor_per_topology(topology, nodes, floor):
+    from sparkcluster.nccl.thresholds import floor_for
+    assert floor_for(topology, nodes).min_busbw_gbps == floor
+
+
+def test_the_floors_sit_under_the_field_figures():
+    from sparkcluster.nccl.thresholds import PAIR, RING, SWITCH, TWIN
+    for found, field in ((PAIR, 21.9), (RING, 13.9), (SWITCH, 17.6), (TWIN, 12.3)):
+        assert 0.6 * field < found.min_busbw_gbps < field
+    assert TWIN.min_busbw_gbps < ONE_TWIN_MAX_GBPS < PAIR.min_busbw_gbps

@@ -12,8 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sparkcluster.bench import metrics
-from sparkcluster.serving.prometheus import Histogram, parse
-from sparkcluster.serving.scrape import Reading, figures, metrics_url
+from sparkcluster.observe.prometheus import Histogram, parse
+from sparkcluster.observe.scrape import Reading, figures, metrics_url
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "metrics"
 BUSY = (FIXTURES / "vllm-0.32-cpu-busy.txt").read_text()

@@ -16,9 +16,9 @@ from sparkcluster import cli
 from sparkcluster.engine import session as session_module
 from sparkcluster.engine.errors import EXIT_OK, EXIT_USAGE, UsageError
 from sparkcluster.engine.inventory import Inventory, load_inventory
+from sparkcluster.recipes.load import load_recipe
+from sparkcluster.recipes.types import Inputs, ModPlace
 from sparkcluster.serving.parallel import check_parallel
-from sparkcluster.serving.recipe_types import Inputs, ModPlace
-from sparkcluster.serving.recipes import load_recipe
 
 EUGR_V1 = """\
 recipe_version: "1"
@@ -303,7 +303,7 @@ def test_a_local_git_registry_added_listed_resolved_and_its_mods_refused_until_t
 
 def test_an_unscoped_name_in_two_registries_is_an_error(tmp_path):
     repo = registry_repo(tmp_path)
-    from sparkcluster.serving import recipe_registry
+    from sparkcluster.recipes import registry as recipe_registry
     recipe_registry.add("one", str(repo), False)
     recipe_registry.add("two", str(repo), False)
     with pytest.raises(UsageError, match=r"more than one registry: @one/sub/modded, @two/sub/modded"):
@@ -312,7 +312,7 @@ def test_an_unscoped_name_in_two_registries_is_an_error(tmp_path):
 
 def test_a_failing_update_keeps_the_last_good_copy(tmp_path, capsys):
     repo = registry_repo(tmp_path)
-    from sparkcluster.serving import recipe_registry
+    from sparkcluster.recipes import registry as recipe_registry
     reg, _ = recipe_registry.add("mine", str(repo), False)
     subprocess.run(["rm", "-rf", str(repo)], check=True)  # the origin is gone (offline, moved)
     assert cli.main(["recipes", "update"]) == EXIT_OK
@@ -349,7 +349,7 @@ def inventory(n: int) -> Inventory:
 
 
 def test_a_draft_model_in_speculative_config_is_staged_and_ngram_needs_none():
-    from sparkcluster.serving.recipes import draft_models
+    from sparkcluster.recipes.load import draft_models
     assert draft_models(["--speculative-config", '{"method": "dflash", "model": "z-lab/Drafter-DFlash"}']) == \
         ["z-lab/Drafter-DFlash"]
     assert draft_models(['--speculative-config={"model": "org/eagle3"}']) == ["org/eagle3"]
@@ -360,7 +360,7 @@ def test_a_draft_model_in_speculative_config_is_staged_and_ngram_needs_none():
 
 
 def test_a_missing_image_names_eugrs_build_command_with_the_recipes_build_args(tmp_path):
-    from sparkcluster.serving.recipes import build_fix
+    from sparkcluster.recipes.load import build_fix
     path = tmp_path / "r.yaml"
     path.write_text('recipe_version: "1"\nname: x\ncontainer: vllm-node-mxfp4\nbuild_args: [--exp-mxfp4]\n'
                     'command: vllm serve a/b\n')
@@ -372,7 +372,7 @@ def test_a_missing_image_names_eugrs_build_command_with_the_recipes_build_args(t
 
 
 def test_a_name_twice_below_a_registry_is_ambiguous(tmp_path):
-    from sparkcluster.serving import recipe_registry
+    from sparkcluster.recipes import registry as recipe_registry
     repo = registry_repo(tmp_path)
     (repo / "my-recipes" / "other").mkdir()
     (repo / "my-recipes" / "other" / "modded.yaml").write_text("model: a/other\n")
@@ -386,7 +386,7 @@ def test_a_name_twice_below_a_registry_is_ambiguous(tmp_path):
 def test_mods_run_in_vllms_start_directory_and_the_first_failure_stops_them(tmp_path):
     """The line every node runs, executed by a real shell here: WORKSPACE_DIR is where it starts (where vLLM will
     start), each mod runs from its own directory, and a failing one stops the rest with its exit code."""
-    from sparkcluster.serving.recipe_mods import resolve_mod, run_mods_line
+    from sparkcluster.recipes.mods import resolve_mod, run_mods_line
     mods = tmp_path / "mods"
     for name, body in (("drop", 'cp t.jinja "$WORKSPACE_DIR/chat.jinja"\n'), ("fail", "echo broken >&2; exit 4\n"),
                        ("never", 'touch "$WORKSPACE_DIR/never-ran"\n')):
@@ -450,7 +450,7 @@ def test_serve_refuses_what_the_nodes_cannot_run_before_connecting(tmp_path, mon
 
 
 def test_the_communitys_registry_names_are_reserved_for_their_urls(tmp_path):
-    from sparkcluster.serving import recipe_registry
+    from sparkcluster.recipes import registry as recipe_registry
     with pytest.raises(UsageError, match="'eugr-mirror' is reserved"):
         recipe_registry.add("eugr-mirror", str(registry_repo(tmp_path)), True)
     with pytest.raises(UsageError, match="'official' is reserved"):

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from sparkcluster.engine.errors import SparkclusterError, UsageError
-from sparkcluster.serving import recipe_registry
-from sparkcluster.serving.recipes import load_recipe
+from sparkcluster.recipes import registry as recipe_registry
+from sparkcluster.recipes.load import load_recipe
 
 from .test_recipe_formats import git, private_home, registry_repo  # noqa: F401 (private_home: autouse fixture)
 
@@ -62,8 +62,8 @@ def test_a_trusted_registrys_recipe_cannot_pull_an_untrusted_base_with_mods(tmp_
 def test_a_mod_directory_name_that_is_shell_is_refused_at_its_line_and_quoted_if_it_got_through(tmp_path):
     import subprocess
 
-    from sparkcluster.serving.recipe_mods import run_mods_line
-    from sparkcluster.serving.recipe_types import Mod
+    from sparkcluster.recipes.mods import run_mods_line
+    from sparkcluster.recipes.types import Mod
     evil = tmp_path / "mods" / "$(touch pwned)"
     evil.mkdir(parents=True)
     (evil / "run.sh").write_text("#!/bin/sh\ntrue\n")
@@ -148,7 +148,7 @@ def test_the_build_line_a_user_pastes_keeps_the_recipes_build_args_as_words(tmp_
     import shlex
     import subprocess
 
-    from sparkcluster.serving.recipes import build_fix
+    from sparkcluster.recipes.load import build_fix
     recipe = tmp_path / "r.yaml"
     recipe.write_text("recipe_version: '1'\nname: x\ncontainer: vllm-node\ncommand: vllm serve a/b\n"
                       "build_args: ['--exp-mxfp4', '$(touch pwned)', 'a b; touch pwned2']\n")
@@ -194,14 +194,14 @@ def test_a_registry_of_the_wrong_shape_is_named_and_skipped_not_a_traceback(tmp_
     (["--distributed_executor_backend", "mp"], "--launcher"),
 ])
 def test_extra_flags_are_read_as_vllm_reads_them_so_underscores_cannot_pass_an_owned_flag(extra, owner):
-    from sparkcluster.serving.recipes import parse_flags
+    from sparkcluster.recipes.load import parse_flags
     with pytest.raises(UsageError, match="is set by sparkcluster") as e:
         parse_flags(extra)
     assert e.value.fix == f"use sparkcluster's {owner}"
 
 
 def test_an_extra_flag_replaces_the_recipes_flag_of_either_spelling(tmp_path):
-    from sparkcluster.serving.recipes import merged_flags
+    from sparkcluster.recipes.load import merged_flags
     recipe = tmp_path / "r.yaml"
     recipe.write_text("recipe_version: '2'\nmodel: a/b\ncommand: vllm serve a/b --max_model_len 384 --enforce-eager\n")
     assert merged_flags(load_recipe(str(recipe)), ["--max-model-len", "100"]) == \
@@ -244,8 +244,8 @@ def test_a_registry_re_added_with_a_new_url_is_cloned_from_it_not_pulled_from_th
 
 
 def test_a_ray_cluster_patched_by_mods_is_not_reused_by_a_serve_with_other_mods_or_none(tmp_path):
-    from sparkcluster.serving.recipe_mods import resolve_mod
-    from sparkcluster.serving.recipe_types import ModPlace
+    from sparkcluster.recipes.mods import resolve_mod
+    from sparkcluster.recipes.types import ModPlace
     from sparkcluster.serving.reuse import may_reuse, ray_fingerprint
 
     from .test_serve_reuse import COMMANDS, session

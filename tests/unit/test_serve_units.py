@@ -16,9 +16,9 @@ from sparkcluster.engine.inventory import load_inventory
 from sparkcluster.serving.launch import Node, ServeArgs, container_command, docker_run_line, ray_start_argv, vllm_serve_argv
 from sparkcluster.serving.membership import Member, judge_members, parse_members
 from sparkcluster.serving.readiness import NotReady, wait_ready
-from sparkcluster.serving.recipes import bundled_names, load_recipe, merged_flags, parse_flags
+from sparkcluster.recipes.load import bundled_names, load_recipe, merged_flags, parse_flags
 from sparkcluster.serving.parallel import check_parallel
-from sparkcluster.serving.recipe_types import Recipe
+from sparkcluster.recipes.types import Recipe
 
 HEAD = Node("spark-1", 0, "192.168.177.11", "192.168.177.11")
 WORKER = Node("spark-2", 1, "192.168.177.12", "192.168.177.11")

@@ -17,11 +17,12 @@ from rich.console import Console
 
 from sparkcluster.engine.errors import UsageError
 from sparkcluster.engine.inventory import Host
-from sparkcluster.serving.nodeprobe import MemorySource, NodeSample, parse_probe, probe_command
-from sparkcluster.serving.prometheus import parse
+from sparkcluster.observe.nodeprobe import MemorySource, NodeSample, parse_probe, probe_command
+from sparkcluster.observe.prometheus import parse
+from sparkcluster.observe.scrape import Reading, figures
+from sparkcluster.observe.top import EndpointView, TopSample, interval, line, render, url_of
 from sparkcluster.serving.runtime import RuntimeChoice
-from sparkcluster.serving.scrape import Reading, figures
-from sparkcluster.serving.top import EndpointView, TopSample, interval, line, render, url_of
+from sparkcluster.serving.top import alive_checks
 from sparkcluster.sim.hardware import hardware_doc
 from sparkcluster.sim.topology import Subnets, build_topology
 
@@ -49,7 +50,7 @@ def test_on_a_gb10_the_memory_is_the_nodes_unified_memory(gb10_path, tmp_path: P
     state = tmp_path / ".cache/sparkcluster/serve"
     state.mkdir(parents=True)
     (state / "main.pid").write_text(f"{os.getpid()}\n")  # a live pid: "main" runs; no vllm.pid: stopped
-    command = probe_command(RuntimeChoice("host"), host, ["main", "vllm"])
+    command = probe_command(alive_checks(RuntimeChoice("host"), host, ["main", "vllm"]))
     out = subprocess.run(["sh", "-c", command.script], capture_output=True, text=True, env=gb10_path, check=True)
     sample = parse_probe("spark-1", out.stdout)
     assert sample.answered and sample.gpu_error is None and sample.gpu_util_pct == 0
