@@ -31,7 +31,7 @@ def probe_command(twins: Sequence[str], candidates: Mapping[str, Sequence[str]])
     jobs = []
     for netdev in twins:
         q = shlex.quote(netdev)
-        pings = [f"ping -6 -n -i 0.3 -w {PROBE_S} ff02::1%{q}"]
+        pings = [f"ping -6 -n -w {PROBE_S} ff02::1%{q}"]  # multicast: 1 s interval unless root
         pings += [f"ping -n -c 1 -W {PROBE_S} -I {q} {shlex.quote(a)}" for a in candidates.get(netdev, ())]
         # awk prints the 4th field of "64 bytes from ADDR: icmp_seq=..." lines; one echo keeps a twin's line whole.
         both = "; ".join(f"{p} 2>/dev/null" for p in pings)

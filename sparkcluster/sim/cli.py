@@ -16,6 +16,7 @@ from ..engine.report import print_json
 from . import render as sim_render
 from .cluster import DEFAULT_DRIVER, DEFAULT_LAN_RATE, DEFAULT_NAME, DEFAULT_USER, SimCluster, UpOptions
 from .state import existing_names
+from .topology import MISCABLES, TOPOLOGIES
 
 
 def cmd_sim_up(args: argparse.Namespace) -> int:
@@ -23,7 +24,7 @@ def cmd_sim_up(args: argparse.Namespace) -> int:
         count=args.count, name=args.name, drivers=tuple(args.driver or [DEFAULT_DRIVER]),
         port0_hosts=frozenset(args.port0 or []), docker=args.docker, lan_rate=args.lan_rate,
         user=args.user, ssh_mesh=args.ssh_mesh, fabric_addresses=args.fabric_addresses,
-        rdma_names=args.rdma_names, link_local=args.link_local,
+        rdma_names=args.rdma_names, link_local=args.link_local, topology=args.topology, miscable=args.miscable or "",
         vllm_env=str(Path(args.vllm_env).resolve()) if args.vllm_env else None,
     )
     with err_console.status(f"booting {args.count} simulated Spark(s)…", spinner="dots") if not args.json else nullcontext():
@@ -120,6 +121,14 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser], app:
                     help="run a Docker engine in every host (default: on)")
     up.add_argument("--port0", action="extend", nargs="+", metavar="HOST",
                     help="cable QSFP port 0 instead of port 1 on these hosts (a common mistake)")
+    up.add_argument("--topology", choices=TOPOLOGIES, default="switch",
+                    help="how the QSFP ports are cabled: switch (every node's port on one switch, today's default), "
+                         "pair (2 nodes, one cable) or ring (3 to 8 nodes, port 1 of each to port 0 of the next)")
+    up.add_argument("--miscable", choices=MISCABLES,
+                    help="make one cabling mistake: port0-port0 (a ring's cable from port 0 to port 0), self (the "
+                         "last node cabled to itself), missing-link (a ring's last cable left out), mixed (two nodes "
+                         "direct, the rest on a switch), pinned-away (spark-2 cabled in port 0, its inventory "
+                         "pinned to port 1)")
     up.add_argument("--lan-rate", default=DEFAULT_LAN_RATE,
                     help=f"rate limit of the 10 GbE management link (default: {DEFAULT_LAN_RATE})")
     up.add_argument("--user", default=DEFAULT_USER, help=f"login user with passwordless sudo (default: {DEFAULT_USER})")

@@ -48,13 +48,16 @@ class UpOptions:
     fabric_addresses: bool = True
     rdma_names: str = "roce"
     link_local: bool = False  # implies no fabric addresses: bootstrap replaces the link-local ones
+    topology: str = "switch"
+    miscable: str = ""
 
 
 class SimCluster:
     def __init__(self, state: ClusterState) -> None:
         self.state = state
         self.topology: Topology = build_topology(
-            state.name, state.count, Subnets(state.k), state.drivers, frozenset(state.port0_hosts), state.rdma_names
+            state.name, state.count, Subnets(state.k), state.drivers, frozenset(state.port0_hosts), state.rdma_names,
+            state.topology, state.miscable,
         )
 
     # ---- paths -------------------------------------------------------------------------------------
@@ -109,7 +112,7 @@ class SimCluster:
                 port0_hosts=sorted(opts.port0_hosts), docker=opts.docker, lan_rate=opts.lan_rate,
                 user=opts.user, uid=DEFAULT_UID, ssh_mesh=opts.ssh_mesh, vllm_env=opts.vllm_env or "",
                 fabric_addresses=opts.fabric_addresses and not opts.link_local, rdma_names=opts.rdma_names,
-                link_local=opts.link_local,
+                link_local=opts.link_local, topology=opts.topology, miscable=opts.miscable,
             )
             state.dir.mkdir(parents=True)
             state.save()  # from here on, `sim down` can find and remove whatever exists
@@ -237,6 +240,10 @@ class SimCluster:
             "fabric_addresses": self.state.fabric_addresses,
             "link_local": self.state.link_local,
             "rdma_names": self.state.rdma_names,
+            "topology": self.state.topology,
+            "miscable": self.state.miscable,
+            "cables": [{"bridge": w.bridge, "ends": [{"node": f"spark-{i}", "port": p, "twin": t} for i, p, t in w.ends]}
+                       for w in self.topology.wires],
             "subnets": {"lan": str(self.topology.subnets.lan), "fabric": [str(n) for n in self.topology.subnets.fabric]},
             "hosts": [
                 {
@@ -378,7 +385,8 @@ def _validate(opts: UpOptions) -> None:
     if opts.vllm_env and not os.access(os.path.join(opts.vllm_env, "bin", "vllm"), os.X_OK):
         raise UsageError(f"{opts.vllm_env} holds no vllm (bin/vllm)", "build it with scripts/setup-vllm.sh")
     try:
-        build_topology(opts.name, opts.count, Subnets(100), list(opts.drivers), opts.port0_hosts, opts.rdma_names)
+        build_topology(opts.name, opts.count, Subnets(100), list(opts.drivers), opts.port0_hosts, opts.rdma_names,
+                       opts.topology, opts.miscable)
     except ValueError as e:
         raise UsageError(str(e)) from None
 

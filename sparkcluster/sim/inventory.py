@@ -30,9 +30,17 @@ def inventory_doc(state: ClusterState, topology: Topology, client_key: Path, kno
             for h in topology.hosts
         },
     }
+    for host, netdev in topology.pins:  # --miscable pinned-away: a pin the cabling contradicts
+        doc["hosts"][host]["qsfp_interface"] = netdev
+    fabric: dict[str, Any] = {}
+    if topology.kind != "switch":  # what the inventory says the cables form (a miscabled one contradicts it)
+        fabric["topology"] = topology.kind
     if not state.fabric_addresses:
-        # bootstrap addresses the twins; inside this cluster's own subnets, which cannot leave the machine.
-        doc["vars"]["fabric"] = {"subnets": [str(n) for n in topology.subnets.fabric]}
+        # bootstrap addresses the twins; inside this cluster's own subnets, which cannot leave the machine (a
+        # ring's further subnets follow these two: 10.K.2.0/24, 10.K.3.0/24 ...).
+        fabric["subnets"] = [str(n) for n in topology.subnets.fabric]
+    if fabric:
+        doc["vars"]["fabric"] = fabric
     if state.vllm_env:
         # A CPU build of vLLM stands in for a Spark's: a small KV cache, and one core per
         # host, since with automatic binding every host's rank picks core 0.

@@ -26,7 +26,11 @@ def root_batch(topo: Topology) -> list[str]:
     lines = []
     for bridge, address in topo.bridges.items():
         mtu = 1500 if bridge.endswith("lan") else 9000
-        lines += [f"link add {bridge} mtu {mtu} type bridge", f"addr add {address} dev {bridge}", f"link set {bridge} up"]
+        lines.append(f"link add {bridge} mtu {mtu} type bridge")
+        # A cable's bridge is only the wire: no address of its own, not even IPv6 link-local, so that the two
+        # nodes on it see each other alone (discovery would take a third voice for a switch).
+        lines.append(f"addr add {address} dev {bridge}" if address else f"link set {bridge} addrgenmode none")
+        lines.append(f"link set {bridge} up")
     for host in topo.hosts:
         lines.append(f"netns add {host.netns}")
         for nic in host.nics:
@@ -92,7 +96,7 @@ def link_local_batch(host: HostSpec) -> list[str]:
     """NVIDIA's link-local netplan state on the cabled twins (given once, at creation: it then persists across
     boots as netplan's would, until bootstrap replaces it)."""
     twins = [nic for nic in host.nics if nic.cabled and nic.hca]
-    return [f"addr add {link_local_address(i, FIRST_HOST_OCTET + host.index - 1)} dev {nic.netdev} scope link"
+    return [f"addr add {link_local_address(i % 2, FIRST_HOST_OCTET + host.index - 1)} dev {nic.netdev} scope link"
             for i, nic in enumerate(twins)]
 
 

@@ -52,6 +52,8 @@ class ClusterState:
     fabric_addresses: bool = True  # False: the cabled twins come up without addresses, as from the box
     rdma_names: str = "roce"  # "mlx5": RDMA devices named mlx5_N, as some kernels name them
     link_local: bool = False  # the cabled twins come up as NVIDIA's playbook leaves them: 169.254/16, MTU 1500
+    topology: str = "switch"  # how the QSFP ports are cabled: switch, pair or ring (sim/topology.py)
+    miscable: str = ""  # one cabling mistake made on purpose (sim/topology.py MISCABLES)
     docker_runtime: str = ""  # runc wrapper path, where this machine's capability set needs one
     storage_driver: str = "overlay2"
     status: str = "creating"

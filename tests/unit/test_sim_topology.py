@@ -140,3 +140,64 @@ def test_the_infiniband_tree_shows_each_twins_pcie_link(tmp_path):
     line = "pcie enp1s0f1np1 " + " ".join((device / n).read_text().strip().replace(" ", "_") for n in
                                          ("current_link_speed", "current_link_width", "max_link_speed", "max_link_width"))
     assert not parse_link_health([line])["pcie_links"][0].degraded
+
+
+def cables_of(t):
+    """(host, port) pairs per twin-0 wire: who the simulator cabled to whom."""
+    return sorted(tuple((f"spark-{i}", p) for i, p, tw in w.ends) for w in t.wires if w.ends[0][2] == 0)
+
+
+def test_a_3_ring_is_cabled_crosswise_each_cable_on_its_own_subnets():
+    t = topo(3, kind="ring")
+    assert cables_of(t) == [(("spark-1", 0), ("spark-3", 1)), (("spark-1", 1), ("spark-2", 0)),
+                            (("spark-2", 1), ("spark-3", 0))]
+    h1 = t.hosts[0]
+    cabled = {n.netdev: str(n.address) for n in h1.nics if n.hca and n.cabled}
+    # Cable 0 (spark-1 port 0 - spark-3) carries 10.120.0/1, cable 1 (spark-1 port 1 - spark-2) 10.120.2/3.
+    assert cabled == {"enp1s0f0np0": "10.120.0.11/24", "enP2p1s0f0np0": "10.120.1.11/24",
+                      "enp1s0f1np1": "10.120.2.11/24", "enP2p1s0f1np1": "10.120.3.11/24"}
+    assert all(address is None for bridge, address in t.bridges.items() if not bridge.endswith("lan"))
+    lines = root_batch(t)
+    assert "link set sc120c0a addrgenmode none" in lines and not any("route" in l for l in lines)
+
+
+def test_a_4_ring_has_four_cables_and_no_diagonal():
+    t = topo(4, kind="ring")
+    assert len(cables_of(t)) == 4
+    assert (("spark-1", 1), ("spark-3", 0)) not in cables_of(t)
+
+
+def test_a_pair_is_one_cable_and_a_switch_keeps_todays_bridges():
+    assert cables_of(topo(2, kind="pair")) == [(("spark-1", 1), ("spark-2", 1))]
+    t = topo(3)
+    assert [w.bridge for w in t.wires] == ["sc120fa", "sc120fb"]
+    assert t.bridges["sc120fa"] == ipaddress.IPv4Interface("10.120.0.1/24")
+
+
+@pytest.mark.parametrize("miscable, count, kind, expected", [
+    ("port0-port0", 3, "ring", [(("spark-1", 0), ("spark-2", 0)), (("spark-1", 1), ("spark-3", 1)),
+                                (("spark-2", 1), ("spark-3", 0))]),
+    ("missing-link", 4, "ring", [(("spark-1", 1), ("spark-2", 0)), (("spark-2", 1), ("spark-3", 0)),
+                                 (("spark-3", 1), ("spark-4", 0))]),
+    ("self", 3, "ring", [(("spark-1", 1), ("spark-2", 0)), (("spark-3", 0), ("spark-3", 1))]),
+])
+def test_each_miscabling(miscable, count, kind, expected):
+    assert cables_of(topo(count, kind=kind, miscable=miscable)) == expected
+
+
+def test_mixed_and_pinned_away():
+    t = topo(3, kind="ring", miscable="mixed")
+    assert [w.bridge for w in t.wires][:2] == ["sc120fa", "sc120fb"] and len(cables_of(t)) == 2
+    p = topo(2, kind="pair", miscable="pinned-away")
+    assert p.pins == (("spark-2", "enp1s0f1np1"),) and p.hosts[1].cabled_port == 0
+
+
+@pytest.mark.parametrize("kw, match", [
+    ({"count": 3, "kind": "pair"}, "a pair is 2 nodes"),
+    ({"count": 2, "kind": "ring"}, "a ring is 3 to 8"),
+    ({"count": 2, "kind": "pair", "miscable": "port0-port0"}, "needs --topology ring"),
+    ({"count": 2, "kind": "mesh"}, "choose from"),
+])
+def test_impossible_cablings_are_refused(kw, match):
+    with pytest.raises(ValueError, match=match):
+        topo(kw.pop("count"), **kw)
