@@ -34,6 +34,9 @@ WINGS: tuple[Wing, ...] = (
         ("bootstrap", "preflight and provision every node (idempotent)"),
         ("run", "run a playbook"),
     )),
+    Wing("sparkcluster.node.cli", (
+        ("topology", "the QSFP fabric as cabled: who is cabled to whom, on which port and twin"),
+    )),
     Wing("sparkcluster.staging.cli", (
         ("stage", "put a model's snapshot on every node, over the fabric"),
     )),
