@@ -54,6 +54,9 @@ WINGS: tuple[Wing, ...] = (
         ("recipes", "bundled and registry recipes (eugr v1, sparkrun v2, sparkcluster's own)"),
         ("image", "container images across the nodes"),
     )),
+    Wing("sparkcluster.doctor.cli", (
+        ("doctor", "every check that needs no serving: preflight, nodes compared, known-bad values"),
+    )),
     Wing("sparkcluster.bench.cli", (
         ("bench", "measure what the served cluster delivers: throughput and latency at each concurrency"),
     )),

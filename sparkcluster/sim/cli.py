@@ -15,6 +15,7 @@ from ..engine.errors import EXIT_OK, UsageError
 from ..engine.report import print_json
 from . import render as sim_render
 from .cluster import DEFAULT_DRIVER, DEFAULT_LAN_RATE, DEFAULT_NAME, DEFAULT_USER, SimCluster, UpOptions
+from .hardware import SETTINGS
 from .state import existing_names
 from .topology import MISCABLES, TOPOLOGIES
 
@@ -80,6 +81,24 @@ def cmd_sim_ssh(args: argparse.Namespace) -> int:
 def cmd_sim_degrade(args: argparse.Namespace) -> int:
     netdev = SimCluster.load(args.name).degrade(args.host, args.twin, None if args.clear else args.rate)
     console.print(f"{args.host} {netdev}: {'no limit' if args.clear else f'held to {args.rate}'}")
+    return EXIT_OK
+
+
+def cmd_sim_hardware(args: argparse.Namespace) -> int:
+    settings: dict[str, object] = {k: getattr(args, k) for k in ("driver", "kernel", "bios_version", "bios_date",
+                                                                 "cma_total_kb", "firmware") if getattr(args, k) is not None}
+    if args.pcie_width:
+        widths = {}
+        for pair in args.pcie_width:
+            netdev, sep, width = pair.partition("=")
+            if not sep or not width.isdigit():
+                raise UsageError(f"--pcie-width {pair!r} is not NETDEV=WIDTH", "e.g. --pcie-width enP2p1s0f1np1=2")
+            widths[netdev] = width
+        settings["pcie_width"] = widths
+    if args.clear:
+        settings = dict.fromkeys(SETTINGS)
+    SimCluster.load(args.name).set_hardware(args.host, settings)
+    console.print(f"{args.host}: {', '.join(f'{k}={v}' for k, v in settings.items()) or 'unchanged'}", highlight=False)
     return EXIT_OK
 
 
@@ -175,6 +194,20 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser], app:
     limit.add_argument("--rate", help="a tc rate, e.g. 2gbit")
     limit.add_argument("--clear", action="store_true", help="lift the limit")
     deg.set_defaults(func=cmd_sim_degrade)
+
+    hw = named(sim_cmds.add_parser("hardware", help="give one host another driver, kernel, BIOS, CMA pool, "
+                                                     "ConnectX firmware or twin PCIe width (what nodes differ in)"))
+    hw.add_argument("host", help="host name, e.g. spark-2")
+    hw.add_argument("--driver", help="NVIDIA driver version, e.g. 580.95.05")
+    hw.add_argument("--kernel", help="what `uname -r` prints, e.g. 7.0.0-1019-nvidia")
+    hw.add_argument("--bios-version", help="/sys/class/dmi/id/bios_version")
+    hw.add_argument("--bios-date", help="/sys/class/dmi/id/bios_date, MM/DD/YYYY")
+    hw.add_argument("--cma-total-kb", type=int, help="CmaTotal of /proc/meminfo, in kB (0: no CMA pool)")
+    hw.add_argument("--firmware", help="ConnectX firmware `ethtool -i` reports")
+    hw.add_argument("--pcie-width", action="append", metavar="NETDEV=WIDTH",
+                    help="the PCIe width a twin negotiated (of x4), e.g. enP2p1s0f1np1=2")
+    hw.add_argument("--clear", action="store_true", help="put every simulated default back")
+    hw.set_defaults(func=cmd_sim_hardware)
 
     ssh = named(sim_cmds.add_parser("ssh", help="ssh into a host with the cluster's key and known_hosts"))
     ssh.add_argument("host")

@@ -293,8 +293,15 @@ class SimCluster:
         hd = self.host_dir(host)
         upper = hd / "upper"
         shutil.rmtree(upper / "tmp", ignore_errors=True)
-        machine.write_into_upper(upper, "/" + hardware.HARDWARE_JSON, hardware.hardware_json(self.state.name, host).encode(), 0o644)
+        settings = self.state.hardware.get(host.name, {})
+        for path, content in self._hardware_files(host).items():
+            machine.write_into_upper(upper, "/" + path, content.encode(), 0o644)
         machine.write_into_upper(upper, "/" + hardware.SPEEDS, hardware.speeds_file(host).encode(), 0o644)
+        shutil.rmtree(hd / "sys-dmi", ignore_errors=True)
+        hardware.write_dmi_tree(settings, hd / "sys-dmi")
+        (hd / "meminfo").unlink(missing_ok=True)
+        if "cma_total_kb" in settings:
+            (hd / "meminfo").write_text(hardware.meminfo(Path("/proc/meminfo").read_text(), int(settings["cma_total_kb"])))
         for tool in hardware.EMULATORS:
             machine.write_into_upper(upper, f"/usr/local/bin/{tool}", (HOST_FILES / tool).read_bytes(), 0o755)
         # The host's identity where a real sshd keeps it (the machine's own keys sit in the lower layer).
@@ -303,7 +310,49 @@ class SimCluster:
         ib = hd / "sys-infiniband"
         shutil.rmtree(ib, ignore_errors=True)
         ib.mkdir()
-        hardware.write_infiniband_tree(host, ib, ipv4_gids=self.state.fabric_addresses)
+        hardware.write_infiniband_tree(host, ib, ipv4_gids=self.state.fabric_addresses,
+                                       pcie_width=settings.get("pcie_width"))
+
+    def _hardware_files(self, host: HostSpec) -> dict[str, str]:
+        settings = self.state.hardware.get(host.name, {})
+        files = {hardware.HARDWARE_JSON: hardware.hardware_json(self.state.name, host, settings),
+                 hardware.FIRMWARE_FILE: str(settings.get("firmware", hardware.DEFAULT_FIRMWARE)) + "\n"}
+        if "kernel" in settings:
+            files[hardware.KERNEL_FILE] = str(settings["kernel"]) + "\n"
+        return files
+
+    def set_hardware(self, name: str, settings: dict[str, Any]) -> None:
+        """Give one host another driver, kernel, BIOS, CMA pool, ConnectX firmware or twin PCIe width (a value of
+        None puts the simulated default back). A running host sees it at once; a reboot keeps it."""
+        prerequisites.require_root()
+        host = self.host(name)
+        unknown = set(settings) - set(hardware.SETTINGS)
+        if unknown:
+            raise UsageError(f"no hardware setting {', '.join(sorted(unknown))}", f"use {', '.join(hardware.SETTINGS)}")
+        current = {**self.state.hardware.get(name, {}), **settings}
+        self.state.hardware[name] = {k: v for k, v in current.items() if v is not None}
+        self.state.save()
+        if not self.is_running(host):
+            return
+        hd = self.host_dir(host)
+        for path, content in self._hardware_files(host).items():
+            self.exec_in(name, ["sh", "-c", 'mkdir -p "${1%/*}" && cat > "$1"', "sh", "/" + path], input=content,
+                         text=True, check=True)
+        if "kernel" not in self.state.hardware[name]:
+            self.exec_in(name, ["rm", "-f", "/" + hardware.KERNEL_FILE], check=True)
+        hardware.write_dmi_tree(self.state.hardware[name], hd / "sys-dmi")
+        widths = self.state.hardware[name].get("pcie_width", {})
+        for nic in host.nics:
+            if nic.hca:
+                (hd / "sys-infiniband" / nic.hca / "device" / "current_link_width").write_text(
+                    widths.get(nic.netdev, hardware.PCIE_WIDTH) + "\n")
+        # /proc/meminfo: drop an earlier CMA pool's copy, then lay the new one over it
+        cma = self.state.hardware[name].get("cma_total_kb")
+        script = "while umount /proc/meminfo 2>/dev/null; do :; done"
+        if cma is not None:
+            script += "; cat > /run/sim-meminfo && mount --bind /run/sim-meminfo /proc/meminfo"
+        text = hardware.meminfo(Path("/proc/meminfo").read_text(), int(cma)) if cma is not None else ""
+        self.exec_in(name, ["sh", "-c", script], input=text, text=True, check=True)
 
     def _boot_env(self, host: HostSpec) -> dict[str, str]:
         return {

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import ipaddress
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,14 @@ HARDWARE_JSON = "etc/sparkcluster-sim/hardware.json"
 SPEEDS = "etc/sparkcluster-sim/speeds"
 PCIE_SPEED, PCIE_WIDTH = "32.0 GT/s PCIe", "4"
 DEGRADED_PCIE = ("8.0 GT/s PCIe", "2")
-EMULATORS = ("nvidia-smi", "ibdev2netdev", "ethtool", "nvidia-container-runtime-hook", "sim-gid-cache")
+EMULATORS = ("nvidia-smi", "ibdev2netdev", "ethtool", "nvidia-container-runtime-hook", "sim-gid-cache", "uname")
+KERNEL_FILE = "etc/sparkcluster-sim/kernel"  # what the emulated `uname -r` prints; absent: the real kernel's
+FIRMWARE_FILE = "etc/sparkcluster-sim/firmware"  # the ConnectX firmware the emulated `ethtool -i` reports
+DEFAULT_FIRMWARE = "28.45.1200 (NVD0000000033)"
+# What `sim hardware` may set on one host (the rest of a Spark's hardware is the same on every simulated one).
+SETTINGS = ("driver", "kernel", "bios_version", "bios_date", "cma_total_kb", "firmware", "pcie_width")
+DEFAULT_DMI = {"sys_vendor": "NVIDIA", "product_name": "DGX Spark", "bios_vendor": "NVIDIA",
+               "bios_version": "sim-5.36", "bios_date": "04/20/2026"}
 
 
 def gpu_uuid(cluster: str, host: str) -> str:
@@ -30,11 +38,11 @@ def gpu_uuid(cluster: str, host: str) -> str:
     return f"GPU-{digest[:8]}-{digest[8:12]}-{digest[12:16]}-{digest[16:20]}-{digest[20:32]}"
 
 
-def hardware_doc(cluster: str, host: HostSpec) -> dict[str, Any]:
+def hardware_doc(cluster: str, host: HostSpec, settings: Mapping[str, Any] | None = None) -> dict[str, Any]:
     return {
         "gpu": {
             "name": GPU_NAME,
-            "driver_version": host.driver_version,
+            "driver_version": (settings or {}).get("driver", host.driver_version),
             "compute_cap": GB10_COMPUTE_CAP,
             "uuid": gpu_uuid(cluster, host.name),
             "pci_bus_id": "0000000F:01:00.0",
@@ -45,8 +53,25 @@ def hardware_doc(cluster: str, host: HostSpec) -> dict[str, Any]:
     }
 
 
-def hardware_json(cluster: str, host: HostSpec) -> str:
-    return json.dumps(hardware_doc(cluster, host), indent=2) + "\n"
+def hardware_json(cluster: str, host: HostSpec, settings: Mapping[str, Any] | None = None) -> str:
+    return json.dumps(hardware_doc(cluster, host, settings), indent=2) + "\n"
+
+
+def dmi_files(settings: Mapping[str, Any]) -> dict[str, str]:
+    """/sys/class/dmi/id of the host: the BIOS it was given, else the simulated default."""
+    return {name: str(settings.get(name, value)) for name, value in DEFAULT_DMI.items()}
+
+
+def write_dmi_tree(settings: Mapping[str, Any], root: Path) -> None:
+    (root / "id").mkdir(parents=True, exist_ok=True)
+    for name, value in dmi_files(settings).items():
+        (root / "id" / name).write_text(value + "\n")
+
+
+def meminfo(real: str, cma_total_kb: int) -> str:
+    """/proc/meminfo as it is, with the CMA pool the host was given (free as large as the pool)."""
+    kept = [line for line in real.splitlines() if not line.startswith(("CmaTotal:", "CmaFree:"))]
+    return "\n".join([*kept, f"CmaTotal:       {cma_total_kb:8d} kB", f"CmaFree:        {cma_total_kb:8d} kB"]) + "\n"
 
 
 def speeds_file(host: HostSpec) -> str:
@@ -78,8 +103,10 @@ def gid_table(nic: Nic, ipv4: bool = True) -> list[tuple[str, str]]:
     return gids
 
 
-def write_infiniband_tree(host: HostSpec, root: Path, ipv4_gids: bool = True) -> None:
-    """Render /sys/class/infiniband for the host's four RDMA devices into `root` (bind-mounted read-only)."""
+def write_infiniband_tree(host: HostSpec, root: Path, ipv4_gids: bool = True,
+                          pcie_width: Mapping[str, str] | None = None) -> None:
+    """Render /sys/class/infiniband for the host's four RDMA devices into `root` (bind-mounted read-only).
+    `pcie_width`: netdev -> the width its twin negotiated (a BIOS before April 2026 gives the second ConnectX x2)."""
     for nic in host.nics:
         if nic.hca is None:
             continue
@@ -90,8 +117,9 @@ def write_infiniband_tree(host: HostSpec, root: Path, ipv4_gids: bool = True) ->
         (dev / "device" / "net" / nic.netdev).mkdir(parents=True, exist_ok=True)
         (dev / "node_type").write_text("1: CA\n")
         # Each twin is a PCIe Gen5 x4 function; `sim degrade` lowers what it negotiated, as a starved slot does.
+        width = (pcie_width or {}).get(nic.netdev, PCIE_WIDTH)
         for name, value in (("current_link_speed", PCIE_SPEED), ("max_link_speed", PCIE_SPEED),
-                            ("current_link_width", PCIE_WIDTH), ("max_link_width", PCIE_WIDTH)):
+                            ("current_link_width", width), ("max_link_width", PCIE_WIDTH)):
             (dev / "device" / name).write_text(value + "\n")
         (port / "state").write_text("4: ACTIVE\n" if nic.cabled else "1: DOWN\n")
         (port / "phys_state").write_text("5: LinkUp\n" if nic.cabled else "3: Disabled\n")

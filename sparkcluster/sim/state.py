@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 DEFAULT_ROOT = "/var/lib/sparkcluster/sim"
 
@@ -59,6 +60,7 @@ class ClusterState:
     status: str = "creating"
     hosts: dict[str, HostState] = field(default_factory=dict)
     forward_rules: list[list[str]] = field(default_factory=list)  # iptables rules we added, to delete on down
+    hardware: dict[str, dict[str, Any]] = field(default_factory=dict)  # host -> what `sim hardware` gave it
 
     @property
     def dir(self) -> Path:

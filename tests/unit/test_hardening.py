@@ -27,7 +27,7 @@ from sparkcluster.engine.modelref import ModelRef
 from sparkcluster.engine.transport import Result, Unreachable
 from sparkcluster.engine.inventory import InventoryError, load_inventory
 from sparkcluster.nccl.logs import read_probe_output
-from sparkcluster.serving.recipes import load_recipe
+from sparkcluster.recipes.load import load_recipe
 from sparkcluster.staging import images
 from sparkcluster.staging.hfcache import PARTIAL_DIR, Manifest, SnapshotFile, finalize_command
 

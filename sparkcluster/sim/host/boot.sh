@@ -43,6 +43,10 @@ done
 mkdir "$R/sys/class/infiniband"
 mount --bind "$H/sys-infiniband" "$R/sys/class/infiniband"
 mount -o remount,bind,ro "$R/sys/class/infiniband"   # read-only, like sysfs
+# The BIOS a Spark reports (/sys/class/dmi/id), and /proc/meminfo with the CMA pool a host was given.
+mkdir -p "$R/sys/class/dmi"
+mount --bind "$H/sys-dmi" "$R/sys/class/dmi"
+[ -f "$H/meminfo" ] && mount --bind "$H/meminfo" "$R/proc/meminfo"
 
 mount -t tmpfs -o mode=755 run "$R/run"
 mkdir -p "$R/run/sshd"

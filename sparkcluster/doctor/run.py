@@ -1,0 +1,111 @@
+"""One doctor run: every node's health in one round trip each (in parallel), the preflight's checks on the facts
+already gathered, the fabric's reachability, then the nodes compared and known-bad values named."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ..engine.errors import SparkclusterError
+from ..engine.inventory import Host
+from ..engine.session import Session
+from ..engine.steps.base import HostContext, NoArgs, Step, StepFailed
+from ..node.health import NodeHealth, health_command, parse_health
+from ..node.parity import Finding, Node, Severity, known_issues, parity
+from ..node.steps.preflight import (
+    DEFAULT_MIN_DRIVER,
+    DiskArgs,
+    DockerNeededArgs,
+    DriverArgs,
+    GpuArgs,
+    PreflightCluster,
+    PreflightDisk,
+    PreflightDocker,
+    PreflightDriver,
+    PreflightFabric,
+    PreflightGpu,
+    PreflightQsfp,
+)
+
+
+@dataclass(frozen=True)
+class DoctorReport:
+    image: str
+    nodes: dict[str, Node]
+    unreachable: dict[str, str]  # node -> why
+    findings: tuple[Finding, ...]
+
+    @property
+    def failed(self) -> bool:
+        return bool(self.unreachable) or any(f.severity is Severity.FAIL for f in self.findings)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "ok": not self.failed,
+            "image": self.image,
+            "unreachable": self.unreachable,
+            "findings": [{"group": f.group, "check": f.check, "severity": f.severity.value, "summary": f.summary,
+                          "fix": f.fix, "nodes": list(f.nodes), "values": f.values} for f in self.findings],
+            "nodes": {name: {"facts": n.facts.to_json(), "health": n.health.to_json()} for name, n in self.nodes.items()},
+        }
+
+
+def _preflight_steps(vars: Mapping[str, Any], image: str) -> list[Step]:
+    """What bootstrap's preflight play runs, with the inventory's settings (min_driver, driver_policy)."""
+    return [
+        PreflightGpu(GpuArgs(allow_other_gpu=bool(vars.get("allow_other_gpu", False)))),
+        PreflightDriver(DriverArgs(min_driver=str(vars.get("min_driver", DEFAULT_MIN_DRIVER)),
+                                   policy=str(vars.get("driver_policy", "fail")))),
+        PreflightQsfp(NoArgs()),
+        PreflightDocker(DockerNeededArgs(needed=bool(image))),
+        PreflightDisk(DiskArgs(min_free_gb=int(vars.get("min_free_gb", 50)))),
+    ]
+
+
+def _check(step: Step, host: Host, session: Session) -> Finding:
+    try:
+        plan = step.check(HostContext(host, session, check_mode=True))
+    except StepFailed as e:
+        return Finding("preflight", step.name, Severity.FAIL, f"{host.name}: {e.message}", e.fix, (host.name,))
+    except SparkclusterError as e:  # a peer's connection failing inside a check names that peer
+        return Finding("preflight", step.name, Severity.FAIL, f"{host.name}: {e.message}", e.fix, (host.name,))
+    if plan.warnings:
+        return Finding("preflight", step.name, Severity.WARN, f"{host.name}: {plan.reason}; {'; '.join(plan.warnings)}",
+                       nodes=(host.name,))
+    return Finding("preflight", step.name, Severity.OK, f"{host.name}: {plan.reason}", nodes=(host.name,))
+
+
+def preflight(session: Session, image: str) -> list[Finding]:
+    hosts = [h for h in session.hosts if h.name in session.facts]
+    per_host = session.each(
+        lambda h: [_check(step, h, session) for step in _preflight_steps(h.vars, image)] +
+                  [_check(PreflightFabric(NoArgs()), h, session)], hosts)
+    findings = [f for found in per_host for f in found]
+    head = session.inventory.head
+    if head in hosts:  # across every node, judged on the head (warnings only)
+        findings.append(_check(PreflightCluster(NoArgs()), head, session))
+    return findings
+
+
+def run_doctor(session: Session, image: str) -> DoctorReport:
+    """`image`: the serving image to compare across nodes, or "" where none is used (a host runtime)."""
+    unreachable = {n: e.message for n, e in session.unreachable.items()}
+    hosts = [h for h in session.hosts if h.name in session.facts]
+
+    def health(host: Host) -> NodeHealth | str:
+        result = session.run(host, health_command(image))
+        if result.timed_out:
+            return f"the doctor's probe timed out after {result.command.timeout} s"
+        return parse_health(result.stdout, image)
+
+    nodes: dict[str, Node] = {}
+    for host, got in zip(hosts, session.each(health, hosts)):
+        if isinstance(got, str):
+            unreachable[host.name] = got
+        else:
+            nodes[host.name] = Node(session.facts[host.name], got)
+    findings = preflight(session, image) + parity(nodes)
+    for name, node in nodes.items():
+        findings += known_issues(name, node, host_runtime=not image)
+    return DoctorReport(image, nodes, unreachable, tuple(findings))
