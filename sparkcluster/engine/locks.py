@@ -11,6 +11,7 @@ gets them all, and the other is refused there, instead of both being refused hal
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import socket
 import sys
@@ -26,11 +27,16 @@ from .transport import Held
 
 LOCK_DIR = "${XDG_CACHE_HOME:-$HOME/.cache}/sparkcluster/locks"
 LOCKED, BUSY = "locked", "busy"
+_HOLDER = re.compile(r"\(pid (\d+) on (\S+), since ([^)]*)\)\s*$")
 # The first line of stdin is who holds it; the lock file keeps it for the next run to read. `<>` opens the file
 # without truncating it, so a refused run never wipes the holder's words; the holder rewrites them once it holds.
 # Without flock, `flock -n` would fail as if the lock were held: say so instead.
+# The folder 0700 and the file 0600 (umask, then chmod for files an older run made 0644): `flock` needs only a
+# read-only open, so a file other users can read is a lock any of them can hold.
 _HOLD = """command -v flock >/dev/null || {{ echo 'flock is not installed'; exit 0; }}
-d="{root}" && mkdir -p "$d" && exec 9<>"$d/{name}" || exit 1
+umask 077
+d="{root}" && mkdir -p "$d" && chmod 700 "$d" && exec 9<>"$d/{name}" || exit 1
+chmod 600 "$d/{name}" 2>/dev/null
 IFS= read -r holder
 if flock -n 9; then : > "$d/{name}"; printf '%s\\n' "$holder" >&9; echo {locked}; exec cat >/dev/null
 else printf '{busy} %s\\n' "$(head -c 400 "$d/{name}")"; fi"""
@@ -52,6 +58,31 @@ def hold_command(name: str, holder: str, root: str = LOCK_DIR) -> Command:
                    stdin=holder + "\n", timeout=30)
 
 
+def busy(node: str, what: str, holder: str, fix: str, path: str) -> tuple[str, str]:
+    """The refusal: the holder's words and `fix`; but a holder that was a run on this very machine whose process
+    is gone left a stale lock (its SSH session outlived it on the node, e.g. across a partition): say so, and
+    when it clears, rather than ask the user to stop a process that does not exist."""
+    found = _HOLDER.search(holder)
+    if not found or found[2] != socket.gethostname() or _alive(int(found[1])):
+        return f"{node}: {what} is already running there: {holder}", fix
+    return (f"{node}: a stale lock of {what}: its holder, pid {found[1]} on this machine (since {found[3]}), is "
+            f"gone, but {node} has not yet seen its SSH session end; it clears when it does (when this machine's "
+            "close of the connection reaches the node, often within minutes; at the latest at sshd's keepalive: "
+            "ClientAliveInterval, else the kernel's, 2 hours)",
+            f"run again in a minute; or end the orphaned session now: ssh {node} 'fuser -k \"{path}\"'; "
+            f"`ClientAliveInterval 15` in {node}'s sshd_config bounds this to a minute")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process: alive
+        return True
+    return True
+
+
 @contextmanager
 def held(session: Session, name: str, what: str, fix: str, hosts: Iterable[Host] | None = None,
          root: str = LOCK_DIR) -> Iterator[None]:
@@ -65,7 +96,7 @@ def held(session: Session, name: str, what: str, fix: str, hosts: Iterable[Host]
             answer, handle = session.transport(host).hold(command)
             handles.append(handle)
             if answer.startswith(BUSY):
-                raise Busy(f"{host.name}: {what} is already running there: {answer[len(BUSY):].strip()}", fix)
+                raise Busy(*busy(host.name, what, answer[len(BUSY):].strip(), fix, f"{root}/{name}.lock"))
             if answer != LOCKED:
                 raise SparkclusterError(f"{host.name}: could not take the lock for {what}: {answer}",
                                         f"the node needs `flock` (util-linux) and a writable {root}")

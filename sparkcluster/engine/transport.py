@@ -6,11 +6,14 @@ off during a run, raises Unreachable, which the runner records as that host's st
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import io
 import logging
 import os
 import posixpath
 import shlex
+import socket
 import threading
 import time
 import uuid
@@ -21,6 +24,7 @@ import paramiko
 from fabric import Config, Connection
 
 from .command import Command
+from .deadlines import bound_socket, keepalive_interval, stall_seconds
 from .errors import SparkclusterError
 from .inventory import Host
 from .remote import STRICT_SSH
@@ -32,6 +36,17 @@ RETRY_BACKOFF_S = 0.5  # doubled after each failed attempt
 # AES-GCM (hardware-accelerated on the Spark's cores) and no compression (weights do not compress).
 SSH_FOR_BULK = " ".join(["ssh", "-T", "-c", "aes128-gcm@openssh.com", "-o", "Compression=no", *STRICT_SSH,
                          "-o", "ConnectTimeout=10"])
+
+
+def server_alive_options(stall: float) -> list[str]:
+    """OpenSSH's keepalive: a server silent for about `stall` seconds ends the connection (exit 255)."""
+    interval = int(keepalive_interval(stall))
+    return ["-o", f"ServerAliveInterval={interval}", "-o", f"ServerAliveCountMax={max(1, int(stall) // interval)}"]
+
+
+def ssh_for_bulk() -> str:
+    """SSH_FOR_BULK with the run's bound on silence (deadlines.py): a dead link ends the copy instead of hanging it."""
+    return " ".join([SSH_FOR_BULK, *server_alive_options(stall_seconds())])
 
 # paramiko logs each failed handshake with a traceback, which Python's last-resort handler prints on stderr; the
 # reason already reaches the user as one Unreachable line per host, so paramiko's records go nowhere.
@@ -141,11 +156,12 @@ class Transport:
             conn = self._new_connection()
             try:
                 conn.open()
+                _bound(conn)
                 return conn
             except paramiko.BadHostKeyException as e:
                 raise self._unreachable(
                     f"the host key of {host.address} has CHANGED (got {e.key.get_name()} "
-                    f"{e.key.get_fingerprint().hex()}); refusing to connect",
+                    f"{sha256_fingerprint(e.key)}); refusing to connect",
                     _changed_key_fix(host, _known_hosts_files(conn, host)),
                 ) from None
             except paramiko.SSHException as e:
@@ -337,6 +353,23 @@ class Transport:
             raise
 
 
+def _bound(conn: Connection) -> None:
+    """SSH keepalives, and the kernel's bound on unanswered bytes (deadlines.py): a control connection whose
+    node went silent is dropped within the stall bound, so a run waiting on it fails that node (Unreachable)
+    instead of waiting for the kernel's two hours, and the node's sshd ends the session (its locks go with it)."""
+    stall = stall_seconds()
+    conn.transport.set_keepalive(int(keepalive_interval(stall)))
+    sock = conn.transport.sock
+    if isinstance(sock, socket.socket):
+        bound_socket(sock, stall)
+
+
+def sha256_fingerprint(key: paramiko.PKey) -> str:
+    """`SHA256:...` as ssh and `ssh-keygen -lf` print it (base64 of the key blob's sha256, unpadded)."""
+    digest = hashlib.sha256(key.asbytes()).digest()
+    return "SHA256:" + base64.b64encode(digest).decode().rstrip("=")
+
+
 def _drain(channel: paramiko.Channel, stdout: io.BytesIO, stderr: io.BytesIO) -> None:
     while channel.recv_ready():
         stdout.write(channel.recv(65536))
@@ -402,7 +435,8 @@ def openssh_argv(host: Host) -> list[str]:
     and known_hosts as the Fabric connection, strict host keys, AES-GCM, no compression."""
     known = [str(Path.home() / ".ssh" / "known_hosts")] + ([host.known_hosts] if host.known_hosts else [])
     argv = ["ssh", "-p", str(host.port), *STRICT_SSH,
-            "-o", f"UserKnownHostsFile={' '.join(known)}", "-o", "Compression=no", "-c", "aes128-gcm@openssh.com"]
+            "-o", f"UserKnownHostsFile={' '.join(known)}", "-o", "Compression=no", "-c", "aes128-gcm@openssh.com",
+            *server_alive_options(stall_seconds())]
     if host.key:
         argv += ["-i", host.key, "-o", "IdentitiesOnly=yes"]
     return argv

@@ -20,8 +20,14 @@ carries the run's one-time token; anything else is closed with nothing sent. It 
 bytes as they arrive (sha256 for LFS blobs, git's blob hash for 40-hex names), and moves the file to its
 final name only when the hash matches: an interrupted or corrupt copy never looks complete.
 
+Every connection is bounded by `--stall S` (default 60): a peer that sends nothing for S seconds (a link that
+died without a reset) ends the fetch or stream, and TCP keepalive with TCP_USER_TIMEOUT lets the kernel drop
+a dead connection on either end (the control side's `engine/deadlines.py` says the same; this script stands
+alone on the nodes, so it carries its own copy).
+
 Exit codes of `fetch`: 0 done, 3 corrupt (the partial is removed; fetching again starts over), 4 the
-connection failed (the partial is kept to resume), 5 refused by the server, 2 bad arguments.
+connection failed (the partial is kept to resume), 5 refused by the server, 6 nothing arrived for `--stall`
+seconds (the partial is kept to resume), 2 bad arguments.
 """
 
 from __future__ import annotations
@@ -46,7 +52,8 @@ PARTIAL_DIR = ".sparkcluster-partial"  # shared with rsync's --partial-dir: eith
 CHUNK = 1 << 20
 IDLE_EXIT_S = 120.0  # a server nobody has used for this long exits (its controller died or forgot it)
 REQUEST_TIMEOUT_S = 10.0
-EXIT_CORRUPT, EXIT_CONNECTION, EXIT_REFUSED = 3, 4, 5
+EXIT_CORRUPT, EXIT_CONNECTION, EXIT_REFUSED, EXIT_STALLED = 3, 4, 5, 6
+DEFAULT_STALL_S = 60.0
 BLOB_NAME = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
 PARTS_NAME = re.compile(r"[A-Za-z0-9_-]+\.parts")
 PLAN_FILE = re.compile(r"[A-Za-z0-9_-]+\.(tar|exit)")  # what a parts plan may name, in the served dir only
@@ -62,8 +69,27 @@ def blob_hasher(name: str, size: int) -> "hashlib._Hash":
 
 
 # ---- serve -------------------------------------------------------------------------------------------------
+def bound_socket(sock: socket.socket, stall: float) -> None:
+    """The kernel ends a connection whose peer stays silent for about `stall` seconds: keepalive probes while
+    idle, TCP_USER_TIMEOUT while sent bytes go unacknowledged; a read or send timeout bounds the rest."""
+    interval = int(max(1.0, min(15.0, stall / 4)))
+    sock.settimeout(stall)
+    options = [(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)]
+    for name, value in (("TCP_KEEPIDLE", interval), ("TCP_KEEPINTVL", interval),
+                        ("TCP_KEEPCNT", max(1, int(stall) // interval)), ("TCP_USER_TIMEOUT", int(stall * 1000))):
+        if hasattr(socket, name):
+            options.append((socket.IPPROTO_TCP, getattr(socket, name), value))
+    for level, option, value in options:
+        try:
+            sock.setsockopt(level, option, value)
+        except OSError:
+            pass
+
+
 class Server:
-    def __init__(self, listener: socket.socket, blobs: str, allowed: set[str], token: bytes) -> None:
+    def __init__(self, listener: socket.socket, blobs: str, allowed: set[str], token: bytes,
+                 stall: float = DEFAULT_STALL_S) -> None:
+        self.stall = stall
         self.listener = listener
         self.blobs = blobs
         self.allowed = allowed
@@ -104,7 +130,7 @@ class Server:
                 with open(os.path.join(self.blobs, name), "rb") as f:
                     size = os.fstat(f.fileno()).st_size
                     conn.sendall(b"OK %d\n" % size)
-                    conn.settimeout(None)
+                    bound_socket(conn, self.stall)  # a fetcher that went silent frees this thread
                     if offset < size:
                         conn.sendfile(f, offset, size - offset)
         except (OSError, ValueError):
@@ -124,20 +150,19 @@ class Server:
                                      os.path.join(self.blobs, plan["follow"]))
         ranges = [(int(start), int(length)) for start, length in plan["ranges"]]
         conn.sendall(b"OK %d\n" % (sum(length for _, length in ranges) + len(TAR_END)))
-        conn.settimeout(None)
+        bound_socket(conn, self.stall)
         with open(os.path.join(self.blobs, plan["file"]), "rb") as f:
             for start, length in ranges:
                 conn.sendfile(f, start, length)
         conn.sendall(TAR_END)
 
-    @staticmethod
-    def send_growing(conn: socket.socket, path: str, exit_path: str) -> None:
+    def send_growing(self, conn: socket.socket, path: str, exit_path: str) -> None:
         """A file while another process still writes it (`docker save` into it), to its end: done when the
         writer's exit status (in `exit_path`) is 0 and every byte is sent. A writer that failed, or stalled
         (killed with its shell), resets the connection: the reader fails rather than take a short stream
         for a whole one."""
         conn.sendall(b"OK %d\n" % GROWING)
-        conn.settimeout(None)
+        bound_socket(conn, self.stall)
         sent, grew = 0, time.monotonic()
         with open(path, "rb") as f:
             while True:
@@ -163,7 +188,7 @@ def serve(args: argparse.Namespace, token: bytes) -> int:
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     listener.bind((args.bind, 0))
     listener.listen(64)
-    server = Server(listener, args.dir, set(args.allow.split(",")), token)
+    server = Server(listener, args.dir, set(args.allow.split(",")), token, args.stall)
     pid = os.fork()
     if pid:
         print(listener.getsockname()[1], pid, flush=True)
@@ -195,8 +220,14 @@ def request(args: argparse.Namespace, token: bytes, name: str, offset: int) -> s
     if header != b"OK %d" % args.size:
         conn.close()
         return _fail(EXIT_CORRUPT, f"{args.connect} holds {name} as {header!r}, not {args.size} bytes")
-    conn.settimeout(None)
+    bound_socket(conn, args.stall)
     return conn
+
+
+def _stalled(args: argparse.Namespace, at: int, size: int) -> int:
+    of = f" of {size}" if size >= 0 else ""
+    return _fail(EXIT_STALLED, f"received nothing from {args.connect} for {args.stall:g} s (at byte {at}{of}): "
+                               f"the link from {args.source} is silent")
 
 
 def fetch(args: argparse.Namespace, token: bytes) -> int:
@@ -215,16 +246,23 @@ def fetch(args: argparse.Namespace, token: bytes) -> int:
         with conn:
             buffer = memoryview(bytearray(CHUNK))
             while offset < args.size:
-                n = conn.recv_into(buffer, min(CHUNK, args.size - offset))
+                try:
+                    n = conn.recv_into(buffer, min(CHUNK, args.size - offset))
+                except socket.timeout:
+                    return _stalled(args, offset, args.size)
+                except OSError as e:  # reset, or the kernel gave up on a silent peer (ETIMEDOUT)
+                    return _fail(EXIT_CONNECTION, f"{args.connect} broke off the stream at byte {offset} of "
+                                                  f"{args.size}: {e}")
                 if not n:
                     return _fail(EXIT_CONNECTION, f"{args.connect} closed the stream at byte {offset} of {args.size}")
                 hasher.update(buffer[:n])
                 out.write(buffer[:n])
                 offset += n
                 received += n
-        if hasher.hexdigest() != args.blob:
+        got = hasher.hexdigest()
+        if got != args.blob:
             os.unlink(partial)
-            return _fail(EXIT_CORRUPT, f"{args.blob} arrived corrupt (its hash does not match its name)")
+            return _fail(EXIT_CORRUPT, f"{args.blob} arrived corrupt (its hash is {got}, not its name)")
         os.fsync(out.fileno())  # the data is on disk before the name says it is complete
     os.replace(partial, final)
     print(json.dumps({"bytes": received, "seconds": round(time.monotonic() - started, 3)}))
@@ -243,6 +281,8 @@ def stream(args: argparse.Namespace, token: bytes) -> int:
         while growing or done < args.size:
             try:
                 n = conn.recv_into(buffer, CHUNK if growing else min(CHUNK, args.size - done))
+            except socket.timeout:
+                return _stalled(args, done, args.size)
             except OSError as e:  # a reset: the sender's writer failed
                 return _fail(EXIT_CONNECTION, f"{args.connect} broke off the stream at byte {done}: {e}")
             if not n and growing:
@@ -327,6 +367,8 @@ def main(argv: list[str] | None = None) -> int:
     st.add_argument("--source", required=True)
     st.add_argument("--name", required=True)
     st.add_argument("--size", type=int, required=True)
+    for bounded in (s, f, st):
+        bounded.add_argument("--stall", type=float, default=DEFAULT_STALL_S, help="seconds of silence that end a connection")
     sub.add_parser("tar-index").add_argument("--tar", required=True)
     args = parser.parse_args(argv)
     if args.mode == "tar-index":

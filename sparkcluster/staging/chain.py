@@ -21,8 +21,10 @@ from ..engine.modelref import ModelRef
 from ..engine.parallel import parallel_map
 from ..engine.remote import python_of
 from ..engine.session import Session
-from ..engine.transport import SSH_FOR_BULK, Unreachable
+from ..engine.transport import Unreachable, ssh_for_bulk
+from ..node.linkstate import LinkState, read_links
 from .blobwire import EXIT_CORRUPT
+from .failures import BROKEN_LINK_EXITS, broken_link, corrupt_source
 from .hfcache import (
     PARTIAL_DIR,
     Manifest,
@@ -230,12 +232,14 @@ class Chain:
         started = time.monotonic()
         # ssh: rsync runs on the upstream node and pushes; tcp: blobwire runs on the destination and pulls.
         runs_on = up if self.job.data_plane == "ssh" else name
+        attempts: list[tuple[int, str]] = []
         for attempt in (1, 2):
             try:
                 result = self.transports[runs_on].run(self._copy_command(up, name, blob))
             except Unreachable as e:
                 self._fail(runs_on, e.message, e.fix)
                 return False
+            attempts.append((result.exit_code, result.stderr))
             if result.exit_code != EXIT_CORRUPT or self.job.data_plane != "tcp":
                 break  # a corrupt stream (the partial is gone) is fetched again once, from the start
         if not result.ok:
@@ -247,6 +251,16 @@ class Chain:
                 left = sum(b.size for b in self.blobs
                            if b.blob in self.need[name] and not self.have[(name, b.blob)].is_set())
                 self._fail(name, *self._no_space(name, left, self._free_bytes(name)))
+                return False
+            model = str(self.job.model)
+            source_fault = corrupt_source(up, blob.path, model, attempts)
+            if source_fault:
+                self._fail(name, *source_fault)
+                return False
+            if self.job.data_plane == "tcp" and result.exit_code in BROKEN_LINK_EXITS:
+                links = self._links(up), self._links(name)
+                self._fail(name, *broken_link(up, name, blob.path, model, (self.addresses[up], self.addresses[name]),
+                                              result.stderr_tail(1).removeprefix("blobwire: "), links))
                 return False
             how = "by ssh (sparkcluster bootstrap sets that up)" if self.job.data_plane == "ssh" else \
                 "over TCP (a firewall between the fabric addresses?), or stage with --transport ssh"
@@ -273,7 +287,10 @@ class Chain:
                                  dest_blobs, blob.blob, blob.size, self.token)
         user = self.job.session.facts[name].user if name in self.job.session.facts else ""
         target = f"{user}@{self.addresses[name]}:{dest_blobs}/"
-        return Command.argv(rsync_blobs_argv([f"{up_blobs}/{blob.blob}"], target, SSH_FOR_BULK), timeout=24 * 3600)
+        return Command.argv(rsync_blobs_argv([f"{up_blobs}/{blob.blob}"], target, ssh_for_bulk()), timeout=24 * 3600)
+
+    def _links(self, name: str) -> list[LinkState] | None:
+        return read_links(self.transports[name])
 
     def _reachable(self, name: str) -> bool:
         try:

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..engine.command import Command
+from ..engine.deadlines import stall_seconds
 from ..engine.errors import SparkclusterError, UsageError
 from ..engine.inventory import Host
 from ..engine.parallel import parallel_map
@@ -206,7 +207,7 @@ def load_on(node: Host, endpoint: str, source_ip: str, parts: str, size: int, ex
     then the image's name on the loaded ID. Returns the bytes that arrived; `expected` is for progress only
     (a growing save's size is known once it ends)."""
     stream = python_line(python_of(node), BLOBWIRE_PY, "stream", "--connect", endpoint, "--source", source_ip,
-                         "--name", parts, "--size", str(size))
+                         "--name", parts, "--size", str(size), "--stall", f"{stall_seconds():g}")
     pipeline = (f"set -o pipefail; {stream} | docker load -q && "
                 f"docker tag {shlex.quote(image_id)} {shlex.quote(image)}")
     process = subprocess.Popen([*openssh_argv(node), ssh_destination(node), f"bash -c {shlex.quote(pipeline)}"],

@@ -11,6 +11,7 @@ from importlib import resources
 from typing import Literal, get_args
 
 from ..engine.command import Command
+from ..engine.deadlines import stall_seconds
 from ..engine.errors import SparkclusterError
 from ..engine.events import Failure
 from ..engine.parallel import parallel_map
@@ -30,7 +31,9 @@ def new_token() -> str:
 
 def _blobwire(python: str, *args: str, token: str, timeout: float) -> Command:
     # The token on stdin: never in argv, where any user of the node could read it.
-    return python_command(python, BLOBWIRE_PY, *args, stdin=token + "\n", timeout=timeout, secrets=(token,))
+    # --stall: a silent link ends the transfer in bounded time (engine/deadlines.py), not the 24 h bound below
+    return python_command(python, BLOBWIRE_PY, *args, "--stall", f"{stall_seconds():g}", stdin=token + "\n",
+                          timeout=timeout, secrets=(token,))
 
 
 def serve_command(python: str, bind: str, blobs_dir: str, allowed: Iterable[str], token: str) -> Command:

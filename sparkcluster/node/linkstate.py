@@ -1,0 +1,71 @@
+"""A node's QSFP links as they are now, read after a transfer over the fabric failed: which of them are down, so
+the message names the link ("spark-2's QSFP links: enp1s0f1np1 down ...") rather than a timeout or a remote
+traceback. Read fresh, not from the facts: the run's facts were gathered before the link went."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ..engine.command import Command
+from ..engine.transport import Transport, Unreachable
+from .network import qsfp_port
+
+# One line per netdev: name, operstate, then its IPv4 addresses (without prefix).
+LINKS_COMMAND = Command(
+    "for i in /sys/class/net/*; do n=${i##*/}; read -r s < \"$i/operstate\" 2>/dev/null || s=unknown; "
+    "a=$(ip -o -4 addr show dev \"$n\" 2>/dev/null | awk '{split($4, p, \"/\"); printf \"%s \", p[1]}'); "
+    "echo \"$n $s $a\"; done", timeout=15)
+
+
+@dataclass(frozen=True)
+class LinkState:
+    netdev: str
+    state: str  # the kernel's operstate: up, down, lowerlayerdown, unknown...
+    ipv4: tuple[str, ...]
+
+    @property
+    def up(self) -> bool:
+        return self.state == "up"
+
+    def text(self) -> str:
+        addresses = f" ({', '.join(self.ipv4)})" if self.ipv4 else ""
+        return f"{self.netdev} {self.state}{addresses}"
+
+
+def parse_links(stdout: str) -> list[LinkState]:
+    links = []
+    for line in stdout.splitlines():
+        words = line.split()
+        if len(words) >= 2:
+            links.append(LinkState(words[0], words[1].lower(), tuple(words[2:])))
+    return links
+
+
+def qsfp_links(links: Sequence[LinkState], address: str | None = None) -> list[LinkState]:
+    """The QSFP netdevs (Spark names), or, where a node's names do not follow them, the one holding `address`."""
+    named = [link for link in links if qsfp_port(link.netdev) is not None]
+    return named or [link for link in links if address is not None and address in link.ipv4]
+
+
+def read_links(transport: Transport) -> list[LinkState] | None:
+    """The node's links now, or None when the node cannot be asked (it is the one that is gone)."""
+    try:
+        result = transport.run(LINKS_COMMAND)
+    except Unreachable:
+        return None
+    return parse_links(result.stdout) if result.ok else None
+
+
+def describe(node: str, links: Sequence[LinkState] | None, address: str | None = None) -> str:
+    """`spark-2's QSFP links: enp1s0f1np1 down (10.100.0.12), enP2p1s0f1np1 down`, naming the down ones first."""
+    if links is None:
+        return f"{node} did not answer to show its links"
+    shown = sorted(qsfp_links(links, address), key=lambda link: (link.up, link.netdev))
+    if not shown:
+        return f"{node} has no QSFP link"
+    return f"{node}'s QSFP links: " + ", ".join(link.text() for link in shown)
+
+
+def any_down(links: Sequence[LinkState] | None, address: str | None = None) -> bool:
+    return links is not None and any(not link.up for link in qsfp_links(links, address))
