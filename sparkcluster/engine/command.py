@@ -35,6 +35,15 @@ def shell_path(path: str) -> str:
     return shlex.quote(path)
 
 
+def _plain_argv(script: str) -> bool:
+    """Whether the shell line is one command of plain words (no `;`, `|`, `$`, redirection, ...): then it is
+    exactly its words joined, as shlex.join would quote them."""
+    try:
+        return shlex.join(shlex.split(script)) == script
+    except ValueError:
+        return False
+
+
 @dataclass(frozen=True)
 class Command:
     script: str  # a POSIX shell line; build it with Command.argv() for anything holding user input
@@ -70,7 +79,11 @@ class Command:
                 f"{{ printf '%s\\n' \"$p\"; unset p; cat; }} | sudo -S -p '' -H -- sh -c {shlex.quote(body)}")
 
     def display(self) -> str:
-        shown = ("sudo " if self.sudo else "") + self.script
+        """The command as a line that does what it shows when pasted into a shell: a root script that is more than
+        one plain command is `sudo sh -c '...'` (`sudo set -e; umask 077; ...` would run only `set -e` as root)."""
+        shown = self.script
+        if self.sudo:
+            shown = f"sudo {shown}" if _plain_argv(shown) else f"sudo sh -c {shlex.quote(shown)}"
         for secret in self.secrets:
             if secret:
                 shown = shown.replace(secret, "********")

@@ -38,6 +38,19 @@ def test_display_masks_secrets():
     assert c.display() == "curl -H 'Authorization: Bearer ********' x"
 
 
+def test_a_root_script_is_shown_as_it_really_runs(tmp_path):
+    # Failed before the fix: `sudo set -e; umask 077; ...`, which pasted into a shell runs only `set -e` as root.
+    script = f"set -e; umask 077; echo x > {tmp_path}/f; id -u"
+    shown = Command(script, sudo=True).display()
+    assert shown == f"sudo sh -c 'set -e; umask 077; echo x > {tmp_path}/f; id -u'"
+    # The shown line is the script, whole, as one `sh -c` argument: run without the `sudo `, it does all of it.
+    ran = subprocess.run(["sh", "-c", shown.removeprefix("sudo ")], capture_output=True, text=True)
+    assert ran.returncode == 0 and (tmp_path / "f").read_text() == "x\n"
+    # One plain command stays as short as it is.
+    assert Command("usermod -aG docker spark", sudo=True).display() == "sudo usermod -aG docker spark"
+    assert Command.argv(["chown", "-R", "a b", "/x"], sudo=True).display() == "sudo chown -R 'a b' /x"
+
+
 @pytest.mark.parametrize("path,expected", [
     ("~", '"$HOME"'), ("~/a b/c", "\"$HOME\"/'a b/c'"), ("/etc/x", "/etc/x"), ("a;b", "'a;b'"),
 ])
