@@ -18,6 +18,7 @@ from typing import Any
 from ..engine import yamlsource
 from ..engine.errors import UsageError, did_you_mean
 from ..engine.yamlsource import SourceMap
+from . import paths
 from . import values as recipe_values
 from .command import FlagValue, canonical, flag_argv, flag_words
 from .community import eugr_v1, mods_base, sparkrun_v2
@@ -66,17 +67,13 @@ def load_recipe(name_or_path: str, inputs: Inputs | None = None, *, nodes: int |
         recipe = _load_file(found.path, str(found.path), found.path.stem, inputs, nodes,
                             _places(found.path, found.registry, found.trusted, found.mods_dirs))
         return _registry_recipe(recipe, found.registry, found.trusted or trust, name_or_path, trust)
-    path = Path(name_or_path).expanduser()
-    candidates = [path, Path(f"{path}.yaml"), Path(f"{path}.yml")]
-    existing = next((c for c in candidates if c.is_file()), None)
-    if existing is not None and (existing != path or name_or_path.endswith((".yml", ".yaml")) or "/" in name_or_path
-                                 or name_or_path not in bundled_names()):
-        shown = name_or_path if existing == path else str(existing)
-        recipe = _load_file(existing, shown, existing.stem, inputs, nodes, _places(existing, None, True, ()))
-        return _refuse_untrusted(recipe, shown, trust)
-    if name_or_path.endswith((".yml", ".yaml")) or "/" in name_or_path:
-        raise UsageError(f"recipe file {name_or_path} does not exist",
-                         "give a bundled name, an existing file, or @REGISTRY/NAME")
+    if is_file_name(name_or_path):
+        path = Path(name_or_path).expanduser()
+        existing = next((c for c in (path, Path(f"{path}.yaml"), Path(f"{path}.yml")) if c.is_file()), None)
+        if existing is None:
+            raise UsageError(f"recipe file {name_or_path} does not exist",
+                             "give a bundled name, an existing file, or @REGISTRY/NAME")
+        return _load_path(existing, name_or_path if existing == path else str(existing), inputs, nodes, trust)
     names = bundled_names()
     if name_or_path in names:
         text = (BUNDLED / f"{name_or_path}.yml").read_text()
@@ -85,22 +82,46 @@ def load_recipe(name_or_path: str, inputs: Inputs | None = None, *, nodes: int |
 
     unscoped = resolve_unscoped(name_or_path)
     if unscoped is None:
+        here = next((f"./{name_or_path}{ext}" for ext in ("", ".yaml", ".yml") if Path(f"{name_or_path}{ext}").is_file()),
+                    None)
         raise UsageError(f"no recipe named {name_or_path!r}{did_you_mean(name_or_path, names)}",
                          f"bundled recipes: {', '.join(names)}; or give a path to a .yml file, or @REGISTRY/NAME "
-                         "(`sparkcluster recipes list`)")
+                         "(`sparkcluster recipes list`)"
+                         + (f"; a file in this folder is given by its path: {here}" if here else ""))
     recipe = _load_file(unscoped.path, str(unscoped.path), unscoped.path.stem, inputs, nodes,
                         _places(unscoped.path, unscoped.registry, unscoped.trusted, unscoped.mods_dirs))
     return _registry_recipe(recipe, unscoped.registry, unscoped.trusted or trust,
                             f"@{unscoped.registry}/{unscoped.path.stem}", trust)
 
 
+def is_file_name(name: str) -> bool:
+    """A recipe named as a file: a path with a slash (`./x.yaml`, `recipes/x`, `~/x.yaml`) or a name ending in
+    .yaml/.yml. Any other name is a bundled or registry recipe, never a file of the working directory: a
+    checkout's `default.yaml` must not pass for the bundled recipe, mods and all."""
+    return "/" in name or name.endswith((".yaml", ".yml"))
+
+
+def _load_path(path: Path, shown: str, inputs: Inputs, nodes: int | None, trust: bool) -> Recipe:
+    """A recipe file, as trusted as the clone that really holds it: a file in a registry's clone (by its path or
+    through a link) is that registry's recipe, with its trust and its mods folder; any other is the user's own."""
+    from .registry import file_home
+
+    home = file_home(path)
+    recipe = _load_file(path, shown, path.stem, inputs, nodes, _places(path, home.registry, home.trusted,
+                                                                        home.mods_dirs))
+    if home.registry is None:
+        return _refuse_untrusted(recipe, shown, trust)
+    return _registry_recipe(recipe, home.registry, home.trusted or trust, shown, trust)
+
+
 def _places(path: Path, registry: str | None, trusted: bool, extra: Sequence[ModPlace]) -> tuple[ModPlace, ...]:
     """Where a recipe file's mods are looked for (beside it and up its tree, then `extra`), each folder carrying
-    the trust of the registry it belongs to."""
-    return (*(ModPlace(base, registry, trusted) for base in mods_base(path)), *extra)
+    the trust of the registry it belongs to; a name beside it must stay inside the top of that tree."""
+    bases = mods_base(path)
+    return (*(ModPlace(base, registry, trusted, bases[-1], "recipe's folder") for base in bases), *extra)
 
 
-def _registry_recipe(recipe: Recipe, registry: str, trusted: bool, shown: str, trust: bool) -> Recipe:
+def _registry_recipe(recipe: Recipe, registry: str | None, trusted: bool, shown: str, trust: bool) -> Recipe:
     import dataclasses
 
     return dataclasses.replace(_refuse_untrusted(recipe, shown, trust), registry=registry, trusted=trusted)
@@ -176,10 +197,11 @@ def _with_include(doc: Any, shown: str, path: Path | None, depth: int,
         base_path = found.path
         base_places: Sequence[ModPlace] = _places(found.path, found.registry, found.trusted, found.mods_dirs)
     else:
-        folder = path.parent if path else Path.cwd()
-        base_path = next((folder / f"{base_name}{ext}" for ext in ("", ".yaml", ".yml")
-                          if (folder / f"{base_name}{ext}").is_file()), folder / base_name)
-        base_places = places  # beside this file: the same registry, the same trust
+        base_path = _beside(base_name, path, f"{shown}:{line}")
+        from .registry import file_home
+
+        home = file_home(base_path)  # whose the base is: where it really is
+        base_places = _places(base_path, home.registry, home.trusted, home.mods_dirs)
     if not base_path.is_file():
         raise UsageError(f"{shown}:{line}: the included recipe {base_name!r} is not beside this file",
                          f"put {base_name}.yaml next to it, or include @REGISTRY/NAME")
@@ -190,6 +212,24 @@ def _with_include(doc: Any, shown: str, path: Path | None, depth: int,
     base, base_mods_places = _with_include(base, str(base_path), base_path, depth + 1, base_places)
     mods_from_base = isinstance(base, dict) and "mods" in base and "mods" not in doc
     return _deep_merge(base, doc), base_mods_places if mods_from_base else places
+
+
+def _beside(base_name: str, path: Path | None, where: str) -> Path:
+    """An include's base beside the file (`base`, `base.yaml`, `base.yml`), which must stay inside the file's tree
+    (its repository, its registry's clone); a recipe that is no file has nothing beside it."""
+    if path is None:
+        raise UsageError(f"{where}: include {base_name!r} names a file beside a recipe that is no file",
+                         "include @REGISTRY/NAME")
+    within = mods_base(path)[-1]
+    for ext in ("", ".yaml", ".yml"):
+        try:
+            hit = paths.lookup(path.parent, f"{base_name}{ext}", within)
+        except paths.Outside as e:
+            raise UsageError(f"{where}: include {base_name!r} leads out of the recipe's folder ({e.folder}), to "
+                             f"{e.found}", "include a base beside the recipe, or @REGISTRY/NAME") from None
+        if hit is not None and hit.is_file():
+            return path.parent / f"{base_name}{ext}"
+    return path.parent / base_name
 
 
 def _deep_merge(base: Any, top: Any) -> Any:

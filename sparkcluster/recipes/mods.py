@@ -4,65 +4,149 @@ to every node and run in every serving environment before vLLM starts.
 A mod runs with WORKSPACE_DIR set to the directory vLLM starts in (sparkrun: `export WORKSPACE_DIR=$PWD && cd
 /workspace/mods/<name> && chmod +x run.sh && ./run.sh`), so a chat template it drops there is found by the
 command's relative `--chat-template NAME.jinja`.
+
+Where a mod is decides whose code it is (paths.py): a name must stay inside the folder it is looked up in, and the
+mod is as trusted as that folder and the clone that really holds it. Its files are what lies inside it: a symlink
+out of the mod is refused (a registry's `loot -> ~/.ssh/id_ed25519` must never reach the nodes), a link inside it
+is copied as the file it points at, and every file keeps its own mode (never widened).
 """
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
+import stat
 from collections.abc import Sequence
 from pathlib import Path
 
 from ..engine.errors import UsageError
+from . import paths
 from .types import Mod, ModPlace
 
 NODE_MODS_DIR = ".cache/sparkcluster/mods"  # under the node user's home: where every mod lands
 MAX_MOD_BYTES = 64 * 1024 * 1024  # a patch set, templates, a script: not a model
 MOD_NAME = re.compile(r"[A-Za-z0-9._-]+")
+LINK_FIX = "a mod holds its own files: copy the file into the mod instead of linking to it"
 
 
 def resolve_mod(given: str, where: str, places: Sequence[ModPlace]) -> Mod:
     """`given` as the recipe wrote it: `@REG/rel` in that registry's mods, else beside the recipe (`rel`,
-    `mods/rel`) and up its tree, then the recipe's registry's mods folder (in `places`). The mod carries the
-    registry and trust of the place it was found in."""
+    `mods/rel`) and up its tree, then the recipe's registry's mods folder and eugr's (in `places`). A name that
+    leads out of the folder it is looked up in is refused; the mod is as trusted as its folder and the clone that
+    really holds it, and carries that clone's registry."""
     rel = given.strip()
-    candidates: list[tuple[Path, ModPlace]] = []
+    looks: list[tuple[ModPlace, str]] = []
     if rel.startswith("@"):
         from .registry import registry_mods_dirs
 
-        registry, _, rest = rel[1:].partition("/")
-        candidates += [(d.path / rest.removeprefix("mods/"), d) for d in registry_mods_dirs(registry)]
+        scope, _, rest = rel[1:].partition("/")
+        looks += [(d, rest.removeprefix("mods/")) for d in registry_mods_dirs(scope)]
+    elif Path(rel).expanduser().is_absolute():  # chosen by whoever wrote the recipe: no more trusted than they are
+        home = places[0] if places else ModPlace(Path("/"))
+        looks.append((ModPlace(Path("/"), home.registry, home.trusted), str(Path(rel).expanduser())))
     else:
         stripped = rel.removeprefix("mods/")
         for place in places:
-            candidates += [(place.path / rel, place), (place.path / "mods" / stripped, place),
-                           (place.path / stripped, place)]
-        if Path(rel).expanduser().is_absolute():  # chosen by whoever wrote the recipe: theirs to vouch for
-            candidates.insert(0, (Path(rel).expanduser(), places[0] if places else ModPlace(Path("/"))))
-    seen = [(c, place) for c, place in candidates if c.is_dir()]
-    if not seen:
-        looked = ", ".join(dict.fromkeys(str(c) for c, _ in candidates)) or "(nowhere: the recipe has no folder)"
-        raise UsageError(f"{where}: mod {given!r} is not found (looked in {looked})",
-                         "put the mod directory next to the recipe (mods/NAME/run.sh), or fix its name")
-    found, place = seen[0][0].resolve(), seen[0][1]
+            looks += [(place, rel), (place, f"mods/{stripped}"), (place, stripped)]
+    found, place = _first_dir(given, where, looks)
     if not MOD_NAME.fullmatch(found.name):  # the name becomes a folder and words of the nodes' shell lines
         raise UsageError(f"{where}: mod {given!r} is in a directory named {found.name!r}, which is not a mod name",
                          "rename the mod's directory with letters, digits, '.', '_' or '-' only")
-    if not (found / "run.sh").is_file():
-        raise UsageError(f"{where}: mod {given!r} ({found}) has no run.sh", "a mod is a directory with run.sh in it")
-    size = sum(f.stat().st_size for f in found.rglob("*") if f.is_file())
+    from .registry import registry_clones
+
+    clone = paths.owner(found, registry_clones())
+    registry = clone.registry if clone else place.registry
+    trusted = place.trusted and (clone.trusted if clone else True)
+    shown = f"{where}: mod {given!r} ({found}{f', registry {registry!r}' if registry else ''})"
+    files = _walk(found, shown)
+    if "run.sh" not in {rel for rel, _, _ in files}:
+        raise UsageError(f"{shown} has no run.sh", "a mod is a directory with run.sh in it")
+    size = sum(real.stat().st_size for _, real, _ in files)
     if size > MAX_MOD_BYTES:
-        raise UsageError(f"{where}: mod {given!r} holds {size / 1e6:.0f} MB", "a mod patches and drops small files")
-    return Mod(found.name, found, given, place.registry, place.trusted)
+        raise UsageError(f"{shown} holds {size / 1e6:.0f} MB", "a mod patches and drops small files")
+    return Mod(found.name, found, given, registry, trusted)
+
+
+def _first_dir(given: str, where: str, looks: Sequence[tuple[ModPlace, str]]) -> tuple[Path, ModPlace]:
+    """The first name that is a directory inside its folder; one that leads out of its folder is refused."""
+    for place, name in looks:
+        within = place.within or place.path
+        try:
+            found = paths.lookup(place.path, name, within)
+        except paths.Outside as e:
+            raise UsageError(f"{where}: mod {given!r} leads out of {_described(place)} ({e.folder}), to {e.found}",
+                             "a mod is a directory inside the folder it is looked up in; name another "
+                             "registry's mod as @REGISTRY/NAME") from None
+        if found is not None and found.is_dir():
+            return found, place
+    looked = ", ".join(dict.fromkeys(str(p.path / n) for p, n in looks)) or "(nowhere: the recipe has no folder)"
+    raise UsageError(f"{where}: mod {given!r} is not found (looked in {looked})",
+                     "put the mod directory next to the recipe (mods/NAME/run.sh), or fix its name")
+
+
+def _described(place: ModPlace) -> str:
+    return f"the registry {place.registry!r}'s {place.kind}" if place.registry else f"the {place.kind}"
+
+
+def _walk(mod_dir: Path, shown: str) -> list[tuple[str, Path, int]]:
+    """(path relative to the mod, the real file, the mode it lands with) of every file of the mod, sorted. A link
+    inside the mod reads as what it points at; a link out of it, a dangling link or a loop, and anything that is
+    not a regular file (a FIFO would hang the read, a device would be read) are refused."""
+    root = paths.real(mod_dir)
+    files: list[tuple[str, Path, int]] = []
+
+    def visit(folder: Path, prefix: str, above: tuple[Path, ...]) -> None:
+        try:
+            entries = sorted(os.scandir(folder), key=lambda e: e.name)
+        except OSError as e:
+            raise UsageError(f"{shown}: {prefix or '.'} cannot be read: {e.strerror}", "check its permissions") from None
+        for entry in entries:
+            rel = f"{prefix}{entry.name}"
+            try:
+                target = Path(entry.path).resolve(strict=True)
+            except (OSError, RuntimeError):
+                raise UsageError(f"{shown}: {rel} is a symlink to nothing (or to itself)", LINK_FIX) from None
+            if not target.is_relative_to(root):
+                raise UsageError(f"{shown}: {rel} is a symlink out of the mod (to {target})", LINK_FIX)
+            mode = target.stat().st_mode
+            if stat.S_ISDIR(mode):
+                if target in above:
+                    raise UsageError(f"{shown}: {rel} is a symlink to a folder that holds it", LINK_FIX)
+                visit(target, f"{rel}/", (*above, target))
+            elif stat.S_ISREG(mode):
+                files.append((rel, target, _mode(mode, rel)))
+            else:
+                raise UsageError(f"{shown}: {rel} is not a regular file", "a mod holds regular files and folders")
+
+    visit(root, "", (root,))
+    return files
+
+
+def _mode(st_mode: int, rel: str) -> int:
+    """The file's own permission bits, never wider: no group or other write, no setuid; the owner may always
+    read and replace it (a later serve rewrites it), and run.sh is the owner's to run."""
+    mode = (st_mode & 0o755) | 0o600
+    return mode | 0o700 if rel == "run.sh" else mode
 
 
 def mod_files(mod: Mod) -> list[tuple[str, bytes, int]]:
-    """(path relative to the mod, content, mode) of every file, in a stable order."""
-    files = []
-    for path in sorted(p for p in mod.path.rglob("*") if p.is_file()):
-        mode = 0o755 if path.name == "run.sh" or path.stat().st_mode & 0o100 else 0o644
-        files.append((path.relative_to(mod.path).as_posix(), path.read_bytes(), mode))
-    return files
+    """(path relative to the mod, content, mode) of every file, in a stable order; checked again here, whoever
+    made the Mod, so that nothing outside the mod is ever read."""
+    shown = f"mod {mod.name!r} ({mod.path}{f', registry {mod.registry!r}' if mod.registry else ''})"
+    return [(rel, _read(real, shown), mode) for rel, real, mode in _walk(mod.path, shown)]
+
+
+def _read(path: Path, shown: str) -> bytes:
+    """A regular file's bytes, opened without following a link that appeared since the walk."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as e:
+        raise UsageError(f"{shown}: {path} cannot be read: {e.strerror}", LINK_FIX) from None
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            raise UsageError(f"{shown}: {path} is not a regular file", "a mod holds regular files and folders")
+        return f.read()
 
 
 def run_mods_line(mods: Sequence[Mod], mods_dir: str) -> str:

@@ -3,7 +3,9 @@ names them (the registry's `.sparkrun/registry.yaml` says where its recipes and 
 found flat first, then anywhere below; a name found twice is an error). Registries a user configured for
 sparkrun (its clones under ~/.cache/sparkrun/registries) are usable as they are.
 
-A registry is someone else's code once its recipes bring mods: it is untrusted until added with --trust.
+A registry is someone else's code once its recipes bring mods: it is untrusted until added with --trust. Every
+name is resolved inside the folder it is looked up in (paths.py): `@REG/../other` is refused, and a manifest whose
+folders lie outside its clone skips that registry. A file is as trusted as the clone that really holds it.
 """
 
 from __future__ import annotations
@@ -14,13 +16,16 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 import yaml
 
+from ..engine import yamlsource
 from ..engine.console import err as err_console
 from ..engine.errors import SparkclusterError, UsageError, did_you_mean
+from . import paths
 from .types import ModPlace
+from .yamlfile import load_last_wins
 
 # sparkrun's defaults for the registries it ships, where a clone's manifest does not say (subpath, mods).
 KNOWN_LAYOUTS = {"eugr": ("recipes", "mods"), "official": ("official-recipes", "official-mods"),
@@ -32,6 +37,10 @@ GIT_TIMEOUT_S = 300
 RESERVED_PREFIXES = ("arena", "spark-arena", "sparkarena", "sparkrun", "official", "experimental", "transitional",
                      "community", "eugr", "dbotwinick", "raphaelamorim", "scitrera")
 RESERVED_OWNERS = ("spark-arena", "scitrera", "eugr", "dbotwinick", "raphaelamorim")
+# The exact ASCII spelling: a Cyrillic `е` in `еugr` is another name that reads as eugr.
+REGISTRY_NAME = re.compile(r"[A-Za-z0-9_-]+")
+MANIFEST_FIX = ("a registry's folders are paths inside its repository: fix its .sparkrun/registry.yaml, or "
+                "`sparkcluster recipes remove-registry NAME`")
 
 
 def _home(var: str, default: str) -> Path:
@@ -65,8 +74,8 @@ class Registry:
         if manifest.is_file():
             fix = "the registry's .sparkrun/registry.yaml should read `registries: [{name: N, recipes: DIR, mods: DIR}]`"
             try:
-                doc = yaml.safe_load(manifest.read_text()) or {}
-            except (OSError, yaml.YAMLError) as e:
+                doc = load_last_wins(manifest.read_text())[0] or {}  # as safe_load reads it, with each key's line
+            except (OSError, UnicodeDecodeError, yamlsource.YamlError) as e:
                 raise UsageError(f"{manifest}: registry {self.name!r} has a manifest that cannot be read: {e}", fix)
             entries = doc.get("registries") if isinstance(doc, dict) else None
             if not isinstance(doc, dict) or not isinstance(entries or [], list):
@@ -76,16 +85,31 @@ class Registry:
             entry = next((e for e in entries if e.get("name") == self.name), entries[0] if entries else None)
             if entry is not None:
                 mods = entry.get("mods")
-                return self.clone / str(entry.get("recipes") or ""), (self.clone / str(mods)) if mods else None
+                return (self._folder(entry.get("recipes") or "", f"{manifest}:{_key_line(entry, 'recipes')}", "recipes"),
+                        self._folder(mods, f"{manifest}:{_key_line(entry, 'mods')}", "mods") if mods else None)
         recipes, mods = KNOWN_LAYOUTS.get(self.name, ("recipes" if (self.clone / "recipes").is_dir() else "", "mods"))
         mods_dir = self.clone / mods if mods and (self.clone / mods).is_dir() else None
-        return self.clone / recipes, mods_dir
+        return (self._folder(recipes, str(self.clone / recipes), "recipes"),
+                self._folder(mods, str(mods_dir), "mods") if mods_dir else None)
+
+    def _folder(self, value: object, where: str, key: str) -> Path:
+        """A folder the registry names, which must lie inside its clone, links followed: `recipes: /` would
+        have every lookup walk the machine, `mods: /root/.ssh` make a folder of this machine its mods."""
+        folder = self.clone / str(value)
+        if not paths.is_inside(folder, self.clone):
+            raise UsageError(f"{where}: registry {self.name!r} puts its {key} folder outside its clone ({str(value)!r} "
+                             f"is {paths.real(folder)}); the registry is skipped", MANIFEST_FIX)
+        return folder
+
+
+def _key_line(entry: object, key: str) -> int:
+    return entry.key_line(key) if isinstance(entry, yamlsource.SourceMap) and key in entry else 1
 
 
 @dataclass(frozen=True)
 class Found:
     path: Path
-    registry: str
+    registry: str | None  # None: the user's own file
     trusted: bool
     mods_dirs: tuple[ModPlace, ...]  # the registry's mods folder, then eugr's (each with its own trust)
 
@@ -143,8 +167,8 @@ def _write(entries: dict[str, Registry]) -> None:
 
 def add(name: str, url: str, trust: bool) -> tuple[Registry, str]:
     """Clones it (or refreshes the clone) and records it; returns it and what happened."""
-    if not name.replace("-", "").replace("_", "").isalnum():
-        raise UsageError(f"registry name {name!r} must be letters, digits, '-' or '_'", "e.g. `my-recipes`")
+    if not REGISTRY_NAME.fullmatch(name):
+        raise UsageError(f"registry name {name!r} must be ASCII letters, digits, '-' or '_'", "e.g. `my-recipes`")
     if url.startswith("-"):  # git would read it as one of its options
         raise UsageError(f"registry URL {url!r} starts with '-'", "give a git URL or a path (./-name for a path)")
     if name.lower().startswith(RESERVED_PREFIXES) and not _community_url(url):
@@ -162,15 +186,19 @@ def add(name: str, url: str, trust: bool) -> tuple[Registry, str]:
 
 def _community_url(url: str) -> bool:
     """A GitHub repository of one of the community's owners: `https://github.com/OWNER/...` or the scp form
-    `git@github.com:OWNER/...`, read as git reads it (the host is the host, not text anywhere in the URL)."""
+    `git@github.com:OWNER/...`, read as git reads it (the host is the host, not text anywhere in the URL). A path
+    with a `.` or `..` segment (percent-encoded or not) is refused: git and curl normalise
+    `github.com/eugr/../attacker/x` to attacker's repository."""
     scp = re.fullmatch(r"(?:[^@/:]+@)?([^@/:]+):([^/].*)", url) if "://" not in url else None
     if scp:
         host, path = scp.group(1), scp.group(2)
     else:
         parts = urlsplit(url)
         host, path = parts.hostname or "", parts.path
-    owner = path.lstrip("/").split("/")[0]
-    return host.lower() == "github.com" and owner.lower() in RESERVED_OWNERS
+    segments = [unquote(s) for s in path.lstrip("/").split("/")]
+    if any(s in (".", "..") or "/" in s or "\\" in s for s in segments):
+        return False
+    return host.lower() == "github.com" and segments[0].lower() in RESERVED_OWNERS
 
 
 @dataclass(frozen=True)
@@ -236,31 +264,101 @@ def _origin_url(clone: Path) -> str | None:
 
 
 def recipe_files(reg: Registry) -> list[Path]:
+    """The YAML files below the registry's recipes folder, walked without following links to folders; a file
+    that is a link out of the folder is not the registry's recipe and is left out."""
     recipes, _ = reg.layout()
     if not recipes.is_dir():
         return []
-    return sorted(p for p in recipes.rglob("*") if p.suffix in (".yaml", ".yml") and p.is_file()
-                  and ".sparkrun" not in p.parts and p.parent.name != "mods")
+    root = paths.real(recipes)
+    found = []
+    for folder, dirs, files in os.walk(recipes):  # an unreadable or vanishing folder is skipped, never raised
+        dirs[:] = [d for d in dirs if d not in (".git", ".sparkrun")]
+        if Path(folder).name == "mods":
+            continue
+        found += [Path(folder) / f for f in files if f.endswith((".yaml", ".yml"))]
+    return sorted(p for p in found if p.is_file() and paths.real(p).is_relative_to(root))
 
 
 def _find_in(reg: Registry, rest: str) -> list[Path]:
     recipes, _ = reg.layout()
-    for ext in ("", ".yaml", ".yml"):  # a relative path (`qwen3.6/vllm/x`) first
-        direct = recipes / f"{rest}{ext}"
-        if "/" in rest and direct.is_file():
-            return [direct]
-    flat = [recipes / f"{rest}{ext}" for ext in (".yaml", ".yml") if (recipes / f"{rest}{ext}").is_file()]
-    if flat:
-        return flat[:1]
+    direct = [f"{rest}{ext}" for ext in ("", ".yaml", ".yml")] if "/" in rest else []  # a path (`qwen3.6/vllm/x`)
+    for name in [*direct, f"{rest}.yaml", f"{rest}.yml"]:  # then flat
+        try:
+            found = paths.lookup(recipes, name)
+        except paths.Outside as e:
+            raise UsageError(f"@{reg.name}/{rest} leads out of the registry {reg.name!r}'s recipes folder "
+                             f"({e.folder}), to {e.found}",
+                             f"name a recipe inside it (`sparkcluster recipes list --registry {reg.name}`); another "
+                             "registry's recipe is @THAT/NAME") from None
+        if found is not None and found.is_file():
+            return [recipes / name]
     return [p for p in recipe_files(reg) if p.stem == rest]
 
 
 def _found(reg: Registry, path: Path) -> Found:
-    places = registry_mods_dirs(reg.name, reg)
+    return Found(path, reg.name, reg.trusted, (*registry_mods_dirs(reg.name, reg), *_eugr_places(reg.name)))
+
+
+def _eugr_places(registry: str | None) -> list[ModPlace]:
+    """sparkrun's fallback for every recipe's mods: eugr's mods folder, as trusted as eugr is."""
     fallback = registries().get("eugr")
-    if reg.name != "eugr" and fallback in _usable({"eugr": fallback} if fallback else {}):
-        places += registry_mods_dirs("eugr", fallback)  # sparkrun's fallback: eugr's mods, as trusted as eugr is
-    return Found(path, reg.name, reg.trusted, tuple(places))
+    if registry != "eugr" and fallback in _usable({"eugr": fallback} if fallback else {}):
+        return registry_mods_dirs("eugr", fallback)
+    return []
+
+
+def registry_clones() -> list[paths.Clone]:
+    """Every clone on this machine and whose it is: each registry's, then any other folder where clones live (a
+    registry's leftovers, sparkrun's internal clones) as nobody's trusted code."""
+    clones = [paths.Clone(paths.real(reg.clone), reg.name, reg.trusted) for reg in registries().values()]
+    known = {c.path for c in clones}
+    for parent in (clones_dir(), sparkrun_clones_dir()):
+        if parent.is_dir():
+            clones += [paths.Clone(paths.real(p), p.name, False) for p in sorted(parent.iterdir())
+                       if p.is_dir() and paths.real(p) not in known]
+    return clones
+
+
+def file_home(path: Path) -> Found:
+    """Whose a recipe file given by path is, by where it really is, and where its mods are looked for besides
+    beside it. A file in a registry's clone is that registry's (its trust, its mods folder, then eugr's); one in
+    a clone of no registry is nobody's trusted code; any other file is the user's own, whose mods are also looked
+    for in the mods folder its own repository's manifest declares, then in eugr's, as sparkrun finds them."""
+    at = paths.real(path)
+    clone = paths.owner(at, registry_clones())
+    if clone is not None:
+        reg = registries().get(clone.registry)
+        if reg is not None and paths.real(reg.clone) == clone.path:
+            return _found(reg, path)
+        return Found(path, clone.registry, False, tuple(_eugr_places(clone.registry)))
+    return Found(path, None, True, (*_repository_mods(at), *_eugr_places(None)))
+
+
+def _repository_mods(recipe: Path) -> list[ModPlace]:
+    """The mods folder that the manifest at the root of a recipe file's repository declares for the registry
+    whose recipes folder holds the file: a registry's checkout, given by file, finds its mods as its registry
+    would."""
+    for root in list(recipe.parents)[:8]:
+        manifest = root / ".sparkrun" / "registry.yaml"
+        if manifest.is_file():
+            try:
+                doc = load_last_wins(manifest.read_text())[0]
+            except (OSError, UnicodeDecodeError, yamlsource.YamlError):
+                return []
+            entries = doc.get("registries") if isinstance(doc, dict) else None
+            names = [str(e.get("name")) for e in entries if isinstance(e, dict)] if isinstance(entries, list) else []
+            for name in names:
+                try:
+                    recipes, mods = Registry(name, "", True, root).layout()
+                except UsageError as e:
+                    _warn(e)
+                    return []
+                if mods is not None and paths.is_inside(recipe, recipes):
+                    return [ModPlace(mods, None, True)]
+            return []
+        if (root / ".git").exists():
+            break
+    return []
 
 
 def resolve_scoped(ref: str) -> Found:
@@ -313,6 +411,26 @@ def resolve_unscoped(name: str) -> Found | None:
 def _rel(reg: Registry, path: Path) -> str:
     recipes, _ = reg.layout()
     return path.relative_to(recipes).with_suffix("").as_posix()
+
+
+def remove(name: str) -> Registry:
+    """Forgets a registry of ours and deletes its clone: a clone left behind would still hold its files (and a
+    path into it is nobody's trusted code). sparkrun's registries are sparkrun's to remove."""
+    if not REGISTRY_NAME.fullmatch(name):  # it names a folder below the clones: never `..` or a path
+        raise UsageError(f"registry name {name!r} must be ASCII letters, digits, '-' or '_'", "see `sparkcluster recipes list`")
+    regs = registries()
+    reg = regs.get(name)
+    if reg is not None and reg.origin != "sparkcluster":
+        raise UsageError(f"registry {name!r} is sparkrun's (its clone {reg.clone} is read as it is)",
+                         f"remove it with sparkrun: `sparkrun registry remove {name}`")
+    if reg is None:
+        raise UsageError(f"no registry named {name!r}{did_you_mean(name, list(regs))}",
+                         "see `sparkcluster recipes list`; a registry removed once is gone")
+    del regs[name]
+    _write(regs)
+    for clone in (reg.clone, reg.clone.with_name(reg.clone.name + ".partial")):
+        shutil.rmtree(clone, ignore_errors=True)
+    return reg
 
 
 def registry_mods_dirs(name: str, reg: Registry | None = None) -> list[ModPlace]:

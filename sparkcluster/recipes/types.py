@@ -44,6 +44,8 @@ class ModPlace:
     path: Path
     registry: str | None = None
     trusted: bool = True
+    within: Path | None = None  # what a name found here must stay inside (default: `path`); paths.py
+    kind: str = "mods folder"  # what the folder is, for messages ("recipe's folder")
 
 
 @dataclass(frozen=True)

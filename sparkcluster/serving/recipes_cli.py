@@ -118,9 +118,22 @@ def cmd_list(args: argparse.Namespace, connect: Connect) -> int:
 
 def cmd_add_registry(args: argparse.Namespace, connect: Connect) -> int:
     reg, said = recipe_registry.add(args.name, args.url, args.trust)
-    count = len(recipe_registry.recipe_files(reg))
-    console.print(f"registry {reg.name}: {said}, {count} recipe(s), {'trusted' if reg.trusted else 'not trusted'} "
+    try:
+        count = f"{len(recipe_registry.recipe_files(reg))} recipe(s)"
+    except UsageError as e:  # a manifest pointing out of its clone: recorded, and skipped until it is fixed
+        err_console.print(f"warning: {e.message} ({e.fix})", highlight=False, markup=False)
+        count = "skipped (see the warning)"
+    console.print(f"registry {reg.name}: {said}, {count}, {'trusted' if reg.trusted else 'not trusted'} "
                   f"(clone: {reg.clone})", highlight=False, markup=False)
+    return EXIT_OK
+
+
+def cmd_remove_registry(args: argparse.Namespace, connect: Connect) -> int:
+    reg = recipe_registry.remove(args.name)
+    if args.json:
+        print_json({"registry": reg.name, "removed": True, "clone": str(reg.clone)})
+    else:
+        console.print(f"registry {reg.name}: removed, and its clone {reg.clone}", highlight=False, markup=False)
     return EXIT_OK
 
 
@@ -153,5 +166,10 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser], app:
     add.add_argument("url", metavar="GIT_URL_OR_PATH")
     add.add_argument("--trust", action="store_true", help="its recipes' mods may run on the nodes")
     app.wire(add, cmd_add_registry)
+    rm = sub.add_parser("remove-registry", help="forget a registry and delete its clone (sparkrun's: remove them "
+                                                "with sparkrun)")
+    rm.add_argument("name")
+    rm.add_argument("--json", action="store_true", help="one JSON document")
+    app.wire(rm, cmd_remove_registry)
     up = sub.add_parser("update", help="pull every registry (a failure keeps the last good copy)")
     app.wire(up, cmd_update)
