@@ -25,7 +25,7 @@ from ..engine.console import print_error
 from ..engine.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, UsageError
 from ..engine.report import print_json
 from ..recipes.load import Reference
-from . import benchy_cli, compare, head_tokenizer, plot, published, table
+from . import benchy_cli, ceiling, compare, head_tokenizer, plot, published, table
 from .sweep import (
     BenchEvent,
     BenchFailed,
@@ -129,6 +129,9 @@ def find_target(args: argparse.Namespace, connect: Connect, tokenizer: bool = Fa
     fetched = None
     with connect(args, lambda inventory: None) as session:
         target = from_cluster(session)
+        found = ceiling.for_served(session, target.config, args.bandwidth)
+        if found is not None:  # rides in the config: the JSON document and the table both read it there
+            target = dataclasses.replace(target, config={**target.config, "decode_ceiling": found.to_json()})
         hf_model = target.config.get("hf_model")
         if tokenizer and not args.tokenizer and isinstance(hf_model, str):
             fetched = head_tokenizer.fetch(session, hf_model)
@@ -167,7 +170,9 @@ def cmd_bench(args: argparse.Namespace, connect: Connect) -> int:
         raise UsageError(f"--compare {args.compare}: llama-benchy rows (bursts of chat requests, pp/tg at a depth) "
                          "are not comparable with --method sustained's closed loop of completions",
                          f"measure the same way: --method llama-benchy --compare {args.compare}")
-    reference: Reference | None = compare.load_reference(args.compare) if args.compare else None
+    baseline = ceiling.load_run(args.compare) if args.compare else None  # an earlier bench --json, e.g. one node
+    reference: Reference | None = (compare.load_reference(args.compare) if args.compare and baseline is None
+                                   else None)
     target, _ = find_target(args, connect)
     if not args.json:
         err_console.print(f"bench: {escape(target.base_url)} ({', '.join(map(str, opts.concurrency))} concurrent)",
@@ -194,6 +199,8 @@ def cmd_bench(args: argparse.Namespace, connect: Connect) -> int:
     if reference:
         doc["compare"] = {"reference": dataclasses.asdict(reference), "ratios": [
             {**dataclasses.asdict(r), "ratio": r.ratio} for r in found]}
+    if baseline:
+        doc["speedup"] = ceiling.speedups(levels, baseline)
     if failure:
         doc["error"] = {"message": failure.message, "fix": failure.fix}
     if args.json:
@@ -201,7 +208,12 @@ def cmd_bench(args: argparse.Namespace, connect: Connect) -> int:
     elif levels:
         title = (f"{prepared.model} at {target.base_url}: prompt {prepared.prompt_tokens or opts.prompt_tokens} "
                  f"tok, output {opts.output_tokens} tok, median of {opts.runs} run{'s' if opts.runs > 1 else ''}")
-        console.print(table.render(levels, escape(title)))
+        limit = target.config.get("decode_ceiling")
+        console.print(table.render(levels, escape(title), limit["tokens_per_s"] if limit else None))
+        if limit:
+            console.print(ceiling.describe(limit), highlight=False)
+        if baseline:
+            console.print(ceiling.speedup_lines(levels, baseline), highlight=False)
         if reference:
             console.print(compare.render(found, reference))
     if levels and args.csv:
@@ -248,6 +260,9 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser], app:
     p.add_argument("--compare", metavar="RECIPE|FILE",
                    help="print each row beside published ones, with the ratio: a recipe's reference rows "
                         "(--method sustained), or a llama-benchy CSV/JSON or Arena benchmark.csv (--method "
-                        "llama-benchy; rows of the same shape only)")
+                        "llama-benchy; rows of the same shape only); or an earlier `bench --json` file (e.g. of a "
+                        "one-node serve): the speedup of this run over it at each concurrency")
+    p.add_argument("--bandwidth", type=flags.bandwidth, default=ceiling.GB10_BANDWIDTH_GBPS,
+                   help="memory bandwidth per node in GB/s for the decode ceiling (default 273, a GB10's)")
     benchy_cli.add_flags(p)
     app.wire(p, cmd_bench)

@@ -13,6 +13,7 @@ from typing import Any, TextIO
 from rich import box
 from rich.table import Table
 
+from .ceiling import per_stream_decode
 from .metrics import ServerSide
 from .sweep import Level
 
@@ -33,9 +34,11 @@ def _percent(value: float | None) -> str:
     return "-" if value is None else f"{value * 100:.0f}%"
 
 
-def render(levels: Sequence[Level], title: str = "") -> Table:
+def render(levels: Sequence[Level], title: str = "", ceiling_tps: float | None = None) -> Table:
+    """`ceiling_tps`: the decode ceiling at concurrency 1 (ceiling.py); each row's per-stream decode as its share."""
+    shares = ("decode/stream\nof ceiling",) if ceiling_tps else ()
     table = Table("c", "prefill\ntok/s", "generation\ntok/s", "peak\ntok/s", "TTFT\np50", "ITL\np50", "E2E\np50",
-                  "requests", "errors", "KV cache\npeak", "prefix\nhits", "preempt-\nions", title=title or None,
+                  "requests", "errors", "KV cache\npeak", "prefix\nhits", "preempt-\nions", *shares, title=title or None,
                   box=box.SIMPLE_HEAD)
     for column in table.columns:
         column.justify, column.no_wrap = "right", True
@@ -46,7 +49,9 @@ def render(levels: Sequence[Level], title: str = "") -> Table:
                       f"[red]{row.errors}[/]" if row.errors else "0",
                       _percent(server.kv_cache_peak) if server else "-",
                       _percent(server.prefix_cache_hit_rate) if server else "-",
-                      str(server.preemptions) if server and server.preemptions is not None else "-")
+                      str(server.preemptions) if server and server.preemptions is not None else "-",
+                      *((_percent(per_stream_decode(row.generation_tps, row.concurrency, row.itl_s.p50) / ceiling_tps),)
+                        if ceiling_tps else ()))
     return table
 
 
