@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from ..engine import flags
 from ..engine.cliapp import App, Connect
 from ..engine.console import out as console
-from ..engine.errors import EXIT_FAILED, EXIT_OK, SparkclusterError
+from ..engine.errors import EXIT_FAILED, EXIT_OK, SparkclusterError, UsageError
 from ..engine.report import print_json
 from ..engine.session import Session
 from ..serving.launch import DEFAULT_IMAGE
 from ..serving.record import read_record
+from . import bundle
 from .render import render
 from .run import run_doctor
+from .scrub import Scrubber
 
 
 def image_to_check(session: Session, given: str | None) -> str:
@@ -30,13 +33,31 @@ def image_to_check(session: Session, given: str | None) -> str:
     return "" if str(session.inventory.vars.get("runtime", "docker")) == "host" else DEFAULT_IMAGE
 
 
+def bundle_path(text: str) -> Path:
+    path = Path(text).expanduser()
+    if not path.name.endswith((".tar.gz", ".tgz")):
+        raise UsageError(f"--bundle {text}: the bundle is a gzipped tar", "name it FILE.tar.gz")
+    if not path.parent.is_dir():
+        raise UsageError(f"--bundle {text}: no folder {path.parent}", "create it first, or name a file in an existing one")
+    return path
+
+
 def cmd_doctor(args: argparse.Namespace, connect: Connect) -> int:
+    target = bundle_path(args.bundle) if args.bundle else None  # bad input fails before anything connects
     with connect(args, require_all=False) as session:
         report = run_doctor(session, image_to_check(session, args.image))
+        if target is not None:
+            collected = bundle.collect(session, report)
+            bundle.write(collected, target, Scrubber(bundle.known_secrets(session)))
     if args.json:
-        print_json(report.to_json())
+        print_json(report.to_json() | ({"bundle": str(target)} if target else {}))
     else:
         render(console, report)
+        if target is not None:
+            absent = sum(v != "present" for items in collected.items.values() for v in items.values())
+            scrubbed = sum(n for kinds in collected.scrubbed.values() for n in kinds.values())
+            console.print(f"bundle: {target} ({len(collected.files)} files from {len(collected.items)} nodes, "
+                          f"{absent} items absent, {scrubbed} secrets scrubbed; see MANIFEST.json)", highlight=False)
     return EXIT_FAILED if report.failed else EXIT_OK
 
 
@@ -45,4 +66,10 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser], app:
         "doctor", help="every check that needs no serving: preflight, nodes compared, known-bad values"))
     doc.add_argument("--image", type=flags.image,
                      help="the container image to compare across nodes (default: the last serve's, else vllm-node)")
+    doc.add_argument("--bundle", metavar="FILE.tar.gz",
+                     help="also write a support bundle: every node's facts, comm env, netplan, RDMA and ethtool "
+                          "views, kernel mlx5 lines, nvidia-smi -q, versions, last verify, serve record and log tails; "
+                          "secrets scrubbed (MANIFEST.json says what)")
+    doc.add_argument("--ask-become-pass", "-K", action="store_true",
+                     help="ask once for the sudo password (the bundle reads the netplan file and the kernel log as root)")
     app.wire(doc, cmd_doctor)

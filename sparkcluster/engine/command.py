@@ -14,6 +14,33 @@ from dataclasses import dataclass, field
 DEFAULT_TIMEOUT_S = 120.0
 # What a POSIX shell accepts as a variable name: anything else in `export NAME=...` would run as shell.
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# Variable names whose values are secrets (HF_TOKEN, WANDB_API_KEY, ...): never in a command line, an output
+# or a record; they travel on stdin and are shown masked.
+_SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSW|KEY|CREDENTIAL|AUTH|COOKIE", re.IGNORECASE)
+MASK = "********"
+
+
+def is_secret_name(name: str) -> bool:
+    return bool(_SECRET_NAME.search(name))
+
+
+def masked_env(env: Mapping[str, str]) -> dict[str, str]:
+    """`env` as it may be shown: the values of secret-like names masked."""
+    return {k: MASK if is_secret_name(k) else v for k, v in env.items()}
+
+
+def read_env_from_stdin() -> str:
+    """The shell line that exports every `NAME=value` line of stdin up to the first empty one, literally (no
+    expansion), so secret values reach the environment without passing through any command line."""
+    return 'while IFS= read -r kv && [ -n "$kv" ]; do export "$kv"; done'
+
+
+def env_on_stdin(env: Mapping[str, str]) -> str:
+    """What read_env_from_stdin() reads: one `NAME=value` line each, then an empty line."""
+    bad = [k for k, v in env.items() if not ENV_NAME.fullmatch(k) or "\n" in v or "\0" in v]
+    if bad:
+        raise ValueError(f"{bad[0]!r}: a secret's name must be a variable name and its value one line")
+    return "".join(f"{k}={v}\n" for k, v in sorted(env.items())) + "\n"
 
 
 def exports(env: Mapping[str, str]) -> str:
@@ -86,5 +113,5 @@ class Command:
             shown = f"sudo {shown}" if _plain_argv(shown) else f"sudo sh -c {shlex.quote(shown)}"
         for secret in self.secrets:
             if secret:
-                shown = shown.replace(secret, "********")
+                shown = shown.replace(secret, MASK)
         return shown

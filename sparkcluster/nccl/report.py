@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from ..engine.errors import EXIT_FAILED, EXIT_OK, UsageError
+from .bundles import expand, member, open_member
 from .logs import RankLog, format_table, read_capped_lines, read_log, read_probe_output
 from .runs import FileLog, Run, group_runs
 from .tables import read_tables
@@ -25,7 +26,7 @@ def report(paths: Sequence[str], *, json_output: bool, min_busbw: float | None) 
     files (runs.py) gets its own verdict."""
     files: list[FileLog] = []
     probe_ranks: list[dict[str, Any]] = []
-    for path in paths:
+    for path in expand(paths):  # a support bundle (doctor --bundle) stands for the logs inside it
         _check_regular(path)
         with _open(path) as f:  # one pass per reader over a regular file: none keeps the text whole
             ranks = read_log(read_capped_lines(f.readline), source=path)
@@ -75,6 +76,8 @@ def _verdict_lines(run: Run, verdict: Verdict, indent: str) -> list[str]:
 
 def _check_regular(path: str) -> None:
     """Only a regular file has an end: /dev/zero never does, and opening a FIFO waits for a writer forever."""
+    if member(path):
+        return  # a file inside a bundle: the bundle is a regular file
     try:
         mode = os.stat(path).st_mode
     except FileNotFoundError:
@@ -91,6 +94,8 @@ _KINDS = {stat.S_IFDIR: "a directory", stat.S_IFIFO: "a FIFO", stat.S_IFCHR: "a 
 
 
 def _open(path: str) -> TextIO:
+    if member(path):
+        return open_member(path)
     try:
         return open(path, encoding="utf-8", errors="replace")
     except OSError as e:

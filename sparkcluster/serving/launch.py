@@ -73,13 +73,14 @@ class ServeArgs:
 
 def vllm_serve_argv(args: ServeArgs, launcher: Launcher, node: Node, nnodes: int) -> list[str]:
     """`vllm serve` for one node. ray: only the head runs it; native: every node runs one, the workers
-    headless (vLLM's own multi-node mode, as eugr's and sparkrun's current releases default to)."""
+    headless (vLLM's own multi-node mode, as eugr's and sparkrun's current releases default to); native on one
+    node: vLLM alone, with no launcher flag (as eugr's solo mode and sparkrun on one host run it)."""
     argv = ["vllm", "serve", args.model, "--tensor-parallel-size", str(args.tp)]
     if args.pp > 1:
         argv += ["--pipeline-parallel-size", str(args.pp)]
     if launcher == "ray":
         argv += ["--distributed-executor-backend", "ray"]
-    else:
+    elif nnodes > 1:
         argv += ["--distributed-executor-backend", "mp", "--nnodes", str(nnodes), "--node-rank", str(node.rank),
                  "--master-addr", node.head_ip, "--master-port", str(NATIVE_MASTER_PORT)]
         if not node.is_head:
@@ -111,7 +112,7 @@ def container_command(argv: Sequence[str], entrypoint: Sequence[str] | None) -> 
 
 def docker_run_line(image: str, env_file: str, argv: Sequence[str], *, entrypoint: Sequence[str] | None = None,
                     env: Mapping[str, str] | None = None, docker_args: Sequence[str] = (),
-                    detached: bool = True, caches: bool = False) -> str:
+                    detached: bool = True, caches: bool = False, pass_env: Sequence[str] = ()) -> str:
     """eugr's `docker run` for vllm_node (§1.4), with this node's own comm env from bootstrap as an env file
     rather than the head's values passed to every node. A shell line: the env file and the HF cache are
     paths the node's shell resolves. `detached=False`: a short-lived twin with the same flags, in the
@@ -121,6 +122,7 @@ def docker_run_line(image: str, env_file: str, argv: Sequence[str], *, entrypoin
     mode = ["-d", "--privileged", "--gpus", "all", "--rm"] if detached else ["--rm", "-i", "--privileged", "--gpus", "all"]
     fixed = ["docker", "run", *mode, "--ipc=host", "--network", "host"] + (["--name", CONTAINER] if detached else [])
     extra_env = [a for k, v in sorted((env or {}).items()) for a in ("-e", f"{k}={v}")]
+    extra_env += [a for name in sorted(pass_env) for a in ("-e", name)]  # values from the client's environment
     cache = f"{docker_cache_args()} " if caches else ""
     line = (f"{shlex.join(fixed)} --env-file {env_file} {cache}{shlex.join(extra_env)} "
             f"-v {NODE_HF_HOME}:{CONTAINER_HF_HOME} {shlex.join([*docker_args, *options, image, *command])}")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from ..engine.command import is_secret_name
 from ..engine.errors import SparkclusterError
 from ..engine.inventory import Host, Inventory
 from ..engine.session import Session
@@ -37,4 +38,8 @@ def node_env(inventory: Inventory, host: Host, extra: Mapping[str, str] | None =
     for scope in (inventory.vars, host.vars):
         env.update({str(k): str(v) for k, v in (scope.get("serve_env") or {}).items()})
     env.update(extra or {})
-    return NodeEnv(comm_env_path(host), env)
+    secrets = {k: v for k, v in env.items() if is_secret_name(k)}
+    broken = [k for k, v in secrets.items() if "\n" in v or "\0" in v]  # stdin carries one line per secret
+    if broken:
+        raise SparkclusterError(f"{host.name}: the value of {broken[0]} holds a line break", "give a secret as one line")
+    return NodeEnv(comm_env_path(host), {k: v for k, v in env.items() if k not in secrets}, secrets)

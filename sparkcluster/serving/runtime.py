@@ -13,8 +13,8 @@ import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from ..engine.command import Command, exports, shell_path
-from ..engine.errors import SparkclusterError
+from ..engine.command import Command, env_on_stdin, exports, read_env_from_stdin, shell_path
+from ..engine.errors import UsageError
 from ..engine.inventory import Host
 from ..engine.remote import source_env
 from ..staging.images import ImageInfo
@@ -29,10 +29,25 @@ STOP_GRACE_S = 10
 
 @dataclass(frozen=True)
 class NodeEnv:
-    """What a node's processes get: the comm env file bootstrap wrote, plus fixed variables."""
+    """What a node's processes get: the comm env file bootstrap wrote, plus fixed variables, plus secrets (the
+    values of secret-like names: HF_TOKEN...), which the start commands read from stdin: any user of a node can
+    read a command line (`ps`), and --check shows them. Commands that only query the serving env (the probe,
+    Ray's members) do without the secrets."""
 
     env_file: str  # remote path, `~/` allowed
     env: Mapping[str, str] = field(default_factory=dict)
+    secrets: Mapping[str, str] = field(default_factory=dict)
+
+    def reader(self) -> str:
+        """The line that takes the secrets off stdin, first in a start command (empty without secrets)."""
+        return f"{read_env_from_stdin()}\n" if self.secrets else ""
+
+    def started(self, script: str) -> Command:
+        """A start command: the secrets on its stdin (and masked wherever it is shown)."""
+        if not self.secrets:
+            return Command(script)
+        return Command(self.reader() + script, stdin=env_on_stdin(self.secrets),
+                       secrets=tuple(v for v in self.secrets.values() if v))
 
 
 class Runtime:
@@ -77,8 +92,10 @@ class DockerRuntime(Runtime):
     name = "docker"
 
     def start_main(self, argv: Sequence[str], env: NodeEnv) -> Command:
-        return Command(docker_run_line(self.image, shell_path(env.env_file), argv, entrypoint=self.entrypoint,
-                                       env=env.env, docker_args=self.docker_args, caches=self.caches))
+        # `-e NAME` without a value: docker takes it from its client's environment, where the reader put it.
+        return env.started(docker_run_line(self.image, shell_path(env.env_file), argv, entrypoint=self.entrypoint,
+                                           env=env.env, docker_args=self.docker_args, caches=self.caches,
+                                           pass_env=tuple(env.secrets)))
 
     def start_vllm_on_main(self, argv: Sequence[str], env: NodeEnv) -> Command:
         # The container already holds the env (--env-file, -e): no `bash -i` and .bashrc needed, as in eugr's.
@@ -136,10 +153,10 @@ class HostRuntime(Runtime):
 
     def _start(self, role: str, argv: Sequence[str], env: NodeEnv) -> Command:
         d = shell_path(HOST_STATE_DIR)
-        return Command(f"mkdir -p {d} || exit 1\n{self._enter(env)}"
-                       f"if kill -0 $(cat {d}/{role}.pid 2>/dev/null) 2>/dev/null; then echo 'already running' >&2; exit 3; fi\n"
-                       f"setsid nohup {shlex.join(argv)} > {d}/{role}.log 2>&1 < /dev/null &\n"
-                       f"echo $! > {d}/{role}.pid")
+        return env.started(f"mkdir -p {d} || exit 1\n{self._enter(env)}"
+                           f"if kill -0 $(cat {d}/{role}.pid 2>/dev/null) 2>/dev/null; then echo 'already running' >&2; exit 3; fi\n"
+                           f"setsid nohup {shlex.join(argv)} > {d}/{role}.log 2>&1 < /dev/null &\n"
+                           f"echo $! > {d}/{role}.pid")
 
     def start_main(self, argv: Sequence[str], env: NodeEnv) -> Command:
         return self._start("main", argv, env)
@@ -193,9 +210,9 @@ class RuntimeChoice:
             return DockerRuntime(self.image, self.entrypoint, self.docker_args, self.caches)
         env = host.vars.get("python_env")
         if not env:
-            raise SparkclusterError(f"{host.name}: the host runtime needs `python_env` (a virtual environment with "
-                                    "ray and vllm) in the inventory", "set vars: {python_env: /path/to/venv}, or "
-                                    "use --runtime docker")
+            raise UsageError(f"{host.name}: the host runtime needs `python_env` (a virtual environment with "
+                             "ray and vllm) in the inventory", "set vars: {python_env: /path/to/venv}, or "
+                             "use --runtime docker")
         return HostRuntime(str(env), self.caches)
 
     def start_fix(self) -> str:

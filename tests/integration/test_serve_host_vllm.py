@@ -7,6 +7,7 @@ to start vLLM when the probe finds the traffic on the management network."""
 from __future__ import annotations
 
 import json
+import shlex
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,6 +25,7 @@ VLLM_ENV = ROOT / ".venv-vllm"
 MODEL = "local/tiny-llama"
 PLUGIN_SWITCH = "SPARKCLUSTER_TEST_CPU_RAY"  # turns on the test-only platform plugin (tests/vllm_cpu_plugin)
 VLLM_FLAGS = ["--", "--max-model-len", "512", "--enforce-eager"]
+CANARY = "hf_SERVEENV" + "CANARY42"  # split: the test's own argv never holds it whole
 BOOK = ROOT / "README.md"  # any text of a few thousand words: bench --method llama-benchy cuts prompts from it
 
 
@@ -38,6 +40,7 @@ def cluster(tmp_path_factory) -> Iterator[SimCluster]:
         host_bootstrap(c, tmp_path_factory.mktemp("cfg"))
         doc = yaml.safe_load(c.inventory_path.read_text())
         doc["vars"]["serve_env"][PLUGIN_SWITCH] = "1"
+        doc["vars"]["serve_env"]["HF_TOKEN"] = CANARY  # a secret: never in a command line on a node (issue 28)
         c.inventory_path.write_text(yaml.safe_dump(doc, sort_keys=False))
         # The model exists on the head only; serve stages it to the worker.
         tinymodel.generate_on(c, "spark-1", str(VLLM_ENV / "bin" / "python"))
@@ -105,15 +108,51 @@ def down_leaves_nothing(c: SimCluster) -> None:
         assert "vllm serve" not in processes(c, host) and "raylet" not in processes(c, host)
 
 
-def test_real_vllm_serves_with_tp2_across_two_nodes_over_ray(cluster):
-    """The Ray launcher; the native one serves the same way in test_bench_measures_the_served_cluster."""
-    result = sc(cluster, "serve", "--runtime", "host", "--launcher", "ray", "--tp", "2", "--model", MODEL,
-                "--ready-timeout", "300", "--json", *VLLM_FLAGS)
+# Another user of the node reads every process's command line as fast as it can, for as long as a serve runs.
+ARGV_WATCHER = """
+import os, sys, time
+needle, hits, scans = (sys.argv[1] + sys.argv[2]).encode(), set(), 0
+while not os.path.exists(sys.argv[3]):
+    for pid in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                line = f.read()
+        except OSError:
+            continue
+        if needle in line:
+            hits.add(line.replace(b"\\0", b" ")[:300].decode(errors="replace"))
+    scans += 1
+    time.sleep(0.002)  # a scan every few ms, leaving the cores to the serve
+print(scans)
+print("\\n".join(sorted(hits)))
+"""
+
+
+def test_real_vllm_serves_with_tp2_across_two_nodes_over_ray(cluster, tmp_path):
+    """The Ray launcher; the native one serves the same way in test_bench_measures_the_served_cluster. The
+    inventory's HF_TOKEN reaches the serving processes but no command line on a node, nor --check's output."""
+    check = sc(cluster, "serve", "--runtime", "host", "--launcher", "ray", "--tp", "2", "--model", MODEL,
+               "--check", "--json", *VLLM_FLAGS)
+    assert check.returncode == 0 and "ray start" in check.stdout, check.stderr[-2000:]
+    assert CANARY not in check.stdout + check.stderr  # failed before: twice, in the start lines
+    watcher = subprocess.Popen(cluster.ssh_argv("spark-2", "root") + [
+        f"setpriv --reuid=nobody --regid=nogroup --clear-groups python3 -c {shlex.quote(ARGV_WATCHER)} "
+        f"{CANARY[:8]} {CANARY[8:]} /tmp/argv-watch.stop"], stdout=subprocess.PIPE, text=True)
     try:
+        result = sc(cluster, "serve", "--runtime", "host", "--launcher", "ray", "--tp", "2", "--model", MODEL,
+                    "--ready-timeout", "300", "--json", *VLLM_FLAGS)
         assert result.returncode == 0, result.stderr[-3000:]
+        assert CANARY not in result.stdout + result.stderr
         serves_tp2_on_the_fabric(cluster, json.loads(result.stdout), "RayWorkerProc")
+        raylet = ssh(cluster, "spark-2", "pgrep -o -f raylet").stdout.strip()
+        environ = ssh(cluster, "spark-2", f"cat /proc/{raylet}/environ", user="root").stdout
+        assert f"HF_TOKEN={CANARY}" in environ.split("\0")  # it did reach the node, through stdin
     finally:
+        ssh(cluster, "spark-2", "touch /tmp/argv-watch.stop", user="root")
+        seen = watcher.communicate(timeout=60)[0].splitlines()
+        ssh(cluster, "spark-2", "rm -f /tmp/argv-watch.stop", user="root")
         down_leaves_nothing(cluster)
+    assert int(seen[0]) > 100 and not any(seen[1:]), seen[1:]  # it watched, and never saw the token
 
 
 def test_serve_refuses_a_fallback_onto_the_management_network(cluster, tmp_path):
