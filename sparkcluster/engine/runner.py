@@ -62,6 +62,7 @@ class Runner:
         self.extra_vars = dict(extra_vars or {})
         self.facts: dict[str, HostFacts] = session.facts
         self._changed_since_facts: set[str] = set()
+        self._planned: set[str] = set()  # check mode: hosts whose facts are an earlier step's plan (Plan.planned_facts)
         self.recap = {h.name: HostRecap() for h in session.hosts}
         self.failures: dict[str, Failure] = {}
         self.down: set[str] = set()  # failed or unreachable: no further steps
@@ -163,7 +164,7 @@ class Runner:
         self.emit(StepStarted(host.name, play.name, call.name))
         # Cross-node steps see the facts of only the nodes still in the run: a failed node is not a peer to set up.
         healthy = {name: facts for name, facts in self.facts.items() if name not in self.down}
-        ctx = HostContext(host, dataclasses.replace(self.session, facts=healthy), self.check)
+        ctx = HostContext(host, dataclasses.replace(self.session, facts=healthy), self.check, frozenset(self._planned))
         try:
             step = call.step(build_args(call, self._template_context(host)))
             plan = step.check(ctx)
@@ -175,6 +176,10 @@ class Runner:
                 self._finish(host, play.name, call.name, Status.OK, plan.reason, started, warnings=warnings)
                 return
             if self.check:
+                if plan.planned_facts is not None:  # what later steps check against: the state this plan makes
+                    with self._lock:
+                        self.facts[host.name] = plan.planned_facts
+                        self._planned.add(host.name)
                 self._finish(host, play.name, call.name, Status.CHANGED, f"would {plan.reason}", started, plan)
                 return
             step.apply(ctx, plan)

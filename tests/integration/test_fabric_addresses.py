@@ -61,11 +61,28 @@ def test_a_fresh_pair_is_addressed_then_nothing_changes(pair):
     assert all(addrs == [] and mtu == 1500 for t in before.values() for addrs, mtu in t.values()), before
     mgmt = {h.name: h.mgmt_ip for h in c.topology.hosts}
 
+    # --check first, as a careful user does: exit 0 with the whole plan. The addresses fabric.addresses would give
+    # are what the QSFP preflight and the comm env check against (before, the preflight failed on the bare twins
+    # and told the user to add by hand what bootstrap would add); nothing changes on the nodes.
+    dry = bootstrap(c, cfg, "--check")
+    assert dry.returncode == 0, dry.stdout + dry.stderr
+    subnets = [ipaddress.IPv4Network(n) for n in yaml.safe_load(c.inventory_path.read_text())["vars"]["fabric"]["subnets"]]
+    for host, number in (("spark-1", 11), ("spark-2", 12)):
+        plan = [line for line in dry.stdout.splitlines() if f" {host} | " in line]
+        assert any(f"fabric.addresses | would address port 1: enp1s0f1np1 {subnets[0][number]}/24 (new)" in line
+                   for line in plan), dry.stdout
+        assert any(f"preflight.qsfp | enp1s0f1np1 {subnets[0][number]}/24" in line and "MTU 9000" in line
+                   for line in plan), dry.stdout
+        assert any("preflight.fabric | " in line and "planned, not applied" in line for line in plan), dry.stdout
+        assert any("comm.env | would create" in line for line in plan), dry.stdout
+    assert "PLAY ssh mesh" in dry.stdout and "PLAY models" in dry.stdout  # every play ran
+    assert changed(dry.stdout) == [3, 3] and "failed=0" in dry.stdout and "failed=1" not in dry.stdout
+    assert {h.name: twins(c, h.name) for h in c.topology.hosts} == before  # check mode changed nothing
+
     first = bootstrap(c, cfg)
     assert first.returncode == 0, first.stdout + first.stderr
     assert "fabric.addresses | address port 1" in first.stdout
 
-    subnets = [ipaddress.IPv4Network(n) for n in yaml.safe_load(c.inventory_path.read_text())["vars"]["fabric"]["subnets"]]
     for number, host in enumerate(("spark-1", "spark-2"), start=11):
         got = twins(c, host)
         assert got == {"enp1s0f1np1": ([f"{subnets[0][number]}/24"], 9000),

@@ -42,6 +42,10 @@ class Plan:
     skip: bool = False  # the step does not apply to this host
     diff: str | None = None  # for --diff: the file change this plan makes
     warnings: tuple[str, ...] = ()  # worth a person's attention, not a failure (e.g. MTU below 9000)
+    # The host's facts as they will be once this plan is carried out (e.g. the fabric addresses it assigns). In
+    # check mode nothing is carried out, so the runner hands these to the later steps instead of the facts read
+    # from the host: they check against the planned state, and --check shows the whole plan.
+    planned_facts: HostFacts | None = None
 
     @property
     def changes(self) -> bool:
@@ -72,6 +76,13 @@ class HostContext:
     host: Host
     session: Session
     check_mode: bool = False
+    # Hosts whose facts are a plan's, not the host's (check mode: an earlier step would change them). What only
+    # exists once applied (a planned address) cannot be probed on the wire yet: see is_planned().
+    planned: frozenset[str] = frozenset()
+
+    def is_planned(self, name: str | None = None) -> bool:
+        """Whether this host's (or `name`'s) facts are planned rather than read from it."""
+        return (self.host.name if name is None else name) in self.planned
 
     @property
     def transport(self) -> Transport:

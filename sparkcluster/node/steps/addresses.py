@@ -29,6 +29,7 @@ from ..addressing import (
     netplan_yaml,
     plan_addresses,
 )
+from ..planned import planned_facts
 from .preflight import facts_of
 
 STATE_DIR = "/var/lib/sparkcluster/fabric"  # root-owned: the previous file, the rollback script, its outcome
@@ -61,7 +62,8 @@ class FabricAddresses(Step):
             raise StepFailed("netplan is not installed: the fabric's addresses could not survive a reboot", NETPLAN_FIX)
         diff = unified_diff(ctx.host.name, NETPLAN_FILE, current_file or "", wanted) if file_changes else None
         return Plan(f"address port {plan.port}: {_twins(plan)}, MTU {plan.mtu}",
-                    self._commands(ctx, plan, wanted, config), diff=diff, warnings=plan.notes)
+                    self._commands(ctx, plan, wanted, config), diff=diff, warnings=plan.notes,
+                    planned_facts=planned_facts(facts_of(ctx), plan))
 
     def apply(self, ctx: HostContext, plan: Plan) -> None:
         config = _config(ctx)
