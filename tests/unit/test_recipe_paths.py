@@ -108,6 +108,27 @@ def test_an_include_or_a_typed_name_through_a_trusted_registry_is_refused(world)
     assert "@good/../../evil/recipes/direct leads out of the registry 'good''s recipes folder" in said, said
 
 
+def test_an_include_beside_the_file_stays_inside_its_tree(world):
+    """An include without @ is looked up beside the file and must stay inside its repository (here good's clone)."""
+    (world.good / "recipes" / "viarel.yaml").write_text("recipe_version: '2'\ninclude: ../../evil/recipes/base\n")
+    said = refusal("@good/viarel", trust=True)
+    assert "viarel.yaml:2: include '../../evil/recipes/base' leads out of the recipe's folder" in said, said
+    (world.good / "recipes" / "common").mkdir()
+    (world.good / "recipes" / "common" / "base.yaml").write_text(V2 + "mods: [fix-a]\n")
+    (world.good / "recipes" / "inside.yaml").write_text("recipe_version: '2'\ninclude: common/base\n")
+    mod = load_recipe("@good/inside").mods[0]
+    assert (mod.name, mod.registry, mod.trusted) == ("fix-a", "good", True)
+
+
+def test_a_mod_holding_a_fifo_or_a_dangling_link_is_refused_not_read(world):
+    fix = world.good / "mods" / "fix-a"
+    os.mkfifo(fix / "pipe")  # reading it would hang the serve
+    assert "fix-a" in refusal("@good/goodm") and "pipe is not a regular file" in refusal("@good/goodm")
+    (fix / "pipe").unlink()
+    os.symlink(fix / "gone", fix / "dangling")
+    assert "dangling is a symlink to nothing" in refusal("@good/goodm")
+
+
 def test_eugrs_fallback_cannot_walk_back_into_an_untrusted_clone(world):
     """S3: `fix-a/..` where only eugr's mods hold fix-a: the name left eugr's folder and kept eugr's trust."""
     said = refusal("@evil/viaeugr", trust=True)
