@@ -15,9 +15,8 @@ from pathlib import Path
 from .. import yamlsource
 from ..yamlsource import SourceList, SourceMap, describe
 from .ansible import is_ansible, load_ansible
-from .model import HEAD, WORKER, Host, Inventory, InventoryError
+from .model import HEAD, WORKER, Host, Inventory, InventoryError, Source
 from .native import load_native
-from .values import Source
 
 # The readers and the shared checks live in inventory_native, inventory_ansible and inventory_values; the
 # values they build are defined in inventory_model and re-exported here, where callers have always found them.
@@ -36,8 +35,15 @@ def load_inventory(path: str | os.PathLike[str], *, check_files: bool = True) ->
     known_hosts files exist (for example inventories and tests)."""
     shown = os.fspath(path)
     src = Source(shown, Path(shown).absolute().parent, check_files)
-    doc = _read(Path(shown), src)
-    return (load_ansible if is_ansible(doc) else load_native)(doc, src, Path(shown))
+    try:
+        doc = _read(Path(shown), src)
+        inventory = (load_ansible if is_ansible(doc) else load_native)(doc, src, Path(shown))
+    except InventoryError as e:  # a problem the reader could not read past: reported with those found before it
+        if not e.line or len(e.problems) > 1:  # no line to name, or already every problem found
+            raise
+        src.report(e)
+    src.raise_problems()  # every problem of the file in one error, exit 2
+    return inventory
 
 
 def _read(file: Path, src: Source) -> SourceMap:

@@ -14,12 +14,11 @@ from pathlib import Path
 from typing import Any
 
 from ..yamlsource import SourceMap, describe
-from .model import HEAD, WORKER, Inventory
+from .model import HEAD, WORKER, Inventory, InventoryError, Source
 from .native import TOP_KEYS
 from .values import (
     Draft,
     Layer,
-    Source,
     Value,
     build_draft,
     check_cluster,
@@ -151,11 +150,22 @@ def load_ansible(doc: SourceMap, src: Source, path: Path) -> Inventory:
     # Inventory-wide settings live in all's vars under our prefix; popped so that hosts do not inherit them.
     all_vars, all_free = reader.groups["all"].vars, group_layers["all"][1]
     name, models = all_free.pop("sparkcluster_name", None), all_free.pop("sparkcluster_models", None)
-    drafts = [_ansible_host(host, reader, depths, group_layers, src) for host in reader.host_vars]
-    check_cluster(drafts, src, doc.line, "put the head in a group named `head` under `children:`, or give it `sparkcluster_role: head`")
-    return Inventory(path=path, name=inventory_name(name, _last_line(all_vars, "sparkcluster_name"), src, path),
-                     hosts=tuple(d.host for d in drafts), vars=all_free, format="ansible",
-                     models=model_ids(models, _last_line(all_vars, "sparkcluster_models"), "sparkcluster_models", src))
+    drafts = []
+    for host in reader.host_vars:  # each host on its own: one run reports the problems of all of them
+        try:
+            drafts.append(_ansible_host(host, reader, depths, group_layers, src))
+        except InventoryError as e:
+            src.report(e)
+    if len(drafts) == len(reader.host_vars):  # one head, no shared address: needs every host read
+        check_cluster(drafts, src, doc.line, "put the head in a group named `head` under `children:`, or give it `sparkcluster_role: head`")
+    try:
+        title = inventory_name(name, _last_line(all_vars, "sparkcluster_name"), src, path)
+        model_list = model_ids(models, _last_line(all_vars, "sparkcluster_models"), "sparkcluster_models", src)
+    except InventoryError as e:
+        src.report(e)
+    src.raise_problems()
+    return Inventory(path=path, name=title, hosts=tuple(d.host for d in drafts), vars=all_free, format="ansible",
+                     models=model_list)
 
 
 def _last_line(maps: list[SourceMap], key: str) -> int:

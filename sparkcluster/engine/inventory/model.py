@@ -17,11 +17,43 @@ HEAD, WORKER = "head", "worker"
 
 
 class InventoryError(UsageError):
-    """An inventory that is missing or invalid (exit 2); `line` is set when the message points into the file."""
+    """An inventory that is missing or invalid (exit 2); `line` is set when the message points into the file.
+    `problems`: every problem found in one reading of the file (this error is the first of them, or all of them
+    together: see Source.raise_problems)."""
 
-    def __init__(self, message: str, fix: str = "", *, line: int | None = None) -> None:
+    def __init__(self, message: str, fix: str = "", *, line: int | None = None,
+                 problems: tuple[InventoryError, ...] = ()) -> None:
         super().__init__(message, fix)
         self.line = line
+        self.problems = problems or (self,)
+
+
+@dataclass(frozen=True)
+class Source:
+    """The file being read, and every problem found in it so far: the readers report a problem and go on with
+    the next host, group or setting, so that one run names them all (each with its line) before any connection."""
+
+    shown: str  # the path as the user gave it
+    dir: Path  # where relative key paths start
+    check_files: bool
+    problems: list[InventoryError] = field(default_factory=list, compare=False)
+
+    def error(self, line: int, problem: str, fix: str) -> InventoryError:
+        return InventoryError(f"{self.shown}:{line}: {problem}", fix, line=line)
+
+    def report(self, error: InventoryError) -> None:
+        if all(e.message != error.message for e in self.problems):  # a shared layer read twice says it once
+            self.problems.append(error)
+
+    def raise_problems(self) -> None:
+        """One error for all the problems found, in the order they were found (a cause before what follows from
+        it: an unknown key `host:` before "no `hosts:` section"), each with its fix; exit 2."""
+        found = list(self.problems)
+        if len(found) == 1:
+            raise found[0]
+        if found:  # printed as `error: <first>`, each fix under its problem, the last one's as the error's fix
+            lines = [line for e in found[:-1] for line in (e.message, f"  fix: {e.fix}")] + [found[-1].message]
+            raise InventoryError("\n".join(lines), found[-1].fix, line=found[0].line, problems=tuple(found))
 
 
 @dataclass(frozen=True)

@@ -12,11 +12,10 @@ from typing import Any
 
 from ..errors import did_you_mean
 from ..yamlsource import SourceList, SourceMap, describe
-from .model import WORKER, Inventory
+from .model import WORKER, Inventory, InventoryError, Source
 from .values import (
     Draft,
     Layer,
-    Source,
     Value,
     build_draft,
     check_cluster,
@@ -54,14 +53,23 @@ def load_native(doc: SourceMap, src: Source, path: Path) -> Inventory:
     all_layer = read_layer(mapping_at(doc, "vars", src), src, _shared_key)
     groups = _own_groups(mapping_at(doc, "groups", src), hosts, src)
     drafts = []
-    for name, settings in hosts.items():
+    for name, settings in hosts.items():  # each host on its own: one run reports the problems of all of them
         member_of = [g for g in groups if name in g.members]
         layers = [all_layer, *(g.layer for g in member_of)]
-        drafts.append(_own_host(name, hosts.key_line(name), settings, layers, tuple(g.name for g in member_of), src))
-    check_cluster(drafts, src, doc.key_line("hosts"), "give the host that runs the Ray head and the API server `role: head`")
-    return Inventory(path=path, name=inventory_name(doc.get("name"), doc.key_line("name") if "name" in doc else 1, src, path),
-                     hosts=tuple(d.host for d in drafts), vars=all_layer[1], format="sparkcluster",
-                     models=model_ids(doc.get("models"), doc.key_line("models") if "models" in doc else 1, "models", src))
+        try:
+            drafts.append(_own_host(name, hosts.key_line(name), settings, layers, tuple(g.name for g in member_of), src))
+        except InventoryError as e:
+            src.report(e)
+    if len(drafts) == len(hosts):  # the cluster's checks (one head, no shared address) need every host read
+        check_cluster(drafts, src, doc.key_line("hosts"), "give the host that runs the Ray head and the API server `role: head`")
+    try:
+        title = inventory_name(doc.get("name"), doc.key_line("name") if "name" in doc else 1, src, path)
+        models = model_ids(doc.get("models"), doc.key_line("models") if "models" in doc else 1, "models", src)
+    except InventoryError as e:
+        src.report(e)
+    src.raise_problems()
+    return Inventory(path=path, name=title, hosts=tuple(d.host for d in drafts), vars=all_layer[1],
+                     format="sparkcluster", models=models)
 
 
 def _own_host(name: Any, line: int, settings: Any, shared: list[Layer], groups: tuple[str, ...], src: Source) -> Draft:
@@ -70,7 +78,7 @@ def _own_host(name: Any, line: int, settings: Any, shared: list[Layer], groups: 
         raise src.error(line, f"host {name!r} must map settings such as `address:` to values, not {describe(settings)}",
                         f"e.g. `{name}: {{address: 192.168.1.50, role: worker}}`")
     check_keys(settings, _HOST_KEYS, src, f"in host {name!r}")
-    direct = {k: Value(v, k, settings.key_line(k)) for k, v in settings.items() if k != "vars"}
+    direct = {k: Value(v, k, settings.key_line(k)) for k, v in settings.items() if k in _HOST_KEYS and k != "vars"}
     host_vars = read_layer(mapping_at(settings, "vars", src), src, _host_var_key)
     merged, free = merge_layers([*shared, host_vars, (direct, {})])
     if "address" not in merged:
@@ -93,18 +101,24 @@ def _host_var_key(key: str, line: int, src: Source) -> None:
 def _own_groups(groups: SourceMap, hosts: SourceMap, src: Source) -> list[_Group]:
     result = []
     for name, body in groups.items():
-        line = groups.key_line(name)
-        check_group_name(name, line, hosts, src)
-        if name == "all":
-            raise src.error(line, "the group name 'all' is reserved: it means every host", "use `vars:` at the top level for all hosts")
-        if not isinstance(body, SourceMap | None):
-            raise src.error(line, f"group {name!r} must be a mapping with `hosts:` and `vars:`, not {describe(body)}",
-                            f"e.g. `{name}: {{hosts: [spark-1, spark-2], vars: {{port: 22}}}}`")
-        body = body or SourceMap(line)
-        check_keys(body, _GROUP_KEYS, src, f"in group {name!r}")
-        members = _group_members(name, body, hosts, src)
-        result.append(_Group(name, members, read_layer(mapping_at(body, "vars", src), src, _shared_key)))
+        try:
+            result.append(_own_group(name, body, groups.key_line(name), hosts, src))
+        except InventoryError as e:
+            src.report(e)
     return result
+
+
+def _own_group(name: Any, body: Any, line: int, hosts: SourceMap, src: Source) -> _Group:
+    check_group_name(name, line, hosts, src)
+    if name == "all":
+        raise src.error(line, "the group name 'all' is reserved: it means every host", "use `vars:` at the top level for all hosts")
+    if not isinstance(body, SourceMap | None):
+        raise src.error(line, f"group {name!r} must be a mapping with `hosts:` and `vars:`, not {describe(body)}",
+                        f"e.g. `{name}: {{hosts: [spark-1, spark-2], vars: {{port: 22}}}}`")
+    body = body or SourceMap(line)
+    check_keys(body, _GROUP_KEYS, src, f"in group {name!r}")
+    members = _group_members(name, body, hosts, src)
+    return _Group(name, members, read_layer(mapping_at(body, "vars", src), src, _shared_key))
 
 
 def _group_members(group: str, body: SourceMap, hosts: SourceMap, src: Source) -> tuple[str, ...]:

@@ -19,17 +19,8 @@ from ..command import ENV_NAME
 from ..errors import UsageError, did_you_mean
 from ..modelref import ModelRef
 from ..yamlsource import SourceList, SourceMap, describe
-from .model import HEAD, WORKER, Host, InventoryError
-
-
-@dataclass(frozen=True)
-class Source:
-    shown: str  # the path as the user gave it
-    dir: Path  # where relative key paths start
-    check_files: bool
-
-    def error(self, line: int, problem: str, fix: str) -> InventoryError:
-        return InventoryError(f"{self.shown}:{line}: {problem}", fix, line=line)
+from .fabric import check_fabric
+from .model import HEAD, WORKER, Host, InventoryError, Source
 
 
 @dataclass(frozen=True)
@@ -56,15 +47,18 @@ def read_layer(values: SourceMap, src: Source, classify: Classify) -> Layer:
     free: dict[str, Any] = {}
     for key, value in values.items():
         line = values.key_line(key)
-        if not isinstance(key, str):
-            raise src.error(line, f"the var name {key!r} is not a string", "name vars with letters, digits and '_'")
-        setting = classify(key, line, src)
-        if setting:
-            settings[setting] = Value(value, key, line)
-        else:
-            if key in HOST_VAR_CHECKS:
-                HOST_VAR_CHECKS[key](value, line, src)
-            free[key] = value
+        try:  # each var on its own: one run reports the problems of all of them
+            if not isinstance(key, str):
+                raise src.error(line, f"the var name {key!r} is not a string", "name vars with letters, digits and '_'")
+            setting = classify(key, line, src)
+            if setting:
+                settings[setting] = Value(value, key, line)
+            else:
+                if key in HOST_VAR_CHECKS:
+                    HOST_VAR_CHECKS[key](value, line, src)
+                free[key] = value
+        except InventoryError as e:
+            src.report(e)
     return settings, free
 
 
@@ -108,6 +102,7 @@ HOST_VAR_CHECKS: dict[str, Callable[[Any, int, Source], None]] = {
     "python": _check_node_path("python", "/usr/bin/python3"),
     "python_env": _check_node_path("python_env", "/opt/vllm-env"),
     "comm_env_path": _check_node_path("comm_env_path", "~/.config/sparkcluster/comm.env"),
+    "fabric": check_fabric,
 }
 
 
@@ -157,10 +152,10 @@ def _address_identity(address: str) -> str:
 
 
 def check_keys(values: SourceMap, allowed: Sequence[str], src: Source, where: str) -> None:
-    for key in values:
+    for key in values:  # every unknown key reported; the known ones are still read
         if key not in allowed:
-            raise src.error(values.key_line(key), f"unknown key {key!r} {where}{did_you_mean(key, allowed)}",
-                            f"allowed keys: {', '.join(allowed)}")
+            src.report(src.error(values.key_line(key), f"unknown key {key!r} {where}{did_you_mean(key, allowed)}",
+                                 f"allowed keys: {', '.join(allowed)}"))
 
 
 def mapping_at(parent: SourceMap, key: str, src: Source) -> SourceMap:

@@ -1,0 +1,103 @@
+"""Every problem of an inventory in one run, each with its file:line, exit 2 before any connection: the `fabric:`
+settings included (they used to pass the load and fail after connecting, or pass outright)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from sparkcluster import cli
+from sparkcluster.engine import session as session_module
+from sparkcluster.engine.inventory import InventoryError, load_inventory
+
+THREE_PROBLEMS = """\
+name: lab
+vars:
+  fabric:
+    subnets: [10.10.0.0/24, 10.10.0.128/25]
+    mtu: 90000
+hosts:
+  spark-1: {address: 192.168.1.50, role: head}
+  spark-2: {address: 192.168.1.51, port: 70000}
+"""
+
+
+@pytest.fixture
+def no_connection(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("connected although the inventory was invalid")
+    monkeypatch.setattr(session_module, "Transport", refuse)
+
+
+def problems(tmp_path: Path, text: str) -> list[str]:
+    path = tmp_path / "inv.yml"
+    path.write_text(text)
+    with pytest.raises(InventoryError) as raised:
+        load_inventory(path, check_files=False)
+    return [e.message.removeprefix(f"{path}:") for e in raised.value.problems]
+
+
+def test_three_problems_are_all_named_with_their_lines(tmp_path: Path) -> None:
+    # Before: only the port was reported; the overlap failed after connecting, and MTU 90000 passed.
+    assert problems(tmp_path, THREE_PROBLEMS) == [
+        "4: fabric.subnets 10.10.0.0/24 and 10.10.0.128/25 overlap: each twin needs a subnet of its own",
+        "5: fabric.mtu must be a whole number from 1280 to 9216, not 90000",
+        "8: port must be a port number from 1 to 65535, not 70000",
+    ]
+
+
+def test_bootstrap_exits_2_naming_all_three_before_connecting(tmp_path: Path, no_connection: None,
+                                                               capsys: pytest.CaptureFixture[str],
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "inv.yml"
+    path.write_text(THREE_PROBLEMS)
+    monkeypatch.setattr(cli.err_console, "width", 10_000)
+    assert cli.main(["bootstrap", str(path)]) == 2
+    err = capsys.readouterr().err
+    for line, what in ((4, "overlap"), (5, "fabric.mtu"), (8, "port must be")):
+        assert f"{path}:{line}: " in err and what in err, err
+    assert err.count("fix:") == 3
+
+
+@pytest.mark.parametrize("fabric, line, message", [
+    ("{topology: mesh}", 3, "fabric.topology must be one of auto, pair, switch, ring, not 'mesh'"),
+    ("{subnets: [10.0.0.0/24]}", 3, "fabric.subnets must list two IPv4 networks, not a list"),
+    ("{subnets: [10.0.0.1/24, 10.0.1.0/24]}", 3, "fabric.subnets: '10.0.0.1/24' is not an IPv4 network: 10.0.0.1/24 has host bits set"),
+    ("{subnets: [10.0.0.0/31, 10.0.1.0/24]}", 3, "fabric.subnets: 10.0.0.0/31 holds no two nodes"),
+    ("{mtu: nine}", 3, "fabric.mtu must be a whole number from 1280 to 9216, not 'nine'"),
+    ("{confirm_timeout: 2}", 3, "fabric.confirm_timeout must be 5 to 600 seconds, not 2"),
+    ("{subnet: [10.0.0.0/24, 10.0.1.0/24]}", 3, "fabric: unknown key 'subnet' (did you mean 'subnets'?)"),
+    ("[10.0.0.0/24]", 3, "fabric must be a mapping of topology, subnets, mtu, confirm_timeout, not a list"),
+])
+def test_each_fabric_setting_is_checked_at_its_line(tmp_path: Path, fabric: str, line: int, message: str) -> None:
+    text = f"vars:\n  x: 1\n  fabric: {fabric}\nhosts:\n  spark-1: {{address: 192.168.1.50, role: head}}\n"
+    assert problems(tmp_path, text) == [f"{line}: {message}"]
+
+
+def test_a_valid_fabric_and_a_host_level_override_load(tmp_path: Path) -> None:
+    path = tmp_path / "inv.yml"
+    path.write_text("vars:\n  fabric: {topology: ring, subnets: [10.0.0.0/24, 10.0.1.0/24], mtu: 9000, "
+                    "confirm_timeout: 30}\nhosts:\n  spark-1: {address: 192.168.1.50, role: head, "
+                    "vars: {fabric: {mtu: 1500}}}\n")
+    inventory = load_inventory(path, check_files=False)
+    assert inventory.vars["fabric"]["topology"] == "ring" and inventory.hosts[0].vars["fabric"]["mtu"] == 1500
+
+
+def test_problems_of_several_hosts_and_groups_are_all_reported(tmp_path: Path) -> None:
+    text = ("groups:\n  all: {}\n  g: {hosts: [spark-9]}\nhosts:\n  spark-1: {address: 192.168.1.50, role: head, "
+            "bogus: 1}\n  spark-2: {port: 22}\n")
+    found = problems(tmp_path, text)
+    assert [p.split(":")[0] for p in found] == ["2", "3", "5", "6"], found
+    assert "reserved" in found[0] and "spark-9" in found[1] and "'bogus'" in found[2] and "no address" in found[3]
+
+
+def test_status_of_the_host_runtime_without_python_env_is_exit_2_with_a_json_error(
+        tmp_path: Path, no_connection: None, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "inv.yml"
+    path.write_text("hosts:\n  spark-1: {address: 192.168.1.50, role: head}\n")
+    assert cli.main(["status", "-i", str(path), "--runtime", "host"]) == 2
+    assert cli.main(["status", "-i", str(path), "--runtime", "host", "--json"]) == 2
+    doc = json.loads(capsys.readouterr().out)
+    assert "python_env" in doc["error"] and doc["fix"]
