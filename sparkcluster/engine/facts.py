@@ -30,7 +30,7 @@ sec uname; uname -m; uname -r; uname -n
 sec os; while IFS='=' read -r k v; do [ "$k" = PRETTY_NAME ] && { v=${v#\"}; echo "${v%\"}"; }; done < /etc/os-release
 sec id; id; echo "$HOME"
 sec nvidia-smi
-if have nvidia-smi; then nvidia-smi --query-gpu=name,driver_version,compute_cap --format=csv,noheader 2>&1; echo "rc=$?"
+if have nvidia-smi; then timeout -k 1 20 nvidia-smi --query-gpu=name,driver_version,compute_cap --format=csv,noheader 2>&1; echo "rc=$?"
 else echo "@missing"; fi
 sec ibdev2netdev
 if have ibdev2netdev; then ibdev2netdev 2>&1; else echo "@missing"; fi
@@ -205,6 +205,8 @@ def parse_nvidia_smi_csv(lines: list[str]) -> tuple[tuple[Gpu, ...], str | None]
     body = [l for l in lines if l.strip() and l not in rc_lines]
     if body == ["@missing"]:
         return (), "nvidia-smi not found (no NVIDIA driver installed?)"
+    if rc in (124, 137):  # its own deadline in the probe: a wedged driver must not hold the facts (or a node) up
+        return (), "nvidia-smi gave no answer within 20 s (a hung GPU driver?)"
     if rc != 0:
         return (), " ".join(body).strip() or f"nvidia-smi exited {rc}"
     gpus = []

@@ -72,7 +72,12 @@ def names(text: str) -> str:
     return text
 
 
+def is_image(text: str) -> bool:
+    """REPOSITORY[:TAG]: one word, never an option (`-v/:/host`) of the `docker run` it reaches."""
+    return _IMAGE.fullmatch(text) is not None
+
+
 def image(text: str) -> str:
-    if not _IMAGE.fullmatch(text):
+    if not is_image(text):
         raise argparse.ArgumentTypeError(f"{text!r} is not an image name: give REPOSITORY[:TAG], e.g. vllm-node")
     return text

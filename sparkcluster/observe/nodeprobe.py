@@ -1,13 +1,21 @@
 """One node's live view for `top`: GPU utilisation and memory, the serving processes. One read-only shell line
 per node per sample, over the connection the session already holds.
 
+A probe never leaks processes on a node: the whole line runs under its own deadline there (`timeout`, inside the
+transport's), and nvidia-smi, which hangs with a wedged GPU driver, runs under a lock that its hung process keeps
+holding: while one still runs, later probes skip the GPU query and say so instead of starting another. Each
+section marker carries a nonce drawn for the probe, so nothing a node prints (random bytes from a broken
+nvidia-smi) can open a section of its own.
+
 On the GB10 the GPU has no memory of its own: nvidia-smi reports memory as "[N/A]" in queries ("Not Supported"
 in its table), so the figure shown is the node's unified memory in use (MemTotal - MemAvailable), and says so.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import secrets
+import shlex
+from collections.abc import Callable, Collection, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -18,7 +26,11 @@ from ..engine.inventory import Host
 from ..engine.session import Session
 from ..engine.transport import Unreachable
 
-PROBE_TIMEOUT_S = 10.0
+PROBE_TIMEOUT_S = 10.0  # the transport's bound on one probe
+NODE_DEADLINE_S = 8  # the probe's own deadline on the node: it ends there before the transport gives up
+GPU_DEADLINE_S = 5  # nvidia-smi's, inside it
+GPU_OUTPUT_LIMIT = 65536  # a broken nvidia-smi's flood is cut here
+GPU_BUSY_RC = 75  # the lock is held: the last probe's nvidia-smi still runs
 GPU_QUERY = "nvidia-smi --query-gpu=utilization.gpu,memory.used,memory.total --format=csv,noheader,nounits"
 NOT_A_NUMBER = ("[N/A]", "N/A", "Not Supported", "[Not Supported]", "")
 
@@ -55,21 +67,37 @@ class NodeSample:
 AliveChecks = Mapping[str, str]
 
 
-def probe_command(checks: AliveChecks) -> Command:
-    """Sections the parser reads back: @gpu (nvidia-smi and its exit code), @mem (/proc/meminfo), @<role>."""
-    parts = [f"echo @gpu; {GPU_QUERY} 2>&1; echo rc=$?",
-             "echo @mem; grep -E '^(MemTotal|MemAvailable):' /proc/meminfo"]
+def new_nonce() -> str:
+    return secrets.token_hex(8)
+
+
+def probe_command(checks: AliveChecks, nonce: str) -> Command:
+    """Sections the parser reads back, each opened by `@NONCE:name`: gpu (nvidia-smi's output, cut and without
+    NULs, then its exit code as `@NONCE:rc=N`), mem (/proc/meminfo), one per role."""
+    mark = f"@{nonce}:"
+    gpu = (f"echo {mark}gpu; s=$(mktemp) || exit 1; d=\"${{XDG_CACHE_HOME:-$HOME/.cache}}/sparkcluster\"; "
+           "mkdir -p \"$d\"; "
+           f"{{ flock -n -E {GPU_BUSY_RC} \"$d/top-gpu.lock\" timeout -k 1 {GPU_DEADLINE_S} {GPU_QUERY} 2>&1; "
+           f"echo $? > \"$s\"; }} | head -c {GPU_OUTPUT_LIMIT} | tr -d '\\000'; echo; "
+           f"echo \"{mark}rc=$(cat \"$s\")\"; rm -f \"$s\"")
+    parts = ["umask 077", gpu, f"echo {mark}mem; grep -E '^(MemTotal|MemAvailable):' /proc/meminfo"]
     for role, alive in checks.items():
-        parts.append(f"echo @{role}; if {alive}; then echo running; else echo stopped; fi")
-    return Command("; ".join(parts), timeout=PROBE_TIMEOUT_S)
+        parts.append(f"echo {mark}{role}; if {alive}; then echo running; else echo stopped; fi")
+    line = "; ".join(parts)
+    return Command(f"timeout -k 1 {NODE_DEADLINE_S} sh -c {shlex.quote(line)}", timeout=PROBE_TIMEOUT_S)
 
 
-def parse_probe(name: str, text: str) -> NodeSample:
+def parse_probe(name: str, text: str, nonce: str, roles: Collection[str] = ()) -> NodeSample:
+    """A node's answer: only lines opening with the probe's own marker start a section, and only the roles asked
+    for become processes."""
+    mark = f"@{nonce}:"
     sections: dict[str, list[str]] = {}
     current: list[str] | None = None
     for line in text.splitlines():
-        if line.startswith("@"):
-            current = sections.setdefault(line[1:].strip(), [])
+        if line.startswith(mark) and line[len(mark):].startswith("rc="):
+            sections.setdefault("gpu", []).append(line[len(mark):].strip())
+        elif line.startswith(mark):
+            current = sections.setdefault(line[len(mark):].strip(), [])
         elif current is not None:
             current.append(line.strip())
     util, gpu_used, gpu_total, gpu_error = _gpu(sections.get("gpu", []))
@@ -80,15 +108,19 @@ def parse_probe(name: str, text: str) -> NodeSample:
     elif mem.get("MemTotal") is not None and mem.get("MemAvailable") is not None:
         total_kib, available_kib = mem["MemTotal"] or 0, mem["MemAvailable"] or 0
         used, total, source = (total_kib - available_kib) * 1024, total_kib * 1024, MemorySource.UNIFIED
-    processes = {role: lines[:1] == ["running"] for role, lines in sections.items() if role not in ("gpu", "mem")}
+    processes = {role: sections.get(role, [])[:1] == ["running"] for role in roles}
     return NodeSample(name, gpu_util_pct=util, memory_used_bytes=used, memory_total_bytes=total,
                       memory_source=source, gpu_error=gpu_error, processes=processes)
 
 
 def _gpu(lines: list[str]) -> tuple[float | None, int | None, int | None, str | None]:
     """(utilisation %, used bytes, total bytes, error) from the query's row and exit code."""
-    rc = next((line[3:] for line in lines if line.startswith("rc=")), "")
-    rows = [line for line in lines if not line.startswith("rc=")]
+    rc = next((line[3:] for line in reversed(lines) if line.startswith("rc=")), "")
+    rows = [line for line in lines if line and not line.startswith("rc=")]
+    if rc == str(GPU_BUSY_RC):
+        return None, None, None, "the last nvidia-smi on this node still runs (a hung GPU driver?): not asked again"
+    if rc in ("124", "137"):
+        return None, None, None, f"nvidia-smi gave no answer within {GPU_DEADLINE_S} s (stopped)"
     if rc != "0" or not rows:
         return None, None, None, (" ".join(rows).strip()[:200] or f"nvidia-smi exited {rc or '?'}")
     words = [w.strip() for w in rows[0].split(",")]
@@ -144,7 +176,8 @@ class NodeSampler:
         self.pool.shutdown(wait=False, cancel_futures=True)
 
     def _one(self, host: Host) -> NodeSample:
-        command = probe_command(self.checks(host))
+        checks, nonce = self.checks(host), new_nonce()
+        command = probe_command(checks, nonce)
         try:
             result = self.session.run(host, command)
         except Unreachable as e:
@@ -156,7 +189,7 @@ class NodeSampler:
         if result.exit_code == -1:
             self._reconnect_later(host)
             return NodeSample(host.name, answered=False, error=f"no answer within {PROBE_TIMEOUT_S:.0f} s")
-        return parse_probe(host.name, result.stdout)
+        return parse_probe(host.name, result.stdout, nonce, list(checks))
 
     def _reconnect_later(self, host: Host) -> None:
         """Forget the connection, so that the next sample connects anew (the node may come back)."""

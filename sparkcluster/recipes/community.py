@@ -5,7 +5,6 @@ line is taken apart: the flags sparkcluster sets itself become the defaults of i
 
 from __future__ import annotations
 
-import argparse
 import re
 import shlex
 from collections.abc import Callable, Mapping
@@ -14,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ..engine.errors import UsageError
-from ..engine.flags import image as image_name
+from ..engine.flags import is_image
 from ..engine.yamlsource import SourceList, SourceMap, describe
 from . import values as recipe_values
 from .command import FlagValue, VllmLine, as_int, parse_vllm_line, render
@@ -32,8 +31,10 @@ V2_USED = {"model", "model_revision", "runtime", "container", "command", "defaul
 # Where and how sparkrun places containers, which sparkcluster's one-container-per-node layout cannot follow.
 PLACEMENT = {"containers", "layout", "scheduler", "cluster_config", "distribution_config"}
 HOOKS = {"pre_exec", "post_exec", "post_commands", "stop_after_post"}
-VLLM_RUNTIMES: dict[str, RecipeLauncher | None] = {"vllm": "native", "vllm-distributed": "native", "vllm-ray": "ray",
-                                                    "eugr-vllm": None}
+# sparkrun's launcher per runtime: `vllm` is vllm-distributed (vLLM's own multi-node mode) unless the recipe names
+# Ray; its deprecated eugr-vllm runs eugr's launcher, whose default is no Ray either.
+VLLM_RUNTIMES: dict[str, RecipeLauncher] = {"vllm": "native", "vllm-distributed": "native", "vllm-ray": "ray",
+                                            "eugr-vllm": "native"}
 # sparkrun builds a command-less recipe's line from these defaults keys (runtimes/vllm's flag map); others are
 # not emitted.
 V2_FLAG_MAP = {
@@ -65,13 +66,15 @@ def eugr_v1(doc: SourceMap, shown: str, name: str, inputs: Inputs, resolve_mod: 
         if key not in doc:
             raise UsageError(f"{shown}:1: an eugr v1 recipe needs `{key}:` (run-recipe.py requires name, "
                              "recipe_version, container and command)", f"add `{key}:`")
-    defaults = _defaults(doc, shown)
+    defaults = _solo(doc, _defaults(doc, shown), inputs, shown)
     values = {**defaults, **inputs.options, **inputs.sets}
     where = f"{shown}:{line_of(doc, 'command')}"
     command = _text(doc, "command", shown) or ""
     line = parse_vllm_line(render(command, values, where), where)
+    # eugr's runner starts no Ray unless the command names it (its no-Ray default since 2026-07-01)
     return _recipe(doc, shown, name, "eugr v1", line, where, values, inputs, resolve_mod, warnings,
-                   cluster_only=_flag(doc, "cluster_only", shown), solo_only=_flag(doc, "solo_only", shown))
+                   cluster_only=_flag(doc, "cluster_only", shown), solo_only=_flag(doc, "solo_only", shown),
+                   launcher="native")
 
 
 def sparkrun_v2(doc: SourceMap, shown: str, name: str, inputs: Inputs, resolve_mod: ModResolver,
@@ -113,7 +116,7 @@ def sparkrun_v2(doc: SourceMap, shown: str, name: str, inputs: Inputs, resolve_m
                          line_of(layer, "env"))
         if "container" in layer:
             container_override = _container(layer, shown)
-    values = {**defaults, "model": model, **inputs.options, **inputs.sets}
+    values = {**_solo(doc, defaults, inputs, shown), "model": model, **inputs.options, **inputs.sets}
     _resolve_iteratively(values, shown)
     if command:
         where = f"{shown}:{line_of(doc, 'command')}"
@@ -124,7 +127,7 @@ def sparkrun_v2(doc: SourceMap, shown: str, name: str, inputs: Inputs, resolve_m
     line = parse_vllm_line(rendered, where)
     recipe = _recipe(env_doc if env_doc is not doc else doc, shown, name, "sparkrun v2", line, where, values, inputs,
                      resolve_mod, warnings, cluster_only=_flag(doc, "cluster_only", shown),
-                     solo_only=_flag(doc, "solo_only", shown), launcher=VLLM_RUNTIMES.get(runtime))
+                     solo_only=_flag(doc, "solo_only", shown), launcher=VLLM_RUNTIMES.get(runtime or "vllm"))
     min_nodes, max_nodes = _count(doc, "min_nodes", shown), _count(doc, "max_nodes", shown)
     return replace(recipe, model=f"{recipe.model}@{revision}" if revision and "@" not in (recipe.model or "") else recipe.model,
                    min_nodes=min_nodes or recipe.min_nodes, max_nodes=max_nodes or recipe.max_nodes,
@@ -170,6 +173,14 @@ def _recipe(doc: SourceMap, shown: str, name: str, fmt: Format, line: VllmLine, 
         mods=tuple(resolved), min_nodes=2 if cluster_only else None, max_nodes=1 if solo_only else None,
         warnings=tuple(warnings), sets_used={k: v for k, v in inputs.sets.items()},
     )
+
+
+def _solo(doc: Any, defaults: dict[str, Any], inputs: Inputs, shown: str) -> dict[str, Any]:
+    """A `solo_only` recipe runs on one node: its TP is 1 unless the user gives one (eugr's runner: solo sets
+    tensor_parallel=1 unless --tp), whatever its defaults say (gemma4-26b-a4b-nvfp4 keeps a TP 2 default)."""
+    if _flag(doc, "solo_only", shown) and "tensor_parallel" not in {**inputs.options, **inputs.sets}:
+        return {**defaults, "tensor_parallel": 1}
+    return defaults
 
 
 def _sniff(command: str) -> str:
@@ -267,13 +278,10 @@ def _container(doc: Any, shown: str) -> str | None:
     """`container:` reaches `docker run` as the image: checked as --image is, so that it is never an option
     (`-v/:/host`) nor more than one word."""
     value = _text(doc, "container", shown, required=False)
-    if value is None:
-        return None
-    try:
-        return image_name(value)
-    except argparse.ArgumentTypeError as e:
-        raise UsageError(f"{shown}:{line_of(doc, 'container')}: container {e}",
-                         "write `container: REPOSITORY[:TAG]`, e.g. `container: vllm-node`") from None
+    if value is None or is_image(value):
+        return value
+    raise UsageError(f"{shown}:{line_of(doc, 'container')}: container {value!r} is not an image name",
+                     "write `container: REPOSITORY[:TAG]`, e.g. `container: vllm-node`")
 
 
 def _flag(doc: Any, key: str, shown: str) -> bool:

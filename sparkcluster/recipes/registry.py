@@ -65,7 +65,9 @@ class Registry:
     url: str
     trusted: bool
     clone: Path
-    origin: str = "sparkcluster"  # or "sparkrun": configured for sparkrun, read from its clone
+    # or "sparkrun": configured for sparkrun, read from its clone; or "declared by REG": another registry its
+    # clone's manifest declares (shares REG's clone, URL and trust; synced, recorded and removed with REG)
+    origin: str = "sparkcluster"
 
     def layout(self) -> tuple[Path, Path | None]:
         """(recipes folder, mods folder) inside the clone; a manifest of the wrong shape is a UsageError naming
@@ -133,13 +135,30 @@ def registries() -> dict[str, Registry]:
                 continue
             found[str(name)] = Registry(str(name), str(entry.get("url", "")), entry.get("trusted") is True,
                                         clones_dir() / str(name))
+    for reg in list(found.values()):
+        for sibling in _declared(reg.clone):  # a repository declaring several registries exposes each
+            found.setdefault(sibling, Registry(sibling, reg.url, reg.trusted, reg.clone, f"declared by {reg.name}"))
     theirs = sparkrun_clones_dir()
     if theirs.is_dir():
         trusted = _sparkrun_trusted()
-        for clone in sorted(p for p in theirs.iterdir() if p.is_dir()):
+        # `_url_<hash>` is sparkrun's one clone of a repository that several of its registries share, not a
+        # registry: taken for one, every recipe of those registries would be in two registries.
+        for clone in sorted(p for p in theirs.iterdir() if p.is_dir() and not p.name.startswith("_url_")):
             if clone.name not in found:
                 found[clone.name] = Registry(clone.name, "", clone.name in trusted, clone, "sparkrun")
     return found
+
+
+def _declared(clone: Path) -> list[str]:
+    """The registry names a clone's manifest declares (none where it has no readable one: its layout() says why)."""
+    manifest = clone / ".sparkrun" / "registry.yaml"
+    try:
+        doc = yaml.safe_load(manifest.read_text()) if manifest.is_file() else None
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return []
+    entries = doc.get("registries") if isinstance(doc, dict) else None
+    names = [e.get("name") for e in entries if isinstance(e, dict)] if isinstance(entries, list) else []
+    return [n for n in names if isinstance(n, str) and REGISTRY_NAME.fullmatch(n)]
 
 
 def _sparkrun_trusted() -> set[str]:

@@ -8,7 +8,6 @@ import dataclasses
 import subprocess
 import sys
 import threading
-from collections.abc import Callable
 from contextlib import AbstractContextManager
 
 from rich.markup import escape
@@ -17,7 +16,6 @@ from ..engine import flags
 from ..engine.cliapp import App, Connect, no_check
 from ..engine.console import err as err_console
 from ..engine.console import out as console
-from ..engine.console import print_error
 from ..engine.errors import EXIT_FAILED, EXIT_OK, UsageError
 from ..engine.inventory import Inventory
 from ..engine.locks import held
@@ -29,7 +27,7 @@ from . import recipes_cli, render, top
 from .image import check_images, sync_image
 from .launch import DEFAULT_IMAGE, LAUNCHERS, RUNTIMES
 from .lifecycle import StopState, purge_caches, stop_everywhere
-from .parallel import check_parallel
+from .parallel import check_parallel, choose_launcher
 from .phases import Phases, ServeOptions, hub_model, plan, serve, up
 from .progress import Emit, ignore
 from .recipes_cli import add_recipe_flags, chosen, load_for
@@ -41,11 +39,12 @@ from .status import logs_command, recorded, status
 def options(args: argparse.Namespace) -> ServeOptions:
     """Every flag checked before anything connects; a recipe's values are the defaults of our options."""
     recipe = load_for(args, getattr(args, "recipe", None))
+    tp = chosen(getattr(args, "tp", None), recipe.tp, "tensor_parallel", args)
+    pp = chosen(getattr(args, "pp", None), recipe.pp, "pipeline_parallel", args)
     return ServeOptions(
-        runtime=args.runtime, launcher=getattr(args, "launcher", None) or recipe.launcher or "ray",
-        image=args.image or recipe.container or DEFAULT_IMAGE,
-        tp=chosen(getattr(args, "tp", None), recipe.tp, "tensor_parallel", args),
-        pp=chosen(getattr(args, "pp", None), recipe.pp, "pipeline_parallel", args), model=getattr(args, "model", None),
+        runtime=args.runtime, launcher=choose_launcher(getattr(args, "launcher", None), recipe,
+                                                       tp * (pp or 1) if tp else None, args.runtime),
+        image=args.image or recipe.container or DEFAULT_IMAGE, tp=tp, pp=pp, model=getattr(args, "model", None),
         recipe=recipe, port=chosen(getattr(args, "port", None), recipe.port, "port", args),
         served_name=chosen(getattr(args, "served_model_name", None), recipe.served_model_name, "served_model_name", args),
         extra=tuple(getattr(args, "remote", ())),
@@ -91,9 +90,14 @@ def cmd_serve(args: argparse.Namespace, connect: Connect) -> int:
         raise UsageError(f"recipe {opts.recipe.name} brings mods, which the docker runtime runs only beside Ray "
                          "(the native launcher's containers start vLLM at once)",
                          "serve with --launcher ray, or with --runtime host")
-    with connect(args, lambda inventory: check_parallel(opts.tp, opts.pp, inventory, opts.recipe)) as session:
-        tp, pp = check_parallel(opts.tp, opts.pp, session.inventory, opts.recipe)  # checked before connecting
-        opts = dataclasses.replace(opts, tp=tp, pp=pp)
+    def sized(inventory: Inventory) -> ServeOptions:
+        """TP x PP for the selected nodes, and the launcher that node count takes (one node: no Ray)."""
+        tp, pp = check_parallel(opts.tp, opts.pp, inventory, opts.recipe)
+        return dataclasses.replace(opts, tp=tp, pp=pp, launcher=choose_launcher(
+            getattr(args, "launcher", None), opts.recipe, tp * pp, opts.runtime))
+
+    with connect(args, sized) as session:
+        opts = sized(session.inventory)  # checked before connecting
         if args.check:
             doc = plan(session, opts)
             if args.json:
@@ -110,25 +114,9 @@ def cmd_serve(args: argparse.Namespace, connect: Connect) -> int:
     return EXIT_OK
 
 
-def _runtime_set_up(args: argparse.Namespace) -> Callable[[Inventory], None]:
-    """Before connecting: every node has what the chosen runtime needs of the inventory (the host runtime: its
-    python_env), or the command is bad input (exit 2)."""
-    def check(inventory: Inventory) -> None:
-        for host in inventory.hosts:
-            _chosen(args).on(host)
-    return check
-
-
 def cmd_status(args: argparse.Namespace, connect: Connect) -> int:
-    try:
-        with connect(args, _runtime_set_up(args)) as session:
-            state = status(session, _chosen(args))
-    except UsageError as e:
-        if not args.json:
-            raise
-        print_json({"error": e.message, "fix": e.fix})  # a script reading --json gets a document, never nothing
-        print_error(e.message, e.fix)
-        return e.exit_code
+    with connect(args, no_check) as session:
+        state = status(session, _chosen(args))
     if args.json:
         print_json(state.to_json())
     else:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from ..engine.errors import UsageError
 from ..engine.inventory import Inventory
 from ..recipes.types import Recipe
+from .launch import Launcher, RuntimeName
 
 
 def check_parallel(tp: int | None, pp: int | None, inventory: Inventory, recipe: Recipe) -> tuple[int, int]:
@@ -37,3 +38,18 @@ def check_parallel(tp: int | None, pp: int | None, inventory: Inventory, recipe:
         raise UsageError(f"TP {tp} x PP {pp} on {count} nodes: each Spark holds one GPU, so it runs on exactly "
                          f"{need} nodes", f"choose them with --limit (e.g. --limit {names}) or a group of {need}")
     return tp, pp
+
+
+def choose_launcher(given: Launcher | None, recipe: Recipe, nodes: int | None, runtime: RuntimeName | None) -> Launcher:
+    """How vLLM spans the nodes when --launcher does not say: on one node vLLM alone, with no Ray and no launcher
+    flag (eugr's solo mode strips the executor backend; sparkrun passes none); on more, the recipe's own tool's
+    default (eugr: Ray only where its command names it; sparkrun: its runtime's launcher; ours: Ray).
+    The docker runtime runs a recipe's mods in the container before vLLM starts, which only the Ray launcher's
+    container allows (the native one starts vLLM as the container itself): there Ray stays."""
+    if given is not None:
+        return given
+    if runtime == "docker" and recipe.mods:
+        return "ray"
+    if nodes == 1:
+        return "native"
+    return recipe.launcher or "ray"

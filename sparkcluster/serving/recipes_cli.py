@@ -20,6 +20,7 @@ from ..recipes import registry as recipe_registry
 from ..recipes.load import bundled_names, load_recipe, merged_flags
 from ..recipes.types import Inputs, Recipe
 from .launch import DEFAULT_IMAGE, LAUNCHERS, Launcher, Node, ServeArgs, vllm_serve_argv
+from .parallel import choose_launcher
 
 
 def set_value(text: str) -> tuple[str, str]:
@@ -90,7 +91,8 @@ def shown(recipe: Recipe, args: argparse.Namespace) -> dict[str, Any]:
         raise UsageError(f"recipe {recipe.name!r} names no model", "serve it with --model ORG/NAME")
     pp = chosen(args.pp, recipe.pp, "pipeline_parallel", args) or 1
     tp = chosen(args.tp, recipe.tp, "tensor_parallel", args) or 1
-    launcher: Launcher = args.launcher or recipe.launcher or "ray"
+    # no runtime is known here: the launcher serve takes on the host runtime (docker with mods keeps Ray)
+    launcher: Launcher = choose_launcher(args.launcher, recipe, tp * pp, None)
     serve = ServeArgs(model, tp, pp, recipe.port or 8000, recipe.served_model_name or model,
                       merged_flags(recipe, tuple(getattr(args, "remote", None) or ())), dict(recipe.env))
     nnodes = tp * pp
@@ -155,7 +157,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser], app:
     show.add_argument("recipe")
     show.add_argument("--tp", type=int, help="tensor parallel size (default: the recipe's)")
     show.add_argument("--pp", type=int, help="pipeline parallel size (default: the recipe's, else 1)")
-    show.add_argument("--launcher", choices=LAUNCHERS, help="ray or native (default: the recipe's, else ray)")
+    show.add_argument("--launcher", choices=LAUNCHERS, help="ray or native (default: none on one node, else the recipe's tool's, else ray)")
     show.add_argument("--port", type=int, help=argparse.SUPPRESS)
     show.add_argument("--served-model-name", help=argparse.SUPPRESS)
     show.add_argument("--json", action="store_true", help="one JSON document")

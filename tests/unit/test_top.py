@@ -50,9 +50,9 @@ def test_on_a_gb10_the_memory_is_the_nodes_unified_memory(gb10_path, tmp_path: P
     state = tmp_path / ".cache/sparkcluster/serve"
     state.mkdir(parents=True)
     (state / "main.pid").write_text(f"{os.getpid()}\n")  # a live pid: "main" runs; no vllm.pid: stopped
-    command = probe_command(alive_checks(RuntimeChoice("host"), host, ["main", "vllm"]))
+    command = probe_command(alive_checks(RuntimeChoice("host"), host, ["main", "vllm"]), "n0nce")
     out = subprocess.run(["sh", "-c", command.script], capture_output=True, text=True, env=gb10_path, check=True)
-    sample = parse_probe("spark-1", out.stdout)
+    sample = parse_probe("spark-1", out.stdout, "n0nce", ["main", "vllm"])
     assert sample.answered and sample.gpu_error is None and sample.gpu_util_pct == 0
     assert sample.memory_source is MemorySource.UNIFIED
     meminfo = dict(line.split(":") for line in Path("/proc/meminfo").read_text().splitlines())
@@ -62,11 +62,12 @@ def test_on_a_gb10_the_memory_is_the_nodes_unified_memory(gb10_path, tmp_path: P
 
 
 def test_a_gpu_with_its_own_memory_and_a_missing_driver():
-    own = parse_probe("n", "@gpu\n37, 1024, 81559\nrc=0\n@mem\nMemTotal: 100 kB\nMemAvailable: 50 kB\n")
+    own = parse_probe("n", "@x:gpu\n37, 1024, 81559\n@x:rc=0\n@x:mem\nMemTotal: 100 kB\nMemAvailable: 50 kB\n", "x")
     assert own.memory_source is MemorySource.GPU and own.memory_used_bytes == 1024 * 2**20 and own.gpu_util_pct == 37
-    gone = parse_probe("n", "@gpu\nsh: 1: nvidia-smi: not found\nrc=127\n@mem\nMemTotal: 100 kB\nMemAvailable: 40 kB\n")
+    gone = parse_probe("n", "@x:gpu\nsh: 1: nvidia-smi: not found\n@x:rc=127\n@x:mem\nMemTotal: 100 kB\n"
+                            "MemAvailable: 40 kB\n", "x")
     assert gone.gpu_error == "sh: 1: nvidia-smi: not found" and gone.memory_used_bytes == 60 * 1024
-    junk = parse_probe("n", "@gpu\n\x00garbage\nrc=0\n@main\n")
+    junk = parse_probe("n", "@x:gpu\n\x00garbage\n@x:rc=0\n@x:main\n", "x", ["main"])
     assert junk.gpu_error and junk.memory_used_bytes is None and junk.processes == {"main": False}
 
 
