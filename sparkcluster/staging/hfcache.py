@@ -180,6 +180,7 @@ def finalize_command(model_dir: str, manifest: Manifest) -> Command:
         lines.append(f"ln -sfn {shlex.quote(f.link_target)} {shlex.quote(target)}")
     if not manifest.model.is_commit:
         ref = f"{model_dir}/refs/{manifest.model.revision}"
+        lines.append(f"mkdir -p {shlex.quote(posixpath.dirname(ref))}")  # a branch may hold / (refs/pr/1)
         lines.append(f"printf %s {shlex.quote(manifest.commit)} > {shlex.quote(ref + '.tmp')}")
         lines.append(f"mv -f {shlex.quote(ref + '.tmp')} {shlex.quote(ref)}")
     # Every blob is in place: what interrupted transfers left (rsync's `.HASH.XXXXXX` temp files, the partial

@@ -18,11 +18,21 @@ import paramiko
 import pytest
 
 from sparkcluster.engine import deadlines
+from sparkcluster.engine.command import masked_env
+from sparkcluster.engine.errors import UsageError
+from sparkcluster.engine.inventory import Host, Inventory
 from sparkcluster.engine.locks import busy, hold_command
+from sparkcluster.engine.modelref import ModelRef
+from sparkcluster.engine.session import Session
 from sparkcluster.engine.transport import sha256_fingerprint, ssh_for_bulk
 from sparkcluster.node.linkstate import parse_links
+from sparkcluster.observe.nodeprobe import GPU_OUTPUT_LIMIT, NODE_DEADLINE_S, parse_probe, probe_command
+from sparkcluster.serving.launch import Node, ServeArgs
+from sparkcluster.serving.lifecycle import ray_commands, vllm_commands
+from sparkcluster.serving.runtime import RuntimeChoice
 from sparkcluster.staging import blobwire
 from sparkcluster.staging.failures import broken_link, corrupt_source
+from sparkcluster.staging.hfcache import Manifest, SnapshotFile, finalize_command
 
 SCRIPT = Path(blobwire.__file__)
 TOKEN = "f" * 64
@@ -167,3 +177,121 @@ def test_a_changed_host_key_is_shown_as_ssh_shows_it(tmp_path):
 def _keygen(tmp_path: Path) -> Path:
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(tmp_path / "k")], check=True)
     return tmp_path / "k"
+
+
+# ---- secrets never in a command line ---------------------------------------------------------------------
+CANARY = "hf_SERVEENVCANARY0123456789"
+RECIPE_KEY = "wk_RECIPECANARY"
+NODES = {"spark-1": Node("spark-1", 0, "10.100.0.11", "10.100.0.11"),
+         "spark-2": Node("spark-2", 1, "10.100.0.12", "10.100.0.11")}
+
+
+@pytest.mark.parametrize("runtime", ["docker", "host"])
+def test_serve_env_secrets_travel_on_stdin_never_in_a_command_line(runtime):
+    # Failed before: `export HF_TOKEN=hf_...` (host) or `-e HF_TOKEN=hf_...` (docker) in the line that becomes
+    # the argv of the node's shell, readable by any user with ps, and shown by serve --check.
+    hosts = tuple(Host(n, f"10.0.0.{i}", role="head" if i == 1 else "worker", vars={"python_env": "/v"})
+                  for i, n in enumerate(NODES, 1))
+    session = Session(Inventory(path=Path("inv.yml"), name="t", hosts=hosts,
+                                vars={"serve_env": {"HF_TOKEN": CANARY, "VLLM_CPU_KVCACHE_SPACE": "1"}}), {})
+    choice = RuntimeChoice(runtime, "vllm-node")
+    args = ServeArgs("org/m", 2, served_name="m", env={"WANDB_API_KEY": RECIPE_KEY})
+    commands = [*ray_commands(session, choice, NODES, args.env).values(),
+                *vllm_commands(session, choice, NODES, "ray", args).values(),
+                *vllm_commands(session, choice, NODES, "native", args).values()]
+    for command in commands:
+        for secret in (CANARY, RECIPE_KEY):
+            assert secret not in command.line() and secret not in command.display()
+        assert "VLLM_CPU_KVCACHE_SPACE" in command.line() or "docker exec" in command.line()  # plain env stays
+    started = [c for c in commands if c.stdin]  # ray start everywhere, vLLM where it starts a process or container
+    assert len(started) >= 4
+    for command in started:
+        assert f"HF_TOKEN={CANARY}\n" in command.stdin and f"WANDB_API_KEY={RECIPE_KEY}\n" in command.stdin
+        if runtime == "docker":
+            assert " -e HF_TOKEN " in command.line()  # docker takes the value from its client's environment
+
+
+def test_the_node_shell_exports_the_secrets_it_reads_literally(tmp_path):
+    hosts = (Host("spark-1", "10.0.0.1", role="head", vars={"python_env": str(tmp_path)}),)
+    session = Session(Inventory(path=Path("inv.yml"), name="t", hosts=hosts,
+                                vars={"serve_env": {"HF_TOKEN": "a'$(touch x)`b` c"}}), {})
+    command = ray_commands(session, RuntimeChoice("host"), {"spark-1": NODES["spark-1"]}, {})["spark-1"]
+    reader = command.line().split("\n", 1)[0]
+    shown = subprocess.run(["sh", "-c", reader + '\nprintf %s "$HF_TOKEN"'], input=command.stdin, text=True,
+                           capture_output=True, cwd=tmp_path)
+    assert shown.stdout == "a'$(touch x)`b` c" and not (tmp_path / "x").exists()
+
+
+def test_secret_like_names_are_masked_where_env_is_shown():
+    shown = masked_env({"HF_TOKEN": CANARY, "WANDB_API_KEY": "k", "DB_PASSWORD": "p", "VLLM_CPU_KVCACHE_SPACE": "1"})
+    assert shown == {"HF_TOKEN": "********", "WANDB_API_KEY": "********", "DB_PASSWORD": "********",
+                     "VLLM_CPU_KVCACHE_SPACE": "1"}
+
+
+# ---- top's node probe ------------------------------------------------------------------------------------
+def fake_smi(tmp_path: Path, body: str) -> dict[str, str]:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    smi = bin_dir / "nvidia-smi"
+    smi.write_text("#!/bin/sh\n" + body + "\n")
+    smi.chmod(0o755)
+    return {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "HOME": str(tmp_path)}
+
+
+def probe(env: dict[str, str], nonce: str = "n0nce") -> tuple[subprocess.Popen, str]:
+    command = probe_command({"main": "true"}, nonce)
+    return subprocess.Popen(["sh", "-c", command.script], stdout=subprocess.PIPE, text=True, errors="replace", env=env,
+                            start_new_session=True), nonce
+
+
+def test_random_bytes_from_nvidia_smi_never_become_process_names(tmp_path):
+    # Failed before: every line of the flood that began with @ opened a section, and became a "process".
+    env = fake_smi(tmp_path, "printf 'garbage\\n@main\\nrunning\\n@x\\377y\\nrunning\\n@mem\\nMemTotal: 1 kB\\n'; "
+                             "head -c 300000 /dev/urandom")
+    process, nonce = probe(env)
+    out = process.communicate(timeout=30)[0]
+    sample = parse_probe("spark-3", out, nonce, ["main"])
+    assert sample.processes == {"main": True} and sample.gpu_error
+    assert sample.memory_total_bytes is None or sample.memory_total_bytes > 1024  # the flood's MemTotal is not read
+    assert len(out) < GPU_OUTPUT_LIMIT + 4096
+
+
+def test_a_hung_nvidia_smi_is_stopped_on_the_node_and_never_started_twice(tmp_path):
+    # Failed before: nothing ended the probe's nvidia-smi on the node, and each later probe started one more.
+    env = fake_smi(tmp_path, "exec sleep 31.5")
+    first, nonce = probe(env)
+    time.sleep(1)
+    second, nonce2 = probe(env, "other")
+    out = second.communicate(timeout=30)[0]  # answers at once: the GPU query is skipped while the first runs
+    hung = subprocess.run(["pgrep", "-f", "sleep 31.5"], capture_output=True, text=True).stdout.split()
+    assert len(hung) == 1, hung
+    assert "still runs" in (parse_probe("n", out, nonce2, ["main"]).gpu_error or "")
+    started = time.monotonic()
+    answer = parse_probe("n", first.communicate(timeout=30)[0], nonce, ["main"])
+    assert time.monotonic() - started < NODE_DEADLINE_S
+    assert "no answer within" in (answer.gpu_error or "") and answer.processes == {"main": True}
+    assert subprocess.run(["pgrep", "-f", "sleep 31.5"], capture_output=True).returncode == 1  # none left
+
+
+# ---- revisions and refs are data -------------------------------------------------------------------------
+@pytest.mark.parametrize("text", ["acme/m@main/../../x", "acme/m@/etc/passwd", "acme/m@x//y", "acme/m@x/",
+                                  "acme/m@.hidden", "acme/m@x.lock", "acme/m@a..b", "acme/m@-x", "acme/m@x/./y"])
+def test_a_revision_that_could_walk_out_of_refs_is_refused(text):
+    # Failed before for the `..` and `/.`, `//`, `.lock` forms: they reached cat, rm -f and mv -f of refs/ paths.
+    with pytest.raises(UsageError, match="invalid revision"):
+        ModelRef.parse(text)
+    with pytest.raises(UsageError):
+        ModelRef("acme/m", text.partition("@")[2])  # built without parse() (a recipe's model_revision)
+
+
+def test_a_branch_with_a_slash_is_staged_under_its_folder(tmp_path):
+    # Failed before: refs/x/y.tmp was written without its folder: "No such file or directory".
+    blob = "a" * 64
+    model_dir = tmp_path / "models--acme--m"
+    (model_dir / "blobs").mkdir(parents=True)
+    (model_dir / "blobs" / blob).write_text("weights")
+    model = ModelRef.parse("acme/m@x/y")
+    manifest = Manifest(model, "c" * 40, (SnapshotFile("model.safetensors", blob, 7),))
+    subprocess.run(["sh", "-c", finalize_command(str(model_dir), manifest).script], check=True)
+    assert (model_dir / "refs" / "x" / "y").read_text() == "c" * 40
+    assert str(model) == "acme/m@x/y" and ModelRef.parse("acme/m@refs/pr/1").revision == "refs/pr/1"
