@@ -8,6 +8,7 @@ import dataclasses
 import subprocess
 import sys
 import threading
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 
 from rich.markup import escape
@@ -16,6 +17,7 @@ from ..engine import flags
 from ..engine.cliapp import App, Connect, no_check
 from ..engine.console import err as err_console
 from ..engine.console import out as console
+from ..engine.console import print_error
 from ..engine.errors import EXIT_FAILED, EXIT_OK, UsageError
 from ..engine.inventory import Inventory
 from ..engine.locks import held
@@ -114,9 +116,25 @@ def cmd_serve(args: argparse.Namespace, connect: Connect) -> int:
     return EXIT_OK
 
 
+def _runtime_set_up(args: argparse.Namespace) -> Callable[[Inventory], None]:
+    """Before connecting: every node has what the chosen runtime needs of the inventory (the host runtime: its
+    python_env), or the command is bad input (exit 2)."""
+    def check(inventory: Inventory) -> None:
+        for host in inventory.hosts:
+            _chosen(args).on(host)
+    return check
+
+
 def cmd_status(args: argparse.Namespace, connect: Connect) -> int:
-    with connect(args, no_check) as session:
-        state = status(session, _chosen(args))
+    try:
+        with connect(args, _runtime_set_up(args)) as session:
+            state = status(session, _chosen(args))
+    except UsageError as e:
+        if not args.json:
+            raise
+        print_json({"error": e.message, "fix": e.fix})  # a script reading --json gets a document, never nothing
+        print_error(e.message, e.fix)
+        return e.exit_code
     if args.json:
         print_json(state.to_json())
     else:
