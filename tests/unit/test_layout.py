@@ -1,9 +1,10 @@
 """The package's wings and the one direction their imports run (README "Layout"):
 
-    cli -> bench -> serving -> (recipes, observe, nccl, staging) -> node -> engine;   sim -> engine
+    cli -> (bench, doctor) -> serving -> (recipes, observe, nccl, staging) -> node -> engine;   sim -> engine
 
 recipes knows no node (a file or @REG/NAME in, a typed Recipe out: engine only); observe watches what it is told to
-(engine and node); bench reads /metrics through observe too.
+(engine and node); bench reads /metrics through observe too. doctor reads what node knows of a Spark and where nccl
+and serving keep their records (the last verify, the serve record, the logs); nothing imports doctor.
 
 Walks every module's imports with `ast` (module level and inside functions alike, since a lazy import is still
 a dependency), resolves relative imports, and fails on an import that runs upward or sideways, and on cycles.
@@ -31,6 +32,7 @@ ALLOWED: dict[str, frozenset[str]] = {
     "observe": frozenset({"engine", "node", "observe"}),
     "serving": frozenset({"engine", "node", "staging", "nccl", "recipes", "observe", "serving"}),
     "bench": frozenset({"engine", "node", "staging", "nccl", "recipes", "observe", "serving", "bench"}),
+    "doctor": frozenset({"engine", "node", "staging", "nccl", "recipes", "observe", "serving", "doctor"}),
 }
 
 
