@@ -12,6 +12,7 @@ from typing import Any
 from rich.markup import escape
 
 from ..engine.cliapp import App, Connect
+from ..engine.command import masked_env
 from ..engine.console import err as err_console
 from ..engine.console import out as console
 from ..engine.errors import EXIT_FAILED, EXIT_OK, UsageError
@@ -102,7 +103,7 @@ def shown(recipe: Recipe, args: argparse.Namespace) -> dict[str, Any]:
         lines = lines[:1] + ["(a Ray worker: vLLM's ranks are placed by Ray)"] * (nnodes - 1)
     return {"name": recipe.name, "format": recipe.format, "source": recipe.source, "registry": recipe.registry,
             "trusted": recipe.trusted, "model": model, "image": recipe.container or DEFAULT_IMAGE, "tp": tp, "pp": pp,
-            "nodes": nnodes, "launcher": launcher, "env": dict(recipe.env),
+            "nodes": nnodes, "launcher": launcher, "env": masked_env(recipe.env),
             "mods": [{"name": m.name, "from": str(m.path), "given": m.given} for m in recipe.mods],
             "commands": lines, "warnings": list(recipe.warnings)}
 

@@ -222,10 +222,15 @@ def test_the_node_shell_exports_the_secrets_it_reads_literally(tmp_path):
     assert shown.stdout == "a'$(touch x)`b` c" and not (tmp_path / "x").exists()
 
 
-def test_secret_like_names_are_masked_where_env_is_shown():
+def test_secret_like_names_are_masked_where_env_is_shown(tmp_path):
     shown = masked_env({"HF_TOKEN": CANARY, "WANDB_API_KEY": "k", "DB_PASSWORD": "p", "VLLM_CPU_KVCACHE_SPACE": "1"})
     assert shown == {"HF_TOKEN": "********", "WANDB_API_KEY": "********", "DB_PASSWORD": "********",
                      "VLLM_CPU_KVCACHE_SPACE": "1"}
+    (tmp_path / "r.yaml").write_text(f"model: acme/m\nenv:\n  HF_TOKEN: {CANARY}\n  VLLM_X: '1'\n")
+    out = subprocess.run([sys.executable, "-m", "sparkcluster", "recipes", "show", "./r.yaml", "--json"], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and '"HF_TOKEN": "********"' in out.stdout and '"VLLM_X": "1"' in out.stdout, out.stderr
+    assert CANARY not in out.stdout + out.stderr  # failed before: `recipes show` printed the recipe's token
 
 
 # ---- top's node probe ------------------------------------------------------------------------------------
