@@ -62,7 +62,12 @@ def is_inside(path: Path, folder: Path) -> bool:
 
 
 def owner(found: Path, clones: Iterable[Clone]) -> Clone | None:
-    """The clone that really holds `found` (the innermost, should one clone hold another), or None: the user's."""
+    """The clone that really holds `found` (the innermost, should one clone hold another), or None: the user's.
+    Registries that share one clone (a repository declaring several) make it trusted only if all of them are."""
     at = real(found)
     holding = [c for c in clones if at.is_relative_to(c.path)]
-    return max(holding, key=lambda c: len(c.path.parts), default=None)
+    if not holding:
+        return None
+    deepest = max(len(c.path.parts) for c in holding)
+    sharing = [c for c in holding if len(c.path.parts) == deepest]
+    return Clone(sharing[0].path, sharing[0].registry, all(c.trusted for c in sharing))

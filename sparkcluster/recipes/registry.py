@@ -346,9 +346,12 @@ def file_home(path: Path) -> Found:
     at = paths.real(path)
     clone = paths.owner(at, registry_clones())
     if clone is not None:
-        reg = registries().get(clone.registry)
-        if reg is not None and paths.real(reg.clone) == clone.path:
-            return _found(reg, path)
+        sharing = [reg for reg in registries().values() if paths.real(reg.clone) == clone.path]
+        for reg in sharing:  # of registries sharing a clone, the one whose recipes folder holds the file
+            if paths.is_inside(at, reg.layout()[0]):
+                return _found(reg, path)
+        if sharing:
+            return _found(sharing[0], path)
         return Found(path, clone.registry, False, tuple(_eugr_places(clone.registry)))
     return Found(path, None, True, (*_repository_mods(at), *_eugr_places(None)))
 
@@ -439,6 +442,10 @@ def remove(name: str) -> Registry:
         raise UsageError(f"registry name {name!r} must be ASCII letters, digits, '-' or '_'", "see `sparkcluster recipes list`")
     regs = registries()
     reg = regs.get(name)
+    if reg is not None and reg.origin.startswith("declared by "):
+        owner = reg.origin.removeprefix("declared by ")
+        raise UsageError(f"registry {name!r} is declared by the repository of registry {owner!r}",
+                         f"remove that one: `sparkcluster recipes remove-registry {owner}`")
     if reg is not None and reg.origin != "sparkcluster":
         raise UsageError(f"registry {name!r} is sparkrun's (its clone {reg.clone} is read as it is)",
                          f"remove it with sparkrun: `sparkrun registry remove {name}`")
