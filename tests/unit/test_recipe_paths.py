@@ -173,7 +173,8 @@ def test_a_recipe_file_in_an_untrusted_clone_is_untrusted_however_it_is_reached(
 
 @pytest.mark.parametrize("ref", ["@evil/viaat", "@evil/viainclude", "@good/../../evil/recipes/direct",
                                  "@evil/viaeugr", "@good/looted", "EVIL_FILE"])
-def test_serve_refuses_every_route_with_exit_2_before_connecting(world, monkeypatch, capsys, no_connection, ref):
+@pytest.mark.usefixtures("no_connection")
+def test_serve_refuses_every_route_with_exit_2_before_connecting(world, monkeypatch, capsys, ref):
     ref = str(world.evil / "recipes" / "direct.yaml") if ref == "EVIL_FILE" else ref
     monkeypatch.setattr(cli.err_console, "width", 10_000)
     code = cli.main(["serve", "-i", str(world.inventory), "--tp", "2", "--runtime", "host", "--recipe", ref])
@@ -311,3 +312,21 @@ def test_no_name_resolves_outside_its_folder_or_with_another_folders_trust(tree,
     assert found == Path(os.path.realpath(joined)) and found.is_relative_to(base)
     holder = owner(found, clones)
     assert holder is not None and holder == owner(base, clones)  # the folder's own clone, its trust
+
+
+def test_a_registry_declared_beside_another_is_removed_with_it_and_owns_its_own_files(tmp_path, monkeypatch, capsys):
+    src = repo(tmp_path / "two", {
+        ".sparkrun/registry.yaml": "registries:\n  - {name: first, recipes: a, mods: a-mods}\n"
+                                   "  - {name: second, recipes: b, mods: b-mods}\n",
+        "a/x.yaml": V2, "b/y.yaml": V2 + "mods: [only-b]\n", "b-mods/only-b/run.sh": "#!/bin/sh\ntrue\n"})
+    recipe_registry.add("first", str(src), False)
+    clone = recipe_registry.clones_dir() / "first"
+    recipe = load_recipe(str(clone / "b" / "y.yaml"), trust=True)  # by file: second's, with second's mods folder
+    assert (recipe.registry, recipe.mods[0].path) == ("second", clone / "b-mods" / "only-b")
+    monkeypatch.setattr(cli.err_console, "width", 10_000)
+    assert cli.main(["recipes", "remove-registry", "second"]) == EXIT_USAGE
+    err = " ".join(capsys.readouterr().err.split())
+    assert "registry 'second' is declared by the repository of registry 'first'" in err
+    assert "recipes remove-registry first" in err
+    assert cli.main(["recipes", "remove-registry", "first"]) == EXIT_OK
+    assert not {"first", "second"} & set(recipe_registry.registries()) and not clone.exists()
