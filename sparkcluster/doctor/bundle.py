@@ -23,6 +23,7 @@ from ..engine.facts import split_sections
 from ..engine.inventory import Host
 from ..engine.session import Session
 from ..engine.transport import Unreachable
+from ..nccl.lastlog import LAST_VERIFY_LOG
 from ..nccl.verify import LAST_VERIFY_PATH
 from ..node.addressing import NETPLAN_FILE
 from ..node.network import COMM_ENV_PATH
@@ -34,7 +35,7 @@ from .run import DoctorReport
 from .scrub import Scrubber, secrets_in
 
 LOG_LINES = 200
-LAST_VERIFY_LOG = LAST_VERIFY_PATH.removesuffix(".json") + ".log"  # the probe's own log, where verify keeps one
+
 ABSENT = "@absent "
 RAY_LOGS = "/tmp/ray/session_latest/logs"
 

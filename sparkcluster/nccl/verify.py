@@ -26,6 +26,7 @@ from ..engine.session import Session
 from ..engine.transport import Transport, Unreachable, remote_path
 from ..node.network import COMM_ENV_PATH, QsfpChoice, choose_for, comm_env_path
 from .binding import Misbinding, misbindings, parse_env
+from .lastlog import keep_log
 from .logs import BandwidthRow, read_log, read_probe_output
 from .twins import GLOO_TWIN_SIZES, NCCL_TWIN_SIZES, Twin, judge_twins, measure, twin_env, twins_of
 from .verdict import DEFAULT_MIN_BUSBW_GBPS, Verdict, VerdictStatus, judge
@@ -246,6 +247,7 @@ def run_probe(session: Session, commands: Mapping[str, Command]) -> dict[str, st
     naming its node, with the end of its output."""
     def launch(host: Host) -> tuple[str, str]:
         result = session.run(host, commands[host.name])
+        keep_log(session.transport(host), result.stdout + result.stderr)  # pass or fail, for doctor --bundle
         if not result.ok:
             tail = "\n".join(result.stdout.strip().splitlines()[-8:]) or result.stderr_tail(8)
             raise SparkclusterError(f"the probe failed on {host.name} (exit {result.exit_code}):\n{tail}",
