@@ -81,6 +81,72 @@ def node_logs(c: SimCluster) -> str:
                    for h in ("spark-1", "spark-2", "spark-3"))
 
 
+CANARY = '#!/bin/sh\ntouch "$HOME/pwned-by-mod"\n'
+V2 = "recipe_version: '2'\nmodel: /nowhere/tiny\n"  # a path: nothing to stage, so a mod would run at once
+
+
+def git_repo(root: Path, files: dict[str, str], links: dict[str, Path] | None = None) -> Path:
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    for rel, target in (links or {}).items():
+        (root / rel).symlink_to(target)
+    env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t",
+           "HOME": str(root), "PATH": "/usr/bin:/bin"}
+    for args in (["init", "-q", "-b", "main"], ["add", "."], ["commit", "-q", "-m", "files"]):
+        subprocess.run(["git", *args], cwd=root, check=True, capture_output=True, env=env)
+    return root
+
+
+def test_no_route_into_an_untrusted_registry_runs_its_mod_on_a_node(cluster3, tmp_path):
+    """Round 4's trust reproductions end to end: a trusted registry `good`, an untrusted `evil` whose mod touches a
+    canary in each node's home, sparkrun's eugr clone trusted in sparkrun's config. Every route by which evil's mod
+    ran without --trust (and good's mod that links a control-machine secret) is refused with exit 2, and no node
+    holds the canary or the secret; the same mod served with --trust does run, so the canary would have shown."""
+    user = {"XDG_CONFIG_HOME": str(tmp_path / "config"), "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    secret = tmp_path / "control-secret.txt"
+    secret.write_text("the control machine's secret")
+    secret.chmod(0o600)
+    good = git_repo(tmp_path / "good", {"recipes/looted.yaml": V2 + "mods: [loot-mod]\n",
+                                        "mods/loot-mod/run.sh": "#!/bin/sh\ntrue\n"}, {"mods/loot-mod/loot": secret})
+    evil = git_repo(tmp_path / "evil", {
+        "mods/pwn/run.sh": CANARY, "recipes/direct.yaml": V2 + "mods: [pwn]\n", "recipes/base.yaml": V2 + "mods: [pwn]\n",
+        "recipes/viaat.yaml": V2 + "mods: ['@good/../../evil/mods/pwn']\n",
+        "recipes/viainclude.yaml": "recipe_version: '2'\ninclude: '@good/../../evil/recipes/base'\nmodel: /nowhere/x\n",
+        "recipes/viaeugr.yaml": V2 + "mods: ['fix-a/../../../../../sparkcluster/registries/evil/mods/pwn']\n"})
+    eugr = tmp_path / "cache" / "sparkrun" / "registries" / "eugr"
+    (eugr / "mods" / "fix-a").mkdir(parents=True)
+    (eugr / "mods" / "fix-a" / "run.sh").write_text("#!/bin/sh\ntrue\n")
+    (tmp_path / "config" / "sparkrun").mkdir(parents=True)
+    (tmp_path / "config" / "sparkrun" / "registries.yaml").write_text("registries:\n  - {name: eugr, trusted: true}\n")
+    for name, repo, trust in (("good", good, ["--trust"]), ("evil", evil, [])):
+        added = run_cli("recipes", "add-registry", name, str(repo), *trust, env=user)
+        assert added.returncode == 0, added.stderr
+
+    def serve(recipe: str, *more: str) -> subprocess.CompletedProcess:
+        return run_cli("serve", "-i", str(cluster3.inventory_path), "--limit", "spark-1,spark-2", "--tp", "2",
+                       "--runtime", "host", "--launcher", "native", "--no-verify", "--recipe", recipe, *more, env=user)
+
+    def on_nodes(path: str) -> list[str]:
+        return [h for h in ("spark-1", "spark-2") if ssh(cluster3, h, f"test -e {path}", check=False).returncode == 0]
+
+    clone = tmp_path / "cache" / "sparkcluster" / "registries" / "evil" / "recipes" / "direct.yaml"
+    for recipe in ("@evil/viaat", "@evil/viainclude", "@good/../../evil/recipes/direct", "@evil/viaeugr",
+                   str(clone), "@good/looted"):
+        refused = serve(recipe)
+        err = " ".join(refused.stderr.split())
+        assert refused.returncode == 2 and "registry '" in err, (recipe, err)
+        assert on_nodes("~/pwned-by-mod") == [] and on_nodes("~/.cache/sparkcluster/mods/loot-mod") == [], recipe
+    # the control: the same mod, served as the user chose to (--trust), does reach both nodes
+    try:
+        ran = serve("@evil/direct", "--trust", "--ready-timeout", "30")
+        assert on_nodes("~/pwned-by-mod") == ["spark-1", "spark-2"], ran.stderr[-2000:]
+    finally:
+        for host in ("spark-1", "spark-2"):
+            ssh(cluster3, host, "rm -f ~/pwned-by-mod", check=False)
+        run_cli("down", "-i", str(cluster3.inventory_path), env=user)
+
+
 def test_a_registry_recipe_serves_tp1_x_pp3_across_three_nodes(cluster3, tmp_path):
     head = cluster3.topology.hosts[0]
     user = {"XDG_CONFIG_HOME": str(tmp_path / "config"), "XDG_CACHE_HOME": str(tmp_path / "cache")}
