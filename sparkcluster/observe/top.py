@@ -8,8 +8,6 @@ or an endpoint that stops answering is shown as such and the view goes on.
 
 from __future__ import annotations
 
-import argparse
-import math
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -76,16 +74,6 @@ class Source:
                 self.previous = reading
         nodes = self.sampler.sample() if self.sampler else []
         return TopSample(time.time(), endpoint, nodes, self.launcher, self.note)
-
-
-def interval(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not math.isfinite(value) or not MIN_INTERVAL_S <= value <= MAX_INTERVAL_S:
-        raise argparse.ArgumentTypeError(f"{text} must be between {MIN_INTERVAL_S} and {MAX_INTERVAL_S:g} seconds")
-    return value
 
 
 def url_of(text: str) -> str:

@@ -4,6 +4,7 @@ record, handed to the observe wing's live view (what it shows and how it samples
 from __future__ import annotations
 
 import argparse
+import math
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -15,10 +16,20 @@ from ..engine.session import Session
 from ..engine.transport import Unreachable
 from ..observe.nodeprobe import AliveChecks, NodeSampler
 from ..observe.scrape import metrics_url
-from ..observe.top import Source, interval, url_of, watch
+from ..observe.top import MAX_INTERVAL_S, MIN_INTERVAL_S, Source, url_of, watch
 from .launch import Launcher
 from .runtime import RuntimeChoice
 from .status import recorded
+
+
+def interval(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not math.isfinite(value) or not MIN_INTERVAL_S <= value <= MAX_INTERVAL_S:
+        raise argparse.ArgumentTypeError(f"{text} must be between {MIN_INTERVAL_S} and {MAX_INTERVAL_S:g} seconds")
+    return value
 
 
 def roles(launcher: Launcher, serving: bool, is_head: bool) -> list[str]:

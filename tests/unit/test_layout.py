@@ -153,3 +153,13 @@ def test_wings_say_what_they_own() -> None:
     for wing in (w for w in ALLOWED if (PACKAGE / w).is_dir()):
         doc = ast.get_docstring(ast.parse((PACKAGE / wing / "__init__.py").read_text()))
         assert doc and len(doc) > 80, f"sparkcluster/{wing}/__init__.py needs a docstring saying what it owns"
+
+
+@pytest.mark.parametrize("wing", ["recipes", "observe"])
+def test_what_crosses_into_a_wing_without_a_cli_is_a_value(wing: str) -> None:
+    """argparse stops at each wing's cli.py: recipes is handed Inputs, observe the checks and launcher to show."""
+    users = [f"{path.relative_to(PACKAGE.parent)}:{node.lineno}" for path in sorted((PACKAGE / wing).rglob("*.py"))
+             for node in ast.walk(ast.parse(path.read_text())) if isinstance(node, (ast.Import, ast.ImportFrom))
+             and any(a.name == "argparse" for a in node.names) or
+             isinstance(node, ast.ImportFrom) and node.module == "argparse"]
+    assert users == []

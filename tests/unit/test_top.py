@@ -20,9 +20,9 @@ from sparkcluster.engine.inventory import Host
 from sparkcluster.observe.nodeprobe import MemorySource, NodeSample, parse_probe, probe_command
 from sparkcluster.observe.prometheus import parse
 from sparkcluster.observe.scrape import Reading, figures
-from sparkcluster.observe.top import EndpointView, TopSample, interval, line, render, url_of
+from sparkcluster.observe.top import EndpointView, TopSample, line, render, url_of
 from sparkcluster.serving.runtime import RuntimeChoice
-from sparkcluster.serving.top import alive_checks
+from sparkcluster.serving.top import alive_checks, interval
 from sparkcluster.sim.hardware import hardware_doc
 from sparkcluster.sim.topology import Subnets, build_topology
 
