@@ -18,6 +18,7 @@ import yaml
 
 from ..engine.facts import HostFacts
 from ..engine.inventory import Host, Inventory
+from .fabric import TOPOLOGIES, Fabric
 from .network import QsfpError, qsfp_port
 
 # eugr's pair (NETWORKING.md): twin 0 of the cabled port on the first, twin 1 on the second.
@@ -58,7 +59,7 @@ class Twin:
 
 @dataclass(frozen=True)
 class AddressPlan:
-    port: int
+    port: int | None  # the cabled QSFP port; None where both are (a ring node: each cable on its own subnets)
     twins: tuple[Twin, ...]
     mtu: int
     notes: tuple[str, ...] = ()
@@ -79,10 +80,13 @@ def fabric_config(inventory: Inventory, host: Host, fabric: Sequence[HostFacts] 
     raw = host.vars.get("fabric", inventory.vars.get("fabric")) or {}
     if not isinstance(raw, Mapping):
         raise FabricError(f"fabric: must be a mapping, not {raw!r}", ANY_ADDRESS_FIX)
-    unknown = sorted(set(raw) - {"subnets", "mtu", "confirm_timeout"})
+    unknown = sorted(set(raw) - {"subnets", "mtu", "confirm_timeout", "topology"})
     if unknown:
-        raise FabricError(f"fabric: unknown key {unknown[0]!r} (known: subnets, mtu, confirm_timeout)",
+        raise FabricError(f"fabric: unknown key {unknown[0]!r} (known: topology, subnets, mtu, confirm_timeout)",
                           ANY_ADDRESS_FIX)
+    if raw.get("topology", "auto") not in TOPOLOGIES:
+        raise FabricError(f"fabric.topology must be one of {', '.join(TOPOLOGIES)}, not {raw['topology']!r}",
+                          "set vars: {fabric: {topology: auto}} (auto: whatever the cables form)")
     subnets = raw.get("subnets") or in_use(fabric)
     if not isinstance(subnets, Sequence) or isinstance(subnets, str) or len(subnets) != 2:
         raise FabricError(f"fabric.subnets must list two IPv4 networks (one per twin), not {subnets!r}",
@@ -120,6 +124,17 @@ def in_use(fabric: Sequence[HostFacts]) -> tuple[str, str]:
             seen[1].most_common(1)[0][0] if seen[1] else DEFAULT_SUBNETS[1])
 
 
+def segment_subnet(config: FabricConfig, index: int) -> IPv4Network:
+    """The fabric's subnet number `index`: the two configured ones first (a pair's or switch's twins, a ring's
+    first cable), then the networks of the same size that follow the second (a ring's further cables: with the
+    defaults 192.168.179.0/24, 192.168.180.0/24 ...)."""
+    if index < len(config.subnets):
+        return config.subnets[index]
+    last = config.subnets[-1]
+    step = index - len(config.subnets) + 1
+    return IPv4Network((int(last.network_address) + step * last.num_addresses, last.prefixlen))
+
+
 def host_number(inventory: Inventory, name: str) -> int:
     """The last part of a node's fabric addresses: the head is FIRST_HOST, the others follow in inventory order.
     Counted over the whole inventory, so `--limit` never renumbers a node."""
@@ -144,10 +159,24 @@ def cabled_port(facts: HostFacts) -> tuple[int, tuple[str, ...]]:
     return port, twins
 
 
-def plan_addresses(inventory: Inventory, host: Host, facts: HostFacts, config: FabricConfig,
-                   managed_now: Sequence[str] = ()) -> AddressPlan:
-    """What this node's cabled twins need. `managed_now`: the twins the node's netplan file already holds."""
+def assignments(host: Host, facts: HostFacts, config: FabricConfig,
+                fabric: Fabric | None) -> tuple[int | None, list[tuple[str, IPv4Network]]]:
+    """Which subnet each of the node's cabled twins belongs on. A node whose direct cables go to two or more
+    neighbours (a ring) puts each cable's twins on that cable's own subnets, as the fabric numbers them; a pair
+    and a switch keep one subnet per twin."""
+    if fabric is not None:
+        ends = [end for end, link in fabric.ends_of(host.name) if link.direct]
+        if len({link.cable for _, link in fabric.ends_of(host.name) if link.direct}) > 1:
+            return None, [(end.netdev, segment_subnet(config, fabric.segment(end))) for end in ends]
     port, netdevs = cabled_port(facts)
+    return port, [(netdev, config.subnets[index]) for index, netdev in enumerate(netdevs[:2])]
+
+
+def plan_addresses(inventory: Inventory, host: Host, facts: HostFacts, config: FabricConfig,
+                   managed_now: Sequence[str] = (), fabric: Fabric | None = None) -> AddressPlan:
+    """What this node's cabled twins need. `managed_now`: the twins the node's netplan file already holds;
+    `fabric`: the graph discovery found (a ring's cables each get their own subnets)."""
+    port, planned = assignments(host, facts, config, fabric)
     number = host_number(inventory, host.name)
     if host.fabric_ip:  # a pin: twin 0 gets exactly it, twin 1 the same host part on its own subnet
         pin = IPv4Address(host.fabric_ip)
@@ -156,8 +185,7 @@ def plan_addresses(inventory: Inventory, host: Host, facts: HostFacts, config: F
                               "pin an address inside it, or " + ANY_ADDRESS_FIX)
         number = int(pin) - int(config.subnets[0].network_address)
     twins, notes = [], []
-    for index, netdev in enumerate(netdevs[:2]):
-        subnet = config.subnets[index]
+    for netdev, subnet in planned:
         interface = facts.interface(netdev)
         if interface is None:
             raise FabricError(f"{host.name}: {netdev} has an Up RDMA device but no network interface",
@@ -177,11 +205,13 @@ def plan_addresses(inventory: Inventory, host: Host, facts: HostFacts, config: F
                          f"is replaced by {address}; pin fabric.subnets to 169.254.0.0/16 to keep it")
     # Both twins on NVIDIA's one link-local /16 only where the inventory pinned it so: the user's choice.
     both_link_local = all(t.address.ip in LINK_LOCAL for t in twins)
-    if len(twins) == 2 and twins[0].address.network.overlaps(twins[1].address.network) and not both_link_local:
-        raise FabricError(f"{twins[0].netdev} ({twins[0].address}) and {twins[1].netdev} ({twins[1].address}) would "
-                          "share a subnet: each twin needs its own", ANY_ADDRESS_FIX)
+    for i, first in enumerate(twins):
+        for second in twins[i + 1:]:
+            if first.address.network.overlaps(second.address.network) and not both_link_local:
+                raise FabricError(f"{first.netdev} ({first.address}) and {second.netdev} ({second.address}) would "
+                                  "share a subnet: each twin needs its own", ANY_ADDRESS_FIX)
     if len(twins) < 2:
-        notes.append(f"only one twin of port {port} is Up ({netdevs[0]}): half the link's bandwidth")
+        notes.append(f"only one twin of port {port} is Up ({planned[0][0]}): half the link's bandwidth")
     return AddressPlan(port, tuple(twins), config.mtu, tuple(notes))
 
 

@@ -13,6 +13,7 @@ its neighbours show up; the probe needs nothing installed and sees the same wire
 from __future__ import annotations
 
 import shlex
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -104,14 +105,16 @@ def check_cabling(inventory: Inventory, fabric: Fabric, facts: Mapping[str, Host
 
 # One discovery per run: the cabling play finds the fabric, the addressing and comm steps of the same run read it.
 _found: dict[int, tuple[object, Fabric]] = {}
+_finding = threading.Lock()  # every node's step asks at once; one discovery answers them all
 
 
 def fabric_of(session: Session) -> Fabric:
     """This run's fabric (keyed by the run's connections, which narrowed sessions share), discovered once."""
     key = id(session.transports)
-    if key not in _found:
-        _found[key] = (session.transports, discover(session))
-    return _found[key][1]
+    with _finding:
+        if key not in _found:
+            _found[key] = (session.transports, discover(session))
+        return _found[key][1]
 
 
 def forget(session: Session) -> None:

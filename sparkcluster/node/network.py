@@ -404,3 +404,25 @@ def _interface_address(choice: QsfpChoice) -> IPv4Interface:
 def comm_env_path(host: Host) -> str:
     """Where this node's comm env is (remote, `~/` allowed)."""
     return str(host.vars.get("comm_env_path", COMM_ENV_PATH))
+
+
+def ring_env(env: Mapping[str, str], nodes: int, hcas: Sequence[str], control_ip: str, control_netdev: str,
+             link_prefix: int) -> dict[str, str]:
+    """The comm env of a ring node, from the pair's: every cabled HCA in NCCL_IB_HCA, subnet-aware routing (each
+    cable is its own subnets, so NCCL must pair HCAs by subnet), no GID index (it differs per twin), GDR off
+    (GB10 has none); a 4-ring has no diagonal, so NCCL's tree cannot connect: the ring algorithm is forced. The
+    control plane (Ray, gloo, vLLM's ZMQ, the rendezvous) runs on `control_ip`, an address every node reaches
+    (a link's address reaches one neighbour only)."""
+    out = {k: v for k, v in env.items() if k != "NCCL_IB_GID_INDEX"}
+    for key in ("VLLM_HOST_IP", "RAY_NODE_IP_ADDRESS", "RAY_OVERRIDE_NODE_IP_ADDRESS"):
+        out[key] = control_ip
+    for key in ("MN_IF_NAME", "UCX_NET_DEVICES", "NCCL_SOCKET_IFNAME", "OMPI_MCA_btl_tcp_if_include",
+                "GLOO_SOCKET_IFNAME", "TP_SOCKET_IFNAME"):
+        out[key] = control_netdev
+    out["NCCL_IB_HCA"] = ",".join(hcas)
+    out["NCCL_IB_SUBNET_AWARE_ROUTING"] = "1"
+    out["NCCL_NET_GDR_LEVEL"] = "0"
+    if nodes >= 4:
+        out.update({"NCCL_ALGO": "Ring", "NCCL_SKIP_TREE_CONNECT": "1", "NCCL_IB_SUBNET_PREFIX_LEN": str(link_prefix),
+                    "NCCL_MIN_NCHANNELS": str(2 * len(hcas)), "NCCL_P2P_LEVEL": "SYS"})
+    return out

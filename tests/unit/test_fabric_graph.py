@@ -187,3 +187,40 @@ def test_the_probe_command_and_its_answers():
     fabric = build_fabric(["spark-1", "spark-2"], facts, {"spark-1": answers, "spark-2": {}})
     assert fabric.links[0].b == End("spark-2", 1, "enp1s0f1np1")
     assert fabric.links[0].subnet == IPv4Network("10.0.0.0/24")
+
+
+def test_a_3_ring_node_gets_each_cable_its_own_subnets():
+    from sparkcluster.engine.inventory import Host, Inventory
+    from sparkcluster.node.addressing import fabric_config, plan_addresses
+
+    facts, answers = cabled(RING3, NODES3)
+    fabric = build_fabric(NODES3, facts, answers)
+    hosts = tuple(Host(n, f"192.168.1.{10 + i}", "head" if i == 1 else "worker") for i, n in enumerate(NODES3, 1))
+    inv = Inventory(Path("inv.yml"), "t", hosts, {"fabric": {"topology": "ring"}})
+    plans = {h.name: plan_addresses(inv, h, facts[h.name], fabric_config(inv, h), fabric=fabric) for h in hosts}
+    got = {n: {t.netdev: str(t.address) for t in p.twins} for n, p in plans.items()}
+    assert got["spark-1"] == {"enp1s0f0np0": "192.168.177.11/24", "enP2p1s0f0np0": "192.168.178.11/24",
+                              "enp1s0f1np1": "192.168.179.11/24", "enP2p1s0f1np1": "192.168.180.11/24"}
+    # Both ends of each cable share its subnets: spark-1 port 1 and spark-2 port 0 are cable 1.
+    assert got["spark-2"]["enp1s0f0np0"] == "192.168.179.12/24"
+    assert got["spark-3"]["enp1s0f1np1"] == "192.168.177.13/24"
+    assert plans["spark-1"].port is None
+
+
+def test_the_comm_env_per_topology_as_values():
+    from sparkcluster.node.network import ring_env
+
+    pair = {"VLLM_HOST_IP": "192.168.177.11", "NCCL_SOCKET_IFNAME": "enp1s0f1np1",
+            "NCCL_IB_HCA": "rocep1s0f1,roceP2p1s0f1", "NCCL_IB_GID_INDEX": "3"}
+    hcas = ["rocep1s0f0", "roceP2p1s0f0", "rocep1s0f1", "roceP2p1s0f1"]
+    ring3 = ring_env(pair, 3, hcas, "192.168.1.11", "enP7s7", 24)
+    assert ring3 == {"VLLM_HOST_IP": "192.168.1.11", "RAY_NODE_IP_ADDRESS": "192.168.1.11",
+                     "RAY_OVERRIDE_NODE_IP_ADDRESS": "192.168.1.11", "MN_IF_NAME": "enP7s7",
+                     "UCX_NET_DEVICES": "enP7s7", "NCCL_SOCKET_IFNAME": "enP7s7",
+                     "OMPI_MCA_btl_tcp_if_include": "enP7s7", "GLOO_SOCKET_IFNAME": "enP7s7",
+                     "TP_SOCKET_IFNAME": "enP7s7", "NCCL_IB_HCA": ",".join(hcas),
+                     "NCCL_IB_SUBNET_AWARE_ROUTING": "1", "NCCL_NET_GDR_LEVEL": "0"}
+    ring4 = ring_env(pair, 4, hcas, "192.168.1.11", "enP7s7", 24)
+    assert {k: v for k, v in ring4.items() if k not in ring3} == {
+        "NCCL_ALGO": "Ring", "NCCL_SKIP_TREE_CONNECT": "1", "NCCL_IB_SUBNET_PREFIX_LEN": "24",
+        "NCCL_MIN_NCHANNELS": "8", "NCCL_P2P_LEVEL": "SYS"}

@@ -29,6 +29,9 @@ from ..addressing import (
     netplan_yaml,
     plan_addresses,
 )
+from ..discovery import fabric_of
+from ..fabric import Fabric
+from ..network import qsfp_port
 from ..planned import planned_facts
 from .preflight import facts_of
 
@@ -61,7 +64,8 @@ class FabricAddresses(Step):
         if not ctx.run(Command("command -v netplan >/dev/null", sudo=True)).ok:  # in sudo's PATH (/usr/sbin)
             raise StepFailed("netplan is not installed: the fabric's addresses could not survive a reboot", NETPLAN_FIX)
         diff = unified_diff(ctx.host.name, NETPLAN_FILE, current_file or "", wanted) if file_changes else None
-        return Plan(f"address port {plan.port}: {_twins(plan)}, MTU {plan.mtu}",
+        ports = f"port {plan.port}" if plan.port is not None else "ports 0 and 1"
+        return Plan(f"address {ports}: {_twins(plan)}, MTU {plan.mtu}",
                     self._commands(ctx, plan, wanted, config), diff=diff, warnings=plan.notes,
                     planned_facts=planned_facts(facts_of(ctx), plan))
 
@@ -92,14 +96,15 @@ class FabricAddresses(Step):
         facts = replace(facts, interfaces=interfaces)
         current = ctx.run(Command(f"cat {NETPLAN_FILE} 2>/dev/null || true", sudo=True)).stdout or None
         try:
-            plan = plan_addresses(ctx.inventory, ctx.host, facts, config, managed_netdevs(current))
+            plan = plan_addresses(ctx.inventory, ctx.host, facts, config, managed_netdevs(current), _fabric(ctx))
         except FabricError as e:
             raise StepFailed(e.message, e.fix) from None
         others = {}
         for other in ctx.inventory.hosts:  # what the others hold or will get; their own problems are theirs to report
             if other.name != ctx.host.name and other.name in ctx.all_facts:
                 try:
-                    others[other.name] = plan_addresses(ctx.inventory, other, ctx.all_facts[other.name], config)
+                    others[other.name] = plan_addresses(ctx.inventory, other, ctx.all_facts[other.name], config,
+                                                        fabric=_fabric(ctx))
                 except FabricError:
                     continue
         clashes = [c for c in duplicates({ctx.host.name: plan, **others}) if ctx.host.name in c]
@@ -197,6 +202,13 @@ class FabricAddresses(Step):
                 pass
             time.sleep(2)
         return f"its watchdog restores the previous addresses {confirm_s:g} s after the change"
+
+
+def _fabric(ctx: HostContext) -> Fabric | None:
+    """The graph discovery found, where some node has both ports Up (a ring: each cable its own subnets); a pair
+    or a switch is addressed from each node's own facts, without a probe."""
+    both = any(len({qsfp_port(d.netdev) for d in f.rdma if d.up}) > 1 for f in ctx.all_facts.values())
+    return fabric_of(ctx.session) if both else None
 
 
 def _config(ctx: HostContext) -> FabricConfig:

@@ -14,8 +14,9 @@ import jinja2
 
 from ...engine.steps.base import HostContext, Plan, Step, StepFailed, register
 from ...engine.steps.files import plan_file, write_file
-from ..network import COMM_ENV_PATH, QsfpError, comm_env
-from .preflight import qsfp_of
+from ..fabric import Kind
+from ..network import COMM_ENV_PATH, QsfpError, comm_env, qsfp_port, ring_env
+from .preflight import facts_of, qsfp_of, ring_of
 
 _TEMPLATES = jinja2.Environment(
     loader=jinja2.FileSystemLoader(str(resources.files("sparkcluster") / "templates")),
@@ -42,6 +43,18 @@ class CommEnv(Step):
             env = comm_env(qsfp_of(ctx))
         except QsfpError as e:
             raise StepFailed(e.message, e.fix) from None
+        fabric = ring_of(ctx)
+        if fabric is not None and fabric.kind is Kind.RING:
+            facts = facts_of(ctx)
+            control = next(((i.name, str(a.ip)) for i in facts.interfaces for a in i.ipv4
+                            if str(a.ip) == ctx.host.address), None)
+            if control is None:
+                raise StepFailed(f"{ctx.host.name}: its inventory address {ctx.host.address} is on none of its "
+                                 "interfaces: on a ring the control plane needs an address every node reaches",
+                                 "give the node's management LAN address (enP7s7) as its address: in the inventory")
+            hcas = [d.hca for d in facts.rdma if d.up and qsfp_port(d.netdev) is not None]
+            prefix = next((l.subnet.prefixlen for l in fabric.links if l.subnet), 24)
+            env = ring_env(env, len(fabric.nodes), hcas, control[1], control[0], prefix)
         return render_comm_env(ctx.host.name, env)
 
     def check(self, ctx: HostContext) -> Plan:

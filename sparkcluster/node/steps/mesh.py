@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from ...engine.command import Command
 from ...engine.remote import STRICT_SSH
 from ...engine.steps.base import HostContext, NoArgs, Plan, Step, StepFailed, register
-from .preflight import qsfp_of
+from .preflight import qsfp_of, ring_of
 
 KEY = "~/.ssh/id_ed25519"
 PROBE_OPTS = " ".join([*STRICT_SSH, "-o", "ConnectTimeout=10"])
@@ -54,11 +54,15 @@ class SshMesh(Step):
 
     def _nodes(self, ctx: HostContext) -> dict[str, Node]:
         out = {}
+        ring = ring_of(ctx) is not None
         for h in ctx.inventory.hosts:
             facts = ctx.all_facts.get(h.name)
             if facts is None:
                 continue
             q = qsfp_of(ctx, h.name)
+            if ring:  # a link's address reaches one neighbour: every node reaches the control-plane address
+                out[h.name] = Node(facts.user, h.address, (h.address,))
+                continue
             addresses = tuple(str(a.ip) for twin in q.twins if (i := facts.interface(twin)) for a in i.ipv4)
             out[h.name] = Node(facts.user, q.ip, addresses or (q.ip,))
         return out

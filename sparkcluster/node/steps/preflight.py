@@ -12,7 +12,9 @@ from dataclasses import dataclass
 from ...engine.command import Command
 from ...engine.facts import HostFacts, driver_tuple
 from ...engine.steps.base import HostContext, NoArgs, Plan, Step, StepFailed, register
-from ..network import QsfpChoice, QsfpError, cabling_report, choose_for, fabric_subnet_mismatch
+from ..discovery import fabric_of
+from ..fabric import Fabric
+from ..network import QsfpChoice, QsfpError, cabling_report, choose_for, fabric_subnet_mismatch, qsfp_port
 
 GB10 = "NVIDIA GB10"
 DEFAULT_MIN_DRIVER = "590.44"
@@ -34,6 +36,13 @@ def qsfp_of(ctx: HostContext, name: str | None = None) -> QsfpChoice:
         return choose_for(host, facts)
     except QsfpError as e:
         raise StepFailed(e.message, e.fix) from None
+
+
+def ring_of(ctx: HostContext) -> Fabric | None:
+    """The fabric discovery found, where some node has both QSFP ports Up (a ring); None on a pair or a switch,
+    whose nodes are configured from their own facts without a probe."""
+    both = any(len({qsfp_port(d.netdev) for d in f.rdma if d.up} - {None}) > 1 for f in ctx.all_facts.values())
+    return fabric_of(ctx.session) if both else None
 
 
 @dataclass(frozen=True)
@@ -194,6 +203,9 @@ class PreflightFabric(Step):
         if planned:  # check mode: addresses that exist only in the plan answer no ping yet
             return Plan(f"the fabric addresses of {', '.join(planned)} are planned, not applied: bootstrap checks "
                         "that every node reaches the others once it has applied them", skip=True)
+        fabric = ring_of(ctx)
+        if fabric is not None:
+            return self._links(ctx, fabric)
         mine = qsfp_of(ctx)
         head = ctx.inventory.head
         if ctx.host.name != head.name and head.name in ctx.all_facts:
@@ -232,3 +244,26 @@ class PreflightFabric(Step):
                              f"ping -I {mine.netdev} <peer fabric ip>")
         return Plan(f"reaches {', '.join(f'{n} ({ip})' for n, ip in peers.items())} over {mine.netdev}",
                     warnings=tuple(skipped))
+
+    def _links(self, ctx: HostContext, fabric: Fabric) -> Plan:
+        """On a ring each cable is its own subnets: each twin must reach the neighbour at its link's far end."""
+        targets = []
+        for end, link in fabric.ends_of(ctx.host.name):
+            far = link.b if end == link.a else link.a
+            facts = ctx.all_facts.get(far.node)
+            interface = facts.interface(far.netdev) if facts else None
+            if interface and interface.ipv4:
+                targets.append((end.netdev, far.node, str(interface.ipv4[0].ip)))
+        if not targets:
+            return Plan("no neighbour on the ring has an address yet")
+        pings = " ".join(f"(ping -c 1 -i 0.2 -w 5 -I {shlex.quote(n)} {shlex.quote(ip)} >/dev/null 2>&1 "
+                         f"&& echo {shlex.quote(ip)} ok) &" for n, _, ip in targets)
+        out = ctx.run(Command(f"PATH=$PATH:/usr/sbin:/sbin; {pings} wait", timeout=30)).stdout
+        answered = {line.split()[0] for line in out.splitlines() if line.endswith(" ok")}
+        failed = [t for t in targets if t[2] not in answered]
+        if failed:
+            ctx.probe_peers(sorted({node for _, node, _ in failed}))
+            listing = ", ".join(f"{node} ({ip}) over {n}" for n, node, ip in failed)
+            raise StepFailed(f"cannot reach {listing}", "check that cable and both ends' addresses (sparkcluster "
+                             "topology shows each link)")
+        return Plan("reaches " + ", ".join(f"{node} ({ip}) over {n}" for n, node, ip in targets))
