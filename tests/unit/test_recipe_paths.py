@@ -330,3 +330,44 @@ def test_a_registry_declared_beside_another_is_removed_with_it_and_owns_its_own_
     assert "recipes remove-registry first" in err
     assert cli.main(["recipes", "remove-registry", "first"]) == EXIT_OK
     assert not {"first", "second"} & set(recipe_registry.registries()) and not clone.exists()
+
+
+LINKS = {"inside-file": "a", "inside-dir": "sub", "parent": "..", "secret": "../secret", "root": "/",
+         "self": "self", "sub-up": "sub/../a", "escape-through-sub": "sub/../../secret"}
+
+
+@settings(max_examples=150, deadline=None)
+@given(modes=st.lists(st.sampled_from([0o600, 0o644, 0o666, 0o700, 0o755, 0o777, 0o4755]), min_size=2, max_size=2),
+       links=st.lists(st.sampled_from(sorted(LINKS)), unique=True, max_size=4), depth=st.booleans())
+def test_a_mods_files_are_its_own_whatever_links_it_holds(modes, links, depth):
+    """Whatever links a mod holds, mod_files reads nothing outside it (or refuses), and no mode is widened."""
+    import tempfile
+
+    from sparkcluster.recipes.types import Mod
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp).resolve()
+        (root / "secret").write_bytes(b"SECRET")
+        mod = root / "mod"
+        (mod / "sub").mkdir(parents=True)
+        for name, mode in zip(("a", "sub/b"), modes):
+            (mod / name).write_bytes(name.encode())
+            (mod / name).chmod(mode)
+        (mod / "run.sh").write_text("true\n")
+        for name in links:
+            os.symlink(LINKS[name], (mod / "sub" if depth else mod) / name)
+        where = mod / "sub" if depth else mod
+        targets = [Path(os.path.realpath(where / n)) for n in links]
+        # refused: a link out of the mod, to nothing (or itself), or to a folder that holds it (a loop)
+        escapes = any(not t.exists() or not t.is_relative_to(mod) or (t.is_dir() and where.is_relative_to(t))
+                      for t in targets)
+        try:
+            files = mod_files(Mod("mod", mod, "mod"))
+        except UsageError as e:
+            assert escapes and e.exit_code == EXIT_USAGE, e.message  # refused only for a link out, dangling or a loop
+            return
+        assert not escapes
+        assert all(content != b"SECRET" for _, content, _ in files)
+        originals = {"a": modes[0], "sub/b": modes[1], "run.sh": 0o644}
+        for rel, content, mode in files:
+            own = originals.get(rel, originals.get(content.decode(errors="replace"), 0o777))
+            assert mode & 0o022 == 0 and mode & ~0o777 == 0 and mode & ~(own | 0o700) == 0, (rel, oct(mode))
