@@ -252,7 +252,8 @@ def main() -> int:
                f"({len(recipes)} recipes, {seconds:.1f} s)")
     if a.json:
         print(json.dumps({"recipes": [{"file": r.file, "ref": r.ref, "expected": r.file in expected,
-                                       "pass": not any(r.results.values()), **r.results} for r in recipes],
+                                       "pass": not any(r.results.values()),
+                                       **{f"by_{path}": d for path, d in r.results.items()}} for r in recipes],
                           "expected_pass": len(passed), "expected_total": len(listed), "summary": summary}, indent=1))
     else:
         for r in recipes:

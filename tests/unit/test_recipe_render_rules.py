@@ -196,3 +196,36 @@ def test_sparkruns_shared_clone_folder_is_no_registry(tmp_path, monkeypatch):
     assert set(registry.registries()) == {"stable"}
     recipe = load_recipe("only-one")
     assert recipe.registry == "stable" and recipe.model == "org/one"
+
+
+def test_the_conformance_benchmark_passes_a_match_and_names_each_difference(tmp_path, monkeypatch, capsys):
+    """benchmarks/recipe_conformance.py on a tree of one registry repository (written here): the render that
+    matches its expected entry passes by file and by @REG/NAME; one whose expected TP, env and node count differ
+    fails with each difference named; exit 1."""
+    from benchmarks import recipe_conformance
+
+    repo = tmp_path / "tree" / "lab-recipes"
+    (repo / ".sparkrun").mkdir(parents=True)
+    (repo / ".sparkrun" / "registry.yaml").write_text("registries:\n  - {name: lab, recipes: recipes}\n")
+    recipe_file(repo, "one", SPARKRUN_ONE)
+    recipe_file(repo, "solo", EUGR_SOLO_ONLY_TP2)
+    knob = '{"placement_group_options": {"strategy": "SPREAD"}}'
+    expected = [
+        {"file": "lab-recipes/recipes/one.yaml", "ref": "@lab/one", "nodes": 1, "model": "org/v2-one",
+         "flags": {"max-model-len": "2048", "host": "0.0.0.0", "port": "8000"}, "env": {}},
+        {"file": "lab-recipes/recipes/solo.yaml", "ref": "@lab/solo", "nodes": 2, "model": "org/solo",
+         "flags": {"tensor-parallel-size": "2", "host": "0.0.0.0", "port": "8000"},
+         "env": {"VLLM_JSON_KNOB": knob.replace('"', "")}},
+    ]
+    (tmp_path / "expected.json").write_text(json.dumps({"entries": expected}))
+    monkeypatch.setattr("sys.argv", ["recipe_conformance.py", str(tmp_path / "tree"), "--expected",
+                                     str(tmp_path / "expected.json"), "--json"])
+    assert recipe_conformance.main() == 1
+    doc = json.loads(capsys.readouterr().out)
+    by_file = {r["file"]: r for r in doc["recipes"]}
+    assert by_file["lab-recipes/recipes/one.yaml"]["pass"] and doc["expected_pass"] == 1, doc
+    solo = by_file["lab-recipes/recipes/solo.yaml"]
+    assert solo["by_file"] == solo["by_ref"] and not solo["pass"]  # the same differences by either path
+    assert "--tensor-parallel-size 1, expected 2" in solo["by_file"]
+    assert "rendered for 1 node(s), the recipe is for 2" in solo["by_file"]
+    assert any(d.startswith("env VLLM_JSON_KNOB=") for d in solo["by_file"])
