@@ -22,7 +22,7 @@ from ..engine.console import out as console
 from ..engine.console import print_error
 from ..engine.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, SparkclusterError, UsageError
 from ..engine.report import print_json
-from . import arena, benchy_plot, benchy_report, published
+from . import arena, benchy_plot, benchy_report, ceiling, published
 from .benchy_client import Client
 from .benchy_run import Outcome, served_model, session_run
 from .benchy_runner import BenchyOptions, Cell, cells
@@ -198,6 +198,9 @@ def cmd(args: argparse.Namespace, target: Target, plan_: Plan, head_tokenizer: P
         print_json(doc)
     elif runs:
         print(benchy_report.markdown(model, runs, head.max_concurrency))
+        limit = target.config.get("decode_ceiling")
+        if limit:  # under llama-benchy's own table, which stays as it prints it
+            console.print("\n".join([ceiling.describe(limit), *ceiling.benchy_shares(runs, limit)]), highlight=False)
         if plan_.published:
             console.print(published.render(found, plan_.published.source))
     if runs and args.csv:

@@ -252,3 +252,17 @@ def speedup_lines(levels: Sequence[Any], baseline: Mapping[str, Any]) -> str:
     cells = ", ".join(f"c={s['concurrency']} {s['speedup']:.2f}x" for s in found)
     return (f"speedup over the baseline run ({nodes} node{'s' if nodes > 1 else ''}): {cells} (published TP 2 runs "
             "on two Sparks gain 1.2-1.4x over one node at concurrency 1)")
+
+
+def benchy_shares(runs: Sequence[Any], doc: Mapping[str, Any]) -> list[str]:
+    """llama-benchy's tg cells (its BenchmarkRun entries): each request's decode rate as a share of the ceiling,
+    printed under its table (which stays exactly llama-benchy's)."""
+    out = []
+    for run in runs:
+        if run.is_context_prefill_phase or run.tg_req_throughput is None:
+            continue
+        rate = run.tg_req_throughput.mean
+        depth = f" @ d{run.context_size}" if run.context_size else ""
+        out.append(f"  tg{run.response_size}{depth} c{run.concurrency}: {rate:.1f} t/s per request = "
+                   f"{rate / doc['tokens_per_s'] * 100:.0f}% of the ceiling")
+    return out

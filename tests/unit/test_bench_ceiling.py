@@ -8,6 +8,7 @@ import pytest
 from rich.console import Console
 
 from sparkcluster.bench.ceiling import (
+    benchy_shares,
     ceiling,
     count_params,
     describe,
@@ -110,3 +111,14 @@ def test_speedup_over_a_one_node_run_and_the_ceiling_line():
     line = describe(ceiling("openai/gpt-oss-120b", GPT_OSS_120B, nodes=2).to_json())
     assert line.startswith("decode ceiling at concurrency 1: 109.") and "2 nodes x 273 GB/s" in line
     assert "rough: " in line and "MoE" in line
+
+
+def test_llama_benchys_tg_cells_as_a_share_of_the_ceiling():
+    from sparkcluster.bench.benchy_stats import BenchmarkRun, Metric
+
+    doc = {"tokens_per_s": 100.0}
+    runs = [BenchmarkRun(1, 0, 2048, 32, False, tg_req_throughput=Metric(55.0, 1.0, (55.0,))),
+            BenchmarkRun(2, 4096, 2048, 32, False, tg_req_throughput=Metric(40.0, 1.0, (40.0,))),
+            BenchmarkRun(1, 4096, 0, 0, True, tg_req_throughput=Metric(9.0, 0.0, (9.0,)))]
+    assert benchy_shares(runs, doc) == ["  tg32 c1: 55.0 t/s per request = 55% of the ceiling",
+                                        "  tg32 @ d4096 c2: 40.0 t/s per request = 40% of the ceiling"]
