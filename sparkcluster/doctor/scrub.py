@@ -14,9 +14,9 @@ SCRUBBED = "[scrubbed]"
 # (not max_num_batched_tokens: the secret word must end the name).
 SECRET_NAME = re.compile(r"(?i)(?:^|[_.-])(?:token|secret|password|passwd|pass|passphrase|api[_-]?key|access[_-]?key|"
                          r"secret[_-]?key|private[_-]?key|credentials?|auth)$")
-# NAME=value, NAME: value, "NAME": "value", export NAME='value'
+# NAME=value, NAME: value, "NAME": "value", export NAME='a value with spaces'
 ASSIGNMENT = re.compile(r"""(?P<pre>(?P<q1>["']?)(?P<name>[A-Za-z_][A-Za-z0-9_.-]*)(?P=q1)\s*[:=]\s*)"""
-                        r"""(?P<q2>["']?)(?P<value>[^\s"',}]+)(?P=q2)""")
+                        r"""(?:"(?P<dq>[^"\n]*)"|'(?P<sq>[^'\n]*)'|(?P<bare>[^\s"',}]+))""")
 HF_TOKEN = re.compile(r"\bhf_[A-Za-z0-9]{20,}\b")
 BEARER = re.compile(r"(?i)(\bbearer\s+)[A-Za-z0-9._~+/=-]{8,}")
 PRIVATE_KEY = re.compile(r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----.*?-----END [A-Z0-9 ]*PRIVATE KEY-----", re.S)
@@ -54,10 +54,12 @@ class Scrubber:
                 text = text.replace(value, SCRUBBED)
 
         def assignment(m: re.Match[str]) -> str:
-            if not SECRET_NAME.search(m["name"]) or m["value"] == SCRUBBED:
+            value = m["dq"] if m["dq"] is not None else m["sq"] if m["sq"] is not None else m["bare"]
+            if not SECRET_NAME.search(m["name"]) or value in ("", SCRUBBED):
                 return m[0]
             counts[f"the value of {m['name']}"] += 1
-            return f"{m['pre']}{m['q2']}{SCRUBBED}{m['q2']}"
+            quote = '"' if m["dq"] is not None else "'" if m["sq"] is not None else ""
+            return f"{m['pre']}{quote}{SCRUBBED}{quote}"
 
         text = ASSIGNMENT.sub(assignment, text)
         text = HF_TOKEN.sub(lambda m: count("a Hugging Face token"), text)

@@ -35,6 +35,8 @@ def test_every_kind_of_secret_is_scrubbed_and_counted():
                    "hf_ABCDEFGHIJKLMNOPQRSTUVWXYZ"):
         assert secret not in clean, secret
     assert "max_num_batched_tokens=8192" in clean  # a name that merely contains "token" keeps its value
+    spaced, _ = Scrubber([]).scrub("DB_PASSWORD='open sesame now' and x_token: \"two words\"\n")
+    assert "sesame" not in spaced and "words" not in spaced and spaced.count(SCRUBBED) == 2
     assert counts["private key"] == 1 and counts["the value of OPENAI_API_KEY"] == 1
     assert counts["a secret from the inventory or the sudo prompt"] == 2 and counts["a bearer token"] == 1
     assert clean.count(SCRUBBED) == 7
