@@ -61,8 +61,8 @@ def selected_inventory(args: argparse.Namespace) -> Inventory:
     from .inventory import find_inventory, load_inventory
 
     positional = getattr(args, "inventory_arg", None)
-    path, reason = find_inventory(positional or args.inventory)
-    reason = "as given" if positional else reason
+    path, reason = find_inventory(positional or args.inventory,
+                                  explicit_reason="as given" if positional else "from -i")
     if not getattr(args, "json", False):
         err.print(f"inventory: {path} ({reason})", highlight=False)
     inventory = load_inventory(path)

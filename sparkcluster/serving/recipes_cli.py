@@ -87,9 +87,9 @@ def cmd_show(args: argparse.Namespace, connect: Connect) -> int:
 
 def shown(recipe: Recipe, args: argparse.Namespace) -> dict[str, Any]:
     """What each rank runs: the same lines serve builds, with placeholder addresses (no inventory is read)."""
-    model = recipe.model
+    model = getattr(args, "model", None) or recipe.model
     if not model:
-        raise UsageError(f"recipe {recipe.name!r} names no model", "serve it with --model ORG/NAME")
+        raise UsageError(f"recipe {recipe.name!r} names no model", "name one: --model ORG/NAME")
     pp = chosen(args.pp, recipe.pp, "pipeline_parallel", args) or 1
     tp = chosen(args.tp, recipe.tp, "tensor_parallel", args) or 1
     # no runtime is known here: the launcher serve takes on the host runtime (docker with mods keeps Ray)
@@ -156,6 +156,8 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser], app:
     app.wire(ls, cmd_list)
     show = sub.add_parser("show", help="what each node would run for a recipe (NAME, @REG/NAME or FILE)")
     show.add_argument("recipe")
+    show.add_argument("--model", help="ORG/NAME[@REVISION] or a path on the nodes, as serve takes it (default: the "
+                                      "recipe's; `default` names none)")
     show.add_argument("--tp", type=int, help="tensor parallel size (default: the recipe's)")
     show.add_argument("--pp", type=int, help="pipeline parallel size (default: the recipe's, else 1)")
     show.add_argument("--launcher", choices=LAUNCHERS, help="ray or native (default: none on one node, else the recipe's tool's, else ray)")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import json
 import shutil
 import subprocess
 import sys
@@ -104,3 +105,24 @@ def test_fish_completes_a_sub_command_flag_with_its_choices() -> None:
     bootstrap_runtime = [line for line in script.splitlines()
                          if "__fish_seen_subcommand_from bootstrap" in line and "-l runtime" in line]
     assert bootstrap_runtime and "-a 'docker host'" in bootstrap_runtime[0]
+
+
+def test_a_positional_inventory_is_never_reported_as_from_i(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    # Failed before: the INVENTORY argument's error read "(from -i): no such file".
+    monkeypatch.setattr(cli.err_console, "width", 10_000)
+    missing = tmp_path / "nope.yml"
+    assert cli.main(["facts", str(missing)]) == 2
+    assert f"{missing} (as given): no such file" in capsys.readouterr().err
+    assert cli.main(["facts", "-i", str(missing)]) == 2
+    assert f"{missing} (from -i): no such file" in capsys.readouterr().err
+
+
+def test_recipes_show_takes_the_model_a_recipe_does_not_name(capsys: pytest.CaptureFixture[str],
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cli.err_console, "width", 10_000)
+    assert cli.main(["recipes", "show", "default"]) == 2
+    assert "names no model" in capsys.readouterr().err
+    assert cli.main(["recipes", "show", "default", "--model", "Qwen/Qwen3-0.6B", "--tp", "2", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["model"] == "Qwen/Qwen3-0.6B" and doc["tp"] == 2 and "vllm serve Qwen/Qwen3-0.6B" in doc["commands"][0]

@@ -74,11 +74,12 @@ def _read(file: Path, src: Source) -> SourceMap:
 
 # ---- which inventory -------------------------------------------------------------------------------------
 def find_inventory(explicit: str | None, *, env: Mapping[str, str] | None = None, cwd: Path | None = None,
-                   config_dir: Path | None = None) -> tuple[Path, str]:
-    """The inventory to use and why: -i, then $SPARKCLUSTER_INVENTORY, then ./inventory.yml, then the last one used."""
+                   config_dir: Path | None = None, explicit_reason: str = "from -i") -> tuple[Path, str]:
+    """The inventory to use and why: the one named (-i, or a command's INVENTORY argument: `explicit_reason` says
+    which), then $SPARKCLUSTER_INVENTORY, then ./inventory.yml, then the last one used."""
     env = os.environ if env is None else env
     if explicit:
-        return _given(explicit, "from -i", cwd)
+        return _given(explicit, explicit_reason, cwd)
     if env.get(ENV_VAR):
         return _given(env[ENV_VAR], f"from ${ENV_VAR}", cwd)
     local = (cwd or Path()) / DEFAULT_FILE
