@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -215,3 +216,43 @@ def test_a_fabric_link_that_dies_mid_stage_fails_the_node_within_the_bound_and_a
     again = run_cli("stage", MODEL, "--json", "-i", str(pair.inventory_path), env=env)
     assert again.returncode == 0, again.stdout + again.stderr
     assert json.loads(again.stdout)["nodes"]["spark-2"]["state"] == "complete"
+    # Locks only their owner can hold: failed before, the run's lock file was 0644 (homes here are 0755).
+    lock = f"{HUB}/.locks/sparkcluster/stage-models--acme--fake-64m.lock"
+    assert ssh(pair, "spark-2", f"test -f {lock}", user="root", check=False).returncode == 0
+    other = ssh(pair, "spark-2", f"setpriv --reuid=nobody --regid=nogroup --clear-groups flock -s -n {lock} true",
+                user="root", check=False)
+    assert other.returncode != 0, "another user held the stage lock"
+
+
+# ---- issue 28: top against a wedged GPU keeps at most one nvidia-smi on the node ---------------------------
+def test_top_against_a_hung_nvidia_smi_leaves_at_most_one_probe_per_node(pair):
+    # Failed before: the first line took 70 s (the connect-time facts waited 60 s on nvidia-smi), and every
+    # later probe that timed out left its nvidia-smi running on the node and started one more.
+    smi = "/usr/local/bin/nvidia-smi"  # the emulator; a stand-in that never answers takes its place
+    ssh(pair, "spark-2", f"mv {smi} {smi}.real && printf '#!/bin/sh\\nexec sleep 3601\\n' > {smi} && chmod 755 {smi}",
+        user="root")
+    top = subprocess.Popen([sys.executable, "-m", "sparkcluster", "top", "-i", str(pair.inventory_path), "--interval",
+                            "1"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    lines: list[tuple[float, str]] = []
+
+    def read() -> None:
+        assert top.stdout is not None
+        for line in top.stdout:
+            lines.append((time.monotonic(), line))
+
+    reader = threading.Thread(target=read, daemon=True)
+    started = time.monotonic()
+    reader.start()
+    hung: list[int] = []
+    try:
+        while time.monotonic() - started < 45:
+            count = ssh(pair, "spark-2", "pgrep -c -f 'slee[p] 3601'", check=False).stdout.strip()
+            hung.append(int(count or 0))
+            time.sleep(1)
+    finally:
+        top.terminate()
+        top.wait(timeout=30)
+        ssh(pair, "spark-2", f"mv -f {smi}.real {smi}; pkill -f 'slee[p] 3601'; true", user="root")
+    assert max(hung) == 1, hung  # the stand-in ran (the facts and then each probe), never twice at once
+    assert lines and lines[0][0] - started < 35, lines[:1]  # the facts' own nvidia-smi deadline is 20 s
+    assert len(lines) >= 3 and all("spark-1: GPU 0 %" in line for _, line in lines), lines[-1:]
