@@ -426,3 +426,45 @@ def ring_env(env: Mapping[str, str], nodes: int, hcas: Sequence[str], control_ip
         out.update({"NCCL_ALGO": "Ring", "NCCL_SKIP_TREE_CONNECT": "1", "NCCL_IB_SUBNET_PREFIX_LEN": str(link_prefix),
                     "NCCL_MIN_NCHANNELS": str(2 * len(hcas)), "NCCL_P2P_LEVEL": "SYS"})
     return out
+
+
+def qsfp_addresses(facts: HostFacts) -> tuple[IPv4Interface, ...]:
+    """Every IPv4 address on the node's QSFP twins (a ring node has four, one per cable per twin)."""
+    return tuple(a for i in facts.interfaces if qsfp_port(i.name) is not None for a in i.ipv4)
+
+
+def facing(facts_from: HostFacts, facts_to: HostFacts) -> tuple[str, str] | None:
+    """(from's address, to's address) on a QSFP subnet both have: the two ends of the cable (or switch) between
+    them. None where no QSFP subnet joins them (on a 4-ring, the diagonal)."""
+    mine = qsfp_addresses(facts_from)
+    for theirs in qsfp_addresses(facts_to):
+        for own in mine:
+            if theirs.ip in own.network and own.ip in theirs.network:
+                return str(own.ip), str(theirs.ip)
+    return None
+
+
+def cable_order(names: Sequence[str], facts: Mapping[str, HostFacts]) -> list[str]:
+    """`names` reordered so that each node after the first has a QSFP subnet in common with the one before it,
+    where such a walk exists (a ring's chain through neighbours); otherwise as given (a switch, a pair)."""
+    if len(names) < 3:
+        return list(names)
+    walk = [names[0]]
+    rest = list(names[1:])
+    while rest:
+        nxt = next((n for n in rest if n in facts and walk[-1] in facts and facing(facts[walk[-1]], facts[n])), None)
+        if nxt is None:
+            return list(names)
+        walk.append(nxt)
+        rest.remove(nxt)
+    return walk
+
+
+def control_address(host: Host, facts: HostFacts) -> str:
+    """Where a node's control plane binds (Ray, gloo, torch's rendezvous, vLLM's VLLM_HOST_IP): its QSFP address,
+    except on a node with both ports cabled (a ring), where a link's address reaches one neighbour only: there,
+    its inventory address (the management LAN), which every node reaches, as its comm env says."""
+    ring = len({qsfp_port(d.netdev) for d in facts.rdma if d.up} - {None}) > 1
+    if ring and any(i.has_ip(host.address) for i in facts.interfaces):
+        return host.address
+    return choose_for(host, facts).ip

@@ -14,7 +14,7 @@ from ..engine.inventory import Host
 from ..engine.session import Session
 from ..engine.transport import Unreachable
 from ..nccl.verdict import VerdictStatus
-from ..node.network import choose_for
+from ..node.network import control_address
 from .launch import LAUNCHERS, RUNTIMES, Launcher, RuntimeName
 
 RECORD_FILE = ".config/sparkcluster/serve.json"  # on the head, relative to the login user's home
@@ -124,8 +124,9 @@ def clear_record(session: Session) -> None:
 
 
 def fabric_ips(session: Session) -> dict[str, str]:
-    """From the facts: the QSFP address each node must use."""
-    return {h.name: choose_for(h, session.facts[h.name]).ip for h in session.hosts}
+    """From the facts: the address each node's control plane must use (its QSFP address; on a ring, where a
+    link's address reaches one neighbour only, the management address every node reaches)."""
+    return {h.name: control_address(h, session.facts[h.name]) for h in session.hosts}
 
 
 def other_ips(session: Session) -> dict[str, list[str]]:

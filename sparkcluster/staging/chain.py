@@ -96,12 +96,16 @@ class Chain:
     it in the chain, as soon as that node holds the blob."""
 
     def __init__(self, job: CopyJob, manifest: Manifest, chain: list[str], statuses: Mapping[str, NodeStatus],
-                 addresses: Mapping[str, str], result: StageResult) -> None:
+                 addresses: Mapping[str, str], result: StageResult,
+                 hops: Mapping[tuple[str, str], tuple[str, str]] | None = None) -> None:
         self.job = job
         self.transports = job.session.transports
         self.manifest = manifest
         self.chain = chain
         self.addresses = addresses
+        # (up, down) -> their addresses on the cable between them, where that is not each one's own address (a
+        # ring: each cable is its own subnets, so a node is reached at another address by each neighbour).
+        self.hops = dict(hops or {})
         self.result = result
         self.blobs = manifest.unique_blobs()
         self.need = {n: set(statuses[n].missing) | set(statuses[n].corrupt) for n in chain[1:]}
@@ -150,9 +154,17 @@ class Chain:
         feeders = [n for n in self.chain[:-1] if not self.failed[n].is_set()]
         self.senders, failures = start_senders(
             self.transports, {n: f"{self.job.scans[n].model_dir}/blobs" for n in feeders},
-            {n: self.addresses[n] for n in feeders}, [self.addresses[n] for n in self.chain], self.token)
+            {n: self._ends(n, self._next(n))[0] for n in feeders},
+            [*(self.addresses[n] for n in self.chain), *(a for pair in self.hops.values() for a in pair)], self.token)
         for name, failure in failures.items():
             self._fail(name, failure.message, f"{failure.fix}; or stage with --transport ssh")
+
+    def _next(self, name: str) -> str:
+        return self.chain[self.chain.index(name) + 1]
+
+    def _ends(self, up: str, down: str) -> tuple[str, str]:
+        """The addresses `up` sends from and `down` receives at."""
+        return self.hops.get((up, down), (self.addresses[up], self.addresses[down]))
 
     # ---- per node --------------------------------------------------------------------------------------
     def _run(self, name: str, command: Command) -> bool:
@@ -259,13 +271,13 @@ class Chain:
                 return False
             if self.job.data_plane == "tcp" and result.exit_code in BROKEN_LINK_EXITS:
                 links = self._links(up), self._links(name)
-                self._fail(name, *broken_link(up, name, blob.path, model, (self.addresses[up], self.addresses[name]),
+                self._fail(name, *broken_link(up, name, blob.path, model, self._ends(up, name),
                                               result.stderr_tail(1).removeprefix("blobwire: "), links))
                 return False
             how = "by ssh (sparkcluster bootstrap sets that up)" if self.job.data_plane == "ssh" else \
                 "over TCP (a firewall between the fabric addresses?), or stage with --transport ssh"
             self._fail(name, f"copy of {blob.path} from {up} failed: {result.stderr_tail(3)}",
-                       f"check that {name} reaches {up} at {self.addresses[up]} {how}")
+                       f"check that {name} reaches {up} at {self._ends(up, name)[0]} {how}")
             return False
         # blobwire hashed the bytes as they arrived and named the file only once they matched
         if self.job.data_plane == "ssh" and not self._check_arrival(name, blob):
@@ -283,10 +295,10 @@ class Chain:
     def _copy_command(self, up: str, name: str, blob: SnapshotFile) -> Command:
         up_blobs, dest_blobs = f"{self.job.scans[up].model_dir}/blobs", f"{self.job.scans[name].model_dir}/blobs"
         if self.job.data_plane == "tcp":
-            return fetch_command(python_of(self.transports[name].host), self.senders[up].endpoint, self.addresses[name],
+            return fetch_command(python_of(self.transports[name].host), self.senders[up].endpoint, self._ends(up, name)[1],
                                  dest_blobs, blob.blob, blob.size, self.token)
         user = self.job.session.facts[name].user if name in self.job.session.facts else ""
-        target = f"{user}@{self.addresses[name]}:{dest_blobs}/"
+        target = f"{user}@{self._ends(up, name)[1]}:{dest_blobs}/"
         return Command.argv(rsync_blobs_argv([f"{up_blobs}/{blob.blob}"], target, ssh_for_bulk()), timeout=24 * 3600)
 
     def _links(self, name: str) -> list[LinkState] | None:

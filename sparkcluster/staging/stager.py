@@ -16,7 +16,7 @@ from ..engine.modelref import ModelRef
 from ..engine.remote import HF_HOME, python_of
 from ..engine.session import Session
 from ..engine.transport import openssh_argv
-from ..node.network import choose_for
+from ..node.network import cable_order, choose_for, facing
 from .chain import BlobDone, Chain, CopyJob, NodeResult, StageResult
 from .hfcache import (
     Manifest,
@@ -121,16 +121,29 @@ class Stager:
         result = StageResult(str(self.model), manifest.commit, source_name,
                              {n: NodeResult(s.state) for n, s in statuses.items()})
         result.nodes[source_name].state = "complete"
-        chain = [source_name] + [h.name for h in self.session.hosts
-                                 if h.name != source_name and not statuses[h.name].complete]
+        # Along the cables: on a ring, each node after the source is a neighbour of the one before it.
+        order = cable_order([source_name] + [h.name for h in self.session.hosts if h.name != source_name],
+                            self.session.facts)
+        chain = [n for n in order if n == source_name or not statuses[n].complete]
         for name in [n for n in statuses if statuses[n].complete]:
             result.nodes[name].state = "complete"
         if len(chain) == 1:
             return result
         addresses = {name: self._address(name) for name in chain}
         job = CopyJob(self.session, self.model, self.scans, self.data_plane, self.streams, self.progress)
-        Chain(job, manifest, chain, statuses, addresses, result).run()
+        Chain(job, manifest, chain, statuses, addresses, result, self._hops(chain)).run()
         return result
+
+    def _hops(self, chain: list[str]) -> dict[tuple[str, str], tuple[str, str]]:
+        """Each step of the chain on the cable between its two nodes, where their own addresses (one each) are
+        on different subnets: a ring's nodes share a subnet with each neighbour, on another twin each time."""
+        facts = self.session.facts
+        hops = {}
+        for up, down in zip(chain, chain[1:]):
+            ends = facing(facts[up], facts[down]) if up in facts and down in facts and not self.over_lan else None
+            if ends and ends != (self._address(up), self._address(down)):
+                hops[(up, down)] = ends
+        return hops
 
     def _address(self, name: str) -> str:
         """Where other nodes send to: the node's QSFP address (never the LAN, unless measuring it)."""

@@ -224,3 +224,42 @@ def test_the_comm_env_per_topology_as_values():
     assert {k: v for k, v in ring4.items() if k not in ring3} == {
         "NCCL_ALGO": "Ring", "NCCL_SKIP_TREE_CONNECT": "1", "NCCL_IB_SUBNET_PREFIX_LEN": "24",
         "NCCL_MIN_NCHANNELS": "8", "NCCL_P2P_LEVEL": "SYS"}
+
+
+def ring3_addressed() -> dict[str, HostFacts]:
+    """A 3-ring after bootstrap: cable 0 (spark-1 port 0 - spark-3 port 1) on .177/.178, cable 1 (spark-1 port 1 -
+    spark-2 port 0) on .179/.180, cable 2 (spark-2 port 1 - spark-3 port 0) on .181/.182."""
+    plan = {"spark-1": {"enp1s0f0np0": 177, "enP2p1s0f0np0": 178, "enp1s0f1np1": 179, "enP2p1s0f1np1": 180},
+            "spark-2": {"enp1s0f0np0": 179, "enP2p1s0f0np0": 180, "enp1s0f1np1": 181, "enP2p1s0f1np1": 182},
+            "spark-3": {"enp1s0f0np0": 181, "enP2p1s0f0np0": 182, "enp1s0f1np1": 177, "enP2p1s0f1np1": 178}}
+    return {n: node(i, {0, 1}, {d: f"192.168.{net}.{10 + i}/24" for d, net in plan[n].items()})
+            for i, n in enumerate(NODES3, start=1)}
+
+
+def test_data_goes_along_the_cables_and_the_control_plane_on_the_lan_on_a_ring():
+    from sparkcluster.engine.inventory import Host
+    from sparkcluster.node.network import cable_order, control_address, facing
+
+    facts = ring3_addressed()
+    # Each hop on the cable between its two nodes: spark-1 reaches spark-2 at spark-2's end of cable 1.
+    assert facing(facts["spark-1"], facts["spark-2"]) == ("192.168.179.11", "192.168.179.12")
+    assert facing(facts["spark-2"], facts["spark-3"]) == ("192.168.181.12", "192.168.181.13")
+    assert cable_order(["spark-2", "spark-1", "spark-3"], facts) == ["spark-2", "spark-1", "spark-3"]
+    # On a 4-ring there is no diagonal: the chain walks neighbours, never spark-1 -> spark-3.
+    f4, answers = cabled(RING4, NODES4)
+    ring4 = build_fabric(NODES4, f4, answers)
+    from sparkcluster.engine.inventory import Inventory
+    from sparkcluster.node.addressing import fabric_config, plan_addresses
+    hosts = tuple(Host(n, f"192.168.1.{10 + i}", "head" if i == 1 else "worker") for i, n in enumerate(NODES4, 1))
+    inv = Inventory(Path("inv.yml"), "t", hosts, {})
+    addressed = {h.name: replace(f4[h.name], interfaces=tuple(
+        replace(i, ipv4=tuple(t.address for t in plan_addresses(inv, h, f4[h.name], fabric_config(inv, h),
+                                                                 fabric=ring4).twins if t.netdev == i.name) or i.ipv4)
+        for i in f4[h.name].interfaces)) for h in hosts}
+    assert facing(addressed["spark-1"], addressed["spark-3"]) is None
+    assert cable_order(NODES4, addressed) == ["spark-1", "spark-2", "spark-3", "spark-4"]
+    assert cable_order(["spark-1", "spark-3", "spark-2", "spark-4"], addressed) == NODES4
+    # The control plane: a ring node binds to its inventory (management) address, a pair node to its QSFP one.
+    assert control_address(Host("spark-2", "192.168.1.12", "worker"), facts["spark-2"]) == "192.168.1.12"
+    pair = node(1, {1}, {"enp1s0f1np1": "192.168.177.11/24", "enP2p1s0f1np1": "192.168.178.11/24"})
+    assert control_address(Host("spark-1", "192.168.1.11", "head"), pair) == "192.168.177.11"
