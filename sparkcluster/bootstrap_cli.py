@@ -21,8 +21,12 @@ from .engine.session import connect
 
 
 def cmd_facts(args: argparse.Namespace, connect_selected: Connect) -> int:
+    from .node.cli import picture
+    from .node.discovery import discover
+
     with connect_selected(args, require_all=False) as session:
         hosts = session.inventory.hosts
+        fabric = None if args.json else discover(session)  # the cabling, as `sparkcluster topology` shows it
     if args.json:
         print_json({h.name: ({"unreachable": session.unreachable[h.name].message,
                               "fix": session.unreachable[h.name].fix} if h.name in session.unreachable
@@ -33,6 +37,10 @@ def cmd_facts(args: argparse.Namespace, connect_selected: Connect) -> int:
                 print_unreachable(console, h.name, h.address, session.unreachable[h.name])
             else:
                 facts_table(console, h.name, h.address, session.facts[h.name])
+        if fabric is not None:
+            console.print(f"[bold]fabric[/bold]: {fabric.kind.value}", highlight=False)
+            for line in picture(fabric):
+                console.print("  " + line, highlight=False)
     return EXIT_FAILED if session.unreachable else EXIT_OK
 
 
