@@ -13,7 +13,7 @@ from ...engine.command import Command
 from ...engine.facts import HostFacts, driver_tuple
 from ...engine.steps.base import HostContext, NoArgs, Plan, Step, StepFailed, register
 from ..discovery import fabric_of
-from ..fabric import Fabric
+from ..fabric import Fabric, Kind
 from ..network import QsfpChoice, QsfpError, cabling_report, choose_for, fabric_subnet_mismatch, qsfp_port
 
 GB10 = "NVIDIA GB10"
@@ -114,6 +114,12 @@ class PreflightQsfp(Step):
         port = f"port {q.port}" if q.port is not None else "port ?"
         reason = (f"{q.netdev} {q.ip}/{q.prefix} ({port}, {q.source}), RDMA {','.join(q.hcas)}, "
                   f"MTU {q.mtu}, {speed}, GID index {q.gid_index if q.gid_index is not None else '-'}")
+        fabric = ring_of(ctx)
+        if fabric is not None and fabric.kind is Kind.RING:
+            # A ring cables both ports, each to a neighbour: every Up twin's HCA carries NCCL (comm.env lists them).
+            hcas = [d.hca for d in facts_of(ctx).rdma if d.up and qsfp_port(d.netdev) is not None]
+            reason = f"ring node: both ports cabled, RDMA {','.join(hcas)}, MTU {q.mtu}, {speed}"
+            return Plan(reason, warnings=tuple(w for w in q.warnings if not w.startswith("RDMA devices are Up on")))
         return Plan(reason, warnings=q.warnings)
 
 
