@@ -468,3 +468,13 @@ def control_address(host: Host, facts: HostFacts) -> str:
     if ring and any(i.has_ip(host.address) for i in facts.interfaces):
         return host.address
     return choose_for(host, facts).ip
+
+
+def rank_order(walk: Sequence[str], tp: int) -> list[str]:
+    """Nodes in rank order for TP x PP along a ring walked from the head: each pipeline stage takes the next `tp`
+    nodes of the walk, every other stage reversed, so that rank i of one stage is cabled to rank i of the next
+    (a 4-ring walked A-B-C-D as TP 2 x PP 2: A, B | D, C; never the missing diagonal A-C). PP alone is the walk."""
+    if tp <= 1 or tp >= len(walk) or len(walk) % tp:
+        return list(walk)
+    stages = [list(walk[i:i + tp]) for i in range(0, len(walk), tp)]
+    return [n for s, stage in enumerate(stages) for n in (reversed(stage) if s % 2 else stage)]

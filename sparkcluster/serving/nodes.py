@@ -10,13 +10,14 @@ from ..engine.errors import SparkclusterError
 from ..engine.inventory import Host, Inventory
 from ..engine.session import Session
 from ..engine.transport import remote_path
-from ..node.network import comm_env_path
+from ..node.network import cable_order, comm_env_path, rank_order
 from .launch import Node
 from .runtime import NodeEnv
 
 
-def read_nodes(session: Session) -> dict[str, Node]:
-    """Each node's fabric address, as its comm env from bootstrap gives it to Ray and vLLM; the head is rank 0."""
+def read_nodes(session: Session, tp: int = 0) -> dict[str, Node]:
+    """Each node's fabric address, as its comm env from bootstrap gives it to Ray and vLLM; the head is rank 0, the
+    others ranked along the cables (on a ring each stage's ranks cabled to the next's: node/network.rank_order)."""
     ips: dict[str, str] = {}
     for host in session.hosts:
         path = remote_path(comm_env_path(host))
@@ -28,7 +29,8 @@ def read_nodes(session: Session) -> dict[str, Node]:
                                     "run `sparkcluster bootstrap` first: it binds every comm variable to the QSFP link")
         ips[host.name] = values["VLLM_HOST_IP"]
     head_ip = ips[session.head.name]
-    return {h.name: Node(h.name, rank, ips[h.name], head_ip) for rank, h in enumerate(session.hosts)}
+    order = rank_order(cable_order([h.name for h in session.hosts], session.facts), tp)
+    return {name: Node(name, rank, ips[name], head_ip) for rank, name in enumerate(order)}
 
 
 def node_env(inventory: Inventory, host: Host, extra: Mapping[str, str] | None = None) -> NodeEnv:

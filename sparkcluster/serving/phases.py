@@ -108,7 +108,7 @@ def up(session: Session, opts: ServeOptions, phases: Phases,
     """The Ray cluster (ray launcher). Reused when already up as it must be (the same start commands and comm env,
     the image just checked, every node on its fabric address); otherwise started fresh.
     Returns the runtime (completed by the image check), the nodes, Ray's members and whether it was reused."""
-    nodes = read_nodes(session)
+    nodes = read_nodes(session, opts.tp or 0)
     runtime = _checked_image(session, opts, phases, emit)
     commands = ray_commands(session, runtime, nodes, opts.recipe.env)
     fingerprint = ray_fingerprint(session, commands, opts.recipe.mods)
@@ -162,7 +162,7 @@ def serve(session: Session, opts: ServeOptions, emit: Emit) -> ServeResult:
                 session.run(session.head, replace(stop, timeout=60))
                 time.sleep(PLACEMENT_GROUP_RELEASE_S)
         else:
-            nodes = read_nodes(session)
+            nodes = read_nodes(session, opts.tp or 0)
             stop_everywhere(session)
             runtime = _checked_image(session, opts, phases, emit)
         verified = None
@@ -200,7 +200,7 @@ def serve(session: Session, opts: ServeOptions, emit: Emit) -> ServeResult:
 def plan(session: Session, opts: ServeOptions) -> dict[str, Any]:
     """What serve would do, changing nothing (--check): the image copies and every node's command lines."""
     args = opts.serve_args()
-    nodes = read_nodes(session)
+    nodes = read_nodes(session, opts.tp or 0)
     runtime = opts.runtime_choice()
     doc: dict[str, Any] = {"runtime": opts.runtime, "launcher": opts.launcher, "model": args.model, "image_copies": []}
     if opts.runtime == "docker":

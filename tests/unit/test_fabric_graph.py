@@ -263,3 +263,12 @@ def test_data_goes_along_the_cables_and_the_control_plane_on_the_lan_on_a_ring()
     assert control_address(Host("spark-2", "192.168.1.12", "worker"), facts["spark-2"]) == "192.168.1.12"
     pair = node(1, {1}, {"enp1s0f1np1": "192.168.177.11/24", "enP2p1s0f1np1": "192.168.178.11/24"})
     assert control_address(Host("spark-1", "192.168.1.11", "head"), pair) == "192.168.177.11"
+
+
+def test_ranks_along_the_ring():
+    from sparkcluster.node.network import rank_order
+
+    assert rank_order(["a", "b", "c"], 1) == ["a", "b", "c"]  # PP 3: the walk
+    assert rank_order(["a", "b", "c", "d"], 2) == ["a", "b", "d", "c"]  # TP 2 x PP 2: stage 1 reversed, so a->d and b->c ride cables
+    assert rank_order(["a", "b", "c", "d"], 4) == ["a", "b", "c", "d"]  # TP 4: one stage
+    assert rank_order(["a", "b", "c"], 2) == ["a", "b", "c"]  # no TP x PP fits: as walked
