@@ -24,6 +24,7 @@ from ..engine.inventory import Host
 from ..engine.remote import python_line, python_of, source_env
 from ..engine.session import Session
 from ..engine.transport import Transport, Unreachable, remote_path
+from ..node.linkstate import nodes_with_links_down
 from ..node.network import COMM_ENV_PATH, QsfpChoice, choose_for, comm_env_path
 from .binding import Misbinding, misbindings, parse_env
 from .lastlog import keep_log
@@ -249,6 +250,12 @@ def run_probe(session: Session, commands: Mapping[str, Command]) -> dict[str, st
         result = session.run(host, commands[host.name])
         keep_log(session.transport(host), result.stdout + result.stderr)  # pass or fail, for doctor --bundle
         if not result.ok:
+            down = nodes_with_links_down(session)  # a rendezvous that timed out: name the links, not gloo's trace
+            if down:
+                raise SparkclusterError(f"the probe failed on {host.name} (exit {result.exit_code}): the fabric is "
+                                        "down: " + "; ".join(down),
+                                        "bring those links up (check the QSFP cables; `ip -br link` on the node "
+                                        "shows their state), then run verify again")
             tail = "\n".join(result.stdout.strip().splitlines()[-8:]) or result.stderr_tail(8)
             raise SparkclusterError(f"the probe failed on {host.name} (exit {result.exit_code}):\n{tail}",
                                     "run `sparkcluster bootstrap` first; check torch on the node and that the "

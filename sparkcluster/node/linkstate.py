@@ -8,6 +8,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..engine.command import Command
+from ..engine.inventory import Host
+from ..engine.session import Session
 from ..engine.transport import Transport, Unreachable
 from .network import qsfp_port
 
@@ -69,3 +71,12 @@ def describe(node: str, links: Sequence[LinkState] | None, address: str | None =
 
 def any_down(links: Sequence[LinkState] | None, address: str | None = None) -> bool:
     return links is not None and any(not link.up for link in qsfp_links(links, address))
+
+
+def nodes_with_links_down(session: Session) -> list[str]:
+    """For each node of the session with a QSFP link down now, `describe()`'s line: what a failure of traffic
+    over the fabric (a probe's rendezvous timing out) is really about. Empty when every link is up."""
+    def one(host: Host) -> tuple[str, list[LinkState] | None]:
+        return host.name, read_links(session.transport(host))
+
+    return [describe(name, links) for name, links in session.each(one) if any_down(links)]

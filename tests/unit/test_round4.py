@@ -18,14 +18,15 @@ import paramiko
 import pytest
 
 from sparkcluster.engine import deadlines
-from sparkcluster.engine.command import masked_env
-from sparkcluster.engine.errors import UsageError
+from sparkcluster.engine.command import Command, masked_env
+from sparkcluster.engine.errors import SparkclusterError, UsageError
 from sparkcluster.engine.inventory import Host, Inventory
 from sparkcluster.engine.locks import busy, hold_command
 from sparkcluster.engine.modelref import ModelRef
 from sparkcluster.engine.session import Session
-from sparkcluster.engine.transport import sha256_fingerprint, ssh_for_bulk
-from sparkcluster.node.linkstate import parse_links
+from sparkcluster.engine.transport import Result, sha256_fingerprint, ssh_for_bulk
+from sparkcluster.nccl.verify import run_probe
+from sparkcluster.node.linkstate import LINKS_COMMAND, parse_links
 from sparkcluster.observe.nodeprobe import GPU_OUTPUT_LIMIT, NODE_DEADLINE_S, parse_probe, probe_command
 from sparkcluster.serving.launch import Node, ServeArgs
 from sparkcluster.serving.lifecycle import ray_commands, vllm_commands
@@ -300,3 +301,36 @@ def test_a_branch_with_a_slash_is_staged_under_its_folder(tmp_path):
     subprocess.run(["sh", "-c", finalize_command(str(model_dir), manifest).script], check=True)
     assert (model_dir / "refs" / "x" / "y").read_text() == "c" * 40
     assert str(model) == "acme/m@x/y" and ModelRef.parse("acme/m@refs/pr/1").revision == "refs/pr/1"
+
+
+# ---- verify with the fabric down names the links, not gloo's traceback ------------------------------------
+class FabricDownNode:
+    """A node whose probe rank times out at gloo's rendezvous, and whose QSFP links read as `links`."""
+
+    def __init__(self, name: str, links: str) -> None:
+        self.host = Host(name, "192.168.100.1", role="head" if name == "spark-1" else "worker")
+        self.links = links
+
+    def run(self, command: Command) -> Result:
+        if command == LINKS_COMMAND:
+            return Result(command, 0, self.links, "", 0.1)
+        if "probe" in command.script:
+            return Result(command, 1, "Traceback (most recent call last):\nRuntimeError: [gloo] Timed out waiting "
+                                      "60000ms for recv operation", "", 60.0)
+        return Result(command, 0, "", "", 0.1)  # the kept log
+
+    def close(self) -> None:  # a failed rank ends the others' waits by closing every connection
+        pass
+
+
+def test_verify_with_the_fabric_down_names_the_links_that_are_down():
+    # Failed before: nine lines of the probe's gloo traceback and "run `sparkcluster bootstrap` first".
+    nodes = {name: FabricDownNode(name, LINKS[name]) for name in ("spark-1", "spark-2")}
+    session = Session(Inventory(path=Path("inv.yml"), name="t", hosts=tuple(n.host for n in nodes.values()), vars={}),
+                      nodes)  # type: ignore[arg-type]
+    with pytest.raises(SparkclusterError) as raised:
+        run_probe(session, {name: Command("python3 probe") for name in nodes})
+    message = raised.value.message
+    assert "the fabric is down: spark-2's QSFP links: enP2p1s0f1np1 down, enp1s0f1np1 lowerlayerdown" in message
+    assert "Traceback" not in message and "spark-1's" not in message  # spark-1's links are up
+    assert "bootstrap" not in raised.value.fix and "QSFP cables" in raised.value.fix
