@@ -272,3 +272,28 @@ def test_ranks_along_the_ring():
     assert rank_order(["a", "b", "c", "d"], 2) == ["a", "b", "d", "c"]  # TP 2 x PP 2: stage 1 reversed, so a->d and b->c ride cables
     assert rank_order(["a", "b", "c", "d"], 4) == ["a", "b", "c", "d"]  # TP 4: one stage
     assert rank_order(["a", "b", "c"], 2) == ["a", "b", "c"]  # no TP x PP fits: as walked
+
+
+def test_a_fresh_twin_is_retuned_once_in_the_change_and_its_rollback():
+    """A twin without an address and at MTU 1500 is both to retune and to assign; its MTU line came twice before."""
+    from sparkcluster.engine.inventory import Host, Inventory
+    from sparkcluster.engine.steps.base import HostContext
+    from sparkcluster.node.addressing import fabric_config, plan_addresses
+    from sparkcluster.node.steps.addresses import FabricAddresses
+
+    facts = {"spark-1": replace(node(1, {1}), interfaces=tuple(replace(i, mtu=1500) for i in node(1, {1}).interfaces))}
+    inv = Inventory(Path("inv.yml"), "t", (Host("spark-1", "192.168.1.11", "head"),), {})
+    plan = plan_addresses(inv, inv.hosts[0], facts["spark-1"], fabric_config(inv, inv.hosts[0]))
+    assert len(plan.to_assign) == 2 and len(plan.to_retune) == 2
+
+    class Ctx:
+        host = inv.hosts[0]
+
+        def run(self, command):  # the SSH session arrives on the management port
+            from sparkcluster.engine.transport import Result
+            return Result(command, 0, "enP7s7\n", "", 0.0)
+
+    (command,) = FabricAddresses(None)._commands(Ctx(), plan, "", fabric_config(inv, inv.hosts[0]))  # type: ignore[arg-type]
+    script = command.display()
+    assert script.count("ip link set enp1s0f1np1 mtu 9000") == 1
+    assert script.count("ip link set enp1s0f1np1 mtu 1500") == 1

@@ -125,7 +125,8 @@ class FabricAddresses(Step):
     def _commands(self, ctx: HostContext, plan: AddressPlan, wanted: str, config: FabricConfig) -> tuple[Command, ...]:
         ssh_netdev = self._ssh_interface(ctx)
         live = []
-        for twin in plan.to_retune + plan.to_assign:
+        changing = tuple(dict.fromkeys((*plan.to_retune, *plan.to_assign)))  # a fresh twin is in both: once
+        for twin in changing:
             if twin.netdev == ssh_netdev:
                 raise StepFailed(f"{twin.netdev} carries this SSH session: it is never changed",
                                  "connect over the management port (enP7s7), or configure it yourself")
@@ -139,7 +140,7 @@ class FabricAddresses(Step):
         rollback += [f"ip addr del {t.address} dev {shlex.quote(t.netdev)} 2>/dev/null" for t in plan.to_assign]
         rollback += [f"ip addr add {old} dev {shlex.quote(t.netdev)} 2>/dev/null" for t in plan.to_assign
                      for old in t.replaces]
-        rollback += [f"ip link set {shlex.quote(t.netdev)} mtu {t.mtu}" for t in (*plan.to_retune, *plan.to_assign)]
+        rollback += [f"ip link set {shlex.quote(t.netdev)} mtu {t.mtu}" for t in changing]
         rollback += ["netplan generate 2>/dev/null", f'echo "rolled-back-$1" > {STATE_DIR}/state']
         # Unless a new session confirms in time, the watchdog (setsid: it outlives this session) rolls back.
         watchdog = (f"sleep {config.confirm_s:g}; [ -e {STATE_DIR}/confirmed ] || "
