@@ -11,6 +11,7 @@ sync (a read timeout, TCP keepalive and TCP_USER_TIMEOUT on both ends).
 
 from __future__ import annotations
 
+import math
 import os
 import socket
 
@@ -26,7 +27,7 @@ def stall_seconds() -> float:
         value = float(os.environ.get(STALL_ENV, ""))
     except ValueError:
         return DEFAULT_STALL_S
-    return max(MIN_STALL_S, value) if value == value and value > 0 else DEFAULT_STALL_S
+    return max(MIN_STALL_S, value) if math.isfinite(value) and value > 0 else DEFAULT_STALL_S
 
 
 def keepalive_interval(stall: float) -> float:

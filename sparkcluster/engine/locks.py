@@ -35,7 +35,8 @@ _HOLDER = re.compile(r"\(pid (\d+) on (\S+), since ([^)]*)\)\s*$")
 # read-only open, so a file other users can read is a lock any of them can hold.
 _HOLD = """command -v flock >/dev/null || {{ echo 'flock is not installed'; exit 0; }}
 umask 077
-d="{root}" && mkdir -p "$d" && chmod 700 "$d" && exec 9<>"$d/{name}" || exit 1
+d="{root}" && mkdir -p "$d" || exit 1
+chmod 700 "$d" 2>/dev/null; exec 9<>"$d/{name}" || exit 1
 chmod 600 "$d/{name}" 2>/dev/null
 IFS= read -r holder
 if flock -n 9; then : > "$d/{name}"; printf '%s\\n' "$holder" >&9; echo {locked}; exec cat >/dev/null

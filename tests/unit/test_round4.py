@@ -83,7 +83,7 @@ def test_the_stall_bound_comes_from_the_environment_and_reaches_every_ssh(monkey
     monkeypatch.setenv(deadlines.STALL_ENV, "3")
     assert deadlines.stall_seconds() == 3
     assert "-o ServerAliveInterval=1 -o ServerAliveCountMax=3" in ssh_for_bulk()
-    for bad in ("", "x", "-5", "nan", "0"):
+    for bad in ("", "x", "-5", "nan", "inf", "0"):
         monkeypatch.setenv(deadlines.STALL_ENV, bad)
         assert deadlines.stall_seconds() == deadlines.DEFAULT_STALL_S
     listener = socket.create_server(("127.0.0.1", 0))
