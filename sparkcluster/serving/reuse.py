@@ -23,7 +23,9 @@ def ray_fingerprint(session: Session, commands: Mapping[str, Command], mods: Seq
     digest = hashlib.sha256()
     for host in session.hosts:
         env = session.transport(host).read_file(remote_path(comm_env_path(host))) or b""
-        for part in (host.name.encode(), commands[host.name].script.encode(), env):
+        # stdin: the secrets a start command carries off its line (a changed HF_TOKEN is a changed start)
+        command = commands[host.name]
+        for part in (host.name.encode(), command.script.encode(), (command.stdin or "").encode(), env):
             digest.update(len(part).to_bytes(8, "big") + part)
     for mod in mods:
         for rel, content, mode in [(".", mod.name.encode(), 0), *mod_files(mod)]:

@@ -39,6 +39,8 @@ def test_the_fingerprint_changes_with_a_command_or_a_comm_env_and_only_then():
     assert base != ray_fingerprint(session(b"VLLM_HOST_IP=3\n"), COMMANDS)
     other = {**COMMANDS, "spark-2": Command("docker run --no-cache ... ray start")}
     assert base != ray_fingerprint(session(b"VLLM_HOST_IP=2\n"), other)
+    token = {**COMMANDS, "spark-2": Command("docker run ... ray start", stdin="HF_TOKEN=hf_new\n\n")}
+    assert base != ray_fingerprint(session(b"VLLM_HOST_IP=2\n"), token)  # a secret changed, off the line
 
 
 def test_the_record_keeps_the_fingerprint_and_an_old_record_has_none():
