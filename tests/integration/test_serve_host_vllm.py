@@ -331,6 +331,62 @@ def test_a_failing_mod_stops_serve_everywhere_with_its_output(cluster, tmp_path)
         assert "vllm serve" not in processes(cluster, host)
 
 
+# ---- a registry's recipe given by file, on one node (issue 29) -------------------------------------------------
+ONE_NODE_RECIPE = """\
+recipe_version: "2"
+model: local/tiny-llama
+runtime: vllm
+mods: [mods/tiny-template]
+defaults:
+  tensor_parallel: 1
+  max_model_len: 320
+  served_model_name: tiny-one
+  enforce_eager: true
+  chat_template: tiny-chat.jinja
+"""
+
+
+def registry_checkout(root: Path) -> Path:
+    """A registry's repository as sparkrun lays it out: its manifest puts the recipes in `recipes/` and the mods in
+    `registry-mods/`, so a recipe given by file finds its mod only as its registry would (not beside it)."""
+    (root / ".sparkrun").mkdir(parents=True)
+    (root / ".sparkrun" / "registry.yaml").write_text(
+        "registries:\n  - {name: lab, recipes: recipes, mods: registry-mods}\n")
+    mod = root / "registry-mods" / "tiny-template"
+    mod.mkdir(parents=True)
+    (mod / "run.sh").write_text(TEMPLATE_MOD)
+    (mod / "template.jinja").write_text("{% for m in messages %}{{ m['content'] }}\n{% endfor %}")
+    (root / "recipes" / "tiny").mkdir(parents=True)
+    recipe = root / "recipes" / "tiny" / "tiny-one.yaml"
+    recipe.write_text(ONE_NODE_RECIPE)
+    return recipe
+
+
+def test_a_registry_recipe_by_file_serves_on_one_node_with_its_mod_and_no_ray(cluster, tmp_path):
+    """~60 s: one node runs vLLM alone (no Ray, no launcher flag, as eugr's solo mode and sparkrun on one host),
+    after the mod found in the registry's mods folder ran; the chat template it dropped is the one in use."""
+    head = cluster.topology.hosts[0]
+    recipe = registry_checkout(tmp_path)
+    result = sc(cluster, "serve", "--limit", "spark-1", "--runtime", "host", "--recipe", str(recipe), "--no-verify",
+                "--ready-timeout", "300", "--json")
+    try:
+        assert result.returncode == 0, result.stderr[-3000:]
+        doc = json.loads(result.stdout)
+        assert doc["launcher"] == "native" and "mods" in doc["phases"] and "ray" not in doc["phases"], doc
+        code, text = http(f"http://{head.mgmt_ip}:8000/v1/chat/completions",
+                          {"model": "tiny-one", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4},
+                          timeout=60)
+        assert code == 200, text  # the tiny model has no template of its own: the mod's is the one in use
+        running = processes(cluster, "spark-1")
+        vllm = [line for line in running.splitlines() if "vllm serve" in line]
+        assert vllm and "raylet" not in running and "gcs_server" not in running, running
+        assert not [w for w in ("--distributed-executor-backend", "--nnodes", "--master-addr") if w in vllm[0]], vllm
+        assert "vllm serve" not in processes(cluster, "spark-2")
+    finally:
+        down = sc(cluster, "down", "--limit", "spark-1", "--json")
+    assert down.returncode == 0, down.stderr
+
+
 RAY_PP_RECIPE = """\
 model: local/tiny-llama
 runtime: vllm-ray
