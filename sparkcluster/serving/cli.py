@@ -92,6 +92,7 @@ def cmd_serve(args: argparse.Namespace, connect: Connect) -> int:
         raise UsageError(f"recipe {opts.recipe.name} brings mods, which the docker runtime runs only beside Ray "
                          "(the native launcher's containers start vLLM at once)",
                          "serve with --launcher ray, or with --runtime host")
+
     def sized(inventory: Inventory) -> ServeOptions:
         """TP x PP for the selected nodes, and the launcher that node count takes (one node: no Ray)."""
         tp, pp = check_parallel(opts.tp, opts.pp, inventory, opts.recipe)
