@@ -73,7 +73,19 @@ NODE_FILES = (*NODE_ITEMS, *PRIVILEGED_ITEMS, "logs.txt", "facts.json", "health.
 
 
 def _script(items: dict[str, str]) -> str:
-    return "\n".join(f"printf '%s %s\\n' '@@sparkcluster@@' {name!r}\n{{ {shell} ; }} 2>&1" for name, shell in items.items())
+    # Each marker starts on a line of its own: a file without a final newline (a JSON record) would hide it.
+    return "\n".join(f"printf '\\n%s %s\\n' '@@sparkcluster@@' {name!r}\n{{ {shell} ; }} 2>&1"
+                     for name, shell in items.items())
+
+
+def sections(stdout: str) -> dict[str, str]:
+    """Each item's text, as the node printed it (the blank line each marker's own newline adds is dropped)."""
+    out = {}
+    for name, lines in split_sections(stdout).items():
+        if lines and lines[-1] == "":
+            lines = lines[:-1]
+        out[name] = "\n".join(lines) + "\n" if lines else ""
+    return out
 
 
 @dataclass
@@ -92,8 +104,7 @@ def _collect(session: Session, host: Host, head: Host, runtime: RuntimeChoice, r
     except Unreachable as e:
         return {name: f"{ABSENT}{host.name} unreachable: {e.message}" for name in (*NODE_ITEMS, *PRIVILEGED_ITEMS)}
     for result in (plain, root):
-        for name, lines in split_sections(result.stdout).items():
-            out[name] = "\n".join(lines) + "\n"
+        out.update(sections(result.stdout))
     if not root.ok and not split_sections(root.stdout):
         for name in PRIVILEGED_ITEMS:
             out[name] = f"{ABSENT}sudo refused ({root.stderr_tail(2)}): pass -K for the sudo password\n"

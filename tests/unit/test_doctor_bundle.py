@@ -80,3 +80,13 @@ def test_a_bundle_without_logs_is_refused(tmp_path):
     path = bundle_with(tmp_path, {"nodes/spark-2/comm.env": "X=1\n"})
     with pytest.raises(UsageError, match="without logs"):
         report([str(path)], json_output=False, min_busbw=None)
+
+
+def test_each_item_keeps_its_text_when_the_one_before_has_no_final_newline():
+    import subprocess
+
+    from sparkcluster.doctor.bundle import _script, sections
+
+    script = _script({"a.json": "printf '{\"status\": \"PASS\"}'", "b.log": "printf 'one\\ntwo\\n'", "c": "true"})
+    found = sections(subprocess.run(["sh", "-c", script], capture_output=True, text=True).stdout)
+    assert found == {"a.json": '{"status": "PASS"}\n', "b.log": "one\ntwo\n", "c": ""}
