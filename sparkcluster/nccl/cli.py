@@ -23,7 +23,9 @@ def cmd_verify(args: argparse.Namespace, connect: Connect) -> int:
     if args.json:
         print_json({"backend": result.backend, "verdict": dataclasses.asdict(result.verdict),
                     "rows": [dataclasses.asdict(r) for r in result.rows], "carried_by": result.carried_by,
-                    "twins": result.twins})
+                    "twins": result.twins, "topology": result.topology,
+                    "links": [m.to_json() for m in result.links], "skipped_links": result.skipped_links,
+                    "control_plane": [a.to_json() for a in result.control_plane]})
     else:
         report.render_verify(console, result)
     return EXIT_FAILED if result.verdict.status is VerdictStatus.FAIL else EXIT_OK
@@ -40,10 +42,14 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser], app:
     ver.add_argument("--backend", choices=("auto", "nccl", "gloo"), default="auto",
                      help="nccl on GPUs (auto when the head's torch sees CUDA), gloo on CPU-only nodes")
     ver.add_argument("--sizes", help="bytes per collective, e.g. 1M,64M,1G (at most 1 GiB)")
-    ver.add_argument("--min-busbw", type=flags.bandwidth, help="bus bandwidth a pass needs, GB/s")
-    ver.add_argument("--twins", action=argparse.BooleanOptionalAction, default=True,
-                     help="also measure each twin of the cabled port alone, naming a degraded twin or one that "
-                          "carries nothing (default: on; --no-twins: one run)")
+    ver.add_argument("--min-busbw", type=flags.bandwidth,
+                     help="bus bandwidth the whole collective needs on GPUs, GB/s. Default per topology, from field "
+                          f"figures: {thresholds.help_text()} (each link alone: the twin's). On CPU (gloo, the "
+                          "simulator) links are compared with each other instead: one more than 2x slower fails")
+    ver.add_argument("--twins", "--links", dest="twins", action=argparse.BooleanOptionalAction, default=True,
+                     help="also measure each link of the fabric alone (each twin of each cable; on a switch, each "
+                          "node's link), shown as a matrix and naming a slow or dead link (default: on; --no-links: "
+                          "one run)")
     app.wire(ver, cmd_verify)
 
     rep = commands.add_parser("nccl-report", help="read NCCL_DEBUG=INFO logs: transports, devices, a verdict")

@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from ..engine.errors import EXIT_FAILED, EXIT_OK, UsageError
+from . import controlplane, links
 from .bundles import expand, member, open_member
 from .logs import RankLog, format_table, read_capped_lines, read_log, read_probe_output
 from .runs import FileLog, Run, group_runs
@@ -116,6 +117,16 @@ def render_verify(console: Console, result: VerifyResult) -> None:
     for node, lines in result.carried_by.items():
         for line in lines:
             console.print(f"{node}: {line}", highlight=False)
+    if result.links:
+        console.print(f"links of the {result.topology or 'fabric'}, each alone:", highlight=False)
+        for line in links.matrix(result.links):
+            console.print(f"  {line}", markup=False, highlight=False)
+    for line in result.skipped_links:
+        console.print(f"  not measured: {line}", markup=False, highlight=False)
+    if result.control_plane:
+        console.print("control plane (the addresses each node advertises):", highlight=False)
+        for line in controlplane.grouped(result.control_plane):
+            console.print(f"  {line}", markup=False, highlight=False)
     console.print(f"[{style}]{result.verdict.status}[/] ({result.backend}) {escape(result.verdict.cause)}",
                   highlight=False)
     if result.verdict.fix:

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from enum import StrEnum
 
+from .finding import Finding as _Finding
+from .finding import Verdict as Verdict
+from .finding import VerdictStatus as VerdictStatus
 from .logs import BandwidthRow, RankLog
-from .rings import ETIMEDOUT, Endpoint, QpFailure, same_link
+from .rings import ETIMEDOUT, Endpoint
+from .ringverdict import RunFacts, qp_finding, tree_finding
 from .thresholds import PAIR, floor_for
 
 # NVIDIA's pass mark is 21.875 GB/s (175 Gb/s) for a 16 GB all_gather on two Sparks (§2.5), where per-call overhead
@@ -28,29 +30,6 @@ _RDMA = frozenset({"NET/IB", "NET/IBext"})
 _SPARK_HCA = re.compile(r"roce(?:P2)?p1s0f([01])")
 # Kernels that name RDMA devices by PCI order call the same four mlx5_0..mlx5_3 (mlx5_1 and mlx5_3: port 1).
 _MLX5_HCA = re.compile(r"mlx5_[0-3]")
-
-class VerdictStatus(StrEnum):
-    PASS = "PASS"
-    WARN = "WARN"  # works, but not as a Spark pair should (one twin, intra-node only, bandwidth unknown)
-    FAIL = "FAIL"  # a fallback (socket, management network), or the log cannot prove the transport
-
-
-@dataclass(frozen=True)
-class Verdict:
-    status: VerdictStatus
-    cause: str
-    fix: str
-    details: tuple[str, ...]
-    transports: tuple[str, ...]  # inter-node transports seen
-    intra_node_only: bool
-
-
-@dataclass(frozen=True)
-class _Finding:
-    status: VerdictStatus
-    cause: str
-    fix: str
-
 
 _F1_FIX = ("give the container the RDMA devices: --privileged, or --device=/dev/infiniband --ulimit memlock=-1 "
            "--ulimit stack=67108864 (F1); `ls /dev/infiniband` inside it must list uverbs*")
@@ -76,7 +55,7 @@ def judge(ranks: Sequence[RankLog], *, expected_hcas: Sequence[str] = (), qsfp_i
         nodes = len(set(table_hosts)) or None
         return _bandwidth_only(rows, _threshold(min_busbw_gbps, topology, nodes), table_hosts)
     transports = tuple(dict.fromkeys(t for r in ranks for t in r.inter_node))
-    run = _RunFacts.of(ranks, endpoints, topology)
+    run = RunFacts.of(ranks, endpoints, topology)
     threshold = _threshold(min_busbw_gbps, run.kind, run.nodes or len(set(table_hosts)) or None)
     intra_only = not transports and any(r.channels for r in ranks)
     qsfp_hint = ",".join(qsfp_interfaces) or "<the QSFP interface, e.g. enp1s0f1np1>"
@@ -112,116 +91,15 @@ def _no_lines(where: str) -> _Finding:
                     "rank's output")
 
 
-@dataclass(frozen=True)
-class _RunFacts:
-    """What the ranks of one run say together about the fabric: the tree or the cabling fails on one rank's lines,
-    while another rank printed how many nodes there are."""
-
-    nodes: int | None
-    rings_connected: bool
-    trees_connected: bool
-    tree_named: bool
-    cross_rail_hint: bool
-    endpoints: Mapping[str, Endpoint]
-    topology: str | None
-
-    @classmethod
-    def of(cls, ranks: Sequence[RankLog], endpoints: Mapping[str, Endpoint] | None, topology: str | None) -> _RunFacts:
-        nodes = max((r.n_nodes for r in ranks if r.n_nodes), default=None)
-        return cls(nodes, any(r.rings_connected for r in ranks), any(r.trees_connected for r in ranks),
-                   any(r.tree_connect_named for r in ranks), any(r.cross_rail_hint for r in ranks),
-                   endpoints or {}, topology)
-
-    @property
-    def kind(self) -> str | None:
-        if self.topology:
-            return self.topology
-        return None if self.nodes is None else "pair" if self.nodes == 2 else "ring" if self.nodes >= 3 else None
-
-
-def _error_findings(rank: RankLog, run: _RunFacts) -> list[_Finding]:
+def _error_findings(rank: RankLog, run: RunFacts) -> list[_Finding]:
     lines = rank.errors or rank.warnings
     if not lines:
         return []
-    if (tree := _tree_finding(rank, run)) is not None:
+    if (tree := tree_finding(rank, run)) is not None:
         return [tree]
     if (qp := next((q for q in rank.qp_failures if q.errno == ETIMEDOUT), None)) is not None:
-        return [_qp_finding(qp, run)]
+        return [qp_finding(qp, run, _F6_FIX)]
     return [_error_finding(lines[0])]
-
-
-_RING_ONLY = "NCCL_ALGO=Ring NCCL_SKIP_TREE_CONNECT=1"
-
-
-def _tree_finding(rank: RankLog, run: _RunFacts) -> _Finding | None:
-    """The rings connected, the tree did not: on a ring of 4 the tree joins opposite nodes, which no cable does."""
-    completion = any(re.search(r"Got completion|IBV_WC_", e) for e in rank.errors)
-    after_rings = (run.rings_connected and not run.trees_connected and (run.nodes or 0) >= 4
-                   and (bool(rank.qp_failures) or any("unhandled system error" in e for e in rank.errors)))
-    if completion or not (run.tree_named or after_rings):
-        return None
-    where = f"a ring of {run.nodes}" if run.nodes else "this ring"
-    if run.kind == "switch":
-        return _Finding(VerdictStatus.FAIL, f"NCCL's tree connect failed on {run.nodes or 'these'} nodes behind a switch "
-                                            "(the rings connected): some node's port does not reach another's",
-                        "every node's twin k on the switch's subnet for twin k, NCCL_IB_HCA in the same order on every "
-                        "node; `sparkcluster verify` measures each link to name the one that fails")
-    qp = next(iter(rank.qp_failures), None)
-    between = f" ({_ends(qp, run)} timed out)" if qp and qp.local_ip and qp.remote_ip else ""
-    return _Finding(VerdictStatus.FAIL, f"NCCL's tree connect (ncclTransportTreeConnect) failed on {where}: the rings "
-                                        f"connected, but the tree joins opposite nodes and a ring has no diagonal RoCE "
-                                        f"path{between}",
-                    f"force the ring algorithm: {_RING_ONLY} (with NCCL_IB_SUBNET_AWARE_ROUTING=1) where NCCL runs; "
-                    "sparkcluster's comm env for a ring of 4 sets them: re-run `sparkcluster bootstrap`")
-
-
-def _describe(ip: str, run: _RunFacts) -> str:
-    end = run.endpoints.get(ip)
-    return f"{end} ({ip})" if end else ip
-
-
-def _ends(qp: QpFailure, run: _RunFacts) -> str:
-    device = f" on {qp.device}" if qp.device else ""
-    return f"{_describe(qp.local_ip or '?', run)}{device} -> {_describe(qp.remote_ip or '?', run)}"
-
-
-def _qp_finding(qp: QpFailure, run: _RunFacts) -> _Finding:
-    """A queue pair that timed out: between ports no cable joins (the cabling or the HCA pinning), or on one link
-    that does not carry RoCE. The fix is the one for this many nodes cabled this way."""
-    if not (qp.local_ip and qp.remote_ip):
-        return _Finding(VerdictStatus.FAIL, f"NCCL error: ibv_modify_qp timed out{f' on {qp.device}' if qp.device else ''}",
-                        _cabling_fix(qp, run))
-    linked = same_link(qp.local_ip, qp.remote_ip, dict(run.endpoints))
-    if linked and run.kind != "pair":
-        return _Finding(VerdictStatus.FAIL, f"ibv_modify_qp timed out between {_ends(qp, run)}, two ports of one link: "
-                                            "that link does not carry RoCE",
-                        "check the cable of that link: `ibdev2netdev` shows both ends (Up), MTU 9000 and the same FEC on "
-                        "both ends, NCCL_IB_GID_INDEX on the RoCE v2 IPv4 GID of each HCA (F7)")
-    # Two nodes with addresses on an uncabled port (both on one subnet) fail the same way: the port is not the cable.
-    why = ("the port NCCL took does not reach the peer's" if linked
-           else "no cable joins these two ports (their addresses are on different links)")
-    hint = ", and NCCL hints the NICs are not cross-rail connected" if run.cross_rail_hint else ""
-    return _Finding(VerdictStatus.FAIL, f"ibv_modify_qp timed out between {_ends(qp, run)}: {why}{hint}",
-                    _cabling_fix(qp, run))
-
-
-def _cabling_fix(qp: QpFailure, run: _RunFacts) -> str:
-    device = qp.device or "that HCA"
-    if run.kind == "pair":
-        return ("two nodes: cable the same QSFP port on both, and set NCCL_IB_HCA to that port's two twins only, in "
-                f"the same order on both nodes ({device} is not on the cable); `sparkcluster topology` shows the "
-                "cabled port")
-    if run.kind == "ring":
-        nodes = f"a ring of {run.nodes}" if run.nodes else "a ring"
-        four = f"; a ring of 4 also needs {_RING_ONLY}" if run.nodes in (None, 4) else ""
-        return (f"{nodes}: cable it crosswise, port 0 of each node to port 1 of the next (cabled port 0 to port 0, "
-                "NCCL pairs ports that no cable joins), each link on its own subnet per twin, and set "
-                f"NCCL_IB_SUBNET_AWARE_ROUTING=1 NCCL_IB_MERGE_NICS=0{four}; then re-run `sparkcluster bootstrap` "
-                "(`sparkcluster topology` names a miscabled link)")
-    if run.kind == "switch":
-        return ("behind a switch: twin k of every node on the one subnet of twin k, and NCCL_IB_HCA in the same order "
-                f"on every node ({device} reached a port on another twin's subnet)")
-    return _F6_FIX
 
 
 def _silence_findings(rank: RankLog) -> list[_Finding]:

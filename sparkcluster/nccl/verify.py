@@ -24,17 +24,28 @@ from ..engine.inventory import Host
 from ..engine.remote import python_line, python_of, source_env
 from ..engine.session import Session
 from ..engine.transport import Transport, Unreachable, remote_path
+from ..node.discovery import fabric_of
+from ..node.fabric import Fabric, Kind
 from ..node.linkstate import nodes_with_links_down
 from ..node.network import COMM_ENV_PATH, QsfpChoice, choose_for, comm_env_path
+from . import controlplane
 from .binding import Misbinding, misbindings, parse_env
+from .controlplane import ControlAddress
 from .lastlog import keep_log
+from .links import LinkMeasure, LinkProbe, judge_links, link_env, link_probes, measure_links
 from .logs import BandwidthRow, read_log, read_probe_output
-from .twins import GLOO_TWIN_SIZES, NCCL_TWIN_SIZES, Twin, judge_twins, measure, twin_env, twins_of
-from .verdict import DEFAULT_MIN_BUSBW_GBPS, Verdict, VerdictStatus, judge
+from .rings import Endpoint
+from .thresholds import TWIN, floor_for
+from .twins import GLOO_TWIN_SIZES, NCCL_TWIN_SIZES, Twin, TwinMeasure, judge_twins, measure, twin_env, twins_of
+from .verdict import Verdict, VerdictStatus, judge
 
 MASTER_PORT = 29577
 RENDEZVOUS_TIMEOUT_S = 60  # ranks give up waiting for each other after this: a failed rank must not hang the rest
 GLOO_SIZES = "1M,4M,16M"  # gloo runs on the CPU: smaller sizes keep a run to seconds
+GLOO_RING_SIZES = "1M,4M"
+# Each link alone: only the largest size is judged (best_at_largest), so one size keeps a ring's six runs short.
+GLOO_LINK_SIZES = "8M"
+NCCL_LINK_SIZES = "256M"
 
 
 @dataclass
@@ -44,6 +55,10 @@ class VerifyResult:
     rows: list[BandwidthRow]
     carried_by: dict[str, list[str]] = field(default_factory=dict)  # node -> "iface local -> remote" lines
     twins: dict[str, float | None] = field(default_factory=dict)  # twin label -> busbw alone (None: carried nothing)
+    links: list[LinkMeasure] = field(default_factory=list)  # every twin link of the fabric, measured alone
+    control_plane: list[ControlAddress] = field(default_factory=list)  # what each node advertises, judged
+    topology: str | None = None  # the fabric graph's kind, as discovery found it
+    skipped_links: list[str] = field(default_factory=list)  # links that could not be measured, and why
 
 
 def interface_of(facts: HostFacts, ip: str) -> str | None:
@@ -135,20 +150,31 @@ def _run_verify(session: Session, backend: str, sizes: str | None, min_busbw: fl
             check = in_serving_env[head.name](["python3", "-c", TORCH_CHECK]).script
         backend = detect_backend(session.transport(head), check)
     env_files = _check_comm_env(session)
-    bound = check_bindings(session, choices, env_files, in_serving_env)
+    fabric = _fabric(session)
+    topology = fabric.kind.value if fabric is not None else None
+    ring = fabric is not None and fabric.kind is Kind.RING
+    master = _rendezvous(session, choices, ring)
+    bound, control = check_bindings(session, choices, env_files, in_serving_env, ring=ring, rendezvous=master)
     # The probe travels with sparkcluster, in the command itself: nothing to install on the nodes but torch.
     script = (resources.files("sparkcluster.nccl") / "probe.py").read_text()
-    commands = probe_commands(session, choices[head.name].ip, backend, sizes or (GLOO_SIZES if backend == "gloo" else None),
+    # gloo on a ring runs the whole collective on the control plane (the LAN): small sizes, the links get their own
+    gloo_sizes = GLOO_RING_SIZES if ring else GLOO_SIZES
+    commands = probe_commands(session, master, backend, sizes or (gloo_sizes if backend == "gloo" else None),
                               env_files, script, timeout, in_serving_env)
     try:
         outputs = run_probe(session, commands)
     except SparkclusterError:
         if bound is None:
             raise
-        return VerifyResult(backend, bound, [])
-    result = judge_probe(session, backend, outputs, choices, min_busbw)
+        return VerifyResult(backend, bound, [], topology=topology, control_plane=control)
+    control_netdevs = {a.interface for a in control if a.interface and not a.problem} if ring else set()
+    result = replace(judge_probe(session, backend, outputs, choices, min_busbw, topology, control_netdevs),
+                     topology=topology, control_plane=control)
     if per_twin and len(session.hosts) > 1:
-        result = _with_twins(session, result, choices, env_files, script, timeout, in_serving_env)
+        if fabric is not None and fabric.kind in (Kind.RING, Kind.SWITCH):
+            result = _with_links(session, result, fabric, env_files, script, timeout, in_serving_env)
+        else:
+            result = _with_twins(session, result, choices, env_files, script, timeout, in_serving_env, fabric)
     if bound is None:
         return result
     # Whatever this run's traffic showed: another connect order, or a third node, uses the misbound env.
@@ -166,8 +192,57 @@ def _check_comm_env(session: Session) -> dict[str, str]:
     return env_files
 
 
+def _fabric(session: Session) -> Fabric | None:
+    """The cabling as discovery finds it; None where it cannot tell (verify then measures the cabled port's twins,
+    as for a pair)."""
+    try:
+        return fabric_of(session)
+    except (SparkclusterError, Unreachable):
+        return None
+
+
+def _with_links(session: Session, result: VerifyResult, fabric: Fabric, env_files: Mapping[str, str], script: str,
+                timeout: float, in_serving_env: Mapping[str, RunInEnv] | None) -> VerifyResult:
+    """Each twin link of a ring or switch alone, between the two nodes at its ends; a dead or slow link outranks
+    anything but a FAIL of the whole collective."""
+    backend = result.backend
+    probes, skipped = link_probes(fabric, session.facts)
+    probes = [p for p in probes if all(n in session.facts for n in p.nodes)]
+
+    def run(probe: LinkProbe) -> list[BandwidthRow]:
+        pair = session.only(probe.nodes)
+        sizes = GLOO_LINK_SIZES if backend == "gloo" else NCCL_LINK_SIZES
+        commands = probe_commands(pair, probe.ips[0], backend, sizes, env_files, script, timeout, in_serving_env,
+                                  extra_env=link_env(probe, backend), port=MASTER_PORT + 3)
+        return read_probe_output("\n".join(run_probe(pair, commands).values()))[0]
+
+    measures = measure_links(probes, run)
+    verdict = judge_links(measures, TWIN.min_busbw_gbps if backend == "nccl" else None)
+    result = replace(result, links=measures, skipped_links=skipped)
+    if verdict is None or result.verdict.status is VerdictStatus.FAIL:
+        details = (*result.verdict.details, *(verdict.details if verdict else ()), *skipped)
+        return replace(result, verdict=replace(result.verdict, details=tuple(details)))
+    return replace(result, verdict=replace(verdict, details=(*verdict.details, *result.verdict.details)))
+
+
+def _pair_links(fabric: Fabric | None, facts: Mapping[str, HostFacts], measures: Sequence[TwinMeasure]
+                ) -> list[LinkMeasure]:
+    """On a pair each twin's run is its link's: the matrix from the twin measures, with no run more."""
+    if fabric is None or fabric.kind is not Kind.PAIR:
+        return []
+    probes, _ = link_probes(fabric, facts)
+    by_netdevs = {frozenset(m.twin.netdevs.items()): m for m in measures}
+    out = []
+    for probe in probes:
+        found = by_netdevs.get(frozenset((e.node, e.netdev) for e in probe.ends))
+        if found is not None:
+            out.append(LinkMeasure(probe, found.busbw_gbps, found.error))
+    return out
+
+
 def _with_twins(session: Session, result: VerifyResult, choices: Mapping[str, QsfpChoice], env_files: Mapping[str, str],
-                script: str, timeout: float, in_serving_env: Mapping[str, RunInEnv] | None) -> VerifyResult:
+                script: str, timeout: float, in_serving_env: Mapping[str, RunInEnv] | None,
+                fabric: Fabric | None = None) -> VerifyResult:
     """The probe again over each twin alone; a dead or degraded twin outranks anything but a FAIL."""
     backend = result.backend
     head = session.head.name
@@ -180,6 +255,7 @@ def _with_twins(session: Session, result: VerifyResult, choices: Mapping[str, Qs
 
     measures = measure(twins_of(choices, session.facts), run)
     twins = {m.twin.label: m.busbw_gbps for m in measures}
+    result = replace(result, links=_pair_links(fabric, session.facts, measures))
     verdict = judge_twins(measures, head)
     if verdict is None or result.verdict.status is VerdictStatus.FAIL:
         details = (*result.verdict.details, *(verdict.details if verdict else
@@ -188,12 +264,26 @@ def _with_twins(session: Session, result: VerifyResult, choices: Mapping[str, Qs
     return replace(result, verdict=replace(verdict, details=(*verdict.details, *result.verdict.details)), twins=twins)
 
 
+def _rendezvous(session: Session, choices: Mapping[str, QsfpChoice], ring: bool) -> str:
+    """Where the probe's ranks meet: the head's QSFP address on a pair or a switch; on a ring, where a link's
+    address reaches one neighbour only, the head's control-plane address (its inventory address, which bootstrap
+    binds the control plane to there)."""
+    head = session.head
+    if ring and any(i.has_ip(head.address) for i in session.facts[head.name].interfaces):
+        return head.address
+    return choices[head.name].ip
+
+
 def check_bindings(session: Session, choices: Mapping[str, QsfpChoice], env_files: Mapping[str, str],
-                   in_serving_env: Mapping[str, RunInEnv] | None) -> Verdict | None:
+                   in_serving_env: Mapping[str, RunInEnv] | None, *, ring: bool = False, rendezvous: str | None = None
+                   ) -> tuple[Verdict | None, list[ControlAddress]]:
     """FAIL naming the node, variable and value when any node's serving env binds a comm library off the QSFP
-    link; None when every node's binding is on it."""
+    link (on a pair or a switch), or advertises a control-plane address some node cannot reach; None when every
+    binding holds. Also every control-plane address each node advertises, judged (controlplane.py)."""
     fabric = [a.network for h in session.hosts for i in session.facts[h.name].interfaces
               if i.name in {choices[h.name].netdev, *choices[h.name].twins} for a in i.ipv4]
+    head = session.head.name
+    envs: dict[str, dict[str, str]] = {}
 
     def read(host: Host) -> tuple[str, list[Misbinding]]:
         if in_serving_env is not None:
@@ -204,18 +294,33 @@ def check_bindings(session: Session, choices: Mapping[str, QsfpChoice], env_file
         if not result.ok:
             raise SparkclusterError(f"cannot read the serving env on {host.name}: {result.stderr_tail(2)}",
                                     "run `sparkcluster bootstrap` first")
-        return host.name, misbindings(host.name, parse_env(result.stdout), choices[host.name],
-                                      session.facts[host.name], fabric)
+        env = envs[host.name] = parse_env(result.stdout)
+        # A ring's control plane is the management LAN (a link's subnet reaches one neighbour): the reachability
+        # rule below judges it; on a pair or a switch everything binds to the QSFP link.
+        return host.name, [] if ring else misbindings(host.name, env, choices[host.name], session.facts[host.name],
+                                                      fabric)
 
     found = [m for _, ms in session.each(read) for m in ms]
+    advertised = [a for h in session.hosts for a in controlplane.advertised(h.name, envs[h.name],
+                                                                             session.facts[h.name], head)]
+    if rendezvous:
+        advertised.append(ControlAddress(head, "verify's rendezvous (the probe's MASTER_ADDR)", rendezvous, head))
+    control = controlplane.judge(advertised, session.facts)
+    unreachable = [a for a in control if a.problem]
+    if not found and unreachable:
+        bad = unreachable[0]
+        return Verdict(VerdictStatus.FAIL, f"{bad.node} advertises a control-plane address some node cannot use: "
+                                           f"{bad}", controlplane.fix(bad), tuple(str(a) for a in unreachable), (),
+                       False), control
     if not found:
-        return None
+        return None, control
     first = found[0]
     return Verdict(VerdictStatus.FAIL, f"{first.node} binds off the QSFP link: {first.variable}={first.value} "
                                        f"{first.why}",
                    f"bind every comm variable of {first.node} to its QSFP interface ({choices[first.node].netdev}, "
                    f"{choices[first.node].ip}): re-run `sparkcluster bootstrap` (it rewrites {COMM_ENV_PATH}), and "
-                   "remove any override from the container's or the shell's environment", tuple(str(m) for m in found), (), False)
+                   "remove any override from the container's or the shell's environment", tuple(str(m) for m in found), (),
+                   False), control
 
 
 def probe_commands(session: Session, master: str, backend: str, sizes: str | None, env_files: Mapping[str, str],
@@ -265,18 +370,23 @@ def run_probe(session: Session, commands: Mapping[str, Command]) -> dict[str, st
 
 
 def judge_probe(session: Session, backend: str, outputs: Mapping[str, str], choices: Mapping[str, QsfpChoice],
-                min_busbw: float | None) -> VerifyResult:
+                min_busbw: float | None, topology: str | None = None, control_netdevs: set[str] | None = None
+                ) -> VerifyResult:
     """The verdict from the ranks' outputs: NCCL's own log lines on GPUs, the connections each rank held on CPU."""
     rows, ranks = read_probe_output("\n".join(outputs.values()))
     carried = _carried_by(ranks, session.hosts, session.facts)
-    threshold = min_busbw if min_busbw is not None else (DEFAULT_MIN_BUSBW_GBPS if backend == "nccl" else None)
+    # Real Sparks: the floor of this topology (thresholds.py); gloo on CPU has no link speed to hold.
+    nodes = len(session.hosts)
+    threshold = min_busbw if min_busbw is not None else (
+        floor_for(topology, nodes).min_busbw_gbps if backend == "nccl" else None)
     if backend == "nccl":
         logs = [r for name, out in outputs.items() for r in read_log(out, name)]
         hcas = tuple(dict.fromkeys(hca for c in choices.values() for hca in c.hcas))
         verdict = judge(logs, expected_hcas=hcas, qsfp_interfaces=tuple({c.netdev for c in choices.values()}),
-                        rows=rows, min_busbw_gbps=threshold)
+                        rows=rows, min_busbw_gbps=threshold, endpoints=endpoints(session.facts),
+                        topology=topology)
     else:
-        verdict = _judge_connections(carried, choices)
+        verdict = _judge_connections(carried, choices, control_netdevs or set())
     return VerifyResult(backend, verdict, rows, carried)
 
 
@@ -300,8 +410,11 @@ def _carried_by(ranks: list[dict[str, Any]], hosts: Sequence[Host], facts: Mappi
     return out
 
 
-def _judge_connections(carried: Mapping[str, list[str]], choices: Mapping[str, QsfpChoice]) -> Verdict:
-    qsfp = {c.netdev for c in choices.values()} | {t for c in choices.values() for t in c.twins}
+def _judge_connections(carried: Mapping[str, list[str]], choices: Mapping[str, QsfpChoice],
+                       control_netdevs: set[str]) -> Verdict:
+    """`control_netdevs`: on a ring, gloo binds one interface, the control plane's (every node reaches it): there
+    the whole collective runs on it, and each link's own run (links.py) proves the fabric."""
+    qsfp = {c.netdev for c in choices.values()} | {t for c in choices.values() for t in c.twins} | control_netdevs
     wrong = {node: [l for l in lines if l.split()[0] not in qsfp] for node, lines in carried.items()}
     wrong = {n: ls for n, ls in wrong.items() if ls}
     details = tuple(f"{n}: {l}" for n, ls in carried.items() for l in ls)
@@ -316,5 +429,15 @@ def _judge_connections(carried: Mapping[str, list[str]], choices: Mapping[str, Q
                        f"bind every comm variable of {node} to its QSFP interface (re-run `sparkcluster bootstrap`; "
                        f"check GLOO_SOCKET_IFNAME/NCCL_SOCKET_IFNAME in ~/.config/sparkcluster/comm.env)",
                        details, tuple(used), False)
+    if set(used) & control_netdevs:
+        return Verdict(VerdictStatus.PASS, f"the whole collective ran on the control plane ({', '.join(used)}), which every "
+                                           "node reaches (gloo binds one interface); each link of the ring carried its "
+                                           "own run", "", details, tuple(used), False)
     return Verdict(VerdictStatus.PASS, f"every connection between the ranks ran over the QSFP interfaces ({', '.join(used)}); "
                            "gloo on CPU checks the binding and path, not RDMA", "", details, tuple(used), False)
+
+
+def endpoints(facts: Mapping[str, HostFacts]) -> dict[str, Endpoint]:
+    """Every address of every node -> its node, netdev and subnet: a failed queue pair's GIDs named as ports."""
+    return {str(a.ip): Endpoint(node, i.name, a.network) for node, f in facts.items() for i in f.interfaces
+            for a in i.ipv4}
