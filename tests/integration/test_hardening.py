@@ -17,6 +17,7 @@ import yaml
 
 from sparkcluster.sim import SimCluster, UpOptions
 from sparkcluster.sim.fakemodel import generate
+from sparkcluster.sim.topology import MGMT_NETDEV
 from tests.helpers import require_sim, run_cli, ssh, unique_name
 
 pytestmark = pytest.mark.sim
@@ -205,6 +206,7 @@ def test_a_fabric_link_that_dies_mid_stage_fails_the_node_within_the_bound_and_a
         for twin in ("0", "1"):
             pair.degrade("spark-2", twin, None)
     assert "Traceback" not in err, err
+    print(f"stage ended {ended_after:.1f} s after the link went down (bound {STALL_S} s)")
     assert ended_after < STALL_S + 20, ended_after  # the bound, with room for a loaded machine's ssh round trips
     doc = json.loads(out)
     node = doc["nodes"]["spark-2"]
@@ -256,3 +258,39 @@ def test_top_against_a_hung_nvidia_smi_leaves_at_most_one_probe_per_node(pair):
     assert max(hung) == 1, hung  # the stand-in ran (the facts and then each probe), never twice at once
     assert lines and lines[0][0] - started < 35, lines[:1]  # the facts' own nvidia-smi deadline is 20 s
     assert len(lines) >= 3 and all("spark-1: GPU 0 %" in line for _, line in lines), lines[-1:]
+
+
+# ---- issue 28: a control connection whose node goes silent is dropped within the bound (SSH keepalive) -----
+SILENT_NODE = """
+plays:
+  - name: a long command on the worker
+    hosts: spark-2
+    steps:
+      - command.run: {cmd: "sleep 60"}
+"""
+
+
+def test_a_node_that_goes_silent_mid_command_is_unreachable_within_the_bound(pair, tmp_path):
+    # Failed before: nothing probed the connection, so the run waited out the command's own timeout.
+    book = tmp_path / "pb.yml"
+    book.write_text(SILENT_NODE)
+    mgmt = pair.host("spark-2").nic(MGMT_NETDEV).root_end
+    run = subprocess.Popen([sys.executable, "-m", "sparkcluster", "run", str(book), "-i", str(pair.inventory_path),
+                            "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           env={**os.environ, "SPARKCLUSTER_STALL_S": str(STALL_S)})
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and "sleep 60" not in ssh(pair, "spark-2", "ps -eo args").stdout:
+            time.sleep(0.2)
+        subprocess.run(["ip", "link", "set", mgmt, "down"], check=True)
+        cut = time.monotonic()
+        out, err = run.communicate(timeout=120)
+        ended_after = time.monotonic() - cut
+    finally:
+        if run.poll() is None:
+            run.kill()
+        subprocess.run(["ip", "link", "set", mgmt, "up"], check=True)
+    doc = json.loads(out)
+    assert run.returncode == 1 and doc["recap"]["spark-2"]["unreachable"] == 1, out + err
+    print(f"the run ended {ended_after:.1f} s after spark-2 went silent (bound {STALL_S} s)")
+    assert ended_after < STALL_S + 15, ended_after  # the command itself would have run 60 s
