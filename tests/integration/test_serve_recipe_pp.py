@@ -1,7 +1,8 @@
 """A sparkrun-format recipe from a registry, served unmodified across THREE simulated Sparks with the real CPU
 vLLM as pipeline parallel TP 1 x PP 3 (as eugr's 3-node recipes run): the registry is a local git repository made
 here, added without trust (its recipe's mod is refused before anything connects), then served with --trust by
-`@registry/name`, answering completions with one pipeline stage per node. One cluster, ~3 min."""
+`@registry/name`, answering completions with one pipeline stage per node. The three nodes are cabled as a ring
+(`sim up 3 --topology ring`), as three Sparks without a switch are. One cluster, ~3 min."""
 
 from __future__ import annotations
 
@@ -48,7 +49,10 @@ def cluster3(tmp_path_factory) -> Iterator[SimCluster]:
     require_sim(docker=False)
     if not (VLLM_ENV / "bin" / "vllm").exists():
         pytest.fail(f"{VLLM_ENV} is missing: run scripts/setup-vllm.sh")
-    c = SimCluster.up(UpOptions(count=3, name=unique_name("pp"), docker=False, vllm_env=str(VLLM_ENV)))
+    # Cabled as a 3-ring (crosswise, each cable its own subnets): ranks placed along the ring, the control plane on
+    # the management LAN every node reaches, the model staged node to node over the cables.
+    c = SimCluster.up(UpOptions(count=3, name=unique_name("pp"), docker=False, vllm_env=str(VLLM_ENV),
+                                topology="ring"))
     try:
         host_bootstrap(c, tmp_path_factory.mktemp("cfg"))
         doc = yaml.safe_load(c.inventory_path.read_text())
@@ -82,6 +86,7 @@ def node_logs(c: SimCluster) -> str:
 
 
 CANARY = '#!/bin/sh\ntouch "$HOME/pwned-by-mod"\n'
+HOSTS = ("spark-1", "spark-2", "spark-3")
 V2 = "recipe_version: '2'\nmodel: /nowhere/tiny\n"  # a path: nothing to stage, so a mod would run at once
 
 
@@ -102,7 +107,8 @@ def test_no_route_into_an_untrusted_registry_runs_its_mod_on_a_node(cluster3, tm
     """Round 4's trust reproductions end to end: a trusted registry `good`, an untrusted `evil` whose mod touches a
     canary in each node's home, sparkrun's eugr clone trusted in sparkrun's config. Every route by which evil's mod
     ran without --trust (and good's mod that links a control-machine secret) is refused with exit 2, and no node
-    holds the canary or the secret; the same mod served with --trust does run, so the canary would have shown."""
+    holds the canary or the secret; the same mod served with --trust does run, so the canary would have shown.
+    ~1 min on the module's cluster (here, on two busy cores: 60 s, most of it the control's serve)."""
     user = {"XDG_CONFIG_HOME": str(tmp_path / "config"), "XDG_CACHE_HOME": str(tmp_path / "cache")}
     secret = tmp_path / "control-secret.txt"
     secret.write_text("the control machine's secret")
@@ -124,11 +130,11 @@ def test_no_route_into_an_untrusted_registry_runs_its_mod_on_a_node(cluster3, tm
         assert added.returncode == 0, added.stderr
 
     def serve(recipe: str, *more: str) -> subprocess.CompletedProcess:
-        return run_cli("serve", "-i", str(cluster3.inventory_path), "--limit", "spark-1,spark-2", "--tp", "2",
-                       "--runtime", "host", "--launcher", "native", "--no-verify", "--recipe", recipe, *more, env=user)
+        return run_cli("serve", "-i", str(cluster3.inventory_path), "--tp", "3", "--runtime", "host", "--launcher",
+                       "native", "--no-verify", "--recipe", recipe, *more, env=user)
 
     def on_nodes(path: str) -> list[str]:
-        return [h for h in ("spark-1", "spark-2") if ssh(cluster3, h, f"test -e {path}", check=False).returncode == 0]
+        return [h for h in HOSTS if ssh(cluster3, h, f"test -e {path}", check=False).returncode == 0]
 
     clone = tmp_path / "cache" / "sparkcluster" / "registries" / "evil" / "recipes" / "direct.yaml"
     for recipe in ("@evil/viaat", "@evil/viainclude", "@good/../../evil/recipes/direct", "@evil/viaeugr",
@@ -137,12 +143,13 @@ def test_no_route_into_an_untrusted_registry_runs_its_mod_on_a_node(cluster3, tm
         err = " ".join(refused.stderr.split())
         assert refused.returncode == 2 and "registry '" in err, (recipe, err)
         assert on_nodes("~/pwned-by-mod") == [] and on_nodes("~/.cache/sparkcluster/mods/loot-mod") == [], recipe
-    # the control: the same mod, served as the user chose to (--trust), does reach both nodes
+    # the control: the same mod, served as the user chose to (--trust), does reach every node (the mods run before
+    # vLLM starts; vLLM, given no model, is not waited for)
     try:
-        ran = serve("@evil/direct", "--trust", "--ready-timeout", "30")
-        assert on_nodes("~/pwned-by-mod") == ["spark-1", "spark-2"], ran.stderr[-2000:]
+        ran = serve("@evil/direct", "--trust", "--ready-timeout", "5")
+        assert on_nodes("~/pwned-by-mod") == list(HOSTS), ran.stderr[-2000:]
     finally:
-        for host in ("spark-1", "spark-2"):
+        for host in HOSTS:
             ssh(cluster3, host, "rm -f ~/pwned-by-mod", check=False)
         run_cli("down", "-i", str(cluster3.inventory_path), env=user)
 
