@@ -5,11 +5,12 @@ averaged into the whole collective.
 A direct link (a pair's, a ring's) is measured between the nodes at its ends; a link to a switch between its node
 and a partner on the same twin's segment (the head, or for the head the next node). The matrix shows every cable
 with each twin's busbw, on PASS too. Real Sparks are held to the one-twin floor (thresholds.py); the simulator has
-no real link speed, so there a link is degraded when it delivers less than 1/MAX_RATIO of the fastest link.
+no real link speed, so there a link is degraded when it delivers less than 1/MAX_RATIO of the links' median.
 """
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -139,10 +140,14 @@ def judge_links(measures: Sequence[LinkMeasure], floor_gbps: float | None) -> Ve
         return Verdict(VerdictStatus.FAIL, f"link {slow.probe.label} is slow: {slow.busbw_gbps:.2f} GB/s alone, under "
                                            f"the {floor_gbps:g} GB/s one twin delivers", _fix(slow.probe), details, (),
                        False)
-    if floor_gbps is None and fast.busbw_gbps > MAX_RATIO * slow.busbw_gbps:
+    # Against the median, not the fastest: eight simulated nodes share two cores, and one lucky run must not make
+    # an ordinary one look degraded (16 links of a simulated switch spread 0.39-0.80 GB/s on a loaded machine).
+    median = statistics.median(m.busbw_gbps or 0.0 for m in measures)
+    if floor_gbps is None and median > MAX_RATIO * slow.busbw_gbps:
         return Verdict(VerdictStatus.FAIL, f"link {slow.probe.label} is degraded: {slow.busbw_gbps:.3f} GB/s alone "
-                                           f"against {fast.busbw_gbps:.3f} on {fast.probe.label} (more than "
-                                           f"{MAX_RATIO:g}x apart)", _fix(slow.probe), details, (), False)
+                                           f"against a median of {median:.3f} over {len(measures)} links (more than "
+                                           f"{MAX_RATIO:g}x under it; fastest {fast.busbw_gbps:.3f} on "
+                                           f"{fast.probe.label})", _fix(slow.probe), details, (), False)
     return None
 
 
