@@ -108,7 +108,7 @@ def test_no_route_into_an_untrusted_registry_runs_its_mod_on_a_node(cluster3, tm
     canary in each node's home, sparkrun's eugr clone trusted in sparkrun's config. Every route by which evil's mod
     ran without --trust (and good's mod that links a control-machine secret) is refused with exit 2, and no node
     holds the canary or the secret; the same mod served with --trust does run, so the canary would have shown.
-    ~1 min on the module's cluster (here, on two busy cores: 60 s, most of it the control's serve)."""
+    ~30 s on the module's cluster (here, on two busy cores: 29 s, most of it the control's serve)."""
     user = {"XDG_CONFIG_HOME": str(tmp_path / "config"), "XDG_CACHE_HOME": str(tmp_path / "cache")}
     secret = tmp_path / "control-secret.txt"
     secret.write_text("the control machine's secret")
