@@ -178,7 +178,13 @@ def bundle_holds_every_item_and_no_secret(c: SimCluster, tmp_path: Path, secrets
             assert items[item] == "present", (host, item, items[item])
     assert manifest["items"]["spark-1"]["serve.json"] == "present"
     assert "Active FEC encoding: RS" in (root / "nodes" / "spark-2" / "ethtool.txt").read_text()
-    assert "PASS" in (root / "nodes" / "spark-2" / "last-verify.json").read_text()
+    assert json.loads((root / "nodes" / "spark-2" / "last-verify.json").read_text())["status"] == "PASS"
+    for host in ("spark-1", "spark-2"):  # the probe's own output, kept by verify on each node
+        assert manifest["items"][host]["last-verify.log"] == "present"
+        assert "# sparkcluster verify: the probe of" in (root / "nodes" / host / "last-verify.log").read_text()
+    # nccl-report reads the bundle as it reads log files: each node's rank, from the logs inside it
+    report = run_cli("nccl-report", str(path), "--json")
+    assert report.returncode in (0, 1) and len(json.loads(report.stdout)["probe_ranks"]) == 2, report.stderr
     assert manifest["scrubbed"]["files"]["inventory.yml"]  # the planted token was there, and is counted
     leaks = [(p.relative_to(root), s) for p in root.rglob("*") if p.is_file()
              for s in secrets if s.encode() in p.read_bytes()]
