@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import __version__
-from .engine.cliapp import App
+from .engine.cliapp import App, Parser
 from .engine.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, SparkclusterError
 
 
@@ -74,7 +74,7 @@ DESCRIPTION = "Take DGX Sparks from cabled to serving one model across all of th
 def build_parser(commands_to_load: Iterable[str] | None = None) -> argparse.ArgumentParser:
     """The parser, with the real sub-commands of the wings owning `commands_to_load` (None: every wing, for
     completion scripts and tests); every other command is listed by its name and help line only."""
-    parser = argparse.ArgumentParser(prog="sparkcluster", description=DESCRIPTION)
+    parser = Parser(prog="sparkcluster", description=DESCRIPTION)
     parser.add_argument("--version", action="version", version=f"sparkcluster {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     wanted = None if commands_to_load is None else set(commands_to_load)

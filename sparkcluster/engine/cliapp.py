@@ -27,6 +27,17 @@ Connect = Callable[..., AbstractContextManager["Session"]]
 Command = Callable[[argparse.Namespace, Connect], int]
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse, except that an option given `--` as its value (`--forks=--`) gets that value, checked by the
+    option's type like any other, instead of an empty list: Python before 3.13 strips every `--` from an
+    option's values, and a count of `[]` reached the runner."""
+
+    def _get_values(self, action: argparse.Action, arg_strings: list[str]) -> object:
+        if action.option_strings and action.nargs is None and arg_strings == ["--"]:
+            return self._get_value(action, "--")
+        return super()._get_values(action, arg_strings)
+
+
 def no_check(inventory: Inventory) -> None:
     """For commands whose flags need nothing of the inventory before connecting."""
 

@@ -126,3 +126,17 @@ def test_recipes_show_takes_the_model_a_recipe_does_not_name(capsys: pytest.Capt
     assert cli.main(["recipes", "show", "default", "--model", "Qwen/Qwen3-0.6B", "--tp", "2", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["model"] == "Qwen/Qwen3-0.6B" and doc["tp"] == 2 and "vllm serve Qwen/Qwen3-0.6B" in doc["commands"][0]
+
+
+@pytest.mark.parametrize(("argv", "flag"), [(["facts", "--forks=--"], "--forks"), (["serve", "--port=--"], "--port")])
+def test_an_option_given_double_dash_is_checked_as_its_value(argv: list[str], flag: str,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    # Python before 3.13 strips the `--` and hands the option an empty list, past its type check.
+    with pytest.raises(SystemExit) as exited:
+        cli.build_parser().parse_args(argv)
+    assert exited.value.code == 2
+    assert f"argument {flag}: '--' is not" in capsys.readouterr().err
+
+
+def test_an_option_value_of_double_dash_is_kept_where_it_is_valid() -> None:
+    assert cli.build_parser().parse_args(["down", "--limit=--"]).limit == "--"
