@@ -90,7 +90,8 @@ def small_disk(pair: SimCluster) -> Iterator[str]:
     try:
         yield "spark-2"
     finally:
-        ssh(pair, "spark-2", f"umount {HUB}; rm -f /usr/local/bin/df", user="root")
+        # root made the folders the mount needed: they go back to the user, whose later stages lock in them
+        ssh(pair, "spark-2", f"umount {HUB}; rm -f /usr/local/bin/df; chown -R spark: /home/spark/.cache", user="root")
 
 
 def stage_json(cluster: SimCluster) -> tuple[int, dict]:
