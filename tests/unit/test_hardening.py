@@ -22,10 +22,9 @@ from sparkcluster import bootstrap_cli, cli
 from sparkcluster.engine import session as session_module
 from sparkcluster.engine.command import ENV_NAME, Command
 from sparkcluster.engine.errors import EXIT_USAGE, SparkclusterError, UsageError
-from sparkcluster.engine.inventory import Host
+from sparkcluster.engine.inventory import Host, InventoryError, load_inventory
 from sparkcluster.engine.modelref import ModelRef
 from sparkcluster.engine.transport import Result, Unreachable
-from sparkcluster.engine.inventory import InventoryError, load_inventory
 from sparkcluster.nccl.logs import read_probe_output
 from sparkcluster.recipes.load import load_recipe
 from sparkcluster.staging import images
