@@ -16,8 +16,11 @@ echo; echo "== facts: what each node is"
 $SC facts "$INVENTORY"
 echo; echo "== the first mile: spark-2's QSFP twins before bootstrap (no IPv4, MTU 1500)"
 $SC sim ssh spark-2 --name "$NAME" -- 'ip -br addr show enp1s0f1np1; ip -br addr show enP2p1s0f1np1; ip -o link show enp1s0f1np1 | grep -o "mtu [0-9]*"'
-echo; echo "== bootstrap --check --diff: the netplan file and the addresses, before anything changes"
-$SC bootstrap "$INVENTORY" --check --diff | sed -n '/PLAY fabric addresses/,/PLAY preflight/p' || true  # check mode stops at the QSFP preflight: it needs the addresses
+echo; echo "== topology: who is cabled to whom, found on the wire before anything is addressed"
+$SC topology "$INVENTORY"
+echo; echo "== bootstrap --check --diff: the whole plan (the netplan file, the addresses, every later play checked"
+echo "   against the planned addresses), before anything changes"
+$SC bootstrap "$INVENTORY" --check --diff
 echo; echo "== bootstrap: fabric addresses, preflight, provisioning (then again: nothing left to change)"
 $SC bootstrap "$INVENTORY"
 $SC bootstrap "$INVENTORY" | tail -n 4
