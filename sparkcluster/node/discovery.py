@@ -4,7 +4,8 @@ A link-layer probe with tools every node has: an ICMPv6 echo to the all-nodes gr
 answers from every neighbour on that wire by its IPv6 link-local address, which a fresh twin has before it has
 any IPv4 address; where a twin already has IPv4, an echo to each other node's address on that subnet, out of that
 twin, answers too (our netplan turns IPv6 link-local off). The answers are mapped to (node, netdev) through the
-nodes' facts. All twins of all nodes are probed at once: about a second in all.
+nodes' facts. All twins of all nodes are probed at once, for PROBE_S seconds in all: a few echoes each, so an
+answer that a loaded node is late with, or an echo lost, still counts.
 
 Why not LLDP: lldpd is not on a DGX OS install by default, needs root and a daemon running for ~30 s before
 its neighbours show up; the probe needs nothing installed and sees the same wire.
@@ -24,7 +25,7 @@ from ..engine.session import Session
 from ..engine.transport import Transport
 from .fabric import Fabric, Problem, Sightings, build_fabric, cabling_problems, expected_topology, up_twins
 
-PROBE_S = 1  # each twin's probe lasts this long; the twins are probed in parallel
+PROBE_S = 3  # each twin's probe lasts this long (an echo a second); the twins are probed in parallel
 
 
 def probe_command(twins: Sequence[str], candidates: Mapping[str, Sequence[str]]) -> Command:
@@ -32,11 +33,13 @@ def probe_command(twins: Sequence[str], candidates: Mapping[str, Sequence[str]])
     jobs = []
     for netdev in twins:
         q = shlex.quote(netdev)
-        pings = [f"ping -6 -n -w {PROBE_S} ff02::1%{q}"]  # multicast: 1 s interval unless root
-        pings += [f"ping -n -c 1 -W {PROBE_S} -I {q} {shlex.quote(a)}" for a in candidates.get(netdev, ())]
+        # Multicast: an echo a second (the shortest interval a non-root ping may send to a group) until the
+        # deadline, every answer kept; unicast: an echo a second until the first answer or the deadline.
+        pings = [f"ping -6 -n -w {PROBE_S} ff02::1%{q}"]
+        pings += [f"ping -n -c 1 -w {PROBE_S} -I {q} {shlex.quote(a)}" for a in candidates.get(netdev, ())]
         # awk prints the 4th field of "64 bytes from ADDR: icmp_seq=..." lines; one echo keeps a twin's line whole.
-        both = "; ".join(f"{p} 2>/dev/null" for p in pings)
-        jobs.append(f"( echo {q} $( ({both}) | awk '/bytes from/ {{print $4}}' | sort -u) ) &")
+        every = " ".join(f"{p} 2>/dev/null &" for p in pings)
+        jobs.append(f"( echo {q} $( ({every} wait) | awk '/bytes from/ {{print $4}}' | sort -u) ) &")
     return Command("PATH=$PATH:/usr/sbin:/sbin:/bin; " + " ".join(jobs) + " wait", timeout=PROBE_S + 20)
 
 

@@ -111,6 +111,19 @@ class Fabric:
             return Kind.RING
         return Kind.OTHER
 
+    @property
+    def silent_nodes(self) -> tuple[str, ...]:
+        """Probed nodes on no link: none of their twins saw anyone, and nobody saw them (flushed addresses, links
+        down, a node too loaded to answer). Nothing is known of their cables."""
+        on_links = {e.node for link in self.links for e in (link.a, link.b)}
+        return tuple(n for n in self.nodes if n not in on_links and n not in self.unprobed)
+
+    @property
+    def complete(self) -> bool:
+        """Discovery saw every Up twin answered and every node on some link: only then does a graph that is no
+        pair, ring or switch prove a miscabling; a silent twin or node may be the missing piece of one."""
+        return not self.silent and not self.silent_nodes and not self.unprobed
+
     def adjacency(self) -> dict[str, tuple[str, ...]]:
         """Each node's directly cabled neighbours (other nodes only), in inventory order."""
         peers: dict[str, set[str]] = {n: set() for n in self.nodes}
@@ -166,7 +179,8 @@ class Fabric:
     def to_json(self) -> dict[str, Any]:
         return {"kind": self.kind.value, "nodes": list(self.nodes), "ring_order": list(self.ring_order()),
                 "links": [link.to_json() for link in self.links],
-                "silent": [e.to_json() for e in self.silent], "unprobed": list(self.unprobed)}
+                "silent": [e.to_json() for e in self.silent], "silent_nodes": list(self.silent_nodes),
+                "unprobed": list(self.unprobed)}
 
 
 # ---- building it ------------------------------------------------------------------------------------------
@@ -282,6 +296,11 @@ def cabling_problems(fabric: Fabric, expected: str = "auto",
                 f"{link.b.port} ({link.b.netdev})",
                 f"move one end of that cable from {link.a.node} to the next node's free port"))
     kind = fabric.kind
+    # An incomplete picture (a twin Up but silent, a node that saw and showed nothing) is no evidence of a mixed,
+    # open or partial cabling: such a node is left to the preflight (which names what it cannot reach) and to
+    # addressing (which puts a twin on the subnet its peers use). What the answers do show is still refused.
+    if kind in (Kind.MIXED, Kind.OTHER) and not fabric.complete:
+        return problems + _pins_away(fabric, pinned or {})
     if kind is Kind.MIXED:
         direct = sorted({f"{l.a.node}-{l.b.node}" for l in fabric.links if l.direct and l.a.node != l.b.node})
         switched = sorted({l.a.node for l in fabric.links if l.b.node == SWITCH})

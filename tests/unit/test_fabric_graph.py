@@ -297,3 +297,35 @@ def test_a_fresh_twin_is_retuned_once_in_the_change_and_its_rollback():
     script = command.display()
     assert script.count("ip link set enp1s0f1np1 mtu 9000") == 1
     assert script.count("ip link set enp1s0f1np1 mtu 1500") == 1
+
+
+def test_a_silent_node_is_not_a_miscabling():
+    """Three nodes on a switch, spark-3's twins without addresses (not even link-local): it answers nothing and
+    sees nothing, so spark-1 and spark-2 look cabled to each other. That is an incomplete picture, not a mixed or
+    open cabling: the preflight and addressing deal with spark-3, the cabling check refuses nothing."""
+    facts, answers = cabled([], NODES3, switch_ports={n: 1 for n in NODES3})
+    facts["spark-3"] = replace(facts["spark-3"], interfaces=tuple(
+        replace(i, ipv4=(), ipv6_link_local=()) if i.name in TWINS[1] else i for i in facts["spark-3"].interfaces))
+    silenced = {a for i in cabled([], NODES3, switch_ports={n: 1 for n in NODES3})[0]["spark-3"].interfaces
+                for a in i.ipv6_link_local}
+    answers = {n: {d: tuple(a for a in seen if a not in silenced) for d, seen in by.items()} for n, by in answers.items()}
+    answers["spark-3"] = {d: () for d in TWINS[1]}
+    fabric = build_fabric(NODES3, facts, answers)
+    assert fabric.kind is Kind.OTHER and fabric.silent and not fabric.complete
+    assert cabling_problems(fabric) == [] and cabling_problems(fabric, "switch") == []
+    # Only one twin of spark-3 silent: twin 1 is still a switch, twin 0 looks direct; still no refusal.
+    answers["spark-3"] = {TWINS[1][0]: ()}
+    answers["spark-3"][TWINS[1][1]] = ("fe80::1:11", "fe80::2:11")
+    for n in ("spark-1", "spark-2"):
+        answers[n][TWINS[1][1]] += ("fe80::3:11",)
+    facts["spark-3"] = cabled([], NODES3, switch_ports={n: 1 for n in NODES3})[0]["spark-3"]
+    fabric = build_fabric(NODES3, facts, answers)
+    assert fabric.kind is Kind.MIXED and fabric.silent == (End("spark-3", 1, TWINS[1][0]),)
+    assert cabling_problems(fabric) == []
+
+
+def test_a_node_with_no_link_up_is_left_to_the_preflight():
+    """spark-3's cabled links down: it has no Up twin; spark-1 and spark-2 see only each other."""
+    fabric = graph(NODES3, [("spark-1", 1, "spark-2", 1)])
+    assert fabric.silent_nodes == ("spark-3",) and fabric.kind is Kind.OTHER
+    assert cabling_problems(fabric) == []

@@ -32,5 +32,7 @@ class FabricCabling(Step):
             order = fabric.ring_order()
             shape += ": " + " -> ".join((*order, order[0]))
         warnings = tuple(f"{e.label()} is Up but nobody answered on it" for e in fabric.silent)
+        warnings += tuple(f"{n} saw no neighbour and none saw it: its cables are left to the preflight"
+                          for n in fabric.silent_nodes)
         count = f"{len(fabric.cables())} cables" if fabric.cables() else f"{len(fabric.links)} links"
         return Plan(f"{shape}, {count} (inventory: {checked.expected})", warnings=warnings)
