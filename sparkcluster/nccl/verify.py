@@ -171,7 +171,8 @@ def _run_verify(session: Session, backend: str, sizes: str | None, min_busbw: fl
     result = replace(judge_probe(session, backend, outputs, choices, min_busbw, topology, control_netdevs),
                      topology=topology, control_plane=control)
     if per_twin and len(session.hosts) > 1:
-        if fabric is not None and fabric.kind in (Kind.RING, Kind.SWITCH):
+        # Two nodes on a switch are a pair here: each node's link against the other is one of the two twin runs.
+        if fabric is not None and (fabric.kind is Kind.RING or (fabric.kind is Kind.SWITCH and len(session.hosts) > 2)):
             result = _with_links(session, result, fabric, env_files, script, timeout, in_serving_env)
         else:
             result = _with_twins(session, result, choices, env_files, script, timeout, in_serving_env, fabric)
@@ -227,8 +228,9 @@ def _with_links(session: Session, result: VerifyResult, fabric: Fabric, env_file
 
 def _pair_links(fabric: Fabric | None, facts: Mapping[str, HostFacts], measures: Sequence[TwinMeasure]
                 ) -> list[LinkMeasure]:
-    """On a pair each twin's run is its link's: the matrix from the twin measures, with no run more."""
-    if fabric is None or fabric.kind is not Kind.PAIR:
+    """On a pair (or two nodes on a switch) each twin's run is its link's: the matrix from the twin measures, with
+    no run more."""
+    if fabric is None or fabric.kind not in (Kind.PAIR, Kind.SWITCH):
         return []
     probes, _ = link_probes(fabric, facts)
     by_netdevs = {frozenset(m.twin.netdevs.items()): m for m in measures}
