@@ -71,7 +71,8 @@ def blob_hasher(name: str, size: int) -> "hashlib._Hash":
 # ---- serve -------------------------------------------------------------------------------------------------
 def bound_socket(sock: socket.socket, stall: float) -> None:
     """The kernel ends a connection whose peer stays silent for about `stall` seconds: keepalive probes while
-    idle, TCP_USER_TIMEOUT while sent bytes go unacknowledged; a read or send timeout bounds the rest."""
+    idle, TCP_USER_TIMEOUT while sent bytes go unacknowledged; a read or send timeout bounds the rest. (The same
+    options as engine/deadlines.py sets on the control side: this file runs alone on the nodes and imports none.)"""
     interval = int(max(1.0, min(15.0, stall / 4)))
     sock.settimeout(stall)
     options = [(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)]
