@@ -78,7 +78,7 @@ def _ip(endpoint: str) -> str:
 
 
 def processes(c: SimCluster, host: str) -> str:
-    return c.exec_in(host, ["ps", "-eo", "args"], capture_output=True, text=True).stdout
+    return c.exec_in(host, ["ps", "-eww", "-o", "args"], capture_output=True, text=True).stdout
 
 
 def serves_tp2_on_the_fabric(c: SimCluster, doc: dict, rank_process: str) -> None:
