@@ -27,8 +27,10 @@ if [ "$#" -gt 0 ]; then
 fi
 # The simulated-cluster tests wait on SSH, Docker, Ray and vLLM more than they compute (one process kept two
 # cores 45% busy), so two processes run them, a file each at a time (a file's tests share its cluster).
-# The unit tests run after them, alone: some measure a stub's timing to a few percent.
-integration=0
-run_pytest -n 2 --dist loadfile tests/integration || integration=$?
-run_pytest tests/unit
-exit "$integration"
+# The unit tests run after them, also in two processes, but for those marked `serial`: they time a stub server
+# to a few percent, so they run last, alone on the cores.
+status=0
+run_pytest -n 2 --dist loadfile tests/integration || status=$?
+run_pytest -n 2 -m "not serial" tests/unit || status=$?
+run_pytest -m serial tests/unit || status=$?
+exit "$status"

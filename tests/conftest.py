@@ -10,6 +10,12 @@ from sparkcluster.sim import SimCluster, UpOptions
 from tests.helpers import SESSION_DRIVERS, SESSION_HOSTS, require_sim, unique_name
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    # scripts/test.sh runs the unit tests in two processes, then the `serial` ones alone: they time a stub
+    # server to a few percent, which a busy second core would skew.
+    config.addinivalue_line("markers", "serial: measures a clock closely; run alone, never beside another test")
+
+
 @pytest.fixture(scope="session")
 def cluster() -> Iterator[SimCluster]:
     """Three Sparks with a Docker engine each; spark-2 runs a 580 driver. Tests that change a host's

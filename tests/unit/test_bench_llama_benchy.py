@@ -36,6 +36,7 @@ def entry(doc: dict, depth: int, concurrency: int, context_phase: bool) -> dict:
                 == (depth, concurrency, context_phase))
 
 
+@pytest.mark.serial  # a clock measured to a few percent: alone on the cores
 def test_a_server_of_known_timing_is_measured_within_5_percent(tmp_path):
     with running_stub(ttft=TTFT, itl=ITL, prefill_tps=PREFILL) as url:
         result = benchy(tmp_path, url, "--pp", str(PP), "--tg", str(TG), "--depth", "0", str(DEPTH),
@@ -193,6 +194,7 @@ def test_the_token_tally_matches_the_servers_own_counters(tmp_path):
         metrics['vllm:generation_tokens_total{model_name="stub-model"}'])
 
 
+@pytest.mark.serial  # a clock measured to a few percent: alone on the cores
 def test_latency_mode_generation_is_the_first_byte_of_a_one_token_request(tmp_path):
     # The probe's prompt ("hello") is 1 token: its first byte after 50 + 1 ms; a 64-token prompt's after 114 ms.
     with running_stub(ttft=0.05, itl=0.005, prefill_tps=1000) as url:

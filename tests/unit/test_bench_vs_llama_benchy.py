@@ -112,6 +112,7 @@ def compare(theirs: dict, ours: dict) -> list[str]:
     return found
 
 
+@pytest.mark.serial  # a clock measured to a few percent: alone on the cores
 def test_bench_sends_what_llama_benchy_sends_and_measures_the_same_figures(tmp_path):
     """The same requests, to the token (the stub counts them), and the same document, cell for cell.
 
