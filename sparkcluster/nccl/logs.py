@@ -56,6 +56,9 @@ _COMM_ID = re.compile(r"\bcommId (0x[0-9a-fA-F]+)")
 # NCCL >= 2.27 names the plugin it took ("Assigned NET plugin Socket to comm") before, or instead of, "Using network".
 _ASSIGNED = re.compile(r"Assigned NET plugin (\S+) to comm")
 _IB_INIT_FAILED = re.compile(r"Failed to initialize NET plugin IB\b")
+# Any line of NCCL's IB plugin: with NCCL_NET=Socket, NCCL >= 2.27 loads the Socket plugin alone and prints none.
+_IB_TRIED = re.compile(r"NET/IB|NET plugin IB|NCCL_IB_")
+_PLUGINS_LOGGED = re.compile(r"(?:Initialized|Assigned) NET plugin ")
 # nccl-tests starts a run with these; between them and the next run's lines, unprefixed NCCL lines are another run.
 _TESTS_START = re.compile(r"^(?:\S*\s)?# (?:nThread \d+|Collective test starting)")
 _ERRORS = re.compile(r"unhandled (?:system|cuda) error|ibv_\w+ failed|Got completion .*status=|IBV_WC_\w+_ERR"
@@ -103,6 +106,7 @@ class RankLog:
     qp_failures: tuple[QpFailure, ...] = ()
     cross_rail_hint: bool = False  # NCCL's hint after a timed-out QP: "NICs are not cross-rail connected"
     tree_connect_named: bool = False  # an error names ncclTransportTreeConnect
+    ib_never_tried: bool = False  # NCCL (>= 2.27) logged its NET plugins, none IB: NCCL_NET (or a plugin) chose sockets
 
     @property
     def transports(self) -> tuple[str, ...]:
@@ -142,6 +146,8 @@ class _Builder:
     last_line: int = 0
     ib_listed: bool = False  # a "NET/IB : Using [0]dev:1/RoCE" line named devices: NCCL took IB
     assigned: str | None = None
+    ib_tried: bool = False
+    plugins_logged: bool = False
     ring: RingLines = field(default_factory=RingLines)
 
     def nccl(self, level: str, msg: str, line_no: int) -> None:
@@ -153,6 +159,8 @@ class _Builder:
             self.nccl_version = self.nccl_version or m[1]
         else:
             self.nccl_lines += 1
+        self.ib_tried = self.ib_tried or bool(_IB_TRIED.search(msg))
+        self.plugins_logged = self.plugins_logged or bool(_PLUGINS_LOGGED.search(msg))
         if level == "WARN":
             self.warnings.append(f"NCCL WARN {msg.strip()}")
         if _ERRORS.search(msg):
@@ -216,6 +224,7 @@ class _Builder:
             rings_connected=self.ring.rings_connected, trees_connected=self.ring.trees_connected, gdr=self.ring.gdr,
             n_nodes=self.ring.n_nodes, qp_failures=tuple(self.ring.qp_failures or ()),
             cross_rail_hint=self.ring.cross_rail_hint, tree_connect_named=self.ring.tree_connect_named,
+            ib_never_tried=self.plugins_logged and not self.ib_tried,
         )
 
 

@@ -62,7 +62,7 @@ def judge(ranks: Sequence[RankLog], *, expected_hcas: Sequence[str] = (), qsfp_i
     # A socket fallback comes before the errors and the truncated log it explains: a run on the management port
     # that then timed out or was cut short failed because of where it ran.
     per_rank = (
-        lambda r: _socket_findings(r, expected_hcas, management_interfaces, qsfp_hint, require_network),
+        lambda r: _socket_findings(r, expected_hcas, management_interfaces, qsfp_hint, require_network, rows),
         lambda r: _error_findings(r, run),
         lambda r: _interface_findings(r, qsfp_interfaces, management_interfaces, qsfp_hint),
         _silence_findings,
@@ -70,7 +70,10 @@ def judge(ranks: Sequence[RankLog], *, expected_hcas: Sequence[str] = (), qsfp_i
     )
     found: list[tuple[str, _Finding]] = []
     if intra_only and require_network:  # first, so that it is the cause unless something FAILs
-        found.append(("all ranks", _Finding(VerdictStatus.WARN, "intra-node only (P2P/SHM): says nothing about the QSFP link",
+        # P2P (NVLink, PCIe) and SHM never leave the host: whatever their speed, they prove nothing about a network.
+        intra = "/".join(dict.fromkeys(t for r in ranks for t in r.transports))
+        found.append(("all ranks", _Finding(VerdictStatus.WARN, f"intra-node only ({intra}): not a network verdict: it "
+                                            f"says nothing about the QSFP link{_measured(rows)}",
                                             "run one rank on each of two Sparks to test the QSFP link")))
     found += [(r.source, f) for check in per_rank for r in ranks for f in check(r)]
     if not ranks:
@@ -130,7 +133,7 @@ def _error_finding(line: str) -> _Finding:
 
 
 def _socket_findings(rank: RankLog, expected_hcas: Sequence[str], management: Sequence[str], qsfp_hint: str,
-                     require_network: bool) -> list[_Finding]:
+                     require_network: bool, rows: Sequence[BandwidthRow]) -> list[_Finding]:
     uses_socket = (rank.network == "Socket" or rank.no_ib_device or rank.ib_disabled
                    or "NET/Socket" in rank.transports)
     if not uses_socket:
@@ -146,9 +149,17 @@ def _socket_findings(rank: RankLog, expected_hcas: Sequence[str], management: Se
     on_management = [i for i in rank.socket_interfaces if i in management]
     if on_management:
         return [_Finding(VerdictStatus.FAIL, f"socket fallback on the management interface {on_management[0]} (10 GbE, about "
-                                 f"1 GB/s): {why}", f"{fix}; and set NCCL_SOCKET_IFNAME={qsfp_hint}")]
+                                 f"1 GB/s): {why}{_measured(rows)}", f"{fix}; and set NCCL_SOCKET_IFNAME={qsfp_hint}")]
     over = f" over {','.join(rank.socket_interfaces)}" if rank.socket_interfaces else ""
-    return [_Finding(VerdictStatus.FAIL, f"socket fallback{over}: {why}", fix)]
+    return [_Finding(VerdictStatus.FAIL, f"socket fallback{over}: {why}{_measured(rows)}", fix)]
+
+
+def _measured(rows: Sequence[BandwidthRow]) -> str:
+    """What the run carried, for a verdict the transport decides: the figure says how far it is from RDMA's."""
+    large = [r for r in rows if r.size_bytes >= LARGE_BYTES]
+    if not large:
+        return ""
+    return f"; best busbw {max(r.best_busbw_gbps for r in large):.2f} GB/s at {LARGE_BYTES >> 20} MiB and above"
 
 
 def _socket_reason(rank: RankLog, expected_hcas: Sequence[str]) -> tuple[str, str]:
@@ -162,6 +173,10 @@ def _socket_reason(rank: RankLog, expected_hcas: Sequence[str]) -> tuple[str, st
                 f"set NCCL_IB_HCA to both twins of the cabled port: {both_twins} (F2)")
     if rank.no_ib_device:
         return "NET/IB found no device (is /dev/infiniband in the container?)", _F1_FIX
+    if rank.ib_never_tried:
+        return ("NET/IB was never tried (NCCL_NET=Socket, or a NET plugin without IB)",
+                "unset NCCL_NET and NCCL_NET_PLUGIN where NCCL runs (NCCL_NET=IB makes NCCL fail instead of falling "
+                f"back); then NCCL_IB_HCA={both_twins}")
     return ("NCCL chose NET/Socket (TCP) over NET/IB",
             f"check `ls /dev/infiniband` where NCCL runs (F1), NCCL_IB_DISABLE unset and NCCL_IB_HCA={both_twins}; "
             "NCCL_NET=IB makes NCCL fail instead of falling back")

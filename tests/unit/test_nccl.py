@@ -57,7 +57,8 @@ def rows(*busbws: float, size: int = 256 * MiB, op: str = "all_reduce") -> list[
     ("socket-lo-forced.log", "FAIL", "socket fallback over lo: NCCL_IB_DISABLE=1", ("NET/Socket",), False),
     ("socket-management.log", "FAIL", "socket fallback on the management interface enP7s7 (10 GbE",
      ("NET/Socket",), False),
-    ("intra-node-p2p.log", "WARN", "intra-node only (P2P/SHM): says nothing about the QSFP link", (), True),
+    ("intra-node-p2p.log", "WARN", "intra-node only (P2P): not a network verdict: it says nothing about the QSFP link",
+     (), True),
     ("truncated.log", "FAIL", "truncated: the log stops before NCCL connected any channel", (), False),
     ("ibv-modify-qp.log", "FAIL", "ibv_modify_qp timed out between 192.168.100.11 on rocep1s0f0 -> 192.168.100.12",
      ("NET/IB",), False),
@@ -70,7 +71,8 @@ def rows(*busbws: float, size: int = 256 * MiB, op: str = "all_reduce") -> list[
      ("NET/IB",), False),
     ("pair-gdr-off.log", "PASS", "RDMA: NET/IB on rocep1s0f1, roceP2p1s0f1 for 2 rank(s) (GDR off", ("NET/IB",), False),
     ("empty.log", "FAIL", "no NCCL INFO lines in empty.log", (), False),
-    ("captured-h200-p2p.log", "WARN", "intra-node only (P2P/SHM): says nothing about the QSFP link", (), True),
+    ("captured-h200-p2p.log", "WARN", "intra-node only (P2P): not a network verdict: it says nothing about the QSFP link",
+     (), True),
     ("captured-h200-socket-lo.log", "FAIL", "socket fallback over lo: NCCL_IB_DISABLE=1", ("NET/Socket",), False),
 ])
 def test_fixture_verdicts(name, status, cause, transports, intra):
@@ -293,7 +295,7 @@ def test_intra_node_only():
     assert any("between nodes it would fall back to TCP sockets" in d for d in details)
     shm = read_log("h:1:2 [0] NCCL INFO Using network IB\n"
                    "h:1:2 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via SHM/direct/direct\n")
-    assert judge(shm).cause == "intra-node only (P2P/SHM): says nothing about the QSFP link"
+    assert judge(shm).cause == "intra-node only (SHM): not a network verdict: it says nothing about the QSFP link"
 
 
 def test_init_complete_without_channels_says_connections_are_lazy():
