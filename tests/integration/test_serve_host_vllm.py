@@ -129,7 +129,7 @@ print("\\n".join(sorted(hits)))
 
 
 def test_real_vllm_serves_with_tp2_across_two_nodes_over_ray(cluster, tmp_path):
-    """The Ray launcher; the native one serves the same way in test_bench_measures_the_served_cluster. The
+    """The Ray launcher; the native one serves the same way in test_an_eugr_recipe_with_a_mod_serves_tp2_... The
     inventory's HF_TOKEN reaches the serving processes but no command line on a node, nor --check's output."""
     check = sc(cluster, "serve", "--runtime", "host", "--launcher", "ray", "--tp", "2", "--model", MODEL,
                "--check", "--json", *VLLM_FLAGS)
@@ -184,57 +184,48 @@ def vllm_counters(endpoint: str) -> dict[str, float]:
     return totals
 
 
-def test_bench_measures_the_served_cluster(cluster, tmp_path):
-    """Served with vLLM's native multi-node launcher (a rank in each node, the traffic on the fabric), `bench`
-    finds the endpoint from the inventory (the record serve left on the head), keeps 1, 2 and 4
+def bench_measures_the_served_cluster(cluster: SimCluster, tmp_path: Path, recipe: str, flag: str) -> None:
+    """`bench` finds the endpoint from the inventory (the record serve left on the head), keeps 1, 2 and 4
     requests in flight against the real vLLM, and counts what the server itself counted; then measures it as
-    llama-benchy does (~30 s more: chat needs the inline template given to vLLM here; the tiny model cannot
+    llama-benchy does (~30 s more: chat needs a template, which the recipe's mod gave vLLM; the tiny model cannot
     answer the coherence question, so it is skipped), its token tally equal to vLLM's counters."""
     head = cluster.topology.hosts[0]
-    template = "{% for m in messages %}{{ m.content }} {% endfor %}"
-    served = sc(cluster, "serve", "--runtime", "host", "--launcher", "native", "--tp", "2", "--model", MODEL,
-                "--ready-timeout", "300", "--json", *VLLM_FLAGS, "--chat-template", template)
-    try:
-        assert served.returncode == 0, served.stderr[-3000:]
-        serves_tp2_on_the_fabric(cluster, json.loads(served.stdout), "Worker_TP")  # vLLM's native multi-node
-        plot = tmp_path / "bench.png"
-        result = sc(cluster, "bench", "--concurrency", "1,2,4", "--runs", "1", "--output-tokens", "8",
-                    "--prompt-tokens", "32", "--requests-per-stream", "2", "--plot", str(plot), "--json")
-        assert result.returncode == 0, result.stderr[-3000:]
-        doc = json.loads(result.stdout)
-        assert doc["config"]["endpoint"] == f"http://{head.mgmt_ip}:8000/v1"
-        assert doc["config"]["tp"] == 2 and doc["config"]["launcher"] == "native"
-        assert doc["config"]["server_version"]  # vLLM's /version
-        # What produced the numbers: the recipe and its flags, and the verdict of the probe serve ran first.
-        assert doc["config"]["recipe"] == "default" and "--enforce-eager" in doc["config"]["recipe_flags"]
-        assert doc["config"]["nccl_verdict"]["status"] == "PASS"
-        for row, server, c in zip(doc["rows"], doc["server"], (1, 2, 4), strict=True):
-            assert row["concurrency"] == c and row["errors"] == 0 and row["requests"] == 2 * c
-            assert row["completion_tokens"] == 8 * 2 * c  # the server's usage: exactly --output-tokens each
-            assert server["generation_tokens"] == row["completion_tokens"]  # vLLM's own counter agrees
-            assert server["prompt_tokens"] == row["prompt_tokens"] > 0
-            assert row["generation_tps"] > 0 and row["ttft_s"]["p50"] > 0
-        assert plot.read_bytes()[:4] == b"\x89PNG"
+    plot = tmp_path / "bench.png"
+    result = sc(cluster, "bench", "--concurrency", "1,2,4", "--runs", "1", "--output-tokens", "8",
+                "--prompt-tokens", "32", "--requests-per-stream", "2", "--plot", str(plot), "--json")
+    assert result.returncode == 0, result.stderr[-3000:]
+    doc = json.loads(result.stdout)
+    assert doc["config"]["endpoint"] == f"http://{head.mgmt_ip}:8000/v1"
+    assert doc["config"]["tp"] == 2 and doc["config"]["launcher"] == "native"
+    assert doc["config"]["server_version"]  # vLLM's /version
+    # What produced the numbers: the recipe and its flags, and the verdict of the probe serve ran first.
+    assert doc["config"]["recipe"] == recipe and flag in doc["config"]["recipe_flags"], doc["config"]
+    assert doc["config"]["nccl_verdict"]["status"] == "PASS"
+    for row, server, c in zip(doc["rows"], doc["server"], (1, 2, 4), strict=True):
+        assert row["concurrency"] == c and row["errors"] == 0 and row["requests"] == 2 * c
+        assert row["completion_tokens"] == 8 * 2 * c  # the server's usage: exactly --output-tokens each
+        assert server["generation_tokens"] == row["completion_tokens"]  # vLLM's own counter agrees
+        assert server["prompt_tokens"] == row["prompt_tokens"] > 0
+        assert row["generation_tps"] > 0 and row["ttft_s"]["p50"] > 0
+    assert plot.read_bytes()[:4] == b"\x89PNG"
 
-        before = vllm_counters(doc["config"]["endpoint"])
-        result = sc(cluster, "bench", "--method", "llama-benchy", "--pp", "64", "--tg", "16", "--depth", "0", "128",
-                    "--concurrency", "1", "2", "--runs", "1", "--skip-coherence", "--corpus", str(BOOK), "--json")
-        assert result.returncode == 0, result.stderr[-3000:]
-        after = vllm_counters(doc["config"]["endpoint"])
-        benchy = json.loads(result.stdout)
-        assert [(b["context_size"], b["concurrency"]) for b in benchy["benchmarks"]] == [(0, 1), (0, 2), (128, 1),
-                                                                                        (128, 2)]
-        assert all(b["pp_throughput"]["mean"] > 0 and b["ttfr"]["mean"] > 0 for b in benchy["benchmarks"])
-        # Prompts cut with the model's own tokenizer, read from the head's HF cache (this machine has none).
-        assert benchy["sparkcluster"]["tokenizer"].endswith("local--tiny-llama/tokenizer.json")
-        tokens = benchy["sparkcluster"]["tokens"]
-        assert tokens["prompt_tokens"] == after["prompt"] - before["prompt"] > 0
-        assert tokens["completion_tokens"] == after["generation"] - before["generation"] > 0
-        # llama-benchy counts the token_ids of chunks that carry text; a token that decodes to nothing (the
-        # tiny model's end of sequence) is in vLLM's count only.
-        assert 0 < tokens["counted_tokens"] <= tokens["completion_tokens"]
-    finally:
-        down_leaves_nothing(cluster)
+    before = vllm_counters(doc["config"]["endpoint"])
+    result = sc(cluster, "bench", "--method", "llama-benchy", "--pp", "64", "--tg", "16", "--depth", "0", "128",
+                "--concurrency", "1", "2", "--runs", "1", "--skip-coherence", "--corpus", str(BOOK), "--json")
+    assert result.returncode == 0, result.stderr[-3000:]
+    after = vllm_counters(doc["config"]["endpoint"])
+    benchy = json.loads(result.stdout)
+    assert [(b["context_size"], b["concurrency"]) for b in benchy["benchmarks"]] == [(0, 1), (0, 2), (128, 1),
+                                                                                    (128, 2)]
+    assert all(b["pp_throughput"]["mean"] > 0 and b["ttfr"]["mean"] > 0 for b in benchy["benchmarks"])
+    # Prompts cut with the model's own tokenizer, read from the head's HF cache (this machine has none).
+    assert benchy["sparkcluster"]["tokenizer"].endswith("local--tiny-llama/tokenizer.json")
+    tokens = benchy["sparkcluster"]["tokens"]
+    assert tokens["prompt_tokens"] == after["prompt"] - before["prompt"] > 0
+    assert tokens["completion_tokens"] == after["generation"] - before["generation"] > 0
+    # llama-benchy counts the token_ids of chunks that carry text; a token that decodes to nothing (the
+    # tiny model's end of sequence) is in vLLM's count only.
+    assert 0 < tokens["counted_tokens"] <= tokens["completion_tokens"]
 
 
 # ---- a community recipe, unmodified: eugr's v1 format with a mod (issue 21) -----------------------------
@@ -280,9 +271,11 @@ def eugr_checkout(root: Path, run_sh: str) -> Path:
     return recipe
 
 
-def test_an_eugr_recipe_with_a_mod_serves_tp2_unmodified(cluster, tmp_path):
-    """~80 s: the recipe's TP 2 and max model length, its env in the vLLM process on every node, and the chat
-    template its mod dropped, found by the command's relative path."""
+def test_an_eugr_recipe_with_a_mod_serves_tp2_unmodified_and_bench_measures_it(cluster, tmp_path):
+    """~150 s: vLLM's native multi-node launcher (a rank in each node, the traffic on the fabric) with the recipe's
+    TP 2 and max model length, its env in the vLLM process on every node, and the chat template its mod dropped,
+    found by the command's relative path. The same served cluster is then measured by `bench`, both methods
+    (one vLLM start for both: each costs a minute or more on the CPU)."""
     head = cluster.topology.hosts[0]
     recipe = eugr_checkout(tmp_path, TEMPLATE_MOD)
     # --check first: each mod and where it comes from, then every node's lines (the mods', then vLLM's).
@@ -300,7 +293,9 @@ def test_an_eugr_recipe_with_a_mod_serves_tp2_unmodified(cluster, tmp_path):
                 "--ready-timeout", "300", "--json")
     try:
         assert result.returncode == 0, result.stderr[-3000:]
-        assert "mods" in json.loads(result.stdout)["phases"]
+        served = json.loads(result.stdout)
+        assert "mods" in served["phases"]
+        serves_tp2_on_the_fabric(cluster, served, "Worker_TP")  # vLLM's native multi-node
         base = f"http://{head.mgmt_ip}:8000/v1"
         code, text = http(f"{base}/models", None, timeout=30)
         assert code == 200 and json.loads(text)["data"][0]["max_model_len"] == 384, text
@@ -314,9 +309,9 @@ def test_an_eugr_recipe_with_a_mod_serves_tp2_unmodified(cluster, tmp_path):
             assert "SPARKCLUSTER_RECIPE_MARK=21" in env, host
             assert "dropped tiny-chat.jinja" not in env
             assert ssh(cluster, host, "cat ~/tiny-chat.jinja").stdout.startswith("{% for m in messages %}")
+        bench_measures_the_served_cluster(cluster, tmp_path, "tiny-llama", "--enforce-eager")
     finally:
-        down = sc(cluster, "down", "--json")
-    assert down.returncode == 0, down.stderr
+        down_leaves_nothing(cluster)
 
 
 def test_a_failing_mod_stops_serve_everywhere_with_its_output(cluster, tmp_path):
