@@ -14,6 +14,8 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any
 
+from .batch import batchable, run_batch
+from .command import Command
 from .errors import UsageError
 from .events import (
     Event,
@@ -32,7 +34,7 @@ from .inventory import Host
 from .playbook import Play, Playbook, StepCall, build_args
 from .session import Session
 from .steps import HostContext, Plan, StepFailed
-from .transport import Unreachable
+from .transport import Result, Unreachable
 
 # A bug, or a library calling sys.exit(), must fail its host and never end that host's thread unreported; the
 # other hosts go on. KeyboardInterrupt is not among them: Ctrl-C stays an interrupt.
@@ -63,6 +65,7 @@ class Runner:
         self.facts: dict[str, HostFacts] = session.facts
         self._changed_since_facts: set[str] = set()
         self._planned: set[str] = set()  # check mode: hosts whose facts are an earlier step's plan (Plan.planned_facts)
+        self._prefetched: dict[str, dict[str, Result]] = {}  # per host: its play's reads, run as one batch
         self.recap = {h.name: HostRecap() for h in session.hosts}
         self.failures: dict[str, Failure] = {}
         self.down: set[str] = set()  # failed or unreachable: no further steps
@@ -154,17 +157,49 @@ class Runner:
             self.facts[host.name] = facts
 
     def _run_steps(self, play: Play, host: Host) -> None:
+        self._prefetch(play, host)
         for call in play.steps:
             if self._cancel.is_set() or host.name in self.down:
                 return
             self._run_step(play, host, call)
 
+    def _context(self, host: Host) -> HostContext:
+        # Cross-node steps see the facts of only the nodes still in the run: a failed node is not a peer to set up.
+        healthy = {name: facts for name, facts in self.facts.items() if name not in self.down}
+        return HostContext(host, dataclasses.replace(self.session, facts=healthy), self.check,
+                           frozenset(self._planned), self._prefetched.setdefault(host.name, {}))
+
+    def _prefetch(self, play: Play, host: Host) -> None:
+        """The reads every step of `play` declares for `host`, run as one exec: one round trip for the play's
+        checks instead of one per command. Best effort: whatever is not brought here, a step runs itself, so a
+        step whose arguments or reads fail says so in its own check, as it would without the batch."""
+        prefetched = self._prefetched.setdefault(host.name, {})
+        prefetched.clear()
+        ctx = self._context(host)
+        password = getattr(self.transports[host.name], "sudo_password", None) is not None
+        wanted: dict[str, Command] = {}
+        for call in play.steps:
+            try:
+                step = call.step(build_args(call, self._template_context(host)))
+                for command in step.reads(ctx):
+                    if batchable(command, password):
+                        wanted.setdefault(command.line(), command)
+            except (*BUGS, UsageError, StepFailed):
+                continue  # the step's own run reports it
+        if len(wanted) < 2:
+            return  # one command alone gains nothing from the batch's framing
+        commands = list(wanted.values())
+        try:
+            results = run_batch(self.transports[host.name], commands)
+        except Unreachable:
+            return  # the first step meets it again and reports the host
+        if results is not None:
+            prefetched.update({commands[i].line(): result for i, result in results.items()})
+
     def _run_step(self, play: Play, host: Host, call: StepCall, retried: bool = False) -> None:
         started = time.monotonic()
         self.emit(StepStarted(host.name, play.name, call.name))
-        # Cross-node steps see the facts of only the nodes still in the run: a failed node is not a peer to set up.
-        healthy = {name: facts for name, facts in self.facts.items() if name not in self.down}
-        ctx = HostContext(host, dataclasses.replace(self.session, facts=healthy), self.check, frozenset(self._planned))
+        ctx = self._context(host)
         try:
             step = call.step(build_args(call, self._template_context(host)))
             plan = step.check(ctx)
@@ -182,6 +217,7 @@ class Runner:
                         self._planned.add(host.name)
                 self._finish(host, play.name, call.name, Status.CHANGED, f"would {plan.reason}", started, plan)
                 return
+            ctx.prefetched.clear()  # what this changes may be what a later step's batched read saw
             step.apply(ctx, plan)
             if not call.step.always_changes:
                 after = step.check(ctx)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from ..command import Command
@@ -79,6 +79,9 @@ class HostContext:
     # Hosts whose facts are a plan's, not the host's (check mode: an earlier step would change them). What only
     # exists once applied (a planned address) cannot be probed on the wire yet: see is_planned().
     planned: frozenset[str] = frozenset()
+    # The results of the play's reads, run in one exec before its steps (Step.reads), by command line. Each is
+    # used once: the check after apply() reads afresh, and the runner empties it once anything was applied.
+    prefetched: dict[str, Result] = field(default_factory=dict)
 
     def is_planned(self, name: str | None = None) -> bool:
         """Whether this host's (or `name`'s) facts are planned rather than read from it."""
@@ -114,8 +117,24 @@ class HostContext:
             if name in self.transports:
                 self.transports[name].run(Command("true", timeout=15))
 
+    def read(self, command: Command) -> Result:
+        """A read-only command's Result: the one this play's batch already brought (when the step declared the
+        command in reads()), else it runs now."""
+        if command.stdin is None:
+            result = self.prefetched.pop(command.line(), None)
+            if result is not None:
+                return result
+        return self.transport.run(command)
+
+    def must_read(self, command: Command, fix: str = "") -> Result:
+        """read(), failing the step when the command fails."""
+        return self._ok(command, self.read(command), fix)
+
     def must(self, command: Command, fix: str = "") -> Result:
-        result = self.transport.run(command)
+        return self._ok(command, self.transport.run(command), fix)
+
+    @staticmethod
+    def _ok(command: Command, result: Result, fix: str) -> Result:
         if not result.ok:
             what = "timed out" if result.timed_out else f"exited {result.exit_code}"
             raise StepFailed(f"`{command.display()}` {what}", fix, result)
@@ -137,6 +156,12 @@ class Step:
 
     def check(self, ctx: HostContext) -> Plan:
         raise NotImplementedError
+
+    def reads(self, ctx: HostContext) -> tuple[Command, ...]:
+        """The read-only commands check() will make through ctx.read(): the runner runs those of every step of a
+        play in one exec per host, before the first check. A command listed here must change nothing on the node,
+        and must not depend on what another command printed (it runs before check() sees anything)."""
+        return ()
 
     def apply(self, ctx: HostContext, plan: Plan) -> None:
         for command in plan.commands:

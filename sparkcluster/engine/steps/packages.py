@@ -19,9 +19,14 @@ class PackagesPresent(Step):
     Args = PackagesArgs
     fix = "check the node's apt sources and network, or install the packages by hand"
 
+    def _query(self) -> Command:
+        return Command.argv(["dpkg-query", "-W", "-f", "${Package} ${Status}\n", *self.args.names])
+
+    def reads(self, ctx: HostContext) -> tuple[Command, ...]:
+        return (self._query(),)
+
     def check(self, ctx: HostContext) -> Plan:
-        query = Command.argv(["dpkg-query", "-W", "-f", "${Package} ${Status}\n", *self.args.names])
-        out = ctx.run(query).stdout
+        out = ctx.read(self._query()).stdout
         # "hold ok installed" is installed too: a held package is the user's choice, not something to reinstall.
         installed = {line.split()[0] for line in out.splitlines() if line.endswith(" ok installed")}
         missing = [n for n in self.args.names if n not in installed]

@@ -6,13 +6,13 @@ Containers that download as root leave root-owned files that later break rsync a
 
 from __future__ import annotations
 
-import shlex
-
 from ...engine.command import Command
 from ...engine.remote import HF_HOME
 from ...engine.steps.base import HostContext, NoArgs, Plan, Step, StepFailed, register
 
-RESOLVE = f'printf "%s\\n" "{HF_HOME}"; id -u; id -g'
+# One read: the path, the login user's uid and gid, then the first entries not theirs (or @missing).
+STATE = (f'p="{HF_HOME}"; u=$(id -u) && g=$(id -g) || exit 1; printf "%s\\n" "$p" "$u" "$g"; '
+         'if [ -d "$p" ]; then find "$p" ! -user "$u" -print 2>/dev/null | head -n 3; else echo @missing; fi')
 
 
 @register
@@ -21,15 +21,14 @@ class HfCacheDir(Step):
     Args = NoArgs
     fix = "check the disk and the path in HF_HOME on the node"
 
+    def reads(self, ctx: HostContext) -> tuple[Command, ...]:
+        return (Command(STATE),)
+
     def check(self, ctx: HostContext) -> Plan:
-        lines = ctx.must(Command(RESOLVE), self.fix).stdout.splitlines()
+        lines = ctx.must_read(Command(STATE), self.fix).stdout.splitlines()
         if len(lines) < 3 or not lines[0].startswith("/"):
             raise StepFailed(f"could not resolve the HF cache path on {ctx.host.name}: {lines!r}")
-        path, uid, gid = lines[0], lines[1], lines[2]
-        quoted = shlex.quote(path)
-        state = ctx.run(Command(
-            f"if [ -d {quoted} ]; then find {quoted} ! -user {uid} -print 2>/dev/null | head -n 3; "
-            f"else echo @missing; fi")).stdout.splitlines()
+        path, uid, gid, state = lines[0], lines[1], lines[2], lines[3:]
         if state == ["@missing"]:
             return Plan(f"create {path}", (Command.argv(["mkdir", "-p", "--", path]),))
         if state:

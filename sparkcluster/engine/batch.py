@@ -1,0 +1,69 @@
+"""Many read-only commands in one SSH exec: the round trips of a play's checks, paid once per host.
+
+A command costs a channel, sshd's session set-up and a shell on the node (about 50 ms on a Spark-like node,
+more under load) whatever it does; a play's checks are mostly reads of a few milliseconds each. The runner asks
+every step of a play for the reads its check() will make (Step.reads), runs them here as one script, and hands
+each step its own Result, as if the command had run alone: its stdout, its stderr, its exit code.
+
+The commands run one after the other, each in its own subshell with stdin from /dev/null; each one's stderr is
+held in a shell variable and printed after its stdout, so the two streams come back apart. The sections are
+framed by lines holding a random marker, which no command's output can forge.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+from collections.abc import Sequence
+
+from .command import Command
+from .transport import Result, Transport
+
+MAX_BATCH_TIMEOUT_S = 300.0
+
+
+def batchable(command: Command, sudo_password: bool) -> bool:
+    """A command that reads no stdin and needs no password typed to sudo runs the same inside the batch."""
+    return command.stdin is None and not (command.sudo and sudo_password)
+
+
+def batch_script(commands: Sequence[Command], marker: str) -> str:
+    # Each command's stdout goes straight out (fd 3, the script's stdout); its stderr, then its exit code, are
+    # caught in a variable and printed after it. No temporary file: a check must not touch the node's disk.
+    lines = ["exec 3>&1", "nl='\n'"]
+    for i, command in enumerate(commands):
+        lines.append(f"printf '\\n{marker} {i} out\\n'")
+        lines.append(f"e=$( ( {command.line()}\n) </dev/null 2>&1 1>&3 3>&-; printf '\\n%s' \"$?\" )")
+        lines.append(f"printf '\\n{marker} {i} err %s\\n%s' \"${{e##*\"$nl\"}}\" \"${{e%\"$nl\"*}}\"")
+    lines.append(f"printf '\\n{marker} end\\n'")
+    return "\n".join(lines) + "\n"
+
+
+def split_output(text: str, commands: Sequence[Command], marker: str, duration: float) -> dict[int, Result] | None:
+    """The batch's output, cut back into one Result per command; None when it is not whole (then every step
+    runs its own command, as without the batch)."""
+    # Each section was preceded by a newline the script added: it is dropped with the marker line.
+    parts = re.split(rf"\n{re.escape(marker)} ([^\n]*)\n", text)
+    if len(parts) != 4 * len(commands) + 3 or parts[-2] != "end":
+        return None
+    results: dict[int, Result] = {}
+    for i, command in enumerate(commands):
+        out_head, stdout, err_head, stderr = parts[1 + 4 * i: 5 + 4 * i]
+        err = err_head.split()
+        if out_head != f"{i} out" or len(err) != 3 or err[:2] != [str(i), "err"] or not err[2].isdigit():
+            return None
+        results[i] = Result(command, int(err[2]), stdout, stderr, duration)
+    return results
+
+
+def run_batch(transport: Transport, commands: Sequence[Command]) -> dict[int, Result] | None:
+    """Run `commands` in one exec on `transport`'s host: index -> its Result, or None when the batch did not
+    come back whole (timed out, cut off), so that each command runs alone instead."""
+    if not commands:
+        return {}
+    marker = f"@@sc-batch-{secrets.token_hex(8)}@@"
+    timeout = min(MAX_BATCH_TIMEOUT_S, sum(c.timeout for c in commands))
+    result = transport.run(Command(batch_script(commands, marker), timeout=timeout))
+    if not result.ok:
+        return None
+    return split_output(result.stdout, commands, marker, result.duration)
