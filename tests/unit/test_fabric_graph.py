@@ -236,6 +236,21 @@ def ring3_addressed() -> dict[str, HostFacts]:
             for i, n in enumerate(NODES3, start=1)}
 
 
+def ring4_addressed() -> dict[str, HostFacts]:
+    """A 4-ring cabled crosswise, addressed as bootstrap plans it."""
+    from sparkcluster.engine.inventory import Host, Inventory
+    from sparkcluster.node.addressing import fabric_config, plan_addresses
+
+    f4, answers = cabled(RING4, NODES4)
+    ring4 = build_fabric(NODES4, f4, answers)
+    hosts = tuple(Host(n, f"192.168.1.{10 + i}", "head" if i == 1 else "worker") for i, n in enumerate(NODES4, 1))
+    inv = Inventory(Path("inv.yml"), "t", hosts, {})
+    return {h.name: replace(f4[h.name], interfaces=tuple(
+        replace(i, ipv4=tuple(t.address for t in plan_addresses(inv, h, f4[h.name], fabric_config(inv, h),
+                                                                 fabric=ring4).twins if t.netdev == i.name) or i.ipv4)
+        for i in f4[h.name].interfaces)) for h in hosts}
+
+
 def test_data_goes_along_the_cables_and_the_control_plane_on_the_lan_on_a_ring():
     from sparkcluster.engine.inventory import Host
     from sparkcluster.node.network import cable_order, control_address, facing
@@ -246,16 +261,7 @@ def test_data_goes_along_the_cables_and_the_control_plane_on_the_lan_on_a_ring()
     assert facing(facts["spark-2"], facts["spark-3"]) == ("192.168.181.12", "192.168.181.13")
     assert cable_order(["spark-2", "spark-1", "spark-3"], facts) == ["spark-2", "spark-1", "spark-3"]
     # On a 4-ring there is no diagonal: the chain walks neighbours, never spark-1 -> spark-3.
-    f4, answers = cabled(RING4, NODES4)
-    ring4 = build_fabric(NODES4, f4, answers)
-    from sparkcluster.engine.inventory import Inventory
-    from sparkcluster.node.addressing import fabric_config, plan_addresses
-    hosts = tuple(Host(n, f"192.168.1.{10 + i}", "head" if i == 1 else "worker") for i, n in enumerate(NODES4, 1))
-    inv = Inventory(Path("inv.yml"), "t", hosts, {})
-    addressed = {h.name: replace(f4[h.name], interfaces=tuple(
-        replace(i, ipv4=tuple(t.address for t in plan_addresses(inv, h, f4[h.name], fabric_config(inv, h),
-                                                                 fabric=ring4).twins if t.netdev == i.name) or i.ipv4)
-        for i in f4[h.name].interfaces)) for h in hosts}
+    addressed = ring4_addressed()
     assert facing(addressed["spark-1"], addressed["spark-3"]) is None
     assert cable_order(NODES4, addressed) == ["spark-1", "spark-2", "spark-3", "spark-4"]
     assert cable_order(["spark-1", "spark-3", "spark-2", "spark-4"], addressed) == NODES4
@@ -329,3 +335,32 @@ def test_a_node_with_no_link_up_is_left_to_the_preflight():
     fabric = graph(NODES3, [("spark-1", 1, "spark-2", 1)])
     assert fabric.silent_nodes == ("spark-3",) and fabric.kind is Kind.OTHER
     assert cabling_problems(fabric) == []
+
+
+def test_image_sync_fans_out_along_the_cables():
+    """`image sync`'s hops: the head to every node at once where one subnet joins them (a pair, a switch), on the
+    control-plane addresses as before; on a ring a chain through neighbours, each hop on its cable's own subnet
+    (a 4-ring never the diagonal spark-1 -> spark-3); a node that holds the image already still passes it on."""
+    from sparkcluster.staging.hops import Hop, image_hops
+
+    lan = {n: f"192.168.1.{10 + i}" for i, n in enumerate(NODES4, start=1)}
+    ring3 = ring3_addressed()
+    assert image_hops("spark-1", NODES3, {"spark-2", "spark-3"}, ring3, lan) == [
+        Hop("spark-1", ("spark-2",), {"spark-1": "192.168.179.11", "spark-2": "192.168.179.12"}),
+        Hop("spark-2", ("spark-3",), {"spark-2": "192.168.181.12", "spark-3": "192.168.181.13"})]
+    ring4 = ring4_addressed()
+    hops = image_hops("spark-1", NODES4, {"spark-3", "spark-4"}, ring4, lan)  # spark-2 holds it: it relays
+    assert [(h.source, h.receivers) for h in hops] == [("spark-2", ("spark-3",)), ("spark-3", ("spark-4",))]
+    for hop in hops:
+        (a, ip_a), (b, ip_b) = hop.ips.items()
+        assert ip_a.rsplit(".", 1)[0] == ip_b.rsplit(".", 1)[0] and (a, b) != ("spark-1", "spark-3")
+    assert image_hops("spark-1", NODES4, set(), ring4, lan) == []
+    # A switch: one subnet from the head to all; the head sends to every node at once on its control addresses.
+    on_switch = {n: node(i, {1}, {"enp1s0f1np1": f"192.168.177.{10 + i}/24"}) for i, n in enumerate(NODES4, 1)}
+    qsfp = {n: f"192.168.177.{10 + i}" for i, n in enumerate(NODES4, start=1)}
+    assert image_hops("spark-1", NODES4, set(NODES4[1:]), on_switch, qsfp) == [
+        Hop("spark-1", ("spark-2", "spark-3", "spark-4"), qsfp)]
+    # No walk through neighbours (an open 4-ring): the head sends to each on the addresses every node reaches.
+    open4 = {**ring4, "spark-3": node(3, set())}
+    assert image_hops("spark-1", NODES4, {"spark-2", "spark-4"}, open4, lan) == [
+        Hop("spark-1", ("spark-2", "spark-4"), {n: lan[n] for n in ("spark-1", "spark-2", "spark-4")})]
