@@ -22,6 +22,14 @@ AUTHORIZE = ('umask 077; mkdir -p ~/.ssh; k=$(cat); touch ~/.ssh/authorized_keys
              'grep -qxF "$k" ~/.ssh/authorized_keys || printf "%s\\n" "$k" >> ~/.ssh/authorized_keys')
 
 
+def _logins(nodes: dict[str, Node], head: str) -> str:
+    """Shell that tries one login from the head to each worker, all at once, and prints `@proved NAME` for each
+    that let it in, before the reads print anything (so no line of theirs is cut by one of these)."""
+    tries = "".join(f"(ssh {PROBE_OPTS} {shlex.quote(f'{t.user}@{t.ip}')} true </dev/null >/dev/null 2>&1 "
+                    f"&& echo @proved {shlex.quote(name)}) & " for name, t in nodes.items() if name != head)
+    return f"( {tries}wait ); "
+
+
 @dataclass(frozen=True)
 class Node:
     user: str
@@ -67,24 +75,32 @@ class SshMesh(Step):
             out[h.name] = Node(facts.user, q.ip, addresses or (q.ip,))
         return out
 
-    def _missing(self, ctx: HostContext, nodes: dict[str, Node]) -> list[tuple[str, str]]:
+    def _missing(self, ctx: HostContext, nodes: dict[str, Node],
+                 prove: bool) -> tuple[list[tuple[str, str]], set[str]]:
         """(from, to) pairs where `from`'s key is not authorized on `to`, or `to`'s verified host key is not
         what `from` has on record for each of its addresses. Read from the files, one round trip per node:
-        probing every pair with ssh would cost N*(N-1) handshakes."""
+        probing every pair with ssh would cost N*(N-1) handshakes. With `prove`, the head's round trip also
+        tries one real login to each worker, at the same time (a second round trip after the reads would only
+        wait longer): the workers that let it in come back as the second value."""
         host_keys = {name: ctx.transports[name].host_key() for name in nodes}
+        head = ctx.inventory.head.name
+        proved: set[str] = set()
 
         def read(name: str) -> tuple[str, set[str], dict[str, set[tuple[str, str]]]]:
             others = [a for n, node in nodes.items() if n != name for a in node.addresses]
             lookups = " ".join(f"ssh-keygen -F {shlex.quote(a)} 2>/dev/null | sed -n 's/^[^#][^ ]* /@known {a} /p';"
                                for a in others)
+            logins = _logins(nodes, head) if prove and name == head else ""
             out = ctx.transports[name].run(Command(
-                f"sed 's/^/@pub /' {KEY}.pub 2>/dev/null; sed 's/^/@auth /' ~/.ssh/authorized_keys 2>/dev/null; "
-                f"{lookups} true")).stdout
+                f"{logins}sed 's/^/@pub /' {KEY}.pub 2>/dev/null; sed 's/^/@auth /' ~/.ssh/authorized_keys 2>/dev/null; "
+                f"{lookups} true", timeout=30)).stdout
             public, authorized = "", set()
             known: dict[str, set[tuple[str, str]]] = {}
             for line in out.splitlines():
                 tag, _, rest = line.partition(" ")
-                if tag == "@pub":
+                if tag == "@proved":
+                    proved.add(rest.strip())
+                elif tag == "@pub":
                     public = " ".join(rest.split()[:2])
                 elif tag == "@auth":
                     authorized.add(" ".join(rest.split()[:2]) if rest.startswith("ssh-") else rest)
@@ -104,17 +120,13 @@ class SshMesh(Step):
                 recorded = all(host_keys[target] in known.get(a, set()) for a in node.addresses)
                 if not (authorized and recorded):
                     missing.append((source, target))
-        return missing
+        return missing, proved
 
-    def _prove_from_head(self, ctx: HostContext, nodes: dict[str, Node]) -> None:
-        """The files say yes; one real login from the head to each worker proves sshd agrees."""
+    def _proved_from_head(self, ctx: HostContext, nodes: dict[str, Node], answered: set[str]) -> None:
+        """The files say yes; the real login from the head to each worker (_logins) proves sshd agrees."""
         head = ctx.inventory.head.name
-        workers = {name: t for name, t in nodes.items() if name != head}
-        probes = " ".join(
-            f"(ssh {PROBE_OPTS} {shlex.quote(f'{t.user}@{t.ip}')} true </dev/null >/dev/null 2>&1 "
-            f"&& echo {shlex.quote(name)}) &" for name, t in workers.items())
-        answered = set(ctx.transports[head].run(Command(f"{probes} wait", timeout=30)).stdout.split())
-        failed = sorted(set(workers) - answered)
+        workers = {name for name in nodes if name != head}
+        failed = sorted(workers - answered)
         if failed:
             ctx.probe_peers(failed)  # a worker that is down is named as such, not as an sshd problem of the head's
             raise StepFailed(f"keys and known_hosts are in place, yet {head} cannot ssh to {', '.join(sorted(failed))}",
@@ -124,12 +136,13 @@ class SshMesh(Step):
         nodes = self._nodes(ctx)
         if len(nodes) < 2:
             return Plan("a single node")
-        missing = self._missing(ctx, nodes)
+        # Check mode: a planned fabric address takes no login yet.
+        missing, proved = self._missing(ctx, nodes, prove=not ctx.planned)
         if not missing:
-            if ctx.planned:  # check mode: a planned fabric address takes no login yet
+            if ctx.planned:
                 return Plan(f"keys and host keys in place on all {len(nodes)} nodes; the logins over the planned "
                             "fabric addresses are proven when bootstrap applies them")
-            self._prove_from_head(ctx, nodes)
+            self._proved_from_head(ctx, nodes, proved)
             return Plan(f"all {len(nodes)} nodes reach each other over the fabric without a password")
         links = tuple(Link(source, target, nodes[target].addresses) for source, target in missing)
         # What apply() does runs on other nodes than this one, so the plan says it in words, not as commands.
