@@ -75,7 +75,7 @@ def one_at_a_time(session: Session) -> AbstractContextManager[None]:
 def cmd_up(args: argparse.Namespace, connect: Connect) -> int:
     opts = options(args)
     phases = Phases()
-    with connect(args, no_check) as session, one_at_a_time(session):
+    with connect(args, _runtime_set_up(args)) as session, one_at_a_time(session):
         _, _, members, reused = up(session, opts, phases, _emit(args))
     if args.json:
         print_json({"reused": reused, "phases": phases.seconds, "members": [dataclasses.asdict(m) for m in members]})
@@ -94,7 +94,9 @@ def cmd_serve(args: argparse.Namespace, connect: Connect) -> int:
                          "serve with --launcher ray, or with --runtime host")
 
     def sized(inventory: Inventory) -> ServeOptions:
-        """TP x PP for the selected nodes, and the launcher that node count takes (one node: no Ray)."""
+        """TP x PP for the selected nodes, and the launcher that node count takes (one node: no Ray); and what
+        the runtime needs of the inventory (the host runtime: python_env), before anything is staged."""
+        _runtime_set_up(args)(inventory)
         tp, pp = check_parallel(opts.tp, opts.pp, inventory, opts.recipe)
         return dataclasses.replace(opts, tp=tp, pp=pp, launcher=choose_launcher(
             getattr(args, "launcher", None), opts.recipe, tp * pp, opts.runtime))

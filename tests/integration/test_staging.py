@@ -284,19 +284,21 @@ def test_bootstrap_stages_the_inventorys_models(staged_cluster, tmp_path):
     assert sums(c, "spark-2") == sums(c, "spark-1")
 
 
-def test_serve_shows_each_nodes_staging_progress(staged_cluster):
-    """serve stages a model the nodes lack and shows the copy per node as `stage` does. This cluster has no
-    python_env for the host runtime, so serve stops right after its stage phase, with that fix."""
+def test_serve_shows_each_nodes_staging_progress(staged_cluster, tmp_path):
+    """serve stages a model the nodes lack and shows the copy per node as `stage` does. This cluster's python_env
+    holds no Ray, so serve stops right after its stage phase, naming Ray."""
     c = staged_cluster
     _drop_copies(c, ["spark-2"])
-    out = cli(c, "serve", "--runtime", "host", "--tp", "4", "--model", MODEL, "--no-verify")
-    # The missing python_env is bad input (exit 2); serve finds it only when the runtime starts, after staging.
-    assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
+    inventory = tmp_path / "inventory.yml"  # a missing python_env would be refused before staging (exit 2)
+    inventory.write_text(c.inventory_path.read_text().replace("\nvars:\n", "\nvars:\n  python_env: /nonexistent\n", 1))
+    out = run_cli("serve", "--runtime", "host", "--tp", "4", "--model", MODEL, "--no-verify", "-i", str(inventory))
+    # Ray missing from python_env is each node's failure (exit 1), found when the runtime starts, after staging.
+    assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr
     lines = out.stderr.splitlines()
     assert "stage ..." in lines
     staged = [line for line in lines if line.startswith("spark-2 <- ")]
     # Every file of the snapshot, counted as it lands: 1/N .. N/N, the 5 weight shards among them.
     assert [line.split()[2] for line in staged] == [f"{i}/{len(staged)}" for i in range(1, len(staged) + 1)], staged
     assert sum(".safetensors " in line for line in staged) == 5, staged
-    assert "python_env" in out.stderr  # the phase after staging names what it lacks
+    assert "why Ray did not start" in out.stderr  # the phase after staging names what failed
     assert sums(c, "spark-2") == sums(c, "spark-1")

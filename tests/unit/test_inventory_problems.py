@@ -101,3 +101,13 @@ def test_status_of_the_host_runtime_without_python_env_is_exit_2_with_a_json_err
     assert cli.main(["status", "-i", str(path), "--runtime", "host", "--json"]) == 2
     doc = json.loads(capsys.readouterr().out)
     assert "python_env" in doc["error"] and doc["fix"]
+
+
+def test_serve_and_up_of_the_host_runtime_without_python_env_are_exit_2_before_connecting(
+        tmp_path: Path, no_connection: None, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "inv.yml"
+    path.write_text("hosts:\n  spark-1: {address: 192.168.1.50, role: head}\n")
+    # no_connection fails any attempt to connect: serve would stage the model first (exit 2 came after that).
+    assert cli.main(["serve", "-i", str(path), "--runtime", "host", "--model", "Qwen/Qwen3-0.6B", "--tp", "1"]) == 2
+    assert cli.main(["up", "-i", str(path), "--runtime", "host"]) == 2
+    assert capsys.readouterr().err.count("the host runtime needs `python_env`") == 2
