@@ -19,15 +19,20 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-
-import paramiko
-from fabric import Config, Connection
+from typing import TYPE_CHECKING
 
 from .command import Command
 from .deadlines import bound_socket, keepalive_interval, stall_seconds
 from .errors import SparkclusterError
 from .inventory import Host
 from .remote import STRICT_SSH
+
+if TYPE_CHECKING:
+    import paramiko
+    from fabric import Connection
+
+# paramiko and Fabric (with invoke and cryptography) are most of a command's start-up time: they are imported when
+# the first connection opens, so that parsing, the inventory's validation and every usage error come first and fast.
 
 CONNECT_TIMEOUT_S = 10
 CONNECT_ATTEMPTS = 3
@@ -91,6 +96,8 @@ class Held:
         self._channel, self._permits, self._released = channel, permits, False
 
     def release(self, wait_s: float = 5.0) -> None:
+        import paramiko
+
         if self._released:
             return
         self._released = True
@@ -106,21 +113,26 @@ class Held:
             self._permits.release()
 
 
-class _TrustNewKeys(paramiko.MissingHostKeyPolicy):
-    """--trust-new-host-keys: accept an unknown key and append it to the inventory's known_hosts, or to
-    ~/.ssh/known_hosts where the inventory names none (never a changed key: paramiko raises BadHostKeyException
-    for that before consulting the policy). The inventory's file is the one its later runs and ssh read; a key
-    written elsewhere would be shadowed by a stale entry there."""
+def _trust_new_keys(path: Path) -> paramiko.MissingHostKeyPolicy:
+    import paramiko
 
-    def __init__(self, path: Path) -> None:
-        self.path = path
+    class TrustNewKeys(paramiko.MissingHostKeyPolicy):
+        """--trust-new-host-keys: accept an unknown key and append it to the inventory's known_hosts, or to
+        ~/.ssh/known_hosts where the inventory names none (never a changed key: paramiko raises BadHostKeyException
+        for that before consulting the policy). The inventory's file is the one its later runs and ssh read; a key
+        written elsewhere would be shadowed by a stale entry there."""
 
-    def missing_host_key(self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey) -> None:
-        path = self.path
-        path.parent.mkdir(mode=0o700, exist_ok=True)
-        with open(path, "a") as f:
-            f.write(f"{hostname} {key.get_name()} {key.get_base64()}\n")
-        client.get_host_keys().add(hostname, key.get_name(), key)
+        def __init__(self, path: Path) -> None:
+            self.path = path
+
+        def missing_host_key(self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey) -> None:
+            path = self.path
+            path.parent.mkdir(mode=0o700, exist_ok=True)
+            with open(path, "a") as f:
+                f.write(f"{hostname} {key.get_name()} {key.get_base64()}\n")
+            client.get_host_keys().add(hostname, key.get_name(), key)
+
+    return TrustNewKeys(path)
 
 
 class Transport:
@@ -150,6 +162,8 @@ class Transport:
             return self._connection
 
     def _open_with_retries(self) -> Connection:
+        import paramiko
+
         host = self.host
         delay = RETRY_BACKOFF_S
         for attempt in range(1, CONNECT_ATTEMPTS + 1):
@@ -189,6 +203,9 @@ class Transport:
         )
 
     def _new_connection(self) -> Connection:
+        from fabric import Config, Connection
+        from paramiko import RejectPolicy
+
         host = self.host
         config = Config(overrides={"run": {"in_stream": False}})
         kwargs: dict[str, object] = {}
@@ -203,7 +220,7 @@ class Transport:
         for path in _known_hosts_files(conn, host):
             conn.client.load_host_keys(str(path))
         conn.client.set_missing_host_key_policy(
-            _TrustNewKeys(trusted_keys_file(host)) if self.trust_new_host_keys else paramiko.RejectPolicy()
+            _trust_new_keys(trusted_keys_file(host)) if self.trust_new_host_keys else RejectPolicy()
         )
         return conn
 
@@ -230,6 +247,8 @@ class Transport:
     # ---- commands ----------------------------------------------------------------------------------
     def run(self, command: Command) -> Result:
         """Run one command; its output and exit code come back as a Result, whatever they are."""
+        import paramiko
+
         conn = self._connect()
         password = self.sudo_password if command.sudo else None
         use_password = password is not None
@@ -279,6 +298,8 @@ class Transport:
         """Start a command whose life is this handle's: its stdin (`command.stdin` first) stays open until the
         handle is released, or the connection is lost (this process killed included), and then it ends. Returns
         its first line of output, its answer, with the handle. For what must not outlive this run: a lock."""
+        import paramiko
+
         conn = self._connect()
         if not self._channels.acquire(timeout=first_line_timeout):
             raise self._unreachable(f"{self.host.address}: no free SSH channel for `{command.display()}`",
@@ -323,6 +344,8 @@ class Transport:
 
     def read_file(self, path: str) -> bytes | None:
         """A remote file's bytes, or None when it does not exist. `path` must be absolute."""
+        import paramiko
+
         try:
             with self.sftp().open(path, "rb") as f:
                 return f.read()
@@ -409,6 +432,8 @@ def _changed_key_fix(host: Host, files: list[Path]) -> str:
 
 
 def _has_entry(path: Path, name: str) -> bool:
+    import paramiko
+
     try:
         return paramiko.HostKeys(str(path)).lookup(name) is not None
     except (OSError, paramiko.SSHException, ValueError):
