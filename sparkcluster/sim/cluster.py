@@ -143,6 +143,10 @@ class SimCluster:
         self._close_forwarding()
         if leftovers:
             raise SparkclusterError(f"could not remove {', '.join(leftovers)}", "check `ip netns pids NAME` for stray processes")
+        # A host's Docker layers are tens of thousands of files (23k for the test image): one removal per host at
+        # once, since the disk serves several at a time (2 trees: 31 s one after the other, 18 s side by side).
+        with ThreadPoolExecutor(max_workers=max(1, len(self.topology.hosts))) as pool:
+            list(pool.map(_remove_tree, [self.host_dir(h) for h in self.topology.hosts]))
         shutil.rmtree(self.dir, ignore_errors=True)
 
     def power_off(self, name: str) -> None:
@@ -420,6 +424,13 @@ class SimCluster:
         for rule in self.state.forward_rules:
             subprocess.run(["iptables", "-D", *rule], capture_output=True)
         self.state.forward_rules = []
+
+
+def _remove_tree(path: Path) -> None:
+    """rm -rf, staying on the tree's own file system (a mount left under it is not emptied); what it leaves,
+    shutil.rmtree still tries."""
+    if path.exists():
+        subprocess.run(["rm", "-rf", "--one-file-system", "--", str(path)], capture_output=True)
 
 
 def _validate(opts: UpOptions) -> None:
