@@ -2,11 +2,15 @@
 # Runs the whole test suite (unit tests, and integration tests on simulated clusters; needs root).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# The system packages first, then every Python environment at once: scripts/setup-vllm.sh (a real vLLM, CPU
+# build, for the serve tests) beside scripts/setup.sh, and the checkers as soon as .venv is there.
+./scripts/setup.sh --system
+./scripts/setup-vllm.sh & vllm_setup=$!
 ./scripts/setup.sh
-./scripts/setup-vllm.sh   # a real vLLM (CPU build) for the serve tests
 # The values between the wings are typed; the checker holds them (configuration: pyproject.toml [tool.mypy]).
 .venv/bin/python -m mypy
 .venv/bin/ruff check sparkcluster   # unused or undefined names, import order
+wait "$vllm_setup" || { echo "test.sh: scripts/setup-vllm.sh failed (its output is above)" >&2; exit 1; }
 # Simulated-cluster tests fail instead of skipping when the machine cannot run them.
 export SPARKCLUSTER_REQUIRE_SIM="${SPARKCLUSTER_REQUIRE_SIM:-1}"
 
