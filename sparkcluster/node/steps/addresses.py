@@ -48,6 +48,10 @@ class FabricAddresses(Step):
     Args = NoArgs
     fix = NETPLAN_FIX
 
+    def reads(self, ctx: HostContext) -> tuple[Command, ...]:
+        # One exec for both (engine/batch.py); a retry of `ip -j addr` reads afresh.
+        return (Command("ip -j addr"), Command(f"cat {NETPLAN_FILE} 2>/dev/null || true", sudo=True))
+
     def check(self, ctx: HostContext) -> Plan:
         if not any(d.up for d in facts_of(ctx).rdma):
             return Plan("no QSFP link to address: preflight.qsfp tells why", skip=True)
@@ -84,7 +88,7 @@ class FabricAddresses(Step):
     def _plan(self, ctx: HostContext, config: FabricConfig) -> tuple[AddressPlan, str | None]:
         facts = facts_of(ctx)
         for _ in range(3):
-            fresh = ctx.must(Command("ip -j addr"), "check that iproute2 runs on the node").stdout
+            fresh = ctx.must_read(Command("ip -j addr"), "check that iproute2 runs on the node").stdout
             interfaces = parse_ip_addr(fresh, {i.name: i.speed_mbps for i in facts.interfaces})
             if interfaces:
                 break
@@ -94,7 +98,7 @@ class FabricAddresses(Step):
         else:
             raise StepFailed(f"`ip -j addr` printed no interfaces: {fresh.strip()[:200]!r}", "run bootstrap again")
         facts = replace(facts, interfaces=interfaces)
-        current = ctx.run(Command(f"cat {NETPLAN_FILE} 2>/dev/null || true", sudo=True)).stdout or None
+        current = ctx.read(Command(f"cat {NETPLAN_FILE} 2>/dev/null || true", sudo=True)).stdout or None
         try:
             plan = plan_addresses(ctx.inventory, ctx.host, facts, config, managed_netdevs(current), _fabric(ctx))
         except FabricError as e:
