@@ -1,0 +1,249 @@
+"""A 3-ring of simulated Sparks from unaddressed cables, one cluster for the whole file (no Docker; the real CPU
+vLLM): `topology` finds every cable before anything is addressed; bootstrap gives each cable its own subnets and a
+second run changes nothing; `verify` measures the whole collective and each of the six twin links alone (a matrix),
+names a link held down by `sim degrade`, and refuses a control-plane address some node cannot reach; no route into
+an untrusted registry runs its mod on a node; and eugr's 3x-spark-cluster recipe, from a registry in eugr's layout
+by `@eugr/...`, renders and serves the tiny Llama as TP 1 x PP 3, one pipeline stage per node along the ring, a
+completion answering."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from sparkcluster.serving.readiness import http
+from sparkcluster.sim import SimCluster
+from tests.helpers import run_cli, ssh
+from tests.integration.rings import (
+    bootstrap,
+    comm_env_is_the_rings,
+    each_cable_its_own_subnets,
+    eugr_clone,
+    found_before_addressing,
+    node_logs,
+    ready_to_serve,
+    ring,
+    topology,
+    vllm_lines,
+)
+from tests.integration.test_serve_host_vllm import processes
+
+pytestmark = [pytest.mark.sim, pytest.mark.slow]
+COMM_ENV = "~/.config/sparkcluster/comm.env"
+HOSTS = ("spark-1", "spark-2", "spark-3")
+
+
+@pytest.fixture(scope="module")
+def ring3(tmp_path_factory) -> Iterator[tuple[SimCluster, dict, int, subprocess.CompletedProcess, Path]]:
+    pytest.importorskip("torch")
+    c = ring(3, "ring3")
+    try:
+        code, before = topology(c)  # unaddressed: discovery runs on IPv6 link-local alone
+        first = bootstrap(c, tmp_path_factory.mktemp("cfg"))
+        yield c, before, code, first, tmp_path_factory.mktemp("cfg")
+    finally:
+        c.down()
+
+
+@pytest.fixture
+def c3(ring3) -> SimCluster:
+    """The ring, bootstrapped (the tests after the first three)."""
+    assert ring3[3].returncode == 0, ring3[3].stdout + ring3[3].stderr
+    return ring3[0]
+
+
+def test_topology_finds_every_cable_before_anything_is_addressed(ring3):
+    c, before, code, _, _ = ring3
+    found_before_addressing(c, code, before)
+
+
+def test_bootstrap_gives_each_cable_its_own_subnets_then_changes_nothing(ring3):
+    c, _, _, first, cfg = ring3
+    each_cable_its_own_subnets(c, first, cfg)
+
+
+def test_neighbours_answer_over_each_link_and_the_comm_env_is_the_rings(ring3):
+    c, _, _, first, _ = ring3
+    comm_env_is_the_rings(c, first)
+
+
+# ---- verify --------------------------------------------------------------------------------------------------
+
+def verify(c: SimCluster, *args: str) -> tuple[int, dict, str]:
+    out = run_cli("verify", str(c.inventory_path), "--json", *args)
+    assert "Traceback" not in out.stderr, out.stderr
+    return out.returncode, json.loads(out.stdout), out.stderr
+
+
+RING_CABLES = {"spark-1 port 0 <-> spark-3 port 1", "spark-1 port 1 <-> spark-2 port 0",
+               "spark-2 port 1 <-> spark-3 port 0"}
+
+
+def test_verify_passes_on_the_ring_and_lists_the_control_plane(c3):
+    """The whole collective (on the control plane) with --no-links: PASS, and every address each node advertises,
+    each on the management LAN every node reaches. Each link alone is the next test's (one run of six links)."""
+    code, doc, _ = verify(c3, "--no-links")
+    assert code == 0 and doc["verdict"]["status"] == "PASS", doc["verdict"]
+    assert doc["topology"] == "ring" and doc["links"] == []
+    advertised = {(a["node"], a["source"]): a for a in doc["control_plane"]}
+    for node in HOSTS:
+        vllm = advertised[(node, "VLLM_HOST_IP")]
+        assert vllm["address"] == c3.host(node).mgmt_ip and vllm["interface"] == "enP7s7" and not vllm["problem"]
+        assert (node, "GLOO_SOCKET_IFNAME=enP7s7") in advertised
+
+
+def test_each_link_is_measured_alone_and_a_degraded_one_is_named(c3):
+    """The matrix: each of the six twin links alone, its two ranks bound to the twins at its ends on that link's own
+    subnet. spark-2's port 1, twin 0 (enp1s0f1np1) held to 300 Mbit/s (the simulator's links carry 2-3 Gbit/s of
+    gloo; slower would only lengthen the run): the whole collective runs on the control plane and cannot see it;
+    its link's own run does, and the five others hold."""
+    netdev = c3.degrade("spark-2", "enp1s0f1np1", "300mbit")
+    try:
+        code, doc, _ = verify(c3)
+    finally:
+        c3.degrade("spark-2", netdev, None)
+    assert {(link["cable"], link["twin"]) for link in doc["links"]} == {(c, t) for c in RING_CABLES for t in (0, 1)}
+    for link in doc["links"]:
+        a, b = link["a"], link["b"]
+        assert {a["port"], b["port"]} == {0, 1} and a["netdev"][:3] == b["netdev"][:3]  # crosswise, one twin
+        assert link["ips"][0].rsplit(".", 1)[0] == link["ips"][1].rsplit(".", 1)[0]
+        assert link["busbw_gbps"] > 0 and not link["error"]
+    assert code == 1 and doc["verdict"]["status"] == "FAIL"
+    slow = next(link for link in doc["links"] if link["cable"] == "spark-2 port 1 <-> spark-3 port 0"
+                and link["twin"] == 0)
+    assert doc["verdict"]["cause"].startswith(
+        f"link spark-2 port 1 <-> spark-3 port 0 twin 0 ({netdev}) is degraded: {slow['busbw_gbps']:.3f} GB/s alone")
+    assert "spark-2 enp1s0f1np1, spark-3 enp1s0f0np0" in doc["verdict"]["fix"]
+    others = [link["busbw_gbps"] for link in doc["links"] if link is not slow]
+    assert len(others) == 5 and min(others) > 2 * slow["busbw_gbps"]
+
+
+def test_a_control_plane_address_one_node_cannot_reach_fails_naming_it(c3):
+    """spark-3 advertises its address on the link to spark-1: spark-2 has no interface on that subnet. As the user
+    reads it (text), with --no-links: the control plane listed, no link measured."""
+    link_ip = next(a for a in ssh(c3, "spark-3", "ip -4 -o addr show enp1s0f1np1").stdout.split()
+                   if a.count(".") == 3 and "/" in a).split("/")[0]
+    ssh(c3, "spark-3", f"sed -i.bak 's/^VLLM_HOST_IP=.*/VLLM_HOST_IP={link_ip}/' {COMM_ENV}")
+    try:
+        out = run_cli("verify", str(c3.inventory_path), "--no-links")
+        text = " ".join(out.stdout.split())
+        assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr
+        assert "control plane (the addresses each node advertises):" in text and "links of the" not in text
+        assert (f"FAIL (gloo) spark-3 advertises a control-plane address some node cannot use: spark-3 VLLM_HOST_IP "
+                f"{link_ip} on enp1s0f1np1: spark-2 has no interface on ") in text, text
+        assert "management LAN" in text.split(" fix: ")[-1]
+    finally:
+        ssh(c3, "spark-3", f"mv {COMM_ENV}.bak {COMM_ENV}")
+
+
+# ---- registries and serve ------------------------------------------------------------------------------------
+
+CANARY = '#!/bin/sh\ntouch "$HOME/pwned-by-mod"\n'
+V2 = "recipe_version: '2'\nmodel: /nowhere/tiny\n"  # a path: nothing to stage, so a mod would run at once
+
+
+def git_repo(root: Path, files: dict[str, str], links: dict[str, Path] | None = None) -> Path:
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    for rel, target in (links or {}).items():
+        (root / rel).symlink_to(target)
+    env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t",
+           "HOME": str(root), "PATH": "/usr/bin:/bin"}
+    for args in (["init", "-q", "-b", "main"], ["add", "."], ["commit", "-q", "-m", "files"]):
+        subprocess.run(["git", *args], cwd=root, check=True, capture_output=True, env=env)
+    return root
+
+
+def test_no_route_into_an_untrusted_registry_runs_its_mod_on_a_node(c3, tmp_path):
+    """Round 4's trust reproductions end to end: a trusted registry `good`, an untrusted `evil` whose mod touches a
+    canary in each node's home, sparkrun's eugr clone trusted in sparkrun's config. Every route by which evil's mod
+    ran without --trust (and good's mod that links a control-machine secret) is refused with exit 2, and no node
+    holds the canary or the secret; the same mod served with --trust does run, so the canary would have shown."""
+    user = {"XDG_CONFIG_HOME": str(tmp_path / "config"), "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    secret = tmp_path / "control-secret.txt"
+    secret.write_text("the control machine's secret")
+    secret.chmod(0o600)
+    good = git_repo(tmp_path / "good", {"recipes/looted.yaml": V2 + "mods: [loot-mod]\n",
+                                        "mods/loot-mod/run.sh": "#!/bin/sh\ntrue\n"}, {"mods/loot-mod/loot": secret})
+    evil = git_repo(tmp_path / "evil", {
+        "mods/pwn/run.sh": CANARY, "recipes/direct.yaml": V2 + "mods: [pwn]\n", "recipes/base.yaml": V2 + "mods: [pwn]\n",
+        "recipes/viaat.yaml": V2 + "mods: ['@good/../../evil/mods/pwn']\n",
+        "recipes/viainclude.yaml": "recipe_version: '2'\ninclude: '@good/../../evil/recipes/base'\nmodel: /nowhere/x\n",
+        "recipes/viaeugr.yaml": V2 + "mods: ['fix-a/../../../../../sparkcluster/registries/evil/mods/pwn']\n"})
+    eugr = tmp_path / "cache" / "sparkrun" / "registries" / "eugr"
+    (eugr / "mods" / "fix-a").mkdir(parents=True)
+    (eugr / "mods" / "fix-a" / "run.sh").write_text("#!/bin/sh\ntrue\n")
+    (tmp_path / "config" / "sparkrun").mkdir(parents=True)
+    (tmp_path / "config" / "sparkrun" / "registries.yaml").write_text("registries:\n  - {name: eugr, trusted: true}\n")
+    for name, repo, trust in (("good", good, ["--trust"]), ("evil", evil, [])):
+        added = run_cli("recipes", "add-registry", name, str(repo), *trust, env=user)
+        assert added.returncode == 0, added.stderr
+
+    def serve(recipe: str, *more: str) -> subprocess.CompletedProcess:
+        return run_cli("serve", "-i", str(c3.inventory_path), "--tp", "3", "--runtime", "host", "--launcher",
+                       "native", "--no-verify", "--recipe", recipe, *more, env=user)
+
+    def on_nodes(path: str) -> list[str]:
+        return [h for h in HOSTS if ssh(c3, h, f"test -e {path}", check=False).returncode == 0]
+
+    clone = tmp_path / "cache" / "sparkcluster" / "registries" / "evil" / "recipes" / "direct.yaml"
+    for recipe in ("@evil/viaat", "@evil/viainclude", "@good/../../evil/recipes/direct", "@evil/viaeugr",
+                   str(clone), "@good/looted"):
+        refused = serve(recipe)
+        err = " ".join(refused.stderr.split())
+        assert refused.returncode == 2 and "registry '" in err, (recipe, err)
+        assert on_nodes("~/pwned-by-mod") == [] and on_nodes("~/.cache/sparkcluster/mods/loot-mod") == [], recipe
+    # the control: the same mod, served as the user chose to (--trust), does reach every node (the mods run before
+    # vLLM starts; vLLM, given no model, is not waited for)
+    try:
+        ran = serve("@evil/direct", "--trust", "--ready-timeout", "5")
+        assert on_nodes("~/pwned-by-mod") == list(HOSTS), ran.stderr[-2000:]
+    finally:
+        for host in HOSTS:
+            ssh(c3, host, "rm -f ~/pwned-by-mod", check=False)
+        run_cli("down", "-i", str(c3.inventory_path), env=user)
+
+
+def test_eugrs_3x_recipe_serves_pp3_one_stage_per_node_along_the_ring(c3, tmp_path):
+    """eugr's 3x-spark-cluster recipe from a registry in its layout (sparkrun's clone, trusted there): by path it
+    renders (`serve --check`), by `@eugr/3x-spark-cluster/...` it serves, its mod run on every node first. The mod
+    folder and the recipe's `-pp {pipeline_parallel}` are eugr's shape."""
+    ready_to_serve(c3)
+    user = {"XDG_CONFIG_HOME": str(tmp_path / "config"), "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    clone = eugr_clone(tmp_path / "cache", tmp_path / "config")
+
+    def serve(recipe: str, *more: str) -> subprocess.CompletedProcess:
+        return run_cli("serve", "-i", str(c3.inventory_path), "--runtime", "host", "--launcher", "native",
+                       "--no-verify", "--recipe", recipe, *more, env=user)
+
+    # The file renders (the 4-ring's test serves its 4x recipe by file); the registry's name then serves.
+    check = serve(str(clone / "recipes" / "3x-spark-cluster" / "tiny-llama.yaml"), "--check")
+    assert check.returncode == 0, check.stderr
+    assert "would serve local/tiny-llama (host, native)" in check.stdout, check.stdout
+    assert check.stdout.count("--tensor-parallel-size 1 --pipeline-parallel-size 3") == 3, check.stdout
+    result = serve("@eugr/3x-spark-cluster/tiny-llama", "--ready-timeout", "400", "--json")
+    try:
+        assert result.returncode == 0, result.stderr[-2000:] + node_logs(c3)
+        doc = json.loads(result.stdout)
+        assert doc["launcher"] == "native" and doc["served_name"] == "tiny-3x"
+        head = c3.host("spark-1").mgmt_ip
+        code, text = http(f"http://{head}:8000/v1/completions",
+                          {"model": "tiny-3x", "prompt": "Three stages of", "max_tokens": 8, "temperature": 0},
+                          timeout=60)
+        assert code == 200 and json.loads(text)["usage"]["completion_tokens"] == 8, text
+        code, text = http(f"http://{head}:8000/v1/models", None, timeout=30)
+        assert json.loads(text)["data"][0]["max_model_len"] == 256, text
+        for rank, line in enumerate(vllm_lines(c3)):
+            assert "--pipeline-parallel-size 3" in line and "--tensor-parallel-size 1" in line, line
+            assert f"--node-rank {rank}" in line, line
+        for host in HOSTS:
+            assert ssh(c3, host, "cat ~/eugr-mod-ran").stdout.strip() == "stage ready"
+    finally:
+        down = run_cli("down", "-i", str(c3.inventory_path), "--json", env=user)
+    assert down.returncode == 0, down.stderr
+    assert all("vllm serve" not in processes(c3, h) for h in HOSTS)
