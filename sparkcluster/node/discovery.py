@@ -29,29 +29,17 @@ PROBE_S = 3  # each twin's probe lasts this long (an echo a second); the twins a
 
 
 def probe_command(twins: Sequence[str], candidates: Mapping[str, Sequence[str]]) -> Command:
-    """One shell line per node: `NETDEV addr addr ...` for each twin, the addresses that answered on it.
-
-    A twin whose every IPv4 candidate answers (an addressed fabric: every re-run of bootstrap) is done then: its
-    multicast echo is stopped rather than left to its deadline, which would cost PROBE_S seconds on every run for
-    answers that name the same neighbours. A twin without candidates, or with one silent, listens the whole
-    PROBE_S."""
+    """One shell line per node: `NETDEV addr addr ...` for each twin, the addresses that answered on it."""
     jobs = []
     for netdev in twins:
         q = shlex.quote(netdev)
         # Multicast: an echo a second (the shortest interval a non-root ping may send to a group) until the
         # deadline, every answer kept; unicast: an echo a second until the first answer or the deadline.
-        multicast = f"ping -6 -n -w {PROBE_S} ff02::1%{q} 2>/dev/null"
-        addresses = candidates.get(netdev, ())
-        if addresses:
-            unicast = " ".join(f"ping -n -c 1 -w {PROBE_S} -I {q} {shlex.quote(a)} 2>/dev/null &" for a in addresses)
-            # The unicast answers are re-printed as ping's own lines; when all came back, the multicast ends.
-            every = (f"{multicast} & m=$!; u=$( ({unicast} wait) | awk '/bytes from/ {{print $4}}' ); "
-                     f"for a in $u; do echo \"64 bytes from $a\"; done; set -- $u; "
-                     f"[ $# -ge {len(addresses)} ] && kill $m 2>/dev/null; wait")
-        else:
-            every = f"{multicast} & wait"
+        pings = [f"ping -6 -n -w {PROBE_S} ff02::1%{q}"]
+        pings += [f"ping -n -c 1 -w {PROBE_S} -I {q} {shlex.quote(a)}" for a in candidates.get(netdev, ())]
         # awk prints the 4th field of "64 bytes from ADDR: icmp_seq=..." lines; one echo keeps a twin's line whole.
-        jobs.append(f"( echo {q} $( ({every}) | awk '/bytes from/ {{print $4}}' | sort -u) ) &")
+        every = " ".join(f"{p} 2>/dev/null &" for p in pings)
+        jobs.append(f"( echo {q} $( ({every} wait) | awk '/bytes from/ {{print $4}}' | sort -u) ) &")
     return Command("PATH=$PATH:/usr/sbin:/sbin:/bin; " + " ".join(jobs) + " wait", timeout=PROBE_S + 20)
 
 
