@@ -28,7 +28,10 @@ runs; one round each unless said):
     8 nodes / 2 nodes: sparkcluster 2.88x cold, 2.31x warm; ansible-playbook 7.47x, 7.11x.
   An earlier run of the same code without cached bytecode: 2 nodes 2.45 s, 1.96 s against 18.50 s, 13.78 s (7.5x,
   7.0x); 8 nodes 6.34 s, 4.23 s against 90.92 s, 101.48 s (14.3x, 24.0x).
-What changed: a re-run's discovery stops once every addressed neighbour answered (3 s -> 0.07 s); a play's read-only
+Then taken back: the early end of discovery (a loaded CI run read a re-bootstrapped pair as mixed direct and
+switched). With discovery listening its full 3 s again, one round: 2 nodes sparkcluster 4.75 s cold, 4.25 s warm;
+ansible-playbook 9.36 s, 9.39 s: 2.0x, 2.2x. Discovery's 3 s is now most of a warm pair's time.
+What changed: a re-run's discovery stopped once every addressed neighbour answered (3 s -> 0.07 s; reverted); a play's read-only
 checks go to each node as one exec (Step.reads, engine/batch.py); the ssh mesh's login proof rides in the head's
 read; the facts probe runs about 40 fewer processes per node. A warm 2-node run is now one exec per node per play
 (two in the cabling play: facts, then discovery, which needs every node's facts), about 1.2 s of plays, and the
