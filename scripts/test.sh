@@ -30,11 +30,12 @@ if [ "$#" -gt 0 ]; then
   exit
 fi
 # The simulated-cluster tests wait on SSH, Docker, Ray and vLLM more than they compute (one process kept two
-# cores 45% busy), so two processes run them, a file each at a time (a file's tests share its cluster).
+# cores 45% busy), so two processes run them, a file each at a time (a file's tests share its cluster), the
+# slowest files first (tests/integration/conftest.py orders them; xdist's reorder by test count would undo it).
 # The unit tests run after them, also in two processes, but for those marked `serial`: they time a stub server
 # to a few percent, so they run last, alone on the cores.
 status=0
-run_pytest -n 2 --dist loadfile tests/integration || status=$?
+run_pytest -n 2 --dist loadfile --no-loadscope-reorder tests/integration || status=$?
 run_pytest -n 2 -m "not serial" tests/unit || status=$?
 run_pytest -m serial tests/unit || status=$?
 exit "$status"

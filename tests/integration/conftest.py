@@ -1,0 +1,31 @@
+"""The order in which the simulated-cluster files start: the slowest first.
+
+scripts/test.sh runs these files in two processes, a file at a time each (`--dist loadfile`), and hands the next
+file to whichever process frees up. A long file handed out last keeps one process busy while the other idles, so
+the long ones go first and the short ones fill in the end (with `--no-loadscope-reorder`: pytest-xdist would
+otherwise order the files by their number of tests, which says nothing of their time).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+# Slowest first, by the seconds each took in the last clean-clone CI run (two processes side by side): each runs
+# a real CPU vLLM, copies an image with PyTorch, or stages a 1 GiB model. A file not named here runs after them.
+SLOWEST_FIRST = (
+    "test_serve_host_vllm.py",  # ~560 s: five real vLLM starts on two nodes
+    "test_serve_docker.py",  # ~450 s: the PyTorch image copied to a node; a second, four-node cluster
+    "test_serve_caches.py",  # ~300 s: the PyTorch image, a graph compiled in a container
+    "test_ring3.py",  # ~280 s: a real vLLM served as three pipeline stages
+    "test_ring4.py",  # ~260 s: a real vLLM served as TP 2 x PP 2
+    "test_staging.py",  # ~250 s: a 1 GiB model staged, re-staged, repaired across four nodes
+    "test_sim_variants.py",  # ~200 s: a real vLLM on the mlx5 pair
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    rank = {name: i for i, name in enumerate(SLOWEST_FIRST)}
+    # sort() is stable: a file's tests keep their order (they share the file's cluster, some build on the last)
+    items.sort(key=lambda item: rank.get(Path(str(item.fspath)).name, len(rank)))
