@@ -291,7 +291,9 @@ def test_serve_shows_each_nodes_staging_progress(staged_cluster, tmp_path):
     _drop_copies(c, ["spark-2"])
     inventory = tmp_path / "inventory.yml"  # a missing python_env would be refused before staging (exit 2)
     inventory.write_text(c.inventory_path.read_text().replace("\nvars:\n", "\nvars:\n  python_env: /nonexistent\n", 1))
-    out = run_cli("serve", "--runtime", "host", "--tp", "4", "--model", MODEL, "--no-verify", "-i", str(inventory))
+    # Ray never comes up there: the head's port is waited on for --up-timeout (180 s by default) before serve says why.
+    out = run_cli("serve", "--runtime", "host", "--tp", "4", "--model", MODEL, "--no-verify", "--up-timeout", "5",
+                  "-i", str(inventory))
     # Ray missing from python_env is each node's failure (exit 1), found when the runtime starts, after staging.
     assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr
     lines = out.stderr.splitlines()
