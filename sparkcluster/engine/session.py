@@ -4,10 +4,11 @@ function on each, and closes every connection when the command is done, however 
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from typing import TypeVar
+from typing import TypeVar, cast
 
 from .command import Command
 from .errors import SparkclusterError
@@ -20,6 +21,27 @@ from .transport import Result, Transport, Unreachable
 T = TypeVar("T")
 
 
+class RunMemo:
+    """Values a run works out once and every step of it reads (the fabric that discovery finds): shared by a
+    session and every narrowing of it, gone with the run. One lock for all: when every node's step asks at
+    once, one of them works the value out and the others wait for it rather than each doing it again."""
+
+    def __init__(self) -> None:
+        self._values: dict[str, object] = {}
+        self._lock = threading.Lock()
+
+    def get(self, key: str, make: Callable[[], T]) -> T:
+        with self._lock:
+            if key not in self._values:
+                self._values[key] = make()
+            return cast(T, self._values[key])
+
+    def forget(self, key: str) -> None:
+        """What the value was worked out from changed: the next reader works it out again."""
+        with self._lock:
+            self._values.pop(key, None)
+
+
 @dataclass(frozen=True)
 class Session:
     inventory: Inventory
@@ -27,6 +49,7 @@ class Session:
     facts: dict[str, HostFacts] = field(default_factory=dict)  # the reachable hosts', gathered once
     unreachable: dict[str, Unreachable] = field(default_factory=dict)
     forks: int = DEFAULT_FORKS
+    memo: RunMemo = field(default_factory=RunMemo, compare=False, repr=False)  # shared by `only`'s narrowings
 
     @property
     def head(self) -> Host:

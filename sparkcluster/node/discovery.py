@@ -4,8 +4,9 @@ A link-layer probe with tools every node has: an ICMPv6 echo to the all-nodes gr
 answers from every neighbour on that wire by its IPv6 link-local address, which a fresh twin has before it has
 any IPv4 address; where a twin already has IPv4, an echo to each other node's address on that subnet, out of that
 twin, answers too (our netplan turns IPv6 link-local off). The answers are mapped to (node, netdev) through the
-nodes' facts. All twins of all nodes are probed at once, for PROBE_S seconds in all: a few echoes each, so an
-answer that a loaded node is late with, or an echo lost, still counts.
+nodes' facts. All twins of all nodes are probed at once; a fresh twin listens PROBE_S seconds (a few echoes, so an
+answer that a loaded node is late with, or an echo lost, still counts), an addressed one until the evidence is in
+(see probe_command).
 
 Why not LLDP: lldpd is not on a DGX OS install by default, needs root and a daemon running for ~30 s before
 its neighbours show up; the probe needs nothing installed and sees the same wire.
@@ -14,8 +15,7 @@ its neighbours show up; the probe needs nothing installed and sees the same wire
 from __future__ import annotations
 
 import shlex
-import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from ..engine.command import Command
@@ -25,22 +25,52 @@ from ..engine.session import Session
 from ..engine.transport import Transport
 from .fabric import Fabric, Problem, Sightings, build_fabric, cabling_problems, expected_topology, up_twins
 
-PROBE_S = 3  # each twin's probe lasts this long (an echo a second); the twins are probed in parallel
+PROBE_S = 3  # a twin's multicast listens this long at most (an echo a second); the twins are probed in parallel
 
 
-def probe_command(twins: Sequence[str], candidates: Mapping[str, Sequence[str]]) -> Command:
-    """One shell line per node: `NETDEV addr addr ...` for each twin, the addresses that answered on it."""
+def probe_command(twins: Sequence[str], candidates: Mapping[str, Sequence[str]],
+                  link_local: Collection[str] | None = None) -> Command:
+    """One shell line per node: `NETDEV addr addr ...` for each twin, the addresses that answered on it.
+
+    `candidates`: per twin, the other nodes' IPv4 addresses on its subnets (unicast echoes, out of that twin);
+    `link_local`: the twins that have an IPv6 link-local address (None: all of them). Per twin:
+    - no candidates (a fresh cable): the multicast listens its whole PROBE_S;
+    - candidates, no link-local address (our netplan turns it off): the unicast echoes alone. A multicast echo
+      needs a source address on the twin's link for anyone to answer it, so it could only wait PROBE_S for nothing;
+    - candidates and a link-local address: both, and once every candidate answered, the multicast ends as soon
+      as it has read an answer to its second echo. Ending at the unicast answers alone is not enough: only the
+      multicast hears a voice outside the inventory (what tells a switch from a cable where two nodes share it),
+      and a ping reads its answers in the order they came, so by its first answer to the second echo (sent a
+      second after the first, the shortest interval a non-root ping may use on a group) it has read every answer
+      to the first. A loaded node reads them late, but still all of them and in that order.
+    A silent candidate leaves the multicast its whole PROBE_S."""
     jobs = []
-    for netdev in twins:
+    for i, netdev in enumerate(twins):
         q = shlex.quote(netdev)
-        # Multicast: an echo a second (the shortest interval a non-root ping may send to a group) until the
-        # deadline, every answer kept; unicast: an echo a second until the first answer or the deadline.
-        pings = [f"ping -6 -n -w {PROBE_S} ff02::1%{q}"]
-        pings += [f"ping -n -c 1 -w {PROBE_S} -I {q} {shlex.quote(a)}" for a in candidates.get(netdev, ())]
+        addresses = candidates.get(netdev, ())
+        heard = f"$d/{i}"  # the multicast's lines, read while it runs; the unicast answers go to {heard}.u
+        multicast = f"ping -6 -n -w {PROBE_S} ff02::1%{q} > {heard} 2>/dev/null"
+        if not addresses:
+            every = f"{multicast}"
+        else:
+            unicast = " ".join(f"ping -n -c 1 -w {PROBE_S} -I {q} {shlex.quote(a)} 2>/dev/null &" for a in addresses)
+            # Each unicast answer becomes one of ping's own lines, for the awk below.
+            answered = (f"u=$( ({unicast} wait) | awk '/bytes from/ {{print $4}}' ); "
+                        f'for a in $u; do echo "64 bytes from $a"; done > {heard}.u; set -- $u')
+            if link_local is not None and netdev not in link_local:
+                every = answered
+            else:
+                # The wait is bounded (a finished ping may stay a zombie that `kill -0` still finds, under dash).
+                every = (f"{multicast} & m=$!; {answered}; if [ $# -ge {len(addresses)} ]; then n=0; "
+                         f"while [ $n -lt {PROBE_S * 20 + 20} ] && kill -0 $m 2>/dev/null && ! second {heard}; "
+                         f"do sleep 0.05; n=$((n + 1)); done; kill $m 2>/dev/null; fi; wait")
         # awk prints the 4th field of "64 bytes from ADDR: icmp_seq=..." lines; one echo keeps a twin's line whole.
-        every = " ".join(f"{p} 2>/dev/null &" for p in pings)
-        jobs.append(f"( echo {q} $( ({every} wait) | awk '/bytes from/ {{print $4}}' | sort -u) ) &")
-    return Command("PATH=$PATH:/usr/sbin:/sbin:/bin; " + " ".join(jobs) + " wait", timeout=PROBE_S + 20)
+        jobs.append(f"( {every}; echo {q} $(cat {heard} {heard}.u 2>/dev/null | awk '/bytes from/ {{print $4}}' "
+                    f"| sort -u) ) &")
+    # `second FILE`: the multicast has read an answer to its second echo (shell built-ins: no process per look).
+    second = "second() { while read -r l; do case $l in *'icmp_seq=2 '*) return 0;; esac; done < \"$1\"; return 1; }"
+    return Command(f"PATH=$PATH:/usr/sbin:/sbin:/bin; d=$(mktemp -d) || exit 1; {second}; " + " ".join(jobs)
+                   + ' wait; rm -rf "$d"', timeout=PROBE_S + 20)
 
 
 def parse_probe(text: str) -> dict[str, tuple[str, ...]]:
@@ -70,7 +100,8 @@ def probe_node(transport: Transport, node: str, facts: Mapping[str, HostFacts]) 
     twins = up_twins(facts[node])
     if not twins:
         return {}
-    return parse_probe(transport.run(probe_command(twins, ipv4_candidates(node, facts))).stdout)
+    link_local = [t for t in twins if (i := facts[node].interface(t)) is not None and i.ipv6_link_local]
+    return parse_probe(transport.run(probe_command(twins, ipv4_candidates(node, facts), link_local)).stdout)
 
 
 def discover(session: Session) -> Fabric:
@@ -106,20 +137,15 @@ def check_cabling(inventory: Inventory, fabric: Fabric, facts: Mapping[str, Host
     return Checked(fabric, expected, tuple(cabling_problems(fabric, expected, pinned)))
 
 
-# One discovery per run: the cabling play finds the fabric, the addressing and comm steps of the same run read it.
-_found: dict[int, tuple[object, Fabric]] = {}
-_finding = threading.Lock()  # every node's step asks at once; one discovery answers them all
+FABRIC = "node.fabric"  # the session memo's key: one discovery per run
 
 
 def fabric_of(session: Session) -> Fabric:
-    """This run's fabric (keyed by the run's connections, which narrowed sessions share), discovered once."""
-    key = id(session.transports)
-    with _finding:
-        if key not in _found:
-            _found[key] = (session.transports, discover(session))
-        return _found[key][1]
+    """This run's fabric, discovered once: the cabling play finds it, the addressing and comm steps of the same
+    run (and every narrowing of its session) read it."""
+    return session.memo.get(FABRIC, lambda: discover(session))
 
 
 def forget(session: Session) -> None:
     """After the fabric's addresses changed: the next reader discovers again."""
-    _found.pop(id(session.transports), None)
+    session.memo.forget(FABRIC)
