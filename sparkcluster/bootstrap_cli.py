@@ -1,26 +1,27 @@
 """`sparkcluster facts`, `bootstrap` and `run`: the engine's playbooks over the node's steps, wired from parsed
-flags. Imported only when one of these commands runs (cli.py lists them without importing this)."""
+flags. Imported only when one of these commands runs (cli.py lists them without importing this); what a command
+runs on (the steps, yaml, jinja2, rich) is imported when it runs, so that `bootstrap --help` costs none of it."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from . import stepcatalog
 from .engine.cliapp import App, Connect, become_password, selected_inventory
-from .engine.console import out as console
-from .engine.console import print_unreachable
 from .engine.errors import EXIT_FAILED, EXIT_OK, UsageError
-from .engine.events import RunFinished
-from .engine.inventory import Inventory, record_last_used
-from .engine.playbook import Playbook
-from .engine.report import facts_table, make_reporter, print_json
-from .engine.runner import Runner
-from .engine.session import connect
+
+if TYPE_CHECKING:
+    from .engine.events import RunFinished
+    from .engine.inventory import Inventory
+    from .engine.playbook import Playbook
 
 
 def cmd_facts(args: argparse.Namespace, connect_selected: Connect) -> int:
+    from .engine.console import out as console
+    from .engine.console import print_unreachable
+    from .engine.report import facts_table, print_json
     from .node.cli import picture
     from .node.discovery import discover
 
@@ -56,6 +57,11 @@ def _extra_vars(pairs: list[str]) -> dict[str, object]:
 
 def run_playbook(playbook: Playbook, inventory: Inventory, args: argparse.Namespace,
                  extra_vars: dict[str, object] | None = None) -> RunFinished:
+    from .engine.console import out as console
+    from .engine.report import make_reporter
+    from .engine.runner import Runner
+    from .engine.session import connect
+
     reporter = make_reporter(console, json_output=args.json, show_diff=args.diff, out=sys.stdout)
     with connect(inventory, forks=args.forks, trust_new_host_keys=args.trust_new_host_keys,
                  sudo_password=become_password(args)) as session:
@@ -63,6 +69,8 @@ def run_playbook(playbook: Playbook, inventory: Inventory, args: argparse.Namesp
 
 
 def cmd_run(args: argparse.Namespace, connect_selected: Connect) -> int:
+    from . import stepcatalog
+
     playbook = stepcatalog.load(args.playbook)  # all input is validated before any connection
     extra = _extra_vars(args.extra_vars or [])
     inventory = selected_inventory(args)
@@ -70,6 +78,9 @@ def cmd_run(args: argparse.Namespace, connect_selected: Connect) -> int:
 
 
 def cmd_bootstrap(args: argparse.Namespace, connect_selected: Connect) -> int:
+    from . import stepcatalog
+    from .engine.inventory import record_last_used
+
     playbook = stepcatalog.load_bundled("bootstrap")
     extra: dict[str, object] = {}
     if args.min_driver:

@@ -53,7 +53,9 @@ def test_help_imports_no_wing_and_nothing_heavy() -> None:
 
 def test_bootstrap_imports_its_wing_only() -> None:
     loaded = _modules_after(["bootstrap", "--help"])
-    assert "sparkcluster.bootstrap_cli" in loaded and "sparkcluster.node.steps" in loaded
+    assert "sparkcluster.bootstrap_cli" in loaded
+    # What bootstrap runs on is imported when it runs, not for its --help.
+    assert not loaded & {"sparkcluster.node.steps", "yaml", "jinja2", "rich", "paramiko", "fabric"}
     assert not loaded & {"aiohttp", "matplotlib", "tokenizers", "sparkcluster.serving", "sparkcluster.bench",
                          "sparkcluster.sim", "sparkcluster.nccl"}
 
