@@ -1,7 +1,8 @@
 """The per-node compile/JIT caches on simulated Sparks with real Docker: `up` starts every node's vllm_node with
 the node's cache directory mounted and each library pointed into it; a real torch.compile (Inductor, CPU) in the
 container compiles once, and a new container after `down` and `up` finds the compiled graph in the cache; status
-shows each node's cache size; `down --purge-caches` deletes it; `--no-cache-dirs` removes the mount.
+shows each node's cache size; `down --purge-caches` deletes it; `--no-cache-dirs` removes the mount. The same
+image serves with the NCCL probe run inside the containers (it needs PyTorch), and `doctor --bundle` gathers it.
 
 Cost: one 2-node cluster, the test image with PyTorch imported on both nodes (~1 min), two torch.compile runs
 (~50 s cold, a few s warm). The image holds no C++ compiler, which Inductor needs on a CPU (a Spark's image has
@@ -12,15 +13,19 @@ from __future__ import annotations
 
 import json
 import subprocess
+import tarfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 
+from sparkcluster.doctor.bundle import HEAD_ITEMS, NODE_FILES
 from sparkcluster.serving.caches import CACHE_VARIABLES, CONTAINER_CACHE_DIR
 from sparkcluster.sim import SimCluster, UpOptions, image
 from sparkcluster.sim.fakemodel import generate
 from tests.helpers import bootstrapped, require_sim, run_cli, ssh, unique_name
+from tests.integration.test_serve_docker import running_anywhere
 
 pytestmark = [pytest.mark.sim, pytest.mark.docker, pytest.mark.slow]
 RAY_ENV = Path(__file__).resolve().parents[2] / ".venv-ray"
@@ -49,6 +54,7 @@ def two(tmp_path_factory) -> Iterator[SimCluster]:
         bootstrapped(c, tmp_path_factory.mktemp("cfg"))
         tar = image.build(TAG, ray_env=RAY_ENV)  # with PyTorch
         image.import_into(c, ["spark-1", "spark-2"], TAG, tar)
+        generate(c, "spark-1", MODEL, 1 << 20, shards=1)  # on the head only: serve stages it
         yield c
     finally:
         c.down()
@@ -124,7 +130,6 @@ def test_no_cache_dirs_removes_the_mount_and_the_variables(two):
 
 def test_serve_again_reuses_what_is_unchanged_and_says_so(two):
     """A second serve skips stage, image and ray, and names them; a changed comm env starts Ray afresh."""
-    generate(two, "spark-1", MODEL, 1 << 20, shards=1)
     args = ("serve", "--model", MODEL, "--no-verify", "--ready-timeout", "60", "--up-timeout", "90", "--json")
     try:
         first = sc(two, *args)
@@ -137,6 +142,74 @@ def test_serve_again_reuses_what_is_unchanged_and_says_so(two):
         assert "ray" not in changed["skipped"] and not changed["reused_ray"]
     finally:
         sc(two, "down", ok=False)
+
+
+def bundle_holds_every_item_and_no_secret(c: SimCluster, tmp_path: Path, secrets: tuple[str, ...]) -> None:
+    """`doctor --bundle` of the served cluster, with -K's password: every item from every node, and none of the
+    planted secrets anywhere in the unpacked archive (the manifest says what was scrubbed)."""
+    path = tmp_path / "support.tar.gz"
+    result = run_cli("doctor", "-i", str(c.inventory_path), "--bundle", str(path), "-K", stdin=secrets[1] + "\n")
+    assert path.is_file(), result.stdout + result.stderr
+    with tarfile.open(path) as tar:
+        tar.extractall(tmp_path / "unpacked", filter="data")
+    root = tmp_path / "unpacked" / "support"
+    for host in c.topology.hosts:
+        names = {p.name for p in (root / "nodes" / host.name).iterdir()}
+        assert set(NODE_FILES) <= names, set(NODE_FILES) - names
+    assert set(HEAD_ITEMS) <= {p.name for p in (root / "nodes" / "spark-1").iterdir()}
+    manifest = json.loads((root / "MANIFEST.json").read_text())
+    for host in ("spark-1", "spark-2"):
+        items = manifest["items"][host]
+        for item in ("comm.env", "ibdev2netdev.txt", "ethtool.txt", "nvidia-smi-q.txt", "versions.txt",
+                     "last-verify.json", "logs.txt", "ray-logs.txt", "facts.json", "health.json"):
+            assert items[item] == "present", (host, item, items[item])
+    assert manifest["items"]["spark-1"]["serve.json"] == "present"
+    assert "Active FEC encoding: RS" in (root / "nodes" / "spark-2" / "ethtool.txt").read_text()
+    assert json.loads((root / "nodes" / "spark-2" / "last-verify.json").read_text())["status"] == "PASS"
+    for host in ("spark-1", "spark-2"):  # the probe's own output, kept by verify on each node
+        assert manifest["items"][host]["last-verify.log"] == "present"
+        assert "# sparkcluster verify: the probe of" in (root / "nodes" / host / "last-verify.log").read_text()
+    # nccl-report reads the bundle as it reads log files: each node's rank, from the logs inside it
+    report = run_cli("nccl-report", str(path), "--json")
+    assert report.returncode in (0, 1) and len(json.loads(report.stdout)["probe_ranks"]) == 2, report.stderr
+    assert manifest["scrubbed"]["files"]["inventory.yml"]  # the planted token was there, and is counted
+    leaks = [(p.relative_to(root), s) for p in root.rglob("*") if p.is_file()
+             for s in secrets if s.encode() in p.read_bytes()]
+    assert not leaks, leaks
+
+
+def test_the_probe_runs_inside_the_containers_and_a_fallback_is_refused(two, tmp_path):
+    """The image with PyTorch: the probe runs in the running vllm_node containers, in their env. While it serves,
+    with an HF token in the inventory's serve_env, `doctor --bundle` gathers every node's state and no secret.
+    (Here, not in test_serve_docker.py, whose image leaves PyTorch out: this cluster has it on both nodes already,
+    where its 1.1 GB took ~50 s to import on the head and copy to the worker.)"""
+    head, worker = two.topology.hosts
+    inventory = two.inventory_path.read_text()
+    secrets = ("hf_" + "PlantedBundleToken" + "x" * 16, "sudo-" + "planted-password")
+    doc = yaml.safe_load(inventory)
+    doc.setdefault("vars", {}).setdefault("serve_env", {})["HF_TOKEN"] = secrets[0]
+    two.inventory_path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    try:
+        result = sc(two, "serve", "--model", MODEL, "--json", "--ready-timeout", "60")
+        assert result.returncode == 0, result.stderr
+        doc = json.loads(result.stdout)
+        assert doc["verify"]["backend"] == "gloo" and doc["verify"]["verdict"]["status"] == "PASS"
+        assert doc["verify"]["carried_by"]["spark-2"] == [f"enp1s0f1np1 {worker.fabric_ips[0]} -> {head.fabric_ips[0]}"]
+        bundle_holds_every_item_and_no_secret(two, tmp_path, secrets)
+    finally:
+        two.inventory_path.write_text(inventory)
+        assert sc(two, "down").returncode == 0
+    misbind = "sed -i 's/^GLOO_SOCKET_IFNAME=.*/GLOO_SOCKET_IFNAME=enP7s7/' ~/.config/sparkcluster/comm.env"
+    for host in ("spark-1", "spark-2"):
+        ssh(two, host, misbind)
+    try:
+        refused = sc(two, "serve", "--model", MODEL, "--ready-timeout", "60", ok=False)
+        err = " ".join(refused.stderr.split())
+        assert refused.returncode == 1, err
+        assert "refusing to serve: the NCCL probe found a fallback" in err and "enP7s7" in err
+        assert running_anywhere(two) == []
+    finally:
+        bootstrapped(two, tmp_path)  # rewrites the comm env
 
 
 def test_top_shows_a_node_that_stops_answering(two):

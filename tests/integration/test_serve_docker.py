@@ -8,25 +8,20 @@ import json
 import signal
 import subprocess
 import sys
-import tarfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import yaml
 
-from sparkcluster.doctor.bundle import HEAD_ITEMS, NODE_FILES
 from sparkcluster.serving.readiness import http
-from sparkcluster.sim import SimCluster, UpOptions
-from sparkcluster.sim import image
+from sparkcluster.sim import SimCluster, UpOptions, image
 from sparkcluster.sim.fakemodel import generate
 from tests.helpers import bootstrapped, require_sim, run_cli, ssh, unique_name
 
 pytestmark = [pytest.mark.sim, pytest.mark.docker, pytest.mark.slow]
 RAY_ENV = Path(__file__).resolve().parents[2] / ".venv-ray"
 TAG = "vllm-node"
-PROBE_TAG = "vllm-node:probe"  # the same image with PyTorch
 MODEL = "acme/tiny"
 
 
@@ -155,73 +150,6 @@ def test_two_nodes_reproduce_eugrs_container_and_serve(two):
     assert http(f"http://{head.mgmt_ip}:8000/health")[0] == 0
     again = sc(two, "down", "--json")  # idempotent
     assert again.returncode == 0 and set(json.loads(again.stdout)["stopped"].values()) == {""}
-
-
-def bundle_holds_every_item_and_no_secret(c: SimCluster, tmp_path: Path, secrets: tuple[str, ...]) -> None:
-    """`doctor --bundle` of the served cluster, with -K's password: every item from every node, and none of the
-    planted secrets anywhere in the unpacked archive (the manifest says what was scrubbed)."""
-    path = tmp_path / "support.tar.gz"
-    result = run_cli("doctor", "-i", str(c.inventory_path), "--bundle", str(path), "-K", stdin=secrets[1] + "\n")
-    assert path.is_file(), result.stdout + result.stderr
-    with tarfile.open(path) as tar:
-        tar.extractall(tmp_path / "unpacked", filter="data")
-    root = tmp_path / "unpacked" / "support"
-    for host in c.topology.hosts:
-        names = {p.name for p in (root / "nodes" / host.name).iterdir()}
-        assert set(NODE_FILES) <= names, set(NODE_FILES) - names
-    assert set(HEAD_ITEMS) <= {p.name for p in (root / "nodes" / "spark-1").iterdir()}
-    manifest = json.loads((root / "MANIFEST.json").read_text())
-    for host in ("spark-1", "spark-2"):
-        items = manifest["items"][host]
-        for item in ("comm.env", "ibdev2netdev.txt", "ethtool.txt", "nvidia-smi-q.txt", "versions.txt",
-                     "last-verify.json", "logs.txt", "ray-logs.txt", "facts.json", "health.json"):
-            assert items[item] == "present", (host, item, items[item])
-    assert manifest["items"]["spark-1"]["serve.json"] == "present"
-    assert "Active FEC encoding: RS" in (root / "nodes" / "spark-2" / "ethtool.txt").read_text()
-    assert json.loads((root / "nodes" / "spark-2" / "last-verify.json").read_text())["status"] == "PASS"
-    for host in ("spark-1", "spark-2"):  # the probe's own output, kept by verify on each node
-        assert manifest["items"][host]["last-verify.log"] == "present"
-        assert "# sparkcluster verify: the probe of" in (root / "nodes" / host / "last-verify.log").read_text()
-    # nccl-report reads the bundle as it reads log files: each node's rank, from the logs inside it
-    report = run_cli("nccl-report", str(path), "--json")
-    assert report.returncode in (0, 1) and len(json.loads(report.stdout)["probe_ranks"]) == 2, report.stderr
-    assert manifest["scrubbed"]["files"]["inventory.yml"]  # the planted token was there, and is counted
-    leaks = [(p.relative_to(root), s) for p in root.rglob("*") if p.is_file()
-             for s in secrets if s.encode() in p.read_bytes()]
-    assert not leaks, leaks
-
-
-def test_the_probe_runs_inside_the_containers_and_a_fallback_is_refused(two, tmp_path):
-    """The image with PyTorch: the probe runs in the running vllm_node containers, in their env. While it serves,
-    with an HF token in the inventory's serve_env, `doctor --bundle` gathers every node's state and no secret."""
-    image.import_into(two, ["spark-1"], PROBE_TAG, image.build(TAG, ray_env=RAY_ENV, with_torch=True))
-    head, worker = two.topology.hosts
-    inventory = two.inventory_path.read_text()
-    secrets = ("hf_" + "PlantedBundleToken" + "x" * 16, "sudo-" + "planted-password")
-    doc = yaml.safe_load(inventory)
-    doc.setdefault("vars", {}).setdefault("serve_env", {})["HF_TOKEN"] = secrets[0]
-    two.inventory_path.write_text(yaml.safe_dump(doc, sort_keys=False))
-    try:
-        result = sc(two, "serve", "--model", MODEL, "--image", PROBE_TAG, "--json", "--ready-timeout", "60")
-        assert result.returncode == 0, result.stderr
-        doc = json.loads(result.stdout)
-        assert doc["verify"]["backend"] == "gloo" and doc["verify"]["verdict"]["status"] == "PASS"
-        assert doc["verify"]["carried_by"]["spark-2"] == [f"enp1s0f1np1 {worker.fabric_ips[0]} -> {head.fabric_ips[0]}"]
-        bundle_holds_every_item_and_no_secret(two, tmp_path, secrets)
-    finally:
-        two.inventory_path.write_text(inventory)
-        assert sc(two, "down").returncode == 0
-    misbind = "sed -i 's/^GLOO_SOCKET_IFNAME=.*/GLOO_SOCKET_IFNAME=enP7s7/' ~/.config/sparkcluster/comm.env"
-    for host in ("spark-1", "spark-2"):
-        ssh(two, host, misbind)
-    try:
-        refused = sc(two, "serve", "--model", MODEL, "--image", PROBE_TAG, "--ready-timeout", "60")
-        err = " ".join(refused.stderr.split())
-        assert refused.returncode == 1, err
-        assert "refusing to serve: the NCCL probe found a fallback" in err and "enP7s7" in err
-        assert running_anywhere(two) == []
-    finally:
-        bootstrapped(two, tmp_path)  # rewrites the comm env
 
 
 def test_killing_the_cli_leaves_the_model_serving(two):
