@@ -12,15 +12,16 @@ from pathlib import Path
 
 import pytest
 
-# Slowest first, by the seconds each took in the last clean-clone CI run (two processes side by side): each runs
-# a real CPU vLLM, copies an image with PyTorch, or stages a 1 GiB model. A file not named here runs after them.
+# Slowest first, in seconds of a clean-clone CI run (two processes side by side; a file alone under the
+# integration lock takes about 2/3 of that): each runs a real CPU vLLM, holds an image with PyTorch, or stages a
+# 1 GiB model. A file not named here runs after them.
 SLOWEST_FIRST = (
-    "test_serve_host_vllm.py",  # ~560 s: five real vLLM starts on two nodes
-    "test_serve_docker.py",  # ~450 s: the PyTorch image copied to a node; a second, four-node cluster
-    "test_serve_caches.py",  # ~300 s: the PyTorch image, a graph compiled in a container
+    "test_serve_caches.py",  # ~580 s: the PyTorch image on two nodes, torch.compile twice, four serves
+    "test_serve_host_vllm.py",  # ~540 s: five real vLLM starts on two nodes
     "test_ring3.py",  # ~280 s: a real vLLM served as three pipeline stages
+    "test_staging.py",  # ~280 s: a 1 GiB model staged, re-staged, repaired across four nodes
     "test_ring4.py",  # ~260 s: a real vLLM served as TP 2 x PP 2
-    "test_staging.py",  # ~250 s: a 1 GiB model staged, re-staged, repaired across four nodes
+    "test_serve_docker.py",  # ~260 s: two clusters (two and four nodes), the image copied to the workers
     "test_sim_variants.py",  # ~200 s: a real vLLM on the mlx5 pair
 )
 
