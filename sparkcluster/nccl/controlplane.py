@@ -4,16 +4,19 @@ because one node advertised an address another cannot reach: a Wi-Fi address, th
 subnet of one ring link (which reaches one neighbour, never the node across the ring).
 
 The rule, from the nodes' facts: an advertised address must be held by the node that advertises it (the
-rendezvous: by the head), not on a wireless interface, and on a subnet every other node has an interface on.
+rendezvous: by the head), not on a wireless interface, and reached by every other node: on a subnet it has an
+interface on, or (a ring's routed node address, a /32 no other node is on) over its routes, which verify proves
+by pinging the address from that node (`reached`).
 """
 
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..engine.command import Command
 from ..engine.facts import HostFacts
 
 ADDRESS_VARS = ("VLLM_HOST_IP", "RAY_NODE_IP_ADDRESS", "RAY_OVERRIDE_NODE_IP_ADDRESS")
@@ -59,12 +62,39 @@ def advertised(node: str, env: Mapping[str, str], facts: HostFacts, head: str) -
     return found
 
 
-def judge(addresses: Sequence[ControlAddress], facts: Mapping[str, HostFacts]) -> list[ControlAddress]:
-    """Each address with where its owner holds it and, if some node cannot use it, why."""
-    return [_judged(a, facts) for a in addresses]
+def judge(addresses: Sequence[ControlAddress], facts: Mapping[str, HostFacts],
+          reached: Mapping[str, Collection[str]] | None = None) -> list[ControlAddress]:
+    """Each address with where its owner holds it and, if some node cannot use it, why. `reached`: per node, the
+    addresses off its subnets that it reached over its routes (to_reach's, pinged)."""
+    return [_judged(a, facts, reached or {}) for a in addresses]
 
 
-def _judged(a: ControlAddress, facts: Mapping[str, HostFacts]) -> ControlAddress:
+def to_reach(addresses: Sequence[ControlAddress], facts: Mapping[str, HostFacts]) -> dict[str, list[str]]:
+    """Per node, the advertised addresses that are on none of its subnets: only its routes can reach them."""
+    out: dict[str, list[str]] = {}
+    for a in addresses:
+        try:
+            address = ipaddress.ip_address(a.address)
+        except ValueError:
+            continue
+        for node, f in facts.items():
+            if node != a.owner and not _on_link(address, f) and a.address not in out.get(node, []):
+                out.setdefault(node, []).append(a.address)
+    return out
+
+
+def reach_command(addresses: Sequence[str]) -> Command:
+    """Pings each address once, all at once; prints the ones that answered. (Addresses only: to_reach parsed them.)"""
+    probes = " ".join(f"(ping -c 1 -W 2 -q {ipaddress.ip_address(a)} >/dev/null 2>&1 && echo {a}) &" for a in addresses)
+    return Command(f"{probes} wait", timeout=30)
+
+
+def _on_link(address: ipaddress.IPv4Address | ipaddress.IPv6Address, facts: HostFacts) -> bool:
+    return any(address in x.network for i in facts.interfaces for x in i.ipv4)
+
+
+def _judged(a: ControlAddress, facts: Mapping[str, HostFacts], reached: Mapping[str, Collection[str]]
+            ) -> ControlAddress:
     owner = facts.get(a.owner)
     if not a.address:
         return _with(a, a.interface, f"{a.interface} has no IPv4 address on {a.owner}")
@@ -80,10 +110,11 @@ def _judged(a: ControlAddress, facts: Mapping[str, HostFacts]) -> ControlAddress
                                    "through the LAN's router if at all")
     network = next(x.network for x in held.ipv4 if x.ip == address)
     cannot = [n for n, f in facts.items()
-              if n != a.owner and not any(address in x.network for i in f.interfaces for x in i.ipv4)]
+              if n != a.owner and not _on_link(address, f) and a.address not in reached.get(n, ())]
     if cannot:
-        return _with(a, held.name, f"{', '.join(cannot)} {'has' if len(cannot) == 1 else 'have'} no interface on "
-                                   f"{network}: {'it' if len(cannot) == 1 else 'they'} cannot reach it")
+        one = len(cannot) == 1
+        return _with(a, held.name, f"{', '.join(cannot)} {'has' if one else 'have'} no interface on {network} and no "
+                                   f"route to it that answers ping: {'it' if one else 'they'} cannot reach it")
     return _with(a, held.name, "")
 
 
@@ -93,9 +124,11 @@ def _with(a: ControlAddress, interface: str | None, problem: str) -> ControlAddr
 
 def fix(problem: ControlAddress) -> str:
     return (f"bind {problem.node}'s control plane (VLLM_HOST_IP, RAY_NODE_IP_ADDRESS, GLOO/NCCL/TP_SOCKET_IFNAME, "
-            "MASTER_ADDR) to an address every node reaches: the QSFP link on a pair or a switch, the management LAN "
-            "(the inventory address) on a ring; re-run `sparkcluster bootstrap` (it rewrites the comm env) and remove "
-            "any override from the container's or the shell's environment")
+            "MASTER_ADDR) to an address every node reaches: the QSFP link on a pair or a switch; on a ring the node's "
+            "routed address (scnode; `ip route get ADDRESS` on the node that cannot reach it shows the missing route) "
+            "or, with fabric.control_plane: lan, the management LAN (the inventory address); re-run `sparkcluster "
+            "bootstrap` (it rewrites the routes and the comm env) and remove any override from the container's or the "
+            "shell's environment")
 
 
 def grouped(addresses: Sequence[ControlAddress]) -> list[str]:

@@ -24,10 +24,11 @@ from ..engine.inventory import Host
 from ..engine.remote import python_line, python_of, source_env
 from ..engine.session import Session
 from ..engine.transport import Transport, Unreachable, remote_path
+from ..node.addressing import routed_control_plane
 from ..node.discovery import fabric_of
 from ..node.fabric import Fabric, Kind
 from ..node.linkstate import nodes_with_links_down
-from ..node.network import COMM_ENV_PATH, QsfpChoice, choose_for, comm_env_path
+from ..node.network import COMM_ENV_PATH, QsfpChoice, choose_for, comm_env_path, control_address
 from . import controlplane
 from .binding import Misbinding, misbindings, parse_env
 from .controlplane import ControlAddress
@@ -155,6 +156,9 @@ def _run_verify(session: Session, backend: str, sizes: str | None, min_busbw: fl
     ring = fabric is not None and fabric.kind is Kind.RING
     master = _rendezvous(session, choices, ring)
     bound, control = check_bindings(session, choices, env_files, in_serving_env, ring=ring, rendezvous=master)
+    if bound is not None and any(a.problem for a in control):
+        # A control-plane address some node cannot reach: the probe's ranks would wait on it until the timeout.
+        return VerifyResult(backend, bound, [], topology=topology, control_plane=control)
     # The probe travels with sparkcluster, in the command itself: nothing to install on the nodes but torch.
     script = (resources.files("sparkcluster.nccl") / "probe.py").read_text()
     # gloo on a ring runs the whole collective on the control plane (the LAN): small sizes, the links get their own
@@ -268,11 +272,11 @@ def _with_twins(session: Session, result: VerifyResult, choices: Mapping[str, Qs
 
 def _rendezvous(session: Session, choices: Mapping[str, QsfpChoice], ring: bool) -> str:
     """Where the probe's ranks meet: the head's QSFP address on a pair or a switch; on a ring, where a link's
-    address reaches one neighbour only, the head's control-plane address (its inventory address, which bootstrap
-    binds the control plane to there)."""
+    address reaches one neighbour only, the head's control-plane address (its routed node address, or with
+    fabric.control_plane: lan its inventory address: what bootstrap binds the control plane to there)."""
     head = session.head
-    if ring and any(i.has_ip(head.address) for i in session.facts[head.name].interfaces):
-        return head.address
+    if ring:
+        return control_address(head, session.facts[head.name], routed_control_plane(session.inventory, head))
     return choices[head.name].ip
 
 
@@ -307,7 +311,12 @@ def check_bindings(session: Session, choices: Mapping[str, QsfpChoice], env_file
                                                                              session.facts[h.name], head)]
     if rendezvous:
         advertised.append(ControlAddress(head, "verify's rendezvous (the probe's MASTER_ADDR)", rendezvous, head))
-    control = controlplane.judge(advertised, session.facts)
+    # Addresses off a node's subnets (a ring's routed node addresses) count as reached once that node pings them.
+    pending = controlplane.to_reach(advertised, session.facts)
+    reached = dict(session.each(lambda host: (host.name, session.run(
+        host, controlplane.reach_command(pending[host.name])).stdout.split()),
+        [h for h in session.hosts if pending.get(h.name)])) if pending else {}
+    control = controlplane.judge(advertised, session.facts, reached)
     unreachable = [a for a in control if a.problem]
     if not found and unreachable:
         bad = unreachable[0]

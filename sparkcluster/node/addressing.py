@@ -20,6 +20,7 @@ from ..engine.facts import HostFacts
 from ..engine.inventory import Host, Inventory
 from .fabric import TOPOLOGIES, Fabric
 from .network import QsfpError, qsfp_port
+from .routed import CONTROL_PLANES, DEFAULT_NODE_SUBNET, NODE_NETDEV, NodeAddress
 
 # eugr's pair (NETWORKING.md): twin 0 of the cabled port on the first, twin 1 on the second.
 DEFAULT_SUBNETS = ("192.168.177.0/24", "192.168.178.0/24")
@@ -33,6 +34,8 @@ NETPLAN_FILE = "/etc/netplan/40-sparkcluster-fabric.yaml"
 # fabric subnets unless the inventory pins a link-local subnet or fabric_ip.
 LINK_LOCAL = IPv4Network("169.254.0.0/16")
 ANY_ADDRESS_FIX = "set vars: {fabric: {subnets: [A/24, B/24], mtu: 9000}} in the inventory"
+NODE_SUBNET_FIX = ("set vars: {fabric: {control_plane: routed, node_subnet: A/24}} with a network that is neither "
+                   "the management LAN nor a link's, or control_plane: lan to keep a ring's control plane on the LAN")
 
 
 class FabricError(QsfpError):
@@ -44,6 +47,8 @@ class FabricConfig:
     subnets: tuple[IPv4Network, IPv4Network]
     mtu: int
     confirm_s: float = DEFAULT_CONFIRM_S
+    control_plane: str = "routed"  # on a ring: routed node addresses (routed.py), or the management LAN ("lan")
+    node_subnet: IPv4Network = IPv4Network(DEFAULT_NODE_SUBNET)
 
 
 @dataclass(frozen=True)
@@ -63,6 +68,7 @@ class AddressPlan:
     twins: tuple[Twin, ...]
     mtu: int
     notes: tuple[str, ...] = ()
+    node: NodeAddress | None = None  # a ring node's routed control-plane address and routes (routed.py)
 
     @property
     def to_assign(self) -> tuple[Twin, ...]:
@@ -80,10 +86,10 @@ def fabric_config(inventory: Inventory, host: Host, fabric: Sequence[HostFacts] 
     raw = host.vars.get("fabric", inventory.vars.get("fabric")) or {}
     if not isinstance(raw, Mapping):
         raise FabricError(f"fabric: must be a mapping, not {raw!r}", ANY_ADDRESS_FIX)
-    unknown = sorted(set(raw) - {"subnets", "mtu", "confirm_timeout", "topology"})
+    unknown = sorted(set(raw) - {"subnets", "mtu", "confirm_timeout", "topology", "control_plane", "node_subnet"})
     if unknown:
-        raise FabricError(f"fabric: unknown key {unknown[0]!r} (known: topology, subnets, mtu, confirm_timeout)",
-                          ANY_ADDRESS_FIX)
+        raise FabricError(f"fabric: unknown key {unknown[0]!r} (known: topology, subnets, mtu, confirm_timeout, "
+                          "control_plane, node_subnet)", ANY_ADDRESS_FIX)
     if raw.get("topology", "auto") not in TOPOLOGIES:
         raise FabricError(f"fabric.topology must be one of {', '.join(TOPOLOGIES)}, not {raw['topology']!r}",
                           "set vars: {fabric: {topology: auto}} (auto: whatever the cables form)")
@@ -104,7 +110,31 @@ def fabric_config(inventory: Inventory, host: Host, fabric: Sequence[HostFacts] 
     confirm = raw.get("confirm_timeout", DEFAULT_CONFIRM_S)
     if not isinstance(confirm, (int, float)) or isinstance(confirm, bool) or not 5 <= confirm <= 600:
         raise FabricError(f"fabric.confirm_timeout must be 5 to 600 seconds, not {confirm!r}", ANY_ADDRESS_FIX)
-    return FabricConfig((nets[0], nets[1]), mtu, float(confirm))
+    control_plane = raw.get("control_plane", "routed")
+    if control_plane not in CONTROL_PLANES:
+        raise FabricError(f"fabric.control_plane must be routed or lan, not {control_plane!r}", NODE_SUBNET_FIX)
+    try:
+        node_subnet = IPv4Network(str(raw.get("node_subnet", DEFAULT_NODE_SUBNET)))
+    except ValueError as e:
+        raise FabricError(f"fabric.node_subnet: {e}", NODE_SUBNET_FIX) from None
+    config = FabricConfig((nets[0], nets[1]), mtu, float(confirm), str(control_plane), node_subnet)
+    if control_plane == "routed":
+        if FIRST_HOST + len(inventory.hosts) >= node_subnet.num_addresses:
+            raise FabricError(f"fabric.node_subnet {node_subnet} holds no address .{FIRST_HOST + len(inventory.hosts)}"
+                              f" for the last of {len(inventory.hosts)} nodes", NODE_SUBNET_FIX)
+        # A ring of N nodes has N cables, each on two subnets: none of them may hold the node addresses.
+        links = [segment_subnet(config, i) for i in range(2 * max(len(inventory.hosts), 2))]
+        clash = next((n for n in links if n.overlaps(node_subnet)), None)
+        if clash is not None:
+            raise FabricError(f"fabric.node_subnet {node_subnet} overlaps the link subnet {clash}: the node "
+                              "addresses need a network of their own", NODE_SUBNET_FIX)
+    return config
+
+
+def routed_control_plane(inventory: Inventory, host: Host) -> bool:
+    """Whether a ring node's control plane is its routed node address (the default) or the management LAN."""
+    raw = host.vars.get("fabric", inventory.vars.get("fabric")) or {}
+    return not isinstance(raw, Mapping) or raw.get("control_plane", "routed") != "lan"
 
 
 def in_use(fabric: Sequence[HostFacts]) -> tuple[str, str]:
@@ -219,7 +249,13 @@ def collisions(plan: AddressPlan, facts: HostFacts) -> list[str]:
     """A planned subnet that overlaps one of the node's other networks (the management LAN above all): the
     kernel would route between them and traffic could leave by the wrong port."""
     problems = []
-    fabric_netdevs = {t.netdev for t in plan.twins}
+    fabric_netdevs = {t.netdev for t in plan.twins} | {NODE_NETDEV}
+    if plan.node is not None:
+        for interface in facts.interfaces:
+            for cidr in interface.ipv4 if interface.name not in fabric_netdevs else ():
+                if cidr.network.overlaps(plan.node.address.network):
+                    problems.append(f"the node address {plan.node.address} (fabric.node_subnet) is on {cidr.network} "
+                                    f"of {interface.name}")
     for twin in plan.to_assign:
         for interface in facts.interfaces:
             if interface.name in fabric_netdevs:
@@ -248,20 +284,33 @@ def duplicates(plans: Mapping[str, AddressPlan]) -> list[str]:
 def netplan_yaml(plan: AddressPlan) -> str:
     """The netplan file for the twins this tool addresses (mode 600, as netplan wants): link-local off, so
     NCCL and Ray never pick a 169.254 address."""
-    ethernets = {t.netdev: {"dhcp4": False, "dhcp6": False, "link-local": [], "mtu": plan.mtu,
-                            "addresses": [str(t.address)]}
-                 for t in plan.twins if t.managed}
-    header = ("# Written by `sparkcluster bootstrap`: the QSFP fabric's addresses (each twin on its own subnet).\n"
-              "# Addresses you set yourself live in other files and are kept.\n")
-    return header + yaml.safe_dump({"network": {"version": 2, "ethernets": ethernets}}, sort_keys=False)
+    ethernets: dict[str, dict[str, object]] = {
+        t.netdev: {"dhcp4": False, "dhcp6": False, "link-local": [], "mtu": plan.mtu, "addresses": [str(t.address)]}
+        for t in plan.twins if t.managed}
+    network: dict[str, object] = {"version": 2, "ethernets": ethernets}
+    if plan.node is not None:
+        # A twin addressed by the user gets an entry with the routes alone: netplan merges it with the user's file.
+        routes: dict[str, list[dict[str, str]]] = {}
+        for route in plan.node.routes:
+            routes.setdefault(route.netdev, []).append({"to": f"{route.to}/32", "via": str(route.via),
+                                                        "from": str(route.src)})
+        for netdev, listed in routes.items():
+            ethernets.setdefault(netdev, {})["routes"] = listed
+        network["bridges"] = {NODE_NETDEV: {"dhcp4": False, "dhcp6": False, "link-local": [],
+                                            "addresses": [str(plan.node.address)]}}
+    header = ("# Written by `sparkcluster bootstrap`: the QSFP fabric's addresses (each twin on its own subnet)"
+              + (";\n# on a ring, the node's control-plane address and its routes to the others" if plan.node else "")
+              + ".\n# Addresses you set yourself live in other files and are kept.\n")
+    return header + yaml.safe_dump({"network": network}, sort_keys=False)
 
 
 def managed_netdevs(netplan_text: str | None) -> tuple[str, ...]:
-    """The twins an existing sparkcluster netplan file holds."""
+    """The twins an existing sparkcluster netplan file addresses (an entry with routes alone is the user's twin)."""
     if not netplan_text:
         return ()
     try:
         doc = yaml.safe_load(netplan_text)
-        return tuple((doc.get("network") or {}).get("ethernets") or {})
+        ethernets = (doc.get("network") or {}).get("ethernets") or {}
+        return tuple(name for name, entry in ethernets.items() if not isinstance(entry, dict) or "addresses" in entry)
     except (yaml.YAMLError, AttributeError):
         return ()

@@ -29,6 +29,7 @@ _QSFP_NETDEV = re.compile(r"en(?:P\d+)?p\d+s\d+f(\d+)np\1")
 # The env file is sourced by a shell and read literally by docker --env-file, so values must need no quoting;
 # Linux allows '$', ';' and '(' in interface names.
 _ENV_VALUE = re.compile(r"[A-Za-z0-9_.,:-]+")
+NODE_NETDEV = "scnode"  # a ring node's routed control-plane address lives on this port-less bridge (routed.py)
 
 
 @dataclass(frozen=True)
@@ -460,11 +461,15 @@ def cable_order(names: Sequence[str], facts: Mapping[str, HostFacts]) -> list[st
     return walk
 
 
-def control_address(host: Host, facts: HostFacts) -> str:
+def control_address(host: Host, facts: HostFacts, routed: bool = True) -> str:
     """Where a node's control plane binds (Ray, gloo, torch's rendezvous, vLLM's VLLM_HOST_IP): its QSFP address,
     except on a node with both ports cabled (a ring), where a link's address reaches one neighbour only: there,
-    its inventory address (the management LAN), which every node reaches, as its comm env says."""
+    its routed node address (node/routed.py), or with `routed` off (fabric.control_plane: lan) or none given yet,
+    its inventory address (the management LAN); either reaches every node, as its comm env says."""
     ring = len({qsfp_port(d.netdev) for d in facts.rdma if d.up} - {None}) > 1
+    node = facts.interface(NODE_NETDEV)
+    if ring and routed and node is not None and node.ipv4:
+        return str(node.ipv4[0].ip)
     if ring and any(i.has_ip(host.address) for i in facts.interfaces):
         return host.address
     return choose_for(host, facts).ip

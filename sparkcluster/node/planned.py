@@ -9,6 +9,7 @@ from ipaddress import IPv4Address
 
 from ..engine.facts import Gid, HostFacts, Interface
 from .addressing import AddressPlan, Twin
+from .routed import NODE_NETDEV
 
 ROCE_V1, ROCE_V2 = "IB/RoCE v1", "RoCE v2"
 
@@ -16,9 +17,12 @@ ROCE_V1, ROCE_V2 = "IB/RoCE v1", "RoCE v2"
 def planned_facts(facts: HostFacts, plan: AddressPlan) -> HostFacts:
     """Each twin of the plan with its address (the link-local ones it replaces gone) at the plan's MTU, and the
     RoCE GIDs the kernel adds for a new IPv4 address (a v1 and a v2 entry at the lowest free indexes of the
-    twin's RDMA port) and drops for a removed one."""
+    twin's RDMA port) and drops for a removed one; on a ring, the node address on its bridge."""
     twins = {t.netdev: t for t in plan.twins}
     interfaces = tuple(_interface(i, twins[i.name], plan.mtu) if i.name in twins else i for i in facts.interfaces)
+    if plan.node is not None:  # a ring node's routed control-plane address, on its bridge
+        interfaces = (*(i for i in interfaces if i.name != NODE_NETDEV),
+                      Interface(NODE_NETDEV, "UNKNOWN", 1500, (plan.node.address,)))
     gids = list(facts.gids)
     for twin in plan.twins:
         device = next((d for d in facts.rdma if d.netdev == twin.netdev), None)

@@ -14,6 +14,7 @@ from ..engine.inventory import Host
 from ..engine.session import Session
 from ..engine.transport import Unreachable
 from ..nccl.verdict import VerdictStatus
+from ..node.addressing import routed_control_plane
 from ..node.network import control_address
 from .launch import LAUNCHERS, RUNTIMES, Launcher, RuntimeName
 
@@ -125,8 +126,10 @@ def clear_record(session: Session) -> None:
 
 def fabric_ips(session: Session) -> dict[str, str]:
     """From the facts: the address each node's control plane must use (its QSFP address; on a ring, where a
-    link's address reaches one neighbour only, the management address every node reaches)."""
-    return {h.name: control_address(h, session.facts[h.name]) for h in session.hosts}
+    link's address reaches one neighbour only, its routed node address or, with fabric.control_plane: lan, the
+    management address: either reaches every node)."""
+    return {h.name: control_address(h, session.facts[h.name], routed_control_plane(session.inventory, h))
+            for h in session.hosts}
 
 
 def other_ips(session: Session) -> dict[str, list[str]]:

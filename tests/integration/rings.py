@@ -84,12 +84,32 @@ def each_cable_its_own_subnets(c: SimCluster, first: subprocess.CompletedProcess
     assert code == 0 and all(l["subnet"] for l in after["links"])
 
 
+def node_address(c: SimCluster, host: str) -> str:
+    """The routed control-plane address bootstrap gives a ring node (fabric.node_subnet's .11, .12 ...)."""
+    return f"10.177.0.{10 + [h.name for h in c.topology.hosts].index(host) + 1}"
+
+
 def comm_env_is_the_rings(c: SimCluster, first: subprocess.CompletedProcess) -> None:
     assert "preflight.fabric" in first.stdout
     env = dict(line.split("=", 1) for line in ssh(c, "spark-2", f"cat {COMM_ENV}").stdout.splitlines()
                if "=" in line and not line.startswith("#"))
     assert len(env["NCCL_IB_HCA"].split(",")) == 4 and env["NCCL_IB_SUBNET_AWARE_ROUTING"] == "1"
-    assert env["VLLM_HOST_IP"] == c.host("spark-2").mgmt_ip and env["NCCL_SOCKET_IFNAME"] == "enP7s7"
+    # The control plane on the node's routed address (fabric.control_plane: routed, the default on a ring).
+    assert env["VLLM_HOST_IP"] == node_address(c, "spark-2") and env["NCCL_SOCKET_IFNAME"] == "scnode"
+    everyone = [node_address(c, h.name) for h in c.topology.hosts]
+    for host in c.topology.hosts:
+        # Each node reaches every other node's address over the cables (on a 4-ring the diagonal through a
+        # neighbour, which forwards it), and its netplan and sysctl.d files keep the routes and forwarding.
+        pings = " ".join(f"(ping -c 1 -W 2 -q {a} >/dev/null || echo unreached {a}) &" for a in everyone)
+        assert ssh(c, host.name, f"{pings} wait").stdout.strip() == "", host.name
+        netplan = yaml.safe_load(c.exec_in(host.name, ["cat", "/etc/netplan/40-sparkcluster-fabric.yaml"],
+                                           capture_output=True, text=True).stdout)["network"]
+        assert netplan["bridges"]["scnode"]["addresses"] == [f"{node_address(c, host.name)}/32"]
+        routes = sorted(r["to"] for e in netplan["ethernets"].values() for r in e.get("routes", []))
+        assert routes == sorted(f"{a}/32" for a in everyone if a != node_address(c, host.name))
+        forwarding = c.exec_in(host.name, ["sh", "-c", "cat /proc/sys/net/ipv4/ip_forward "
+                                           "/etc/sysctl.d/60-sparkcluster-fabric.conf"], capture_output=True, text=True)
+        assert forwarding.stdout.startswith("1\n") and "net.ipv4.ip_forward = 1" in forwarding.stdout
     four = len(c.topology.hosts) == 4
     assert (env.get("NCCL_ALGO"), env.get("NCCL_SKIP_TREE_CONNECT")) == (("Ring", "1") if four else (None, None))
     # spark-1's port 1 is cabled to spark-2's port 0: their addresses on that cable answer each other.

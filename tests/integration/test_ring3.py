@@ -24,6 +24,7 @@ from tests.integration.rings import (
     each_cable_its_own_subnets,
     eugr_clone,
     found_before_addressing,
+    node_address,
     node_logs,
     ready_to_serve,
     ring,
@@ -85,15 +86,17 @@ RING_CABLES = {"spark-1 port 0 <-> spark-3 port 1", "spark-1 port 1 <-> spark-2 
 
 def test_verify_passes_on_the_ring_and_lists_the_control_plane(c3):
     """The whole collective (on the control plane) with --no-links: PASS, and every address each node advertises,
-    each on the management LAN every node reaches. Each link alone is the next test's (one run of six links)."""
+    each its routed node address, which every node reaches over the cables. Each link alone is the next test's (one
+    run of six links)."""
     code, doc, _ = verify(c3, "--no-links")
     assert code == 0 and doc["verdict"]["status"] == "PASS", doc["verdict"]
     assert doc["topology"] == "ring" and doc["links"] == []
     advertised = {(a["node"], a["source"]): a for a in doc["control_plane"]}
     for node in HOSTS:
         vllm = advertised[(node, "VLLM_HOST_IP")]
-        assert vllm["address"] == c3.host(node).mgmt_ip and vllm["interface"] == "enP7s7" and not vllm["problem"]
-        assert (node, "GLOO_SOCKET_IFNAME=enP7s7") in advertised
+        assert vllm["address"] == node_address(c3, node) and vllm["interface"] == "scnode" and not vllm["problem"]
+        assert (node, "GLOO_SOCKET_IFNAME=scnode") in advertised
+    assert advertised[("spark-1", "verify's rendezvous (the probe's MASTER_ADDR)")]["address"] == "10.177.0.11"
 
 
 def test_each_link_is_measured_alone_and_a_degraded_one_is_named(c3):
@@ -123,20 +126,30 @@ def test_each_link_is_measured_alone_and_a_degraded_one_is_named(c3):
 
 
 def test_a_control_plane_address_one_node_cannot_reach_fails_naming_it(c3):
-    """spark-3 advertises its address on the link to spark-1: spark-2 has no interface on that subnet. As the user
-    reads it (text), with --no-links: the control plane listed, no link measured."""
+    """Two ways to advertise what some node cannot reach, in one run: spark-2's route to spark-3's node address is
+    gone (its pings, and spark-3's answers to it, go nowhere), and spark-3 advertises its address on the link to
+    spark-1 (spark-2 has no interface on that subnet). As the user reads it (text), with --no-links: the control
+    plane listed, each problem named, no link measured, no probe left waiting on an address it cannot reach."""
     link_ip = next(a for a in ssh(c3, "spark-3", "ip -4 -o addr show enp1s0f1np1").stdout.split()
                    if a.count(".") == 3 and "/" in a).split("/")[0]
+    route = c3.exec_in("spark-2", ["ip", "-4", "route", "show", "10.177.0.13"], capture_output=True,
+                       text=True).stdout.split()
+    assert route[:1] == ["10.177.0.13"], route
+    c3.exec_in("spark-2", ["ip", "route", "del", "10.177.0.13"], check=True)
     ssh(c3, "spark-3", f"sed -i.bak 's/^VLLM_HOST_IP=.*/VLLM_HOST_IP={link_ip}/' {COMM_ENV}")
     try:
         out = run_cli("verify", str(c3.inventory_path), "--no-links")
         text = " ".join(out.stdout.split())
         assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr
         assert "control plane (the addresses each node advertises):" in text and "links of the" not in text
-        assert (f"FAIL (gloo) spark-3 advertises a control-plane address some node cannot use: spark-3 VLLM_HOST_IP "
-                f"{link_ip} on enp1s0f1np1: spark-2 has no interface on ") in text, text
-        assert "management LAN" in text.split(" fix: ")[-1]
+        assert ("FAIL (gloo) spark-2 advertises a control-plane address some node cannot use: spark-2 VLLM_HOST_IP "
+                "10.177.0.12 on scnode: spark-3 has no interface on 10.177.0.12/32 and no route to it that answers "
+                "ping") in text, text
+        assert (f"spark-3 {link_ip} on enp1s0f1np1: VLLM_HOST_IP <- spark-2 has no interface on ") in text, text
+        assert "spark-1 10.177.0.11 on scnode:" in text and "<- spark-1" not in text  # spark-1 reaches and is reached
+        assert "routed address (scnode" in text.split(" fix: ")[-1]
     finally:
+        c3.exec_in("spark-2", ["ip", "route", "replace", *route], check=True)
         ssh(c3, "spark-3", f"mv {COMM_ENV}.bak {COMM_ENV}")
 
 

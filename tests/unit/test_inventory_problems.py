@@ -69,7 +69,17 @@ def test_bootstrap_exits_2_naming_all_three_before_connecting(tmp_path: Path, no
     ("{mtu: nine}", 3, "fabric.mtu must be a whole number from 1280 to 9216, not 'nine'"),
     ("{confirm_timeout: 2}", 3, "fabric.confirm_timeout must be 5 to 600 seconds, not 2"),
     ("{subnet: [10.0.0.0/24, 10.0.1.0/24]}", 3, "fabric: unknown key 'subnet' (did you mean 'subnets'?)"),
-    ("[10.0.0.0/24]", 3, "fabric must be a mapping of topology, subnets, mtu, confirm_timeout, not a list"),
+    ("[10.0.0.0/24]", 3, "fabric must be a mapping of topology, subnets, mtu, confirm_timeout, control_plane, "
+                         "node_subnet, not a list"),
+    ("{control_plane: wifi}", 3, "fabric.control_plane must be routed or lan, not 'wifi'"),
+    ("{node_subnet: 10.177.0.1/24}", 3, "fabric.node_subnet: '10.177.0.1/24' is not an IPv4 network: 10.177.0.1/24 "
+                                        "has host bits set"),
+    ("{node_subnet: 10.177.0.0/28}", 3, "fabric.node_subnet: 10.177.0.0/28 is too small (node numbers start at .11)"),
+    # The default link subnets run 192.168.177.0/24, .178, then a ring's further cables .179, .180 ...
+    ("{node_subnet: 192.168.180.0/24}", 3, "fabric.node_subnet 192.168.180.0/24 overlaps the link subnet "
+                                           "192.168.180.0/24"),
+    ("{subnets: [10.0.0.0/24, 10.0.1.0/24], node_subnet: 10.0.4.0/24}", 3,
+     "fabric.node_subnet 10.0.4.0/24 overlaps the link subnet 10.0.4.0/24"),
 ])
 def test_each_fabric_setting_is_checked_at_its_line(tmp_path: Path, fabric: str, line: int, message: str) -> None:
     text = f"vars:\n  x: 1\n  fabric: {fabric}\nhosts:\n  spark-1: {{address: 192.168.1.50, role: head}}\n"
@@ -79,7 +89,7 @@ def test_each_fabric_setting_is_checked_at_its_line(tmp_path: Path, fabric: str,
 def test_a_valid_fabric_and_a_host_level_override_load(tmp_path: Path) -> None:
     path = tmp_path / "inv.yml"
     path.write_text("vars:\n  fabric: {topology: ring, subnets: [10.0.0.0/24, 10.0.1.0/24], mtu: 9000, "
-                    "confirm_timeout: 30}\nhosts:\n  spark-1: {address: 192.168.1.50, role: head, "
+                    "confirm_timeout: 30, control_plane: lan, node_subnet: 10.99.0.0/24}\nhosts:\n  spark-1: {address: 192.168.1.50, role: head, "
                     "vars: {fabric: {mtu: 1500}}}\n")
     inventory = load_inventory(path, check_files=False)
     assert inventory.vars["fabric"]["topology"] == "ring" and inventory.hosts[0].vars["fabric"]["mtu"] == 1500

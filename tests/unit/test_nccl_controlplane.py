@@ -46,10 +46,12 @@ def test_a_ring_links_address_reaches_one_neighbour_only():
     envs["spark-2"] = env("10.0.2.2", "enp1s0f1np1")
     bad = [a for a in judged(envs, f) if a.problem]
     assert [str(a) for a in bad][:2] == [
-        "spark-2 VLLM_HOST_IP 10.0.2.2 on enp1s0f1np1: spark-3 has no interface on 10.0.2.0/24: it cannot reach it",
-        "spark-2 RAY_NODE_IP_ADDRESS 10.0.2.2 on enp1s0f1np1: spark-3 has no interface on 10.0.2.0/24: it cannot "
-        "reach it"]
-    assert "the management LAN (the inventory address) on a ring" in controlplane.fix(bad[0])
+        "spark-2 VLLM_HOST_IP 10.0.2.2 on enp1s0f1np1: spark-3 has no interface on 10.0.2.0/24 and no route to it "
+        "that answers ping: it cannot reach it",
+        "spark-2 RAY_NODE_IP_ADDRESS 10.0.2.2 on enp1s0f1np1: spark-3 has no interface on 10.0.2.0/24 and no route "
+        "to it that answers ping: it cannot reach it"]
+    assert "on a ring the node's routed address (scnode" in controlplane.fix(bad[0])
+    assert "fabric.control_plane: lan, the management LAN (the inventory address)" in controlplane.fix(bad[0])
 
 
 def test_wifi_an_address_not_held_and_a_rendezvous_off_the_head():

@@ -12,7 +12,10 @@ from ..yamlsource import SourceList, SourceMap, describe
 from .model import Source
 
 TOPOLOGIES = ("auto", "pair", "switch", "ring")
-KEYS = ("topology", "subnets", "mtu", "confirm_timeout")
+KEYS = ("topology", "subnets", "mtu", "confirm_timeout", "control_plane", "node_subnet")
+CONTROL_PLANES = ("routed", "lan")  # a ring's control plane: routed node addresses over the cables, or the LAN
+DEFAULT_SUBNETS = ("192.168.177.0/24", "192.168.178.0/24")
+DEFAULT_NODE_SUBNET = "10.177.0.0/24"
 MTU_RANGE = (1280, 9216)  # IPv6's floor; the largest frame DGX OS configures on the ConnectX-7 ports
 CONFIRM_RANGE_S = (5, 600)
 EXAMPLE = "e.g. `fabric: {subnets: [192.168.177.0/24, 192.168.178.0/24], mtu: 9000}`"
@@ -35,6 +38,12 @@ def check_fabric(value: Any, line: int, src: Source) -> None:
                              "auto (whatever the cables form), or say what they form: pair, switch or ring"))
     if "subnets" in value:
         _check_subnets(value["subnets"], value.key_line("subnets"), src)
+    if "control_plane" in value and value["control_plane"] not in CONTROL_PLANES:
+        src.report(src.error(value.key_line("control_plane"), f"fabric.control_plane must be routed or lan, not "
+                             f"{describe(value['control_plane'])}", "routed (the default: a node address per node, "
+                             "routed over a ring's cables) or lan (the management LAN)"))
+    if "node_subnet" in value:
+        _check_node_subnet(value, src)
     if "mtu" in value:
         mtu = value["mtu"]
         if isinstance(mtu, bool) or not isinstance(mtu, int) or not MTU_RANGE[0] <= mtu <= MTU_RANGE[1]:
@@ -73,3 +82,34 @@ def _check_subnets(subnets: Any, line: int, src: Source) -> None:
             if a.overlaps(b):
                 src.report(src.error(at, f"fabric.subnets {a} and {b} overlap: each twin needs a subnet of its own",
                                      "give the second twin another network, e.g. the next /24"))
+
+
+def _check_node_subnet(value: SourceMap, src: Source) -> None:
+    """The routed node addresses' network: a real one, room for a cluster, clear of the links' subnets (the two
+    configured and the /24s after them that a ring's further cables take)."""
+    line = value.key_line("node_subnet")
+    fix = "a network of its own, neither the management LAN nor a link's, e.g. `node_subnet: 10.177.0.0/24`"
+    text = value["node_subnet"]
+    try:
+        network = IPv4Network(text) if isinstance(text, str) else None
+    except ValueError as e:
+        src.report(src.error(line, f"fabric.node_subnet: {text!r} is not an IPv4 network: {e}", fix))
+        return
+    if network is None:
+        src.report(src.error(line, f"fabric.node_subnet: {describe(text)} is not an IPv4 network", fix))
+        return
+    if network.num_addresses < 64:
+        src.report(src.error(line, f"fabric.node_subnet: {network} is too small (node numbers start at .11)", fix))
+        return
+    subnets = value.get("subnets")
+    try:
+        links = [IPv4Network(str(s)) for s in subnets] if isinstance(subnets, SourceList) else []
+    except ValueError:
+        return  # reported with the subnets
+    links = links or [IPv4Network(s) for s in DEFAULT_SUBNETS]
+    # A ring of up to 8 nodes takes up to 16 link subnets: the configured two and the ones that follow the second.
+    last = links[-1]
+    links += [IPv4Network((int(last.network_address) + i * last.num_addresses, last.prefixlen)) for i in range(1, 15)]
+    clash = next((n for n in links if n.overlaps(network)), None)
+    if clash is not None:
+        src.report(src.error(line, f"fabric.node_subnet {network} overlaps the link subnet {clash}", fix))

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import shlex
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from ...engine.command import Command
-from ...engine.facts import parse_ip_addr
+from ...engine.facts import HostFacts, parse_ip_addr
 from ...engine.steps.base import HostContext, NoArgs, Plan, Step, StepFailed, register
 from ...engine.steps.files import unified_diff
 from ...engine.transport import Unreachable
@@ -25,14 +25,26 @@ from ..addressing import (
     collisions,
     duplicates,
     fabric_config,
+    host_number,
     managed_netdevs,
     netplan_yaml,
     plan_addresses,
 )
 from ..discovery import fabric_of
-from ..fabric import Fabric
+from ..fabric import Fabric, Kind
 from ..network import qsfp_port
 from ..planned import planned_facts
+from ..routed import (
+    NODE_NETDEV,
+    SYSCTL_FILE,
+    SYSCTL_TEXT,
+    NodeAddress,
+    Route,
+    missing_routes,
+    node_address,
+    parse_routes,
+    plan_node_address,
+)
 from .preflight import facts_of
 
 STATE_DIR = "/var/lib/sparkcluster/fabric"  # root-owned: the previous file, the rollback script, its outcome
@@ -40,6 +52,24 @@ NETPLAN_FIX = ("install netplan (DGX OS and Ubuntu ship netplan.io: sudo apt-get
                "QSFP twins their addresses yourself: each twin of the cabled port on a /24 of its own, MTU 9000")
 RECONNECT_GRACE_S = 60  # after the watchdog's deadline, how long to wait for the node to answer again
 LIVE_DELAY_S = 1  # between the session that arms the change and the change itself
+ROUTES = Command("ip -4 route show")
+FORWARDING = Command(f"cat /proc/sys/net/ipv4/ip_forward; echo ---; cat {SYSCTL_FILE} 2>/dev/null || true")
+
+
+@dataclass(frozen=True)
+class NodeNow:
+    """What a ring node holds now of its routed control plane (read fresh in check)."""
+
+    exists: bool  # the scnode bridge is there
+    held: bool  # with the planned address
+    routes: dict[str, str]  # the kernel's /32 routes: destination -> the rest of the line
+    missing: tuple[Route, ...]
+    forwarding: str  # /proc/sys/net/ipv4/ip_forward
+    sysctl: str  # the sysctl.d file's text ("" when absent)
+
+    @property
+    def converged(self) -> bool:
+        return self.held and not self.missing and self.forwarding == "1" and self.sysctl == SYSCTL_TEXT
 
 
 @register
@@ -50,28 +80,32 @@ class FabricAddresses(Step):
 
     def reads(self, ctx: HostContext) -> tuple[Command, ...]:
         # One exec for both (engine/batch.py); a retry of `ip -j addr` reads afresh.
-        return (Command("ip -j addr"), Command(f"cat {NETPLAN_FILE} 2>/dev/null || true", sudo=True))
+        return (Command("ip -j addr"), Command(f"cat {NETPLAN_FILE} 2>/dev/null || true", sudo=True), ROUTES,
+                FORWARDING)
 
     def check(self, ctx: HostContext) -> Plan:
         if not any(d.up for d in facts_of(ctx).rdma):
             return Plan("no QSFP link to address: preflight.qsfp tells why", skip=True)
         config = _config(ctx)
-        plan, current_file = self._plan(ctx, config)
+        plan, current_file, fresh = self._plan(ctx, config)
         wanted = netplan_yaml(plan)
-        file_changes = any(t.managed for t in plan.twins) and current_file != wanted
-        if not plan.to_assign and not plan.to_retune and not file_changes:
-            return Plan(f"already addressed: {_twins(plan)}", warnings=plan.notes)
+        file_changes = (any(t.managed for t in plan.twins) or plan.node is not None) and current_file != wanted
+        node = _node_now(ctx, plan.node, fresh) if plan.node is not None else None
+        if not plan.to_assign and not plan.to_retune and not file_changes and (node is None or node.converged):
+            return Plan(f"already addressed: {_twins(plan)}{_node_text(plan.node)}", warnings=plan.notes)
         problems = collisions(plan, facts_of(ctx)) + self._taken_on_fabric(ctx, plan)
         if problems:
             raise StepFailed("; ".join(problems) + "; nothing was changed",
                              "choose free subnets: set vars: {fabric: {subnets: [A/24, B/24]}} in the inventory")
         if not ctx.run(Command("command -v netplan >/dev/null", sudo=True)).ok:  # in sudo's PATH (/usr/sbin)
             raise StepFailed("netplan is not installed: the fabric's addresses could not survive a reboot", NETPLAN_FIX)
-        diff = unified_diff(ctx.host.name, NETPLAN_FILE, current_file or "", wanted) if file_changes else None
+        diffs = [unified_diff(ctx.host.name, NETPLAN_FILE, current_file or "", wanted) if file_changes else None]
+        if node is not None and node.sysctl != SYSCTL_TEXT:
+            diffs.append(unified_diff(ctx.host.name, SYSCTL_FILE, node.sysctl, SYSCTL_TEXT))
         ports = f"port {plan.port}" if plan.port is not None else "ports 0 and 1"
-        return Plan(f"address {ports}: {_twins(plan)}, MTU {plan.mtu}",
-                    self._commands(ctx, plan, wanted, config), diff=diff, warnings=plan.notes,
-                    planned_facts=planned_facts(facts_of(ctx), plan))
+        return Plan(f"address {ports}: {_twins(plan)}, MTU {plan.mtu}{_node_text(plan.node)}",
+                    self._commands(ctx, plan, wanted, config, node), diff="".join(d for d in diffs if d) or None,
+                    warnings=plan.notes, planned_facts=planned_facts(facts_of(ctx), plan))
 
     def apply(self, ctx: HostContext, plan: Plan) -> None:
         config = _config(ctx)
@@ -85,7 +119,7 @@ class FabricAddresses(Step):
                          "choose other subnets (vars: {fabric: {subnets: [A/24, B/24]}}) and run bootstrap again")
 
     # ---- check ---------------------------------------------------------------------------------------------
-    def _plan(self, ctx: HostContext, config: FabricConfig) -> tuple[AddressPlan, str | None]:
+    def _plan(self, ctx: HostContext, config: FabricConfig) -> tuple[AddressPlan, str | None, HostFacts]:
         facts = facts_of(ctx)
         for _ in range(3):
             fresh = ctx.must_read(Command("ip -j addr"), "check that iproute2 runs on the node").stdout
@@ -99,8 +133,9 @@ class FabricAddresses(Step):
             raise StepFailed(f"`ip -j addr` printed no interfaces: {fresh.strip()[:200]!r}", "run bootstrap again")
         facts = replace(facts, interfaces=interfaces)
         current = ctx.read(Command(f"cat {NETPLAN_FILE} 2>/dev/null || true", sudo=True)).stdout or None
+        fabric = _fabric(ctx)
         try:
-            plan = plan_addresses(ctx.inventory, ctx.host, facts, config, managed_netdevs(current), _fabric(ctx))
+            plan = plan_addresses(ctx.inventory, ctx.host, facts, config, managed_netdevs(current), fabric)
         except FabricError as e:
             raise StepFailed(e.message, e.fix) from None
         others = {}
@@ -108,14 +143,19 @@ class FabricAddresses(Step):
             if other.name != ctx.host.name and other.name in ctx.all_facts:
                 try:
                     others[other.name] = plan_addresses(ctx.inventory, other, ctx.all_facts[other.name], config,
-                                                        fabric=_fabric(ctx))
+                                                        fabric=fabric)
                 except FabricError:
                     continue
         clashes = [c for c in duplicates({ctx.host.name: plan, **others}) if ctx.host.name in c]
         if clashes:
             raise StepFailed("the same fabric address for two nodes: " + "; ".join(clashes) + "; nothing was changed",
                              "give each node its own fabric_ip, or leave the numbering to sparkcluster")
-        return plan, current
+        if fabric is not None and fabric.kind is Kind.RING and config.control_plane == "routed":
+            addresses = {h.name: node_address(config.node_subnet, host_number(ctx.inventory, h.name))
+                         for h in ctx.inventory.hosts}
+            twins = {name: {t.netdev: t.address for t in p.twins} for name, p in {ctx.host.name: plan, **others}.items()}
+            plan = replace(plan, node=plan_node_address(ctx.host.name, fabric, addresses, twins))
+        return plan, current, facts
 
     def _taken_on_fabric(self, ctx: HostContext, plan: AddressPlan) -> list[str]:
         """Duplicate address detection (RFC 5227) on the wire: a device outside the inventory may hold it."""
@@ -126,7 +166,8 @@ class FabricAddresses(Step):
         taken = ctx.run(Command(f"{probes} wait", sudo=True, timeout=30)).stdout.split()
         return [f"{ip} is already in use on the fabric (it answered ARP)" for ip in taken]
 
-    def _commands(self, ctx: HostContext, plan: AddressPlan, wanted: str, config: FabricConfig) -> tuple[Command, ...]:
+    def _commands(self, ctx: HostContext, plan: AddressPlan, wanted: str, config: FabricConfig,
+                  node: NodeNow | None = None) -> tuple[Command, ...]:
         ssh_netdev = self._ssh_interface(ctx)
         live = []
         changing = tuple(dict.fromkeys((*plan.to_retune, *plan.to_assign)))  # a fresh twin is in both: once
@@ -145,6 +186,15 @@ class FabricAddresses(Step):
         rollback += [f"ip addr add {old} dev {shlex.quote(t.netdev)} 2>/dev/null" for t in plan.to_assign
                      for old in t.replaces]
         rollback += [f"ip link set {shlex.quote(t.netdev)} mtu {t.mtu}" for t in changing]
+        keep_sysctl = ""
+        if plan.node is not None and node is not None:
+            # After the twins' addresses: a route's next hop must be on a subnet the node already holds.
+            live += _node_live(plan.node)
+            rollback += _node_rollback(plan.node, node)
+            keep_sysctl = (f"if [ -e {SYSCTL_FILE} ]; then cp -p {SYSCTL_FILE} {STATE_DIR}/previous-sysctl.conf; "
+                           f"else rm -f {STATE_DIR}/previous-sysctl.conf; fi\n"
+                           f"printf '%s' {shlex.quote(SYSCTL_TEXT)} > {SYSCTL_FILE}.tmp; "
+                           f"chmod 644 {SYSCTL_FILE}.tmp; mv {SYSCTL_FILE}.tmp {SYSCTL_FILE}\n")
         rollback += ["netplan generate 2>/dev/null", f'echo "rolled-back-$1" > {STATE_DIR}/state']
         # Unless a new session confirms in time, the watchdog (setsid: it outlives this session) rolls back.
         watchdog = (f"sleep {config.confirm_s:g}; [ -e {STATE_DIR}/confirmed ] || "
@@ -159,6 +209,7 @@ class FabricAddresses(Step):
                   f"if [ -e {NETPLAN_FILE} ]; then cp -p {NETPLAN_FILE} {STATE_DIR}/previous.yaml; "
                   f"else rm -f {STATE_DIR}/previous.yaml; fi\n"
                   f"printf '%s\\n' {shlex.quote(chr(10).join(rollback))} > {STATE_DIR}/rollback.sh\n"
+                  f"{keep_sysctl}"
                   f"cat > {NETPLAN_FILE}.tmp; chmod 600 {NETPLAN_FILE}.tmp; mv {NETPLAN_FILE}.tmp {NETPLAN_FILE}\n"
                   f"if ! netplan generate 2> {STATE_DIR}/generate.err; then sh {STATE_DIR}/rollback.sh refused; "
                   f"echo \"netplan refused the file: $(cat {STATE_DIR}/generate.err)\" >&2; exit 3; fi\n"
@@ -214,6 +265,41 @@ def _fabric(ctx: HostContext) -> Fabric | None:
     or a switch is addressed from each node's own facts, without a probe."""
     both = any(len({qsfp_port(d.netdev) for d in f.rdma if d.up}) > 1 for f in ctx.all_facts.values())
     return fabric_of(ctx.session) if both else None
+
+
+def _node_now(ctx: HostContext, plan: NodeAddress, fresh: HostFacts) -> NodeNow:
+    bridge = fresh.interface(NODE_NETDEV)
+    routes = parse_routes(ctx.read(ROUTES).stdout)
+    forwarding, _, sysctl = ctx.read(FORWARDING).stdout.partition("---\n")
+    return NodeNow(bridge is not None, bridge is not None and plan.address in bridge.ipv4, routes,
+                   missing_routes(plan, routes), forwarding.strip(), sysctl)
+
+
+def _node_live(plan: NodeAddress) -> list[str]:
+    """The node address on its port-less bridge, a route to every other node's, forwarding on; each idempotent."""
+    return [f"ip link show {NODE_NETDEV} >/dev/null 2>&1 || ip link add {NODE_NETDEV} type bridge",
+            f"ip addr replace {plan.address} dev {NODE_NETDEV}", f"ip link set {NODE_NETDEV} up",
+            *(f"ip route replace {r.ip_args()}" for r in plan.routes), "sysctl -qw net.ipv4.ip_forward=1"]
+
+
+def _node_rollback(plan: NodeAddress, now: NodeNow) -> list[str]:
+    """Back to what the node held: its routes as they were, its bridge and forwarding, the previous sysctl file."""
+    lines = [f"ip link del {NODE_NETDEV} 2>/dev/null" if not now.exists else
+             "" if now.held else f"ip addr del {plan.address} dev {NODE_NETDEV} 2>/dev/null"]
+    for route in plan.routes:
+        before = now.routes.get(str(route.to))
+        lines.append(f"ip route replace {route.to} {before} 2>/dev/null" if before else
+                     f"ip route del {route.to}/32 2>/dev/null")
+    lines += [f"sysctl -qw net.ipv4.ip_forward={now.forwarding or 0}",
+              f"if [ -e {STATE_DIR}/previous-sysctl.conf ]; then cp -p {STATE_DIR}/previous-sysctl.conf {SYSCTL_FILE}; "
+              f"else rm -f {SYSCTL_FILE}; fi"]
+    return [line for line in lines if line]
+
+
+def _node_text(plan: NodeAddress | None) -> str:
+    if plan is None:
+        return ""
+    return f"; node address {plan.address} on {NODE_NETDEV}, routes to {len(plan.routes)} nodes"
 
 
 def _config(ctx: HostContext) -> FabricConfig:

@@ -14,8 +14,9 @@ import jinja2
 
 from ...engine.steps.base import HostContext, Plan, Step, StepFailed, register
 from ...engine.steps.files import plan_file, write_file
+from ..addressing import routed_control_plane
 from ..fabric import Kind
-from ..network import COMM_ENV_PATH, QsfpError, comm_env, qsfp_port, ring_env
+from ..network import COMM_ENV_PATH, NODE_NETDEV, QsfpError, comm_env, qsfp_port, ring_env
 from .preflight import facts_of, qsfp_of, ring_of
 
 _TEMPLATES = jinja2.Environment(
@@ -46,12 +47,22 @@ class CommEnv(Step):
         fabric = ring_of(ctx)
         if fabric is not None and fabric.kind is Kind.RING:
             facts = facts_of(ctx)
-            control = next(((i.name, str(a.ip)) for i in facts.interfaces for a in i.ipv4
-                            if str(a.ip) == ctx.host.address), None)
+            if routed_control_plane(ctx.inventory, ctx.host):  # its node address, routed over the cables
+                node = facts.interface(NODE_NETDEV)
+                if node is None or not node.ipv4:
+                    raise StepFailed(f"{ctx.host.name} has no node address on {NODE_NETDEV}: on a ring the control "
+                                     "plane binds to it (fabric.control_plane: routed)",
+                                     "run bootstrap again (fabric.addresses gives it), or set vars: {fabric: "
+                                     "{control_plane: lan}} to bind the control plane to the management LAN")
+                control: tuple[str, str] | None = (NODE_NETDEV, str(node.ipv4[0].ip))
+            else:
+                control = next(((i.name, str(a.ip)) for i in facts.interfaces for a in i.ipv4
+                                if str(a.ip) == ctx.host.address), None)
             if control is None:
                 raise StepFailed(f"{ctx.host.name}: its inventory address {ctx.host.address} is on none of its "
                                  "interfaces: on a ring the control plane needs an address every node reaches",
-                                 "give the node's management LAN address (enP7s7) as its address: in the inventory")
+                                 "give the node's management LAN address (enP7s7) as its address: in the inventory, "
+                                 "or set vars: {fabric: {control_plane: routed}}")
             hcas = [d.hca for d in facts.rdma if d.up and qsfp_port(d.netdev) is not None]
             prefix = next((l.subnet.prefixlen for l in fabric.links if l.subnet), 24)
             env = ring_env(env, len(fabric.nodes), hcas, control[1], control[0], prefix)
