@@ -45,32 +45,31 @@ def probe_command(twins: Sequence[str], candidates: Mapping[str, Sequence[str]],
       to the first. A loaded node reads them late, but still all of them and in that order.
     A silent candidate leaves the multicast its whole PROBE_S."""
     jobs = []
-    for i, netdev in enumerate(twins):
+    for netdev in twins:
         q = shlex.quote(netdev)
         addresses = candidates.get(netdev, ())
-        heard = f"$d/{i}"  # the multicast's lines, read while it runs; the unicast answers go to {heard}.u
-        multicast = f"ping -6 -n -w {PROBE_S} ff02::1%{q} > {heard} 2>/dev/null"
+        multicast = f"ping -6 -n -w {PROBE_S} ff02::1%{q} 2>/dev/null"
         if not addresses:
-            every = f"{multicast}"
+            every = multicast
         else:
             unicast = " ".join(f"ping -n -c 1 -w {PROBE_S} -I {q} {shlex.quote(a)} 2>/dev/null &" for a in addresses)
             # Each unicast answer becomes one of ping's own lines, for the awk below.
             answered = (f"u=$( ({unicast} wait) | awk '/bytes from/ {{print $4}}' ); "
-                        f'for a in $u; do echo "64 bytes from $a"; done > {heard}.u; set -- $u')
+                        f'for a in $u; do echo "64 bytes from $a"; done')
             if link_local is not None and netdev not in link_local:
                 every = answered
             else:
-                # The wait is bounded (a finished ping may stay a zombie that `kill -0` still finds, under dash).
-                every = (f"{multicast} & m=$!; {answered}; if [ $# -ge {len(addresses)} ]; then n=0; "
-                         f"while [ $n -lt {PROBE_S * 20 + 20} ] && kill -0 $m 2>/dev/null && ! second {heard}; "
-                         f"do sleep 0.05; n=$((n + 1)); done; kill $m 2>/dev/null; fi; wait")
+                # Into one pipe: the multicast's pid, its lines as they come, the unicast answers, and `@all` when
+                # every candidate answered; `listen` stops the multicast once it has `@all` and a second echo's answer.
+                every = (f"{{ {multicast} & echo \"@pid $!\"; {answered}; set -- $u; "
+                         f"[ $# -ge {len(addresses)} ] && echo @all; wait; }} | listen")
         # awk prints the 4th field of "64 bytes from ADDR: icmp_seq=..." lines; one echo keeps a twin's line whole.
-        jobs.append(f"( {every}; echo {q} $(cat {heard} {heard}.u 2>/dev/null | awk '/bytes from/ {{print $4}}' "
-                    f"| sort -u) ) &")
-    # `second FILE`: the multicast has read an answer to its second echo (shell built-ins: no process per look).
-    second = "second() { while read -r l; do case $l in *'icmp_seq=2 '*) return 0;; esac; done < \"$1\"; return 1; }"
-    return Command(f"PATH=$PATH:/usr/sbin:/sbin:/bin; d=$(mktemp -d) || exit 1; {second}; " + " ".join(jobs)
-                   + ' wait; rm -rf "$d"', timeout=PROBE_S + 20)
+        jobs.append(f"( echo {q} $( ({every}) | awk '/bytes from/ {{print $4}}' | sort -u) ) &")
+    # Shell built-ins only (no process per line), and no file written: check mode leaves the node as it was.
+    listen = ("listen() { p=; a=; s=; while read -r l; do case $l in '@pid '*) p=${l#@pid };; @all) a=1;; "
+              "*'icmp_seq=2 '*) s=1; echo \"$l\";; *) echo \"$l\";; esac; "
+              "if [ \"$a$s\" = 11 ] && [ -n \"$p\" ]; then kill $p 2>/dev/null; a=2; fi; done; }")
+    return Command(f"PATH=$PATH:/usr/sbin:/sbin:/bin; {listen}; " + " ".join(jobs) + " wait", timeout=PROBE_S + 20)
 
 
 def parse_probe(text: str) -> dict[str, tuple[str, ...]]:

@@ -74,5 +74,7 @@ def test_a_twin_without_link_local_sends_no_multicast(tmp_path: Path) -> None:
     twins = {"enp1s0f1np1": ("10.0.0.12",), "enP2p1s0f1np1": ("10.0.1.12",)}
     command = probe_command(tuple(twins), twins, ["enP2p1s0f1np1"])
     assert "ff02::1%enp1s0f1np1" not in command.script and "ff02::1%enP2p1s0f1np1" in command.script
+    # Nothing is written on the node (bootstrap --check must leave it as it was): no redirection but stderr's.
+    assert "mktemp" not in command.script and command.script.replace("2>/dev/null", "").count(">") == 0
     seen = run_probe(tmp_path, twins, "10.0.0.12 10.0.1.12", read_s=0.1, link_local=("enP2p1s0f1np1",))
     assert seen == {"enp1s0f1np1": ("10.0.0.12",), "enP2p1s0f1np1": ("10.0.1.12", OWN, PEER, SWITCH)}
