@@ -18,16 +18,15 @@ from .preflight import qsfp_of, ring_of
 
 KEY = "~/.ssh/id_ed25519"
 PROBE_OPTS = " ".join([*STRICT_SSH, "-o", "ConnectTimeout=10"])
-AUTHORIZE = ('umask 077; mkdir -p ~/.ssh; k=$(cat); touch ~/.ssh/authorized_keys; '
-             'grep -qxF "$k" ~/.ssh/authorized_keys || printf "%s\\n" "$k" >> ~/.ssh/authorized_keys')
 
 
 def _logins(nodes: dict[str, Node], head: str) -> str:
     """Shell that tries one login from the head to each worker, all at once, and prints `@proved NAME` for each
-    that let it in, before the reads print anything (so no line of theirs is cut by one of these)."""
+    that let it in, before the reads print anything (so no line of theirs is cut by one of these). A head without
+    its key (a cold run) tries none: no login could succeed, and each failed handshake would hold the read up."""
     tries = "".join(f"(ssh {PROBE_OPTS} {shlex.quote(f'{t.user}@{t.ip}')} true </dev/null >/dev/null 2>&1 "
                     f"&& echo @proved {shlex.quote(name)}) & " for name, t in nodes.items() if name != head)
-    return f"( {tries}wait ); "
+    return f"[ -f {KEY} ] && ( {tries}wait ); "
 
 
 @dataclass(frozen=True)
@@ -158,32 +157,47 @@ class SshMesh(Step):
     def apply(self, ctx: HostContext, plan: Plan) -> None:
         if not isinstance(plan, MeshPlan):
             raise TypeError(f"ssh.mesh applies the MeshPlan its check() returned, not {type(plan).__name__}")
-        by_source: dict[str, list[Link]] = {}
-        for link in plan.links:
-            by_source.setdefault(link.source, []).append(link)
-        # One thread per source node: each writes only its own key and known_hosts; the targets'
-        # authorized_keys take appends from several sources, which O_APPEND keeps whole.
-        with ThreadPoolExecutor(max_workers=max(1, len(by_source))) as pool:
-            list(pool.map(lambda item: self._connect_source(ctx, *item), by_source.items()))
+        # Two round trips per node, every node at once: each source's key (made unless it has one), then each
+        # node's one write (the keys it authorizes, the host keys it records), rather than an exec per link.
+        sources = sorted({link.source for link in plan.links})
+        with ThreadPoolExecutor(max_workers=max(1, len(sources))) as pool:
+            keys = dict(zip(sources, pool.map(lambda source: self._key_of(ctx, source), sources)))
+        host_keys = {link.target: " ".join(ctx.transports[link.target].host_key()) for link in plan.links}
+        writes = mesh_writes(plan.links, keys, host_keys)
+        with ThreadPoolExecutor(max_workers=max(1, len(writes))) as pool:
+            list(pool.map(lambda item: self._write(ctx, *item), writes.items()))
 
-    def _connect_source(self, ctx: HostContext, source: str, links: list[Link]) -> None:
-        sender = ctx.transports[source]
-        keygen = sender.run(Command(f"umask 077; mkdir -p ~/.ssh; test -f {KEY} || "
-                                    f"ssh-keygen -q -t ed25519 -N '' -f {KEY}; cat {KEY}.pub"))
-        if not keygen.ok:
-            raise StepFailed(f"could not create an ssh key on {source}", self.fix, keygen)
-        lines, forget = [], []
-        for link in links:
-            receiver = ctx.transports[link.target]
-            authorized = receiver.run(Command(AUTHORIZE, stdin=keygen.stdout.strip() + "\n"))
-            if not authorized.ok:
-                raise StepFailed(f"could not authorize {source}'s key on {link.target}", self.fix, authorized)
-            kind, key = receiver.host_key()
-            addresses = link.addresses
-            forget += [f"ssh-keygen -R {shlex.quote(a)} >/dev/null 2>&1" for a in addresses]
-            lines.append(f"{','.join(addresses)} {kind} {key}")
-        # Drop stale entries for these addresses (a re-imaged node), then record the verified keys.
-        recorded = sender.run(Command(f"umask 077; touch ~/.ssh/known_hosts; {'; '.join(forget)}; "
-                                      f"cat >> ~/.ssh/known_hosts", stdin="\n".join(lines) + "\n"))
-        if not recorded.ok:
-            raise StepFailed(f"could not record host keys on {source}", self.fix, recorded)
+    def _key_of(self, ctx: HostContext, source: str) -> str:
+        made = ctx.transports[source].run(Command(f"umask 077; mkdir -p ~/.ssh; test -f {KEY} || "
+                                                  f"ssh-keygen -q -t ed25519 -N '' -f {KEY}; cat {KEY}.pub"))
+        if not made.ok or not made.stdout.strip():
+            raise StepFailed(f"could not create an ssh key on {source}", self.fix, made)
+        return made.stdout.strip().splitlines()[-1]
+
+    def _write(self, ctx: HostContext, node: str, command: Command) -> None:
+        done = ctx.transports[node].run(command)
+        if not done.ok:
+            raise StepFailed(f"could not authorize the other nodes' keys or record their host keys on {node}",
+                             self.fix, done)
+
+
+def mesh_writes(links: tuple[Link, ...], keys: dict[str, str], host_keys: dict[str, str]) -> dict[str, Command]:
+    """Per node, the one command that authorizes the keys of the sources that need it there and records, on a
+    source, its targets' verified host keys (stale entries for those addresses dropped first: a re-imaged node).
+    What it writes comes on stdin, tagged, so no key ever reaches a command line."""
+    lines: dict[str, list[str]] = {}
+    forget: dict[str, list[str]] = {}
+    for link in links:
+        lines.setdefault(link.target, []).append(f"@auth {keys[link.source]}")
+        lines.setdefault(link.source, []).append(f"@known {','.join(link.addresses)} {host_keys[link.target]}")
+        forget.setdefault(link.source, []).extend(f"ssh-keygen -R {shlex.quote(a)} -f ~/.ssh/known_hosts >/dev/null 2>&1; "
+                                                  for a in link.addresses)
+    return {node: Command(WRITE.format(forget="".join(forget.get(node, []))),
+                          stdin="\n".join(dict.fromkeys(tagged)) + "\n") for node, tagged in lines.items()}
+
+
+# One node's write: authorized_keys gains each tagged key it lacks; known_hosts loses then regains its entries.
+WRITE = ("umask 077; mkdir -p ~/.ssh; touch ~/.ssh/authorized_keys ~/.ssh/known_hosts; in=$(cat); {forget}"
+         "printf '%s\\n' \"$in\" | sed -n 's/^@auth //p' | while IFS= read -r k; do "
+         "grep -qxF \"$k\" ~/.ssh/authorized_keys || printf '%s\\n' \"$k\" >> ~/.ssh/authorized_keys; done; "
+         "printf '%s\\n' \"$in\" | sed -n 's/^@known //p' >> ~/.ssh/known_hosts")
