@@ -37,6 +37,17 @@ read; the facts probe runs about 40 fewer processes per node. A warm 2-node run 
 (two in the cabling play: facts, then discovery, which needs every node's facts), about 1.2 s of plays, and the
 process's start: about 0.4 s of CPU for imports (paramiko and Fabric 0.2 s of it, now loaded at the first
 connection, not before parsing).
+Then (the session after): discovery ends when its evidence is in (a twin without IPv6 link-local sends no
+multicast: the benchmark's addressed twins have none, so discovery is one unicast round trip), the cold mesh is two
+execs per node, argument templates compile once. One round, sizes 2,8, on a machine loaded by the other engineers'
+test suites (each sparkcluster run also prints where its time went):
+    2 nodes: sparkcluster 3.70 s cold, 2.76 s warm; ansible-playbook 20.04 s, 16.39 s: 5.4x, 5.9x.
+    8 nodes: sparkcluster 7.51 s cold, 5.32 s warm; ansible-playbook 89.62 s, 83.72 s: 11.9x, 15.7x.
+    8 nodes / 2 nodes: sparkcluster 2.03x cold, 1.93x warm; ansible-playbook 4.47x, 5.11x.
+  Warm 2 nodes, where 2.76 s went: fabric cabling (discovery) 0.09, provision 0.06, ssh mesh 0.51, the other plays'
+  steps 0.05; facts (three plays gather them) and the plays' batched reads 1.20; the process's start (imports,
+  about 0.5 s of CPU) and exit 0.85. Warm 8 nodes: ssh mesh 2.36 (the head's seven logins and every node's
+  ssh-keygen -F per address, all on the same 2 cores), facts and batched reads 1.75, cabling 0.33.
 Goals not reached, and why: 10x at 2 nodes needs the whole run near 1.2 s against Ansible's 12-18 s here; what is
 left is the process start and about ten round trips per node, each 50 ms or more on this machine. 8 nodes take 2.3-2.9x
 of 2 (the goal is 1.3x): every simulated node's sshd, shells and emulated tools (nvidia-smi is a Python script) run
@@ -183,7 +194,11 @@ def bytecode_env(scratch: str) -> dict[str, str]:
     return env
 
 
-def run_sparkcluster(cluster: SimCluster, config_dir: str, env: dict[str, str]) -> float:
+def run_sparkcluster(cluster: SimCluster, config_dir: str, env: dict[str, str]) -> tuple[float, str]:
+    """The run's wall time, and where it went: per play, the slowest node's steps (their batched reads and the
+    facts it gathered are outside the steps: the run's rest), and the process's start and end outside the run."""
+    import json
+
     start = time.monotonic()
     done = subprocess.run([str(ROOT / ".venv" / "bin" / "sparkcluster"), "bootstrap", str(cluster.inventory_path),
                            "--runtime", "host", "--json"], capture_output=True, text=True,
@@ -191,7 +206,16 @@ def run_sparkcluster(cluster: SimCluster, config_dir: str, env: dict[str, str]) 
     took = time.monotonic() - start
     if done.returncode != 0:
         raise SystemExit(f"sparkcluster bootstrap failed:\n{done.stdout[-4000:]}\n{done.stderr[-2000:]}")
-    return took
+    doc = json.loads(done.stdout)
+    plays: dict[str, dict[str, float]] = {}
+    for step in doc["steps"]:
+        per_host = plays.setdefault(step["play"], {})
+        per_host[step["host"]] = per_host.get(step["host"], 0.0) + step["duration"]
+    slowest = {play: max(hosts.values()) for play, hosts in plays.items()}
+    parts = ", ".join(f"{play} {t:.2f}" for play, t in slowest.items())
+    where = (f"steps per play (slowest node): {parts}; facts and batched reads {doc['duration'] - sum(slowest.values()):.2f};"
+             f" process start and exit {took - doc['duration']:.2f}")
+    return took, where
 
 
 def main() -> int:
@@ -203,7 +227,7 @@ def main() -> int:
     sizes = [int(s) for s in args.sizes.split(",")]
     times: dict[tuple[str, int, str], list[float]] = {}
     with tempfile.TemporaryDirectory() as scratch:
-        ours = bytecode_env(scratch)
+        our_env = bytecode_env(scratch)
         for round_ in range(args.rounds):
             for count in sizes:
                 tools = ["sparkcluster", "ansible"] if (round_ + count) % 2 == 0 else ["ansible", "sparkcluster"]
@@ -215,14 +239,16 @@ def main() -> int:
                         folder.mkdir()
                         if tool == "ansible":
                             inventory, playbook = ansible_files(cluster, folder)
-                            runs = [run_ansible(playbook_bin, inventory, playbook) for _ in range(2)]
+                            runs = [(run_ansible(playbook_bin, inventory, playbook), "") for _ in range(2)]
                         else:
-                            runs = [run_sparkcluster(cluster, str(folder), ours) for _ in range(2)]
+                            runs = [run_sparkcluster(cluster, str(folder), our_env) for _ in range(2)]
                     finally:
                         cluster.down()
-                    for phase, took in zip(("cold", "warm"), runs):
+                    for phase, (took, where) in zip(("cold", "warm"), runs):
                         times.setdefault((tool, count, phase), []).append(took)
                         print(f"round {round_ + 1}: {tool:12} {count} nodes {phase}: {took:.2f} s", flush=True)
+                        if where:
+                            print(f"    {where}", flush=True)
     median = {key: statistics.median(values) for key, values in times.items()}
     print()
     for count in sizes:
