@@ -117,18 +117,22 @@ def fabric_config(inventory: Inventory, host: Host, fabric: Sequence[HostFacts] 
         node_subnet = IPv4Network(str(raw.get("node_subnet", DEFAULT_NODE_SUBNET)))
     except ValueError as e:
         raise FabricError(f"fabric.node_subnet: {e}", NODE_SUBNET_FIX) from None
-    config = FabricConfig((nets[0], nets[1]), mtu, float(confirm), str(control_plane), node_subnet)
-    if control_plane == "routed":
-        if FIRST_HOST + len(inventory.hosts) >= node_subnet.num_addresses:
-            raise FabricError(f"fabric.node_subnet {node_subnet} holds no address .{FIRST_HOST + len(inventory.hosts)}"
-                              f" for the last of {len(inventory.hosts)} nodes", NODE_SUBNET_FIX)
-        # A ring of N nodes has N cables, each on two subnets: none of them may hold the node addresses.
-        links = [segment_subnet(config, i) for i in range(2 * max(len(inventory.hosts), 2))]
-        clash = next((n for n in links if n.overlaps(node_subnet)), None)
-        if clash is not None:
-            raise FabricError(f"fabric.node_subnet {node_subnet} overlaps the link subnet {clash}: the node "
-                              "addresses need a network of their own", NODE_SUBNET_FIX)
-    return config
+    return FabricConfig((nets[0], nets[1]), mtu, float(confirm), str(control_plane), node_subnet)
+
+
+def check_node_subnet(inventory: Inventory, config: FabricConfig) -> None:
+    """A ring's node addresses need room for every node and a network no link uses (checked where they are
+    planned: a pair or a switch has none, so its links may use any subnet)."""
+    node_subnet = config.node_subnet
+    if FIRST_HOST + len(inventory.hosts) >= node_subnet.num_addresses:
+        raise FabricError(f"fabric.node_subnet {node_subnet} holds no address .{FIRST_HOST + len(inventory.hosts)} "
+                          f"for the last of {len(inventory.hosts)} nodes", NODE_SUBNET_FIX)
+    # A ring of N nodes has N cables, each on two subnets: none of them may hold the node addresses.
+    links = [segment_subnet(config, i) for i in range(2 * max(len(inventory.hosts), 2))]
+    clash = next((n for n in links if n.overlaps(node_subnet)), None)
+    if clash is not None:
+        raise FabricError(f"fabric.node_subnet {node_subnet} overlaps the link subnet {clash}: the node "
+                          "addresses need a network of their own", NODE_SUBNET_FIX)
 
 
 def routed_control_plane(inventory: Inventory, host: Host) -> bool:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-from ipaddress import IPv4Interface
+from ipaddress import IPv4Interface, IPv4Network
 from pathlib import Path
 
 import pytest
@@ -19,6 +19,7 @@ from sparkcluster.nccl.controlplane import ControlAddress, judge, reach_command,
 from sparkcluster.node.addressing import (
     AddressPlan,
     FabricError,
+    check_node_subnet,
     fabric_config,
     host_number,
     managed_netdevs,
@@ -150,8 +151,14 @@ def test_the_kernel_routes_converge_or_are_named_missing():
 
 
 def test_the_node_subnet_is_checked_against_the_links_and_the_choice_of_control_plane():
+    inv, _, _ = ring_plans(NODES4, RING4, {"node_subnet": "192.168.184.0/24"})  # cable 3's twin 1 on a 4-ring
     with pytest.raises(FabricError, match="overlaps the link subnet 192.168.184.0/24"):
-        ring_plans(NODES4, RING4, {"node_subnet": "192.168.184.0/24"})  # cable 3's twin 1 on a 4-ring
+        check_node_subnet(inv, fabric_config(inv, inv.hosts[0]))
+    # A pair's or a switch's links may sit on the default node subnet: it holds nothing there.
+    pair = Inventory(Path("inv.yml"), "t", inv.hosts[:2], {"fabric": {"subnets": ["10.177.0.0/24", "10.177.1.0/24"]}})
+    assert fabric_config(pair, pair.hosts[0]).subnets[0] == IPv4Network("10.177.0.0/24")
+    with pytest.raises(FabricError, match="fabric.node_subnet 10.177.0.0/24 overlaps the link subnet 10.177.0.0/24"):
+        check_node_subnet(pair, fabric_config(pair, pair.hosts[0]))
     with pytest.raises(FabricError, match="control_plane must be routed or lan"):
         ring_plans(NODES3, RING3, {"control_plane": "wifi"})
     inv, _, _ = ring_plans(NODES3, RING3, {"control_plane": "lan", "node_subnet": "10.50.0.0/24"})

@@ -22,6 +22,7 @@ from ..addressing import (
     AddressPlan,
     FabricConfig,
     FabricError,
+    check_node_subnet,
     collisions,
     duplicates,
     fabric_config,
@@ -151,6 +152,10 @@ class FabricAddresses(Step):
             raise StepFailed("the same fabric address for two nodes: " + "; ".join(clashes) + "; nothing was changed",
                              "give each node its own fabric_ip, or leave the numbering to sparkcluster")
         if fabric is not None and fabric.kind is Kind.RING and config.control_plane == "routed":
+            try:
+                check_node_subnet(ctx.inventory, config)
+            except FabricError as e:
+                raise StepFailed(e.message, e.fix) from None
             addresses = {h.name: node_address(config.node_subnet, host_number(ctx.inventory, h.name))
                          for h in ctx.inventory.hosts}
             twins = {name: {t.netdev: t.address for t in p.twins} for name, p in {ctx.host.name: plan, **others}.items()}
