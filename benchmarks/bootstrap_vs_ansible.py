@@ -48,6 +48,12 @@ test suites (each sparkcluster run also prints where its time went):
   steps 0.05; facts (three plays gather them) and the plays' batched reads 1.20; the process's start (imports,
   about 0.5 s of CPU) and exit 0.85. Warm 8 nodes: ssh mesh 2.36 (the head's seven logins and every node's
   ssh-keygen -F per address, all on the same 2 cores), facts and batched reads 1.75, cabling 0.33.
+  A second round minutes later, on the code as committed (the probe through a pipe), the machine less loaded:
+    2 nodes: sparkcluster 2.82 s cold, 1.73 s warm; ansible-playbook 16.99 s, 21.03 s: 6.0x, 12.2x.
+    8 nodes: sparkcluster 7.83 s cold, 5.94 s warm; ansible-playbook 74.40 s, 73.27 s: 9.5x, 12.3x.
+    Warm 2 nodes: cabling 0.07, ssh mesh 0.32, provision 0.05, other steps 0.04; facts and batched reads 0.79;
+    process start and exit 0.47. Cold 8 nodes: ssh mesh 3.93 (the check reads, the set-up, the check again with
+    the logins: every node runs ssh-keygen -F once per other node's address, 14 processes a node, twice).
 Goals not reached, and why: 10x at 2 nodes needs the whole run near 1.2 s against Ansible's 12-18 s here; what is
 left is the process start and about ten round trips per node, each 50 ms or more on this machine. 8 nodes take 2.3-2.9x
 of 2 (the goal is 1.3x): every simulated node's sshd, shells and emulated tools (nvidia-smi is a Python script) run
