@@ -21,7 +21,9 @@ OWN, PEER, SWITCH = "fe80::1", "fe80::2", "fe80::99"
 # Unicast: the candidates in ANSWERING answer at once, the others stay silent until their deadline (cut short here).
 FAKE_PING = f"""#!/bin/sh
 for a in "$@"; do last=$a; done
-nap() {{ sleep "$1" & s=$!; wait $s; }}
+# The sleep's stdout is not the pipe: a TERM that lands between its fork and `s=$!` leaves it running, and it
+# must not hold the probe's pipe open as the real ping (one process) never does.
+nap() {{ sleep "$1" >/dev/null & s=$!; wait $s; }}
 trap 'kill $s 2>/dev/null; exit 1' TERM
 case $last in
   ff02::1*)
