@@ -84,13 +84,19 @@ RING_CABLES = {"spark-1 port 0 <-> spark-3 port 1", "spark-1 port 1 <-> spark-2 
                "spark-2 port 1 <-> spark-3 port 0"}
 
 
-def test_verify_passes_on_the_ring_and_lists_the_control_plane(c3):
-    """The whole collective (on the control plane) with --no-links: PASS, and every address each node advertises,
-    each its routed node address, which every node reaches over the cables. Each link alone is the next test's (one
-    run of six links)."""
-    code, doc, _ = verify(c3, "--no-links")
+def test_verify_passes_on_the_ring_with_its_link_matrix_and_lists_the_control_plane(c3):
+    """The whole collective (on the control plane) and the matrix: each of the six twin links alone, its two ranks
+    bound to the twins at its ends on that link's own subnet: PASS. Every address each node advertises is its
+    routed node address, which every node reaches over the cables."""
+    code, doc, _ = verify(c3)
     assert code == 0 and doc["verdict"]["status"] == "PASS", doc["verdict"]
-    assert doc["topology"] == "ring" and doc["links"] == []
+    assert doc["topology"] == "ring"
+    assert {(link["cable"], link["twin"]) for link in doc["links"]} == {(c, t) for c in RING_CABLES for t in (0, 1)}
+    for link in doc["links"]:
+        a, b = link["a"], link["b"]
+        assert {a["port"], b["port"]} == {0, 1} and a["netdev"][:3] == b["netdev"][:3]  # crosswise, one twin
+        assert link["ips"][0].rsplit(".", 1)[0] == link["ips"][1].rsplit(".", 1)[0]
+        assert link["busbw_gbps"] > 0 and not link["error"]
     advertised = {(a["node"], a["source"]): a for a in doc["control_plane"]}
     for node in HOSTS:
         vllm = advertised[(node, "VLLM_HOST_IP")]
@@ -100,21 +106,16 @@ def test_verify_passes_on_the_ring_and_lists_the_control_plane(c3):
 
 
 def test_each_link_is_measured_alone_and_a_degraded_one_is_named(c3):
-    """The matrix: each of the six twin links alone, its two ranks bound to the twins at its ends on that link's own
-    subnet. spark-2's port 1, twin 0 (enp1s0f1np1) held to 300 Mbit/s (the simulator's links carry 2-3 Gbit/s of
-    gloo; slower would only lengthen the run): the whole collective runs on the control plane and cannot see it;
-    its link's own run does, and the five others hold."""
+    """spark-2's port 1, twin 0 (enp1s0f1np1) held to 300 Mbit/s (the simulator's links carry 2-3 Gbit/s of gloo;
+    slower would only lengthen the run): the whole collective runs on the control plane and cannot see it; its
+    link's own run does, and the five others hold."""
     netdev = c3.degrade("spark-2", "enp1s0f1np1", "300mbit")
     try:
         code, doc, _ = verify(c3)
     finally:
         c3.degrade("spark-2", netdev, None)
     assert {(link["cable"], link["twin"]) for link in doc["links"]} == {(c, t) for c in RING_CABLES for t in (0, 1)}
-    for link in doc["links"]:
-        a, b = link["a"], link["b"]
-        assert {a["port"], b["port"]} == {0, 1} and a["netdev"][:3] == b["netdev"][:3]  # crosswise, one twin
-        assert link["ips"][0].rsplit(".", 1)[0] == link["ips"][1].rsplit(".", 1)[0]
-        assert link["busbw_gbps"] > 0 and not link["error"]
+    assert all(link["busbw_gbps"] > 0 and not link["error"] for link in doc["links"])
     assert code == 1 and doc["verdict"]["status"] == "FAIL"
     slow = next(link for link in doc["links"] if link["cable"] == "spark-2 port 1 <-> spark-3 port 0"
                 and link["twin"] == 0)
