@@ -37,7 +37,17 @@ from .links import LinkMeasure, LinkProbe, judge_links, link_env, link_probes, m
 from .logs import BandwidthRow, read_log, read_probe_output
 from .rings import Endpoint
 from .thresholds import TWIN, floor_for
-from .twins import GLOO_TWIN_SIZES, NCCL_TWIN_SIZES, Twin, TwinMeasure, judge_twins, measure, twin_env, twins_of
+from .twins import (
+    GLOO_TWIN_SIZES,
+    NCCL_TWIN_SIZES,
+    Twin,
+    TwinMeasure,
+    judge_twins,
+    judged_twice,
+    measure,
+    twin_env,
+    twins_of,
+)
 from .verdict import Verdict, VerdictStatus, judge
 
 MASTER_PORT = 29577
@@ -221,8 +231,9 @@ def _with_links(session: Session, result: VerifyResult, fabric: Fabric, env_file
                                   extra_env=link_env(probe, backend), port=MASTER_PORT + 3)
         return read_probe_output("\n".join(run_probe(pair, commands).values()))[0]
 
-    measures = measure_links(probes, run)
-    verdict = judge_links(measures, TWIN.min_busbw_gbps if backend == "nccl" else None)
+    floor = TWIN.min_busbw_gbps if backend == "nccl" else None
+    measures, verdict = judged_twice(measure_links(probes, run), lambda ms: judge_links(ms, floor),
+                                     lambda m: run(m.probe))
     result = replace(result, links=measures, skipped_links=skipped)
     if verdict is None or result.verdict.status is VerdictStatus.FAIL:
         details = (*result.verdict.details, *(verdict.details if verdict else ()), *skipped)
@@ -259,10 +270,10 @@ def _with_twins(session: Session, result: VerifyResult, choices: Mapping[str, Qs
                                   extra_env=twin_env(twin, backend), port=MASTER_PORT + 1 + twin.index)
         return read_probe_output("\n".join(run_probe(session, commands).values()))[0]
 
-    measures = measure(twins_of(choices, session.facts), run)
+    measures, verdict = judged_twice(measure(twins_of(choices, session.facts), run),
+                                     lambda ms: judge_twins(ms, head), lambda m: run(m.twin))
     twins = {m.twin.label: m.busbw_gbps for m in measures}
     result = replace(result, links=_pair_links(fabric, session.facts, measures))
-    verdict = judge_twins(measures, head)
     if verdict is None or result.verdict.status is VerdictStatus.FAIL:
         details = (*result.verdict.details, *(verdict.details if verdict else
                                              (f"{k}: busbw {v:.3f} GB/s alone" for k, v in twins.items() if v)))
