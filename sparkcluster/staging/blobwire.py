@@ -179,6 +179,11 @@ class Server:
                     if finished:
                         with open(exit_path) as written:
                             status = written.read().strip()
+                        # Made but not yet written (`echo $? > FILE`: the shell opens it, then echo writes):
+                        # the status comes a moment later, and taking "" for a failure would reset a whole tar.
+                        if not status and time.monotonic() - grew < IDLE_EXIT_S:
+                            time.sleep(0.05)
+                            continue
                     if status != "0":
                         conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
                     return

@@ -155,7 +155,8 @@ class HeadSender:
         the tar as it grows, so saving, sending and the nodes' loads overlap instead of following each other."""
         tar = self._make_room()
         save = (f"docker save {shlex.quote(self.info.id or self.image)} > {tar} 2> {WORK_DIR}/save.err; "
-                f"echo $? > {WORK_DIR}/{SAVE_EXIT}")
+                f"echo $? > {WORK_DIR}/{SAVE_EXIT}.new && mv {WORK_DIR}/{SAVE_EXIT}.new {WORK_DIR}/{SAVE_EXIT}")
+        # The status file appears whole (renamed into place): the sender reads it the moment it exists.
         # Only `setsid sh` goes to the background, so $! is that shell: its own process group, which close()
         # kills with docker's client in it (with `a && b & echo $!`, $! was a subshell and the kill missed).
         started = self._run(Command(f"rm -f {WORK_DIR}/{SAVE_EXIT} && : > {tar} || exit 1; "
