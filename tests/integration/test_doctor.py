@@ -57,9 +57,25 @@ def named(report: dict, check: str) -> list[dict]:
     return [f for f in report["findings"] if f["check"] == check and f["severity"] != "ok"]
 
 
+def short_of_disk(cluster: SimCluster, hosts: list[str]) -> dict[str, bool | None]:
+    """Per node: whether its HF cache really has less than bootstrap's 50 GiB floor free (None: too near to say).
+    A simulated node's disk (its home holds the cache) is this machine's: on a nearly full machine, a clean
+    cluster is rightly warned."""
+    verdicts: dict[str, bool | None] = {}
+    for host in hosts:
+        avail = int(ssh(cluster, host, "df -B1 --output=avail ~ | tail -1").stdout)
+        verdicts[host] = None if abs(avail - 50 * 2**30) < 2**30 else avail < 50 * 2**30
+    return verdicts
+
+
 def test_a_clean_cluster_passes(sim):
     code, report = doctor(sim)
-    bad = [f["summary"] for f in report["findings"] if f["severity"] != "ok"]
+    short = short_of_disk(sim, list(report["nodes"]))
+    disk_warned = {n for f in report["findings"] if f["check"] == "preflight.disk" and f["severity"] == "warn"
+                   for n in f["nodes"]}
+    assert all(short[n] is not False for n in disk_warned), (disk_warned, short)
+    assert all(n in disk_warned for n, is_short in short.items() if is_short), (disk_warned, short)
+    bad = [f["summary"] for f in report["findings"] if f["severity"] != "ok" and f["check"] != "preflight.disk"]
     assert code == 0 and report["ok"] and not bad, bad
     health = {n: v["health"] for n, v in report["nodes"].items()}
     assert {h["image"]["nccl"] for h in health.values()} == {"2.28.3"}
