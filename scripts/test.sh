@@ -10,6 +10,7 @@ cd "$(dirname "$0")/.."
 # The values between the wings are typed; the checker holds them (configuration: pyproject.toml [tool.mypy]).
 .venv/bin/python -m mypy
 .venv/bin/ruff check sparkcluster   # unused or undefined names, import order
+wait "$vllm_setup" || { echo "test.sh: scripts/setup-vllm.sh failed (its output is above)" >&2; exit 1; }
 # Simulated-cluster tests fail instead of skipping when the machine cannot run them.
 export SPARKCLUSTER_REQUIRE_SIM="${SPARKCLUSTER_REQUIRE_SIM:-1}"
 
@@ -24,14 +25,6 @@ run_pytest() {
   return "$status"
 }
 
-status=0
-# The unit tests need .venv and .venv-benchy only: in two processes, they run while scripts/setup-vllm.sh may still
-# be installing (it waits on the disk more than on the cores), but for those marked `serial`: they time a stub
-# server to a few percent, so they run last, alone on the cores.
-if [ "$#" -eq 0 ]; then
-  run_pytest -n 2 -m "not serial" tests/unit || status=$?
-fi
-wait "$vllm_setup" || { echo "test.sh: scripts/setup-vllm.sh failed (its output is above)" >&2; exit 1; }
 if [ "$#" -gt 0 ]; then
   run_pytest "$@"
   exit
@@ -39,6 +32,11 @@ fi
 # The simulated-cluster tests wait on SSH, Docker, Ray and vLLM more than they compute (one process kept two
 # cores 45% busy), so two processes run them, a file each at a time (a file's tests share its cluster), the
 # slowest files first (tests/integration/conftest.py orders them; xdist's reorder by test count would undo it).
+# The unit tests run after them, also in two processes, but for those marked `serial`: they time a stub server
+# to a few percent, so they run last, alone on the cores. (Run beside scripts/setup-vllm.sh instead, they gained
+# nothing: the install was done a few seconds into them, and they took 137-163 s there against 131 s here.)
+status=0
 run_pytest -n 2 --dist loadfile --no-loadscope-reorder tests/integration || status=$?
+run_pytest -n 2 -m "not serial" tests/unit || status=$?
 run_pytest -m serial tests/unit || status=$?
 exit "$status"
