@@ -1,19 +1,22 @@
 """A 3-ring of simulated Sparks from unaddressed cables, one cluster for the whole file (no Docker; the real CPU
 vLLM): `topology` finds every cable before anything is addressed; bootstrap gives each cable its own subnets and a
 second run changes nothing; `verify` measures the whole collective and each of the six twin links alone (a matrix),
-names a link held down by `sim degrade`, and refuses a control-plane address some node cannot reach; no route into
-an untrusted registry runs its mod on a node; and eugr's 3x-spark-cluster recipe, from a registry in eugr's layout
-by `@eugr/...`, renders and serves the tiny Llama as TP 1 x PP 3, one pipeline stage per node along the ring, a
-completion answering."""
+names a link held down by `sim degrade`, and refuses a control-plane address some node cannot reach (a re-run of
+bootstrap puts a lost route back); the management LAN chosen retires the routed plane, the default restores it; no
+route into an untrusted registry runs its mod on a node; and eugr's 3x-spark-cluster recipe, from a registry in
+eugr's layout by `@eugr/...`, renders and serves the tiny Llama as TP 1 x PP 3, one pipeline stage per node along the
+ring, a completion answering."""
 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 
 from sparkcluster.serving.readiness import http
 from sparkcluster.sim import SimCluster
@@ -126,7 +129,7 @@ def test_each_link_is_measured_alone_and_a_degraded_one_is_named(c3):
     assert len(others) == 5 and min(others) > 2 * slow["busbw_gbps"]
 
 
-def test_a_control_plane_address_one_node_cannot_reach_fails_naming_it(c3):
+def test_a_control_plane_address_one_node_cannot_reach_fails_naming_it(c3, tmp_path):
     """Two ways to advertise what some node cannot reach, in one run: spark-2's route to spark-3's node address is
     gone (its pings, and spark-3's answers to it, go nowhere), and spark-3 advertises its address on the link to
     spark-1 (spark-2 has no interface on that subnet). As the user reads it (text), with --no-links: the control
@@ -149,9 +152,55 @@ def test_a_control_plane_address_one_node_cannot_reach_fails_naming_it(c3):
         assert (f"spark-3 {link_ip} on enp1s0f1np1: VLLM_HOST_IP <- spark-2 has no interface on ") in text, text
         assert "spark-1 10.177.0.11 on scnode:" in text and "<- spark-1" not in text  # spark-1 reaches and is reached
         assert "routed address (scnode" in text.split(" fix: ")[-1]
+        # A re-run of bootstrap puts the lost route back (and the comm env as it was).
+        again = bootstrap(c3, tmp_path)
+        assert again.returncode == 0, again.stdout + again.stderr
+        assert c3.exec_in("spark-2", ["ip", "-4", "route", "show", "10.177.0.13"], capture_output=True,
+                          text=True).stdout.split() == route
+        assert f"VLLM_HOST_IP={node_address(c3, 'spark-3')}\n" in ssh(c3, "spark-3", f"cat {COMM_ENV}").stdout
     finally:
         c3.exec_in("spark-2", ["ip", "route", "replace", *route], check=True)
-        ssh(c3, "spark-3", f"mv {COMM_ENV}.bak {COMM_ENV}")
+        ssh(c3, "spark-3", f"[ ! -e {COMM_ENV}.bak ] || mv {COMM_ENV}.bak {COMM_ENV}")
+
+
+def routed_plane(c: SimCluster, host: str) -> tuple[bool, list[str], bool]:
+    """What a node holds of the routed control plane: its bridge, its /32 routes to node addresses, the sysctl file."""
+    bridge = c.exec_in(host, ["ip", "link", "show", "scnode"], capture_output=True).returncode == 0
+    routes = [line for line in c.exec_in(host, ["ip", "-4", "route", "show"], capture_output=True,
+                                         text=True).stdout.splitlines() if line.startswith("10.177.0.")]
+    sysctl = ssh(c, host, "test -e /etc/sysctl.d/60-sparkcluster-fabric.conf", check=False).returncode == 0
+    return bridge, routes, sysctl
+
+
+def test_choosing_the_lan_retires_the_routed_plane_and_routed_brings_it_back(c3, tmp_path):
+    """`fabric.control_plane: lan` on a routed ring: --check --diff shows the bridge and the sysctl file going;
+    bootstrap removes the bridge, its routes and the file on every node and binds the comm env to the management
+    address; the default again restores the routed plane, every node reaching every node address."""
+    doc = yaml.safe_load(c3.inventory_path.read_text())
+    doc["vars"].setdefault("fabric", {})["control_plane"] = "lan"
+    lan = tmp_path / "lan.yml"
+    lan.write_text(yaml.safe_dump(doc, sort_keys=False))
+    try:
+        check = run_cli("bootstrap", str(lan), "--runtime", "host", "--check", "--diff",
+                        env={"XDG_CONFIG_HOME": str(tmp_path)})
+        assert check.returncode == 0, check.stdout + check.stderr
+        assert "the routed control plane retired (scnode bridge, 2 routes" in " ".join(check.stdout.split())
+        assert "-net.ipv4.ip_forward = 1" in check.stdout and re.search(r"^-\s+scnode:", check.stdout, re.M)
+        assert all(routed_plane(c3, h)[0] for h in HOSTS)  # --check changed nothing
+        done = run_cli("bootstrap", str(lan), "--runtime", "host", env={"XDG_CONFIG_HOME": str(tmp_path)})
+        assert done.returncode == 0, done.stdout + done.stderr
+        for host in HOSTS:
+            assert routed_plane(c3, host) == (False, [], False), host
+            env = ssh(c3, host, f"cat {COMM_ENV}").stdout
+            assert f"VLLM_HOST_IP={c3.host(host).mgmt_ip}\n" in env and "scnode" not in env, env
+    finally:
+        back = bootstrap(c3, tmp_path)
+    assert back.returncode == 0, back.stdout + back.stderr
+    for host in HOSTS:
+        bridge, routes, sysctl = routed_plane(c3, host)
+        assert bridge and len(routes) == 2 and sysctl, (host, routes)
+        for other in HOSTS:
+            ssh(c3, host, f"ping -c 1 -W 2 {node_address(c3, other)} >/dev/null")
 
 
 # ---- registries and serve ------------------------------------------------------------------------------------

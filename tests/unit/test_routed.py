@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+from dataclasses import replace
 from ipaddress import IPv4Interface, IPv4Network
 from pathlib import Path
 
@@ -29,7 +30,7 @@ from sparkcluster.node.addressing import (
 from sparkcluster.node.fabric import build_fabric
 from sparkcluster.node.planned import planned_facts
 from sparkcluster.node.routed import SYSCTL_TEXT, missing_routes, node_address, parse_routes, paths, plan_node_address
-from sparkcluster.node.steps.addresses import FabricAddresses, NodeNow
+from sparkcluster.node.steps.addresses import FabricAddresses, Leftover, NodeNow
 from tests.unit.test_fabric_graph import NODES3, NODES4, RING3, RING4, cabled
 
 
@@ -135,6 +136,33 @@ def test_the_change_adds_address_routes_and_forwarding_after_the_twins_and_the_r
     # What --check hands the later steps: the node address on its bridge.
     bridge = planned_facts(facts["spark-1"], plan).interface("scnode")
     assert bridge is not None and bridge.ipv4 == (IPv4Interface("10.177.0.11/32"),)
+
+
+def test_lan_chosen_on_a_routed_ring_retires_the_bridge_routes_and_sysctl_file_and_the_rollback_restores_them():
+    inv, _, plans = ring_plans(NODES3, RING3, {"control_plane": "lan"})
+    plan = replace(plans["spark-1"], node=None)  # as fabric.addresses plans it under `lan`
+    routes = "10.177.0.12 via 192.168.179.12 dev enp1s0f1np1 src 10.177.0.11\n"
+    table = "192.168.1.0/24 dev enP7s7 proto kernel scope link src 192.168.1.11\n" + routes
+    leftover = Leftover((IPv4Interface("10.177.0.11/32"),), tuple(f"{to} {rest}" for to, rest in
+                                                                   parse_routes(table).items() if "10.177.0.11" in rest),
+                        SYSCTL_TEXT)
+    assert leftover.routes == (routes.strip(),)  # the management LAN's own route is none of ours
+
+    class Ctx:
+        host = inv.hosts[0]
+
+        def run(self, command):  # the SSH session arrives on the management port
+            from sparkcluster.engine.transport import Result
+            return Result(command, 0, "enP7s7\n", "", 0.0)
+
+    (command,) = FabricAddresses(None)._commands(Ctx(), plan, "", fabric_config(inv, inv.hosts[0]),  # type: ignore[arg-type]
+                                                 None, leftover)
+    script = command.display()
+    assert script.index("ip route del 10.177.0.12") < script.index("ip link del scnode")
+    assert "rm -f /etc/sysctl.d/60-sparkcluster-fabric.conf\n" in script and "ip_forward=" not in script
+    for line in ("ip addr replace 10.177.0.11/32 dev scnode", f"ip route replace {routes.strip()} 2>/dev/null",
+                 "previous-sysctl.conf /etc/sysctl.d/60-sparkcluster-fabric.conf"):
+        assert line in script.split("rollback.sh")[0], line  # in the rollback script, written before the change
 
 
 def test_the_kernel_routes_converge_or_are_named_missing():

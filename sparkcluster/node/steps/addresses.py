@@ -11,6 +11,7 @@ from __future__ import annotations
 import shlex
 import time
 from dataclasses import dataclass, replace
+from ipaddress import IPv4Interface
 
 from ...engine.command import Command
 from ...engine.facts import HostFacts, parse_ip_addr
@@ -55,6 +56,10 @@ RECONNECT_GRACE_S = 60  # after the watchdog's deadline, how long to wait for th
 LIVE_DELAY_S = 1  # between the session that arms the change and the change itself
 ROUTES = Command("ip -4 route show")
 FORWARDING = Command(f"cat /proc/sys/net/ipv4/ip_forward; echo ---; cat {SYSCTL_FILE} 2>/dev/null || true")
+KEEP_SYSCTL = (f"if [ -e {SYSCTL_FILE} ]; then cp -p {SYSCTL_FILE} {STATE_DIR}/previous-sysctl.conf; "
+               f"else rm -f {STATE_DIR}/previous-sysctl.conf; fi\n")
+RESTORE_SYSCTL = (f"if [ -e {STATE_DIR}/previous-sysctl.conf ]; then cp -p {STATE_DIR}/previous-sysctl.conf "
+                  f"{SYSCTL_FILE}; else rm -f {SYSCTL_FILE}; fi")
 
 
 @dataclass(frozen=True)
@@ -71,6 +76,17 @@ class NodeNow:
     @property
     def converged(self) -> bool:
         return self.held and not self.missing and self.forwarding == "1" and self.sysctl == SYSCTL_TEXT
+
+
+@dataclass(frozen=True)
+class Leftover:
+    """What an earlier routed run left on a node whose plan now has no node address (`fabric.control_plane: lan`
+    chosen, or the cables no longer a ring): the bridge with its addresses, the routes sourced from them, the
+    sysctl file. Bootstrap retires them, so no node keeps advertising or forwarding for a plane nobody uses."""
+
+    bridge: tuple[IPv4Interface, ...] | None  # scnode's addresses; None: no bridge
+    routes: tuple[str, ...]  # `ip route` lines (destination first) whose source is one of those addresses
+    sysctl: str  # the sysctl.d file's text ("" when absent)
 
 
 @register
@@ -92,7 +108,9 @@ class FabricAddresses(Step):
         wanted = netplan_yaml(plan)
         file_changes = (any(t.managed for t in plan.twins) or plan.node is not None) and current_file != wanted
         node = _node_now(ctx, plan.node, fresh) if plan.node is not None else None
-        if not plan.to_assign and not plan.to_retune and not file_changes and (node is None or node.converged):
+        leftover = _leftover(ctx, fresh) if plan.node is None else None
+        if (not plan.to_assign and not plan.to_retune and not file_changes and (node is None or node.converged)
+                and leftover is None):
             return Plan(f"already addressed: {_twins(plan)}{_node_text(plan.node)}", warnings=plan.notes)
         problems = collisions(plan, facts_of(ctx)) + self._taken_on_fabric(ctx, plan)
         if problems:
@@ -103,9 +121,12 @@ class FabricAddresses(Step):
         diffs = [unified_diff(ctx.host.name, NETPLAN_FILE, current_file or "", wanted) if file_changes else None]
         if node is not None and node.sysctl != SYSCTL_TEXT:
             diffs.append(unified_diff(ctx.host.name, SYSCTL_FILE, node.sysctl, SYSCTL_TEXT))
+        if leftover is not None and leftover.sysctl:
+            diffs.append(unified_diff(ctx.host.name, SYSCTL_FILE, leftover.sysctl, ""))
         ports = f"port {plan.port}" if plan.port is not None else "ports 0 and 1"
-        return Plan(f"address {ports}: {_twins(plan)}, MTU {plan.mtu}{_node_text(plan.node)}",
-                    self._commands(ctx, plan, wanted, config, node), diff="".join(d for d in diffs if d) or None,
+        return Plan(f"address {ports}: {_twins(plan)}, MTU {plan.mtu}{_node_text(plan.node)}{_retire_text(leftover)}",
+                    self._commands(ctx, plan, wanted, config, node, leftover),
+                    diff="".join(d for d in diffs if d) or None,
                     warnings=plan.notes, planned_facts=planned_facts(facts_of(ctx), plan))
 
     def apply(self, ctx: HostContext, plan: Plan) -> None:
@@ -172,7 +193,7 @@ class FabricAddresses(Step):
         return [f"{ip} is already in use on the fabric (it answered ARP)" for ip in taken]
 
     def _commands(self, ctx: HostContext, plan: AddressPlan, wanted: str, config: FabricConfig,
-                  node: NodeNow | None = None) -> tuple[Command, ...]:
+                  node: NodeNow | None = None, leftover: Leftover | None = None) -> tuple[Command, ...]:
         ssh_netdev = self._ssh_interface(ctx)
         live = []
         changing = tuple(dict.fromkeys((*plan.to_retune, *plan.to_assign)))  # a fresh twin is in both: once
@@ -196,10 +217,12 @@ class FabricAddresses(Step):
             # After the twins' addresses: a route's next hop must be on a subnet the node already holds.
             live += _node_live(plan.node)
             rollback += _node_rollback(plan.node, node)
-            keep_sysctl = (f"if [ -e {SYSCTL_FILE} ]; then cp -p {SYSCTL_FILE} {STATE_DIR}/previous-sysctl.conf; "
-                           f"else rm -f {STATE_DIR}/previous-sysctl.conf; fi\n"
-                           f"printf '%s' {shlex.quote(SYSCTL_TEXT)} > {SYSCTL_FILE}.tmp; "
+            keep_sysctl = (f"{KEEP_SYSCTL}printf '%s' {shlex.quote(SYSCTL_TEXT)} > {SYSCTL_FILE}.tmp; "
                            f"chmod 644 {SYSCTL_FILE}.tmp; mv {SYSCTL_FILE}.tmp {SYSCTL_FILE}\n")
+        if leftover is not None:
+            live += _retire_live(leftover)
+            rollback += _retire_rollback(leftover)
+            keep_sysctl = f"{KEEP_SYSCTL}rm -f {SYSCTL_FILE}\n"
         rollback += ["netplan generate 2>/dev/null", f'echo "rolled-back-$1" > {STATE_DIR}/state']
         # Unless a new session confirms in time, the watchdog (setsid: it outlives this session) rolls back.
         watchdog = (f"sleep {config.confirm_s:g}; [ -e {STATE_DIR}/confirmed ] || "
@@ -295,10 +318,47 @@ def _node_rollback(plan: NodeAddress, now: NodeNow) -> list[str]:
         before = now.routes.get(str(route.to))
         lines.append(f"ip route replace {route.to} {before} 2>/dev/null" if before else
                      f"ip route del {route.to}/32 2>/dev/null")
-    lines += [f"sysctl -qw net.ipv4.ip_forward={now.forwarding or 0}",
-              f"if [ -e {STATE_DIR}/previous-sysctl.conf ]; then cp -p {STATE_DIR}/previous-sysctl.conf {SYSCTL_FILE}; "
-              f"else rm -f {SYSCTL_FILE}; fi"]
+    lines += [f"sysctl -qw net.ipv4.ip_forward={now.forwarding or 0}", RESTORE_SYSCTL]
     return [line for line in lines if line]
+
+
+def _leftover(ctx: HostContext, fresh: HostFacts) -> Leftover | None:
+    bridge = fresh.interface(NODE_NETDEV)
+    sysctl = ctx.read(FORWARDING).stdout.partition("---\n")[2]
+    if bridge is None and not sysctl:
+        return None
+    sources = {str(a.ip) for a in bridge.ipv4} if bridge is not None else set()
+    routes = tuple(f"{to} {rest}" for to, rest in parse_routes(ctx.read(ROUTES).stdout).items()
+                   if _source(rest) in sources)
+    return Leftover(bridge.ipv4 if bridge is not None else None, routes, sysctl)
+
+
+def _source(route: str) -> str | None:
+    words = route.split()
+    return words[words.index("src") + 1] if "src" in words[:-1] else None
+
+
+def _retire_live(leftover: Leftover) -> list[str]:
+    """The routes first, then the bridge. IP forwarding stays as it is: Docker turns it on for its own bridge, and
+    only the file that kept it on at boot was ours."""
+    lines = [f"ip route del {route.split()[0]}" for route in leftover.routes]
+    return lines + ([f"ip link del {NODE_NETDEV}"] if leftover.bridge is not None else [])
+
+
+def _retire_rollback(leftover: Leftover) -> list[str]:
+    lines = []
+    if leftover.bridge is not None:
+        lines += [f"ip link add {NODE_NETDEV} type bridge 2>/dev/null",
+                  *(f"ip addr replace {a} dev {NODE_NETDEV}" for a in leftover.bridge), f"ip link set {NODE_NETDEV} up"]
+    return lines + [f"ip route replace {route} 2>/dev/null" for route in leftover.routes] + [RESTORE_SYSCTL]
+
+
+def _retire_text(leftover: Leftover | None) -> str:
+    if leftover is None:
+        return ""
+    bridge = f"{NODE_NETDEV} bridge, " if leftover.bridge is not None else ""
+    sysctl = f", {SYSCTL_FILE}" if leftover.sysctl else ""
+    return f"; the routed control plane retired ({bridge}{len(leftover.routes)} routes{sysctl})"
 
 
 def _node_text(plan: NodeAddress | None) -> str:
