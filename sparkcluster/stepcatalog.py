@@ -1,14 +1,19 @@
 """Every step a playbook may name: the engine's own and those the wings register (the node's, `models.stage`). Loading a
-playbook through here is what lets the engine stay ignorant of the wings while bootstrap.yml uses theirs."""
+playbook through here is what lets the engine stay ignorant of the wings while bootstrap.yml uses theirs. Each
+step's module is imported only when a playbook names the step."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from .engine import steps as _engine_steps  # noqa: F401 (registers)
+from .engine import steps as _engine_steps  # noqa: F401 (declares)
 from .engine.playbook import Playbook, bundled, load_playbook
-from .node import steps as _node_steps  # noqa: F401 (registers)
-from .staging import step as _staging_steps  # noqa: F401 (registers)
+from .engine.steps.base import declare
+from .node import steps as _node_steps  # noqa: F401 (declares)
+
+# Declared, not imported: a step's module loads when a playbook names it (engine.steps.base.StepRegistry), so a
+# playbook without models.stage never imports staging.
+declare("sparkcluster.staging.step", "models.stage")
 
 __all__ = ["Playbook", "bundled", "load", "load_bundled"]
 

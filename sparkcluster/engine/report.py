@@ -9,12 +9,10 @@ import dataclasses
 import json
 import threading
 from dataclasses import dataclass, field
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from rich.console import Console
-from rich.live import Live
 from rich.markup import escape
-from rich.table import Table
 
 from .events import (
     Event,
@@ -29,6 +27,10 @@ from .events import (
     StepStarted,
 )
 from .facts import HostFacts
+
+if TYPE_CHECKING:  # imported where a table is drawn: a --json or plain run (CI, a pipe) draws none
+    from rich.live import Live
+    from rich.table import Table
 
 STYLE = {Status.OK: "green", Status.CHANGED: "yellow", Status.SKIPPED: "cyan", Status.FAILED: "bold red",
          Status.UNREACHABLE: "bold magenta"}
@@ -143,6 +145,8 @@ class LiveReporter(Reporter):
         self.title = ""
 
     def _table(self) -> Table:
+        from rich.table import Table
+
         table = Table(title=self.title, title_justify="left")
         table.add_column("host")
         table.add_column("now")
@@ -157,6 +161,8 @@ class LiveReporter(Reporter):
             self.check = event.check
             self.rows = {h: _Row() for h in event.hosts}
             self.title = f"playbook {event.playbook}" + (" (check mode)" if event.check else "")
+            from rich.live import Live
+
             self.live = Live(self._table(), console=self.console, refresh_per_second=8, transient=False)
             self.live.start()
         elif isinstance(event, PlayStarted):
@@ -197,6 +203,8 @@ class LiveReporter(Reporter):
 
 
     def _recap_counts(self, event: RunFinished) -> None:
+        from rich.table import Table
+
         table = Table(title="recap", title_justify="left", show_edge=False)
         table.add_column("host")
         for status in Status:
@@ -249,6 +257,8 @@ def _gib(n: int | None) -> str:
 
 def facts_table(console: Console, host: str, address: str, facts: HostFacts) -> None:
     """One host's facts as a two-column table: what a Spark owner checks first."""
+    from rich.table import Table
+
     table = Table(title=f"{host} ({address})", title_justify="left", show_header=False)
     table.add_column("fact", style="bold")
     table.add_column("value")

@@ -11,8 +11,6 @@ from ..engine.errors import SparkclusterError
 from ..engine.modelref import ModelRef
 from ..engine.session import Session
 from ..engine.steps.base import HostContext, Plan, Step, StepFailed, register
-from .hfcache import source_manifest
-from .stager import Stager, stage
 
 
 @dataclass(frozen=True)
@@ -32,6 +30,10 @@ class ModelsStage(Step):
     def check(self, ctx: HostContext) -> Plan:
         if not self.args.models:
             return Plan("no models listed in the inventory", skip=True)
+        # The stager (its wire, chains, hashing) is imported only when there is a model to stage: a bootstrap of an
+        # inventory without models costs none of it.
+        from .hfcache import source_manifest
+        from .stager import Stager
         inventory = self._cluster(ctx)
         todo: list[str] = []  # notes, not commands: apply() stages through the Stager, across the nodes
         for text in self.args.models:
@@ -51,6 +53,8 @@ class ModelsStage(Step):
         return Plan(f"stage {len(todo)} model(s)", notes=tuple(todo))
 
     def apply(self, ctx: HostContext, plan: Plan) -> None:
+        from .stager import stage
+
         inventory = self._cluster(ctx)
         for text in self.args.models:
             try:

@@ -14,13 +14,15 @@ from typing import Any
 import pytest
 from rich.console import Console
 
+from sparkcluster import stepcatalog  # noqa: F401 (declares every step, staging's models.stage too)
 from sparkcluster.engine.events import Event, Status, StepFinished
 from sparkcluster.engine.playbook import Play, Playbook, StepCall
 from sparkcluster.engine.report import JsonReporter, PlainReporter
 from sparkcluster.engine.runner import Runner
 from sparkcluster.engine.session import Session
 from sparkcluster.engine.steps import REGISTRY
-from sparkcluster.staging import step as staging_step
+from sparkcluster.staging import hfcache as staging_hfcache
+from sparkcluster.staging import stager as staging_stager
 from tests.strict_transport import verify_all
 from tests.unit.test_step_plans import CASES, World
 
@@ -79,8 +81,9 @@ def call(name: str, **args: object) -> StepCall:
 
 @pytest.fixture
 def fake_stager(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(staging_step, "Stager", FakeStager)
-    monkeypatch.setattr(staging_step, "source_manifest", lambda model, scan: scan == "complete" or None)
+    # models.stage imports these when it has a model to stage (staging/step.py): patched where they live
+    monkeypatch.setattr(staging_stager, "Stager", FakeStager)
+    monkeypatch.setattr(staging_hfcache, "source_manifest", lambda model, scan: scan == "complete" or None)
 
 
 def test_check_json_holds_no_prose_in_commands(fake_stager: None) -> None:

@@ -4,7 +4,8 @@ afterwards check() must return a no-op, or the step failed to converge."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping
+import importlib
+from collections.abc import Iterable, Iterator, Mapping, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -172,11 +173,61 @@ class Step:
         return {f.name: f for f in dataclasses.fields(cls.Args)}
 
 
-REGISTRY: dict[str, type[Step]] = {}
+class StepRegistry(MutableMapping[str, type[Step]]):
+    """Every step a playbook may name, by name. A package declares its steps' names and the module that defines each
+    (declare()); that module is imported the first time a playbook names one of them, and registers its classes as
+    it loads (@register). So loading a playbook imports only the steps it names: `preflight.disk` costs neither
+    Docker's step module nor staging's. Iterating (a "known steps" list, a test over every step) loads them all."""
+
+    def __init__(self) -> None:
+        self._loaded: dict[str, type[Step]] = {}
+        self._declared: dict[str, str] = {}  # name -> the module that registers it
+
+    def declare(self, module: str, names: Iterable[str]) -> None:
+        for name in names:
+            if self._declared.get(name, module) != module:
+                raise RuntimeError(f"step {name} declared by {self._declared[name]} and {module}")
+            self._declared[name] = module
+
+    def add(self, cls: type[Step]) -> None:
+        if cls.name in self._loaded:
+            raise RuntimeError(f"step {cls.name} registered twice")
+        self._loaded[cls.name] = cls
+
+    def __getitem__(self, name: str) -> type[Step]:
+        if name not in self._loaded and name in self._declared:
+            importlib.import_module(self._declared[name])
+            if name not in self._loaded:  # the table and the module disagree: a packaging bug, not bad input
+                raise RuntimeError(f"{self._declared[name]} was declared to register step {name} but did not")
+        return self._loaded[name]
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._loaded or name in self._declared
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(sorted(self._loaded.keys() | self._declared.keys()))
+
+    def __len__(self) -> int:
+        return len(self._loaded.keys() | self._declared.keys())
+
+    def __setitem__(self, name: str, cls: type[Step]) -> None:
+        self._loaded[name] = cls
+
+    def __delitem__(self, name: str) -> None:
+        if name not in self:
+            raise KeyError(name)
+        self._loaded.pop(name, None)
+        self._declared.pop(name, None)
+
+
+REGISTRY = StepRegistry()
 
 
 def register(cls: type[Step]) -> type[Step]:
-    if cls.name in REGISTRY:
-        raise RuntimeError(f"step {cls.name} registered twice")
-    REGISTRY[cls.name] = cls
+    REGISTRY.add(cls)
     return cls
+
+
+def declare(module: str, *names: str) -> None:
+    """`names` are steps that `module` registers when imported (see StepRegistry)."""
+    REGISTRY.declare(module, names)

@@ -1,0 +1,100 @@
+"""The step catalogue is lazy: a playbook imports the modules of the steps it names and no others (what keeps
+`bootstrap`'s start cheap), and the declared table agrees with what the modules register."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from sparkcluster import stepcatalog
+from sparkcluster.engine.steps.base import REGISTRY, Step, StepRegistry, register
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _loaded_after(code: str) -> set[str]:
+    """The sparkcluster modules a fresh interpreter holds after running `code`."""
+    probe = textwrap.dedent(code) + "\nimport json, sys\nprint(json.dumps(sorted(sys.modules)))\n"
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT, check=True)
+    return {m for m in json.loads(done.stdout.splitlines()[-1]) if m.startswith("sparkcluster")}
+
+
+def test_resolving_one_step_imports_only_its_module() -> None:
+    loaded = _loaded_after("""
+        from sparkcluster import stepcatalog
+        from sparkcluster.engine.steps import REGISTRY
+        assert REGISTRY["preflight.disk"].name == "preflight.disk"
+    """)
+    assert "sparkcluster.node.steps.preflight" in loaded
+    assert not loaded & {"sparkcluster.engine.steps.docker", "sparkcluster.engine.steps.shell",
+                         "sparkcluster.staging.step", "sparkcluster.staging.stager",
+                         "sparkcluster.node.steps.addresses", "sparkcluster.node.steps.mesh"}
+
+
+def test_a_playbook_loads_the_modules_of_the_steps_it_names(tmp_path: Path) -> None:
+    book = tmp_path / "one.yml"
+    book.write_text("plays:\n  - name: p\n    hosts: all\n    steps:\n      - command.run: {cmd: 'true'}\n")
+    loaded = _loaded_after(f"""
+        from sparkcluster import stepcatalog
+        book = stepcatalog.load({str(book)!r})
+        assert [c.name for c in book.plays[0].steps] == ["command.run"]
+    """)
+    assert "sparkcluster.engine.steps.shell" in loaded
+    assert not any(m.startswith(("sparkcluster.staging", "sparkcluster.node.steps.")) for m in loaded)
+    assert "sparkcluster.engine.steps.docker" not in loaded
+
+
+def test_every_declared_step_is_registered_by_its_module_and_no_other() -> None:
+    declared = dict(REGISTRY._declared)  # name -> module, as the packages declared them
+    assert {"preflight.disk", "ssh.mesh", "docker.group", "models.stage", "fabric.addresses"} <= declared.keys()
+    for name, module in declared.items():
+        cls = REGISTRY[name]
+        assert cls.name == name and cls.__module__ == module, (name, module, cls.__module__)
+    # The other way round: every Step class a declared module defines is in the table (a step added to a module
+    # but not declared would be unknown to every playbook that did not load its module first).
+    for module in set(declared.values()):
+        for value in vars(importlib.import_module(module)).values():
+            if isinstance(value, type) and issubclass(value, Step) and value.__module__ == module \
+                    and hasattr(value, "name"):
+                assert declared.get(value.name) == module, f"{module} registers {value.name} undeclared"
+    assert stepcatalog.load_bundled("bootstrap").plays
+
+
+def test_a_module_that_does_not_register_its_declared_step_is_an_error() -> None:
+    registry = StepRegistry()
+    registry.declare("json", ["json.nothing"])
+    assert "json.nothing" in registry and list(registry) == ["json.nothing"]
+    with pytest.raises(RuntimeError, match="did not"):
+        registry["json.nothing"]
+    with pytest.raises(RuntimeError, match="declared by"):
+        registry.declare("csv", ["json.nothing"])
+
+
+def test_a_step_registers_once() -> None:
+    with pytest.raises(RuntimeError, match="registered twice"):
+        register(REGISTRY["preflight.disk"])
+
+
+def test_bootstraps_start_imports_no_stager_and_no_table() -> None:
+    """What `sparkcluster bootstrap --json` imports before it connects: its playbook's steps, the runner, the JSON
+    reporter. Staging's machinery waits for a model to stage, rich's tables and live display for a terminal."""
+    loaded = _loaded_after("""
+        import io
+        from sparkcluster import cli, bootstrap_cli, stepcatalog
+        from sparkcluster.engine import runner, session
+        from sparkcluster.engine.console import out
+        from sparkcluster.engine.report import make_reporter
+        book = stepcatalog.load_bundled("bootstrap")
+        assert {c.name for p in book.plays for c in p.steps} >= {"models.stage", "ssh.mesh", "docker.group"}
+        make_reporter(out, json_output=True, show_diff=False, out=io.StringIO())
+        import sys
+        assert not {"rich.table", "rich.live"} & set(sys.modules), "rich's tables were imported"
+    """)
+    assert "sparkcluster.staging.step" in loaded
+    assert not loaded & {"sparkcluster.staging.stager", "sparkcluster.staging.chain", "sparkcluster.staging.wire"}
