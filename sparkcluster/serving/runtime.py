@@ -129,11 +129,17 @@ class DockerRuntime(Runtime):
         return Command.argv(["docker", "exec", CONTAINER, "sh", "-c", inner])
 
     def stop_all(self) -> Command:
+        # vLLM first, then the container. Ray, the container's main process, drains on SIGTERM until its node is idle,
+        # which it is not while vLLM holds Ray workers: `docker stop` alone waited out its whole grace and killed both.
+        # vLLM, given its SIGTERM and up to the grace to exit, shuts down cleanly, and then Ray stops at once.
+        vllm = (f"docker exec {CONTAINER} sh -c 'p=$(cat {CONTAINER_VLLM_PID} 2>/dev/null) && kill $p 2>/dev/null && "
+                f"i=0; while kill -0 $p 2>/dev/null && [ $i -lt {STOP_GRACE_S * 5} ]; do sleep 0.2; i=$((i+1)); done' "
+                ">/dev/null 2>&1; ")
         # A --rm container is removed by the daemon after it stops, a moment later: `docker rm -f` may find the
         # removal in progress, and a `docker run --name` at once would find the name still taken. Wait until gone.
         gone = (f"i=0; while docker inspect {CONTAINER} >/dev/null 2>&1 && [ $i -lt {STOP_GRACE_S * 5} ]; "
                 f"do sleep 0.2; i=$((i+1)); done")
-        return Command(f"if docker inspect {CONTAINER} >/dev/null 2>&1; then docker stop -t {STOP_GRACE_S} {CONTAINER} "
+        return Command(f"if docker inspect {CONTAINER} >/dev/null 2>&1; then {vllm}docker stop -t {STOP_GRACE_S} {CONTAINER} "
                        f">/dev/null 2>&1; docker rm -f {CONTAINER} >/dev/null 2>&1; echo container; fi; {gone}; "
                        f"! docker inspect {CONTAINER} >/dev/null 2>&1")
 
