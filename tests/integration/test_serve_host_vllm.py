@@ -130,7 +130,8 @@ print("\\n".join(sorted(hits)))
 
 def test_real_vllm_serves_with_tp2_across_two_nodes_over_ray(cluster, tmp_path):
     """The Ray launcher; the native one serves the same way in test_an_eugr_recipe_with_a_mod_serves_tp2_... The
-    inventory's HF_TOKEN reaches the serving processes but no command line on a node, nor --check's output."""
+    inventory's HF_TOKEN reaches the serving processes but no command line on a node, nor --check's output. Then a
+    sparkrun recipe serves TP 1 x PP 2 over the same Ray (one Ray start and one `down` fewer than a test of its own)."""
     check = sc(cluster, "serve", "--runtime", "host", "--launcher", "ray", "--tp", "2", "--model", MODEL,
                "--check", "--json", *VLLM_FLAGS)
     assert check.returncode == 0 and "ray start" in check.stdout, check.stderr[-2000:]
@@ -147,6 +148,7 @@ def test_real_vllm_serves_with_tp2_across_two_nodes_over_ray(cluster, tmp_path):
         raylet = ssh(cluster, "spark-2", "pgrep -o -f raylet").stdout.strip()
         environ = ssh(cluster, "spark-2", f"cat /proc/{raylet}/environ", user="root").stdout
         assert f"HF_TOKEN={CANARY}" in environ.split("\0")  # it did reach the node, through stdin
+        a_sparkrun_recipe_serves_tp1_x_pp2_over_ray(cluster, tmp_path)  # on the Ray cluster up now
     finally:
         ssh(cluster, "spark-2", "touch /tmp/argv-watch.stop", user="root")
         seen = watcher.communicate(timeout=60)[0].splitlines()
@@ -395,26 +397,22 @@ defaults:
 """
 
 
-def test_a_sparkrun_recipe_serves_tp1_x_pp2_over_ray(cluster, tmp_path):
-    """~90 s: pipeline parallel with the Ray launcher (the recipe's runtime: vllm-ray), a stage per node."""
+def a_sparkrun_recipe_serves_tp1_x_pp2_over_ray(cluster: SimCluster, tmp_path: Path) -> None:
+    """~60 s: pipeline parallel with the Ray launcher (the recipe's runtime: vllm-ray), a stage per node."""
     head = cluster.topology.hosts[0]
     recipe = tmp_path / "tiny-ray-pp.yaml"
     recipe.write_text(RAY_PP_RECIPE)
     # --no-verify: the probe before a Ray serve is proven by test_real_vllm_serves_with_tp2_across_two_nodes_over_ray
     result = sc(cluster, "serve", "--runtime", "host", "--recipe", str(recipe), "--no-verify", "--ready-timeout", "300",
                 "--json")
-    try:
-        assert result.returncode == 0, result.stderr[-3000:]
-        doc = json.loads(result.stdout)
-        assert doc["launcher"] == "ray" and doc["served_name"] == "tiny-ray-pp"
-        code, text = http(f"http://{head.mgmt_ip}:8000/v1/completions",
-                          {"model": "tiny-ray-pp", "prompt": "Two stages", "max_tokens": 8, "temperature": 0},
-                          timeout=60)
-        assert code == 200 and json.loads(text)["usage"]["completion_tokens"] == 8, text
-        line = [p for p in cluster.exec_in("spark-1", ["ps", "-eww", "-o", "args"], capture_output=True,
-                                           text=True).stdout.splitlines() if "vllm serve" in p]
-        assert line and "--pipeline-parallel-size 2 --distributed-executor-backend ray" in line[0], line
-        assert "RayWorkerProc" in processes(cluster, "spark-2")  # the second stage runs on the worker
-    finally:
-        down = sc(cluster, "down", "--json")
-    assert down.returncode == 0, down.stderr
+    assert result.returncode == 0, result.stderr[-3000:]
+    doc = json.loads(result.stdout)
+    assert doc["launcher"] == "ray" and doc["served_name"] == "tiny-ray-pp"
+    code, text = http(f"http://{head.mgmt_ip}:8000/v1/completions",
+                      {"model": "tiny-ray-pp", "prompt": "Two stages", "max_tokens": 8, "temperature": 0},
+                      timeout=60)
+    assert code == 200 and json.loads(text)["usage"]["completion_tokens"] == 8, text
+    line = [p for p in cluster.exec_in("spark-1", ["ps", "-eww", "-o", "args"], capture_output=True,
+                                       text=True).stdout.splitlines() if "vllm serve" in p]
+    assert line and "--pipeline-parallel-size 2 --distributed-executor-backend ray" in line[0], line
+    assert "RayWorkerProc" in processes(cluster, "spark-2")  # the second stage runs on the worker
