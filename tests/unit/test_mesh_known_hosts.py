@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from sparkcluster.node.steps.mesh import known_host_keys
+from sparkcluster.node.steps.mesh import Link, known_host_keys, mesh_writes
 
 pytestmark = pytest.mark.skipif(shutil.which("ssh-keygen") is None, reason="needs OpenSSH's ssh-keygen")
 
@@ -60,3 +60,15 @@ def test_hashed_entries_match_as_ssh_keygen_hashed_them(tmp_path: Path) -> None:
 
 def test_a_damaged_hashed_entry_matches_nothing() -> None:
     assert known_host_keys(["|1|not-base64!|x== " + " ".join(KEY_A)], ["192.168.178.12"]) == {}
+
+
+def test_the_write_forgets_only_the_addresses_already_on_record() -> None:
+    """A fresh node's known_hosts holds none of the targets' addresses: its write runs no ssh-keygen -R (two
+    processes and a rewrite of the file per address); a re-imaged target's stale address is still dropped first."""
+    keys = {"spark-1": "ssh-ed25519 AAAAC3UserKeyOfSpark1 spark@one", "spark-2": "ssh-ed25519 AAAAC3UserKeyOfSpark2 spark@two"}
+    host_keys = {"spark-1": "ssh-ed25519 AAAAC3HostKeyOfSpark1", "spark-2": "ssh-ed25519 AAAAC3HostKeyOfSpark2"}
+    fresh = mesh_writes((Link("spark-1", "spark-2", ("10.0.0.12", "10.0.1.12"), recorded=()),), keys, host_keys)
+    assert "ssh-keygen -R" not in fresh["spark-1"].script
+    stale = mesh_writes((Link("spark-1", "spark-2", ("10.0.0.12", "10.0.1.12"), recorded=("10.0.1.12",)),),
+                        keys, host_keys)
+    assert stale["spark-1"].script.count("ssh-keygen -R") == 1 and "ssh-keygen -R 10.0.1.12 " in stale["spark-1"].script

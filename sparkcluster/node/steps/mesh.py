@@ -50,6 +50,9 @@ class Link:
     source: str
     target: str
     addresses: tuple[str, ...]
+    # Those of `addresses` that source's known_hosts already has an entry for (a stale key, or a partial record):
+    # dropped before the verified key goes in. None: all of them. A fresh node has none, so it runs no ssh-keygen -R.
+    recorded: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -80,9 +83,8 @@ class SshMesh(Step):
             out[h.name] = Node(facts.user, q.ip, addresses or (q.ip,))
         return out
 
-    def _missing(self, ctx: HostContext, nodes: dict[str, Node],
-                 prove: bool) -> tuple[list[tuple[str, str]], set[str]]:
-        """(from, to) pairs where `from`'s key is not authorized on `to`, or `to`'s verified host key is not
+    def _missing(self, ctx: HostContext, nodes: dict[str, Node], prove: bool) -> tuple[list[Link], set[str]]:
+        """The links (from, to) where `from`'s key is not authorized on `to`, or `to`'s verified host key is not
         what `from` has on record for each of its addresses. Read from the files, one round trip per node:
         probing every pair with ssh would cost N*(N-1) handshakes. With `prove`, the head's round trip also
         tries one real login to each worker, at the same time (a second round trip after the reads would only
@@ -123,7 +125,7 @@ class SshMesh(Step):
                 authorized = public and any(public in entry for entry in state[target][1])
                 recorded = all(host_keys[target] in known.get(a, set()) for a in node.addresses)
                 if not (authorized and recorded):
-                    missing.append((source, target))
+                    missing.append(Link(source, target, node.addresses, tuple(a for a in node.addresses if known.get(a))))
         return missing, proved
 
     def _proved_from_head(self, ctx: HostContext, nodes: dict[str, Node], answered: set[str]) -> None:
@@ -148,7 +150,7 @@ class SshMesh(Step):
                             "fabric addresses are proven when bootstrap applies them")
             self._proved_from_head(ctx, nodes, proved)
             return Plan(f"all {len(nodes)} nodes reach each other over the fabric without a password")
-        links = tuple(Link(source, target, nodes[target].addresses) for source, target in missing)
+        links = tuple(missing)
         # What apply() does runs on other nodes than this one, so the plan says it in words, not as commands.
         notes: list[str] = []
         for link in links:
@@ -156,7 +158,7 @@ class SshMesh(Step):
             notes += [*([] if keygen in notes else [keygen]),
                       f"authorize {link.source}'s key on {link.target}",
                       f"record {link.target}'s host key for {', '.join(link.addresses)} on {link.source}"]
-        pairs = ", ".join(f"{s}->{t}" for s, t in missing)
+        pairs = ", ".join(f"{link.source}->{link.target}" for link in missing)
         return MeshPlan(f"set up passwordless ssh {pairs}", notes=tuple(notes), links=links)
 
     def apply(self, ctx: HostContext, plan: Plan) -> None:
@@ -233,7 +235,7 @@ def mesh_writes(links: tuple[Link, ...], keys: dict[str, str], host_keys: dict[s
         lines.setdefault(link.target, []).append(f"@auth {keys[link.source]}")
         lines.setdefault(link.source, []).append(f"@known {','.join(link.addresses)} {host_keys[link.target]}")
         forget.setdefault(link.source, []).extend(f"ssh-keygen -R {shlex.quote(a)} -f ~/.ssh/known_hosts >/dev/null 2>&1; "
-                                                  for a in link.addresses)
+                                                  for a in (link.addresses if link.recorded is None else link.recorded))
     return {node: Command(WRITE.format(forget="".join(forget.get(node, []))),
                           stdin="\n".join(dict.fromkeys(tagged)) + "\n") for node, tagged in lines.items()}
 
