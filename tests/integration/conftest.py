@@ -16,12 +16,12 @@ import pytest
 # integration lock takes about 2/3 of that): each runs a real CPU vLLM, holds an image with PyTorch, or stages a
 # 1 GiB model. A file not named here runs after them.
 SLOWEST_FIRST = (
-    "test_serve_caches.py",  # ~580 s: the PyTorch image on two nodes, torch.compile twice, four serves
-    "test_serve_host_vllm.py",  # ~540 s: five real vLLM starts on two nodes
+    "test_serve_caches.py",  # ~500 s: the PyTorch image on two nodes, torch.compile twice, five serves
+    "test_serve_host_vllm.py",  # ~480 s: four real vLLM starts on two nodes
+    "test_staging.py",  # ~330 s: a 1 GiB model staged, re-staged, repaired across four nodes; TP 4 served in Docker
     "test_ring3.py",  # ~280 s: a real vLLM served as three pipeline stages
-    "test_staging.py",  # ~280 s: a 1 GiB model staged, re-staged, repaired across four nodes
     "test_ring4.py",  # ~260 s: a real vLLM served as TP 2 x PP 2
-    "test_serve_docker.py",  # ~260 s: two clusters (two and four nodes), the image copied to the workers
+    "test_serve_docker.py",  # ~220 s: a two-node cluster, the image copied to the worker
     "test_sim_variants.py",  # ~200 s: a real vLLM on the mlx5 pair
 )
 

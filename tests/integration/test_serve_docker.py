@@ -286,30 +286,3 @@ def test_a_node_powered_off_during_bring_up(two):
     finally:
         process.kill()
         two.boot("spark-2")
-
-
-@pytest.fixture(scope="module")
-def four(tmp_path_factory) -> Iterator[SimCluster]:
-    yield from _cluster(4, "serve4", tmp_path_factory.mktemp("cfg"))
-
-
-def test_four_nodes_and_tp_must_match_the_selection(four):
-    refused = sc(four, "serve", "--model", MODEL, "--tp", "2")
-    assert refused.returncode == 2
-    assert "choose them with --limit (e.g. --limit spark-1,spark-2)" in " ".join(refused.stderr.split())
-    result = serve(four, "--tp", "4", "--json")
-    assert result.returncode == 0, result.stderr
-    try:
-        fabric = {h.fabric_ips[0] for h in four.topology.hosts}
-        status = json.loads(sc(four, "status", "--json").stdout)
-        assert status["ray"]["nodes"] == 4 and status["ray"]["gpus"] == 4 and status["ray"]["problems"] == []
-        assert {n["ray"]["address"] for n in status["nodes"].values()} == fabric
-        record = json.loads(ssh(four, "spark-1", "docker exec vllm_node cat /tmp/vllm-standin.json").stdout)
-        assert "--tensor-parallel-size 4 --distributed-executor-backend ray" in " ".join(record["argv"])
-        assert set(record["ranks_on"]) == fabric
-        ids = {ssh(four, h.name, f"docker image inspect --format '{{{{.Id}}}}' {TAG}").stdout.strip()
-               for h in four.topology.hosts}
-        assert len(ids) == 1
-    finally:
-        assert sc(four, "down").returncode == 0
-    assert running_anywhere(four) == []

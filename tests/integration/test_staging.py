@@ -13,10 +13,11 @@ import time
 import pytest
 
 from sparkcluster.engine.modelref import ModelRef
-from sparkcluster.sim import SimCluster, UpOptions
+from sparkcluster.sim import SimCluster, UpOptions, image
 from sparkcluster.sim.fakemodel import generate
 from sparkcluster.sim.topology import MGMT_NETDEV
 from tests.helpers import bootstrapped, require_sim, run_cli, ssh, unique_name
+from tests.integration.test_serve_docker import RAY_ENV, TAG, running_anywhere
 
 pytestmark = [pytest.mark.sim, pytest.mark.slow]
 
@@ -304,3 +305,40 @@ def test_serve_shows_each_nodes_staging_progress(staged_cluster, tmp_path):
     assert sum(".safetensors " in line for line in staged) == 5, staged
     assert "why Ray did not start" in out.stderr  # the phase after staging names what failed
     assert sums(c, "spark-2") == sums(c, "spark-1")
+
+
+@pytest.mark.docker
+def test_four_nodes_serve_in_docker_and_tp_must_match_the_selection(staged_cluster):
+    """`serve` with the docker runtime (test_serve_docker.py's image: a real Ray, a stand-in vLLM) on four nodes: a TP
+    that does not cover the selection is refused; TP 4 serves with a rank on every node's fabric address, the image
+    copied from the head to the three others. Here, on this module's four bootstrapped nodes, which hold the model
+    by now, rather than on four of its own (~30 s of bring-up and teardown)."""
+    c = staged_cluster
+    if not (RAY_ENV / "bin" / "ray").exists():
+        pytest.fail(f"{RAY_ENV} is missing: run scripts/setup.sh")
+    tar = image.build(TAG, ray_env=RAY_ENV, with_torch=False)  # cached
+    image.import_into(c, ["spark-1"], TAG, tar)  # only the head: serve must copy it to the others
+
+    def sc(*args: str) -> subprocess.CompletedProcess:
+        return run_cli(args[0], "-i", str(c.inventory_path), *args[1:], timeout=300)
+
+    refused = sc("serve", "--model", MODEL, "--tp", "2")
+    assert refused.returncode == 2
+    assert "choose them with --limit (e.g. --limit spark-1,spark-2)" in " ".join(refused.stderr.split())
+    result = sc("serve", "--model", MODEL, "--no-verify", "--ready-timeout", "60", "--up-timeout", "90", "--tp", "4",
+                "--json")
+    assert result.returncode == 0, result.stderr
+    try:
+        fabric = {h.fabric_ips[0] for h in c.topology.hosts}
+        status = json.loads(sc("status", "--json").stdout)
+        assert status["ray"]["nodes"] == 4 and status["ray"]["gpus"] == 4 and status["ray"]["problems"] == []
+        assert {n["ray"]["address"] for n in status["nodes"].values()} == fabric
+        record = json.loads(ssh(c, "spark-1", "docker exec vllm_node cat /tmp/vllm-standin.json").stdout)
+        assert "--tensor-parallel-size 4 --distributed-executor-backend ray" in " ".join(record["argv"])
+        assert set(record["ranks_on"]) == fabric
+        ids = {ssh(c, h.name, f"docker image inspect --format '{{{{.Id}}}}' {TAG}").stdout.strip()
+               for h in c.topology.hosts}
+        assert len(ids) == 1
+    finally:
+        assert sc("down").returncode == 0
+    assert running_anywhere(c) == []
