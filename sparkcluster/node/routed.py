@@ -114,7 +114,12 @@ def missing_routes(plan: NodeAddress, routes_now: Mapping[str, str]) -> tuple[Ro
     return tuple(r for r in plan.routes if not _same(r, routes_now.get(str(r.to), "")))
 
 
-def _same(route: Route, line: str) -> bool:
+def route_fields(line: str) -> dict[str, str]:
+    """The `via`, `dev` and `src` of a route as `parse_routes` keeps it (the line after its destination)."""
     words = line.split()
-    pairs = {key: words[i + 1] for i, key in enumerate(words[:-1]) if key in ("via", "dev", "src")}
+    return {key: words[i + 1] for i, key in enumerate(words[:-1]) if key in ("via", "dev", "src")}
+
+
+def _same(route: Route, line: str) -> bool:
+    pairs = route_fields(line)
     return (pairs.get("via"), pairs.get("dev"), pairs.get("src")) == (str(route.via), route.netdev, str(route.src))

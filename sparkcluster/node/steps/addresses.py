@@ -46,6 +46,7 @@ from ..routed import (
     node_address,
     parse_routes,
     plan_node_address,
+    route_fields,
 )
 from .preflight import facts_of
 
@@ -298,9 +299,9 @@ def _fabric(ctx: HostContext) -> Fabric | None:
 def _node_now(ctx: HostContext, plan: NodeAddress, fresh: HostFacts) -> NodeNow:
     bridge = fresh.interface(NODE_NETDEV)
     routes = parse_routes(ctx.read(ROUTES).stdout)
-    forwarding, _, sysctl = ctx.read(FORWARDING).stdout.partition("---\n")
+    forwarding, sysctl = _forwarding(ctx)
     return NodeNow(bridge is not None, bridge is not None and plan.address in bridge.ipv4, routes,
-                   missing_routes(plan, routes), forwarding.strip(), sysctl)
+                   missing_routes(plan, routes), forwarding, sysctl)
 
 
 def _node_live(plan: NodeAddress) -> list[str]:
@@ -324,18 +325,19 @@ def _node_rollback(plan: NodeAddress, now: NodeNow) -> list[str]:
 
 def _leftover(ctx: HostContext, fresh: HostFacts) -> Leftover | None:
     bridge = fresh.interface(NODE_NETDEV)
-    sysctl = ctx.read(FORWARDING).stdout.partition("---\n")[2]
+    sysctl = _forwarding(ctx)[1]
     if bridge is None and not sysctl:
         return None
     sources = {str(a.ip) for a in bridge.ipv4} if bridge is not None else set()
     routes = tuple(f"{to} {rest}" for to, rest in parse_routes(ctx.read(ROUTES).stdout).items()
-                   if _source(rest) in sources)
+                   if route_fields(rest).get("src") in sources)
     return Leftover(bridge.ipv4 if bridge is not None else None, routes, sysctl)
 
 
-def _source(route: str) -> str | None:
-    words = route.split()
-    return words[words.index("src") + 1] if "src" in words[:-1] else None
+def _forwarding(ctx: HostContext) -> tuple[str, str]:
+    """/proc/sys/net/ipv4/ip_forward, and the sysctl.d file's text ("" when absent)."""
+    forwarding, _, sysctl = ctx.read(FORWARDING).stdout.partition("---\n")
+    return forwarding.strip(), sysctl
 
 
 def _retire_live(leftover: Leftover) -> list[str]:
