@@ -1,5 +1,9 @@
 """YAML playbooks -> Plays of Steps. Validated before any connection; arguments are Jinja2 templates
-rendered per host at run time with StrictUndefined (a missing variable is an error, never "")."""
+rendered per host at run time with StrictUndefined (a missing variable is an error, never "").
+
+jinja2 is imported when the first template is rendered, not when a playbook loads: rendering happens per host
+after connecting, so bootstrap's start (parse, validate, first connection) does not pay for it (about a tenth of
+the start's imports), and a run whose arguments hold no template never imports it."""
 
 from __future__ import annotations
 
@@ -10,13 +14,14 @@ import typing
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any
-
-import jinja2
+from typing import TYPE_CHECKING, Any
 
 from . import yamlsource
 from .errors import UsageError, did_you_mean
 from .steps import REGISTRY, Step
+
+if TYPE_CHECKING:
+    import jinja2
 
 PLAY_KEYS = {"name", "hosts", "require", "gather_facts", "refresh_facts", "steps"}
 
@@ -122,19 +127,33 @@ def _no_unknown(where: str, line: int, raw: dict[str, Any], known: set[str], wha
 
 
 # ---- per-host rendering ---------------------------------------------------------------------------
-_JINJA = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False)
+class TemplateProblem(Exception):
+    """A template that cannot render: `undefined` names a missing variable (jinja2's UndefinedError), otherwise
+    the template itself is wrong. Raised in jinja2's place, so that catching it needs no jinja2 imported."""
+
+    def __init__(self, message: str, *, undefined: bool) -> None:
+        super().__init__(message)
+        self.message = message
+        self.undefined = undefined
+
+
+@functools.cache
+def _jinja() -> jinja2.Environment:
+    import jinja2
+
+    return jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False)
 
 
 # Compiling is what costs (about 1 ms an expression, against 0.05 ms to evaluate one), and a run renders the same
 # few arguments for every host, twice per play (its batched reads, then its run): each text is compiled once.
 @functools.lru_cache(maxsize=256)
 def _expression(text: str) -> Any:
-    return _JINJA.compile_expression(text, undefined_to_none=False)
+    return _jinja().compile_expression(text, undefined_to_none=False)
 
 
 @functools.lru_cache(maxsize=256)
 def _template(text: str) -> jinja2.Template:
-    return _JINJA.from_string(text)
+    return _jinja().from_string(text)
 
 
 _SINGLE_EXPRESSION = re.compile(r"^\{\{(?P<expr>(?:(?!\}\}).)*)\}\}$", re.S)
@@ -142,15 +161,24 @@ _SINGLE_EXPRESSION = re.compile(r"^\{\{(?P<expr>(?:(?!\}\}).)*)\}\}$", re.S)
 
 def render(value: Any, context: dict[str, Any]) -> Any:
     """Strings are templates. A string that is exactly one `{{ expression }}` keeps the expression's type
-    (a list stays a list, a bool a bool); anything else renders to text."""
+    (a list stays a list, a bool a bool); anything else renders to text. Raises TemplateProblem."""
     if isinstance(value, str):
         single = _SINGLE_EXPRESSION.match(value.strip())
-        if single:
-            result = _expression(single["expr"])(**context)
-            if isinstance(result, jinja2.Undefined):
-                str(result)  # StrictUndefined raises here, naming the variable
-            return result
-        return _template(value).render(context) if ("{{" in value or "{%" in value) else value
+        if not single and "{{" not in value and "{%" not in value:
+            return value  # plain text: no template engine needed
+        import jinja2  # loaded by _jinja() first; here for its exception and Undefined types
+
+        try:
+            if single:
+                result = _expression(single["expr"])(**context)
+                if isinstance(result, jinja2.Undefined):
+                    str(result)  # StrictUndefined raises here, naming the variable
+                return result
+            return _template(value).render(context)
+        except jinja2.UndefinedError as e:
+            raise TemplateProblem(f"{e.message}", undefined=True) from None
+        except jinja2.TemplateError as e:
+            raise TemplateProblem(str(e), undefined=False) from None
     if isinstance(value, list):
         return [render(v, context) for v in value]
     if isinstance(value, dict):
@@ -162,11 +190,11 @@ def build_args(call: StepCall, context: dict[str, Any]) -> Any:
     """Render the call's arguments for one host and check them against the step's Args types."""
     try:
         values = render(call.args, context)
-    except jinja2.UndefinedError as e:
-        raise UsageError(f"line {call.line}: {call.name}: {e.message}",
-                         "define it in the inventory's vars or pass it with -e NAME=VALUE") from None
-    except jinja2.TemplateError as e:
-        raise UsageError(f"line {call.line}: {call.name}: template error: {e}", "fix the template") from None
+    except TemplateProblem as e:
+        if e.undefined:
+            raise UsageError(f"line {call.line}: {call.name}: {e.message}",
+                             "define it in the inventory's vars or pass it with -e NAME=VALUE") from None
+        raise UsageError(f"line {call.line}: {call.name}: template error: {e.message}", "fix the template") from None
     hints = typing.get_type_hints(call.step.Args)
     for key, value in values.items():
         hint = hints[key]

@@ -98,3 +98,21 @@ def test_bootstraps_start_imports_no_stager_and_no_table() -> None:
     """)
     assert "sparkcluster.staging.step" in loaded
     assert not loaded & {"sparkcluster.staging.stager", "sparkcluster.staging.chain", "sparkcluster.staging.wire"}
+
+
+def test_bootstraps_start_imports_no_template_engine() -> None:
+    """jinja2 is a tenth of bootstrap's start: it is imported when the first argument is rendered (per host, after
+    connecting), not when the playbook loads; a playbook whose arguments hold no template never imports it."""
+    loaded = _loaded_after("""
+        import sys
+        from sparkcluster import stepcatalog
+        from sparkcluster.engine.playbook import build_args
+        book = stepcatalog.load_bundled("bootstrap")
+        assert "jinja2" not in sys.modules, "loading the bundled playbook imported jinja2"
+        disk = next(c for p in book.plays for c in p.steps if c.name == "preflight.disk")
+        plain = type(disk)(disk.step, {"min_free_gb": 7}, disk.line)
+        assert build_args(plain, {}).min_free_gb == 7 and "jinja2" not in sys.modules
+        assert build_args(disk, {"min_free_gb": "12"}).min_free_gb == 12  # the template renders on demand
+        assert "jinja2" in sys.modules
+    """)
+    assert "sparkcluster.node.steps.comm" in loaded

@@ -7,26 +7,36 @@ binds to a port it may not have cabled (docs/failure-modes.md F19, F22).
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from importlib import resources
+from typing import TYPE_CHECKING
 
-import jinja2
-
+from ...engine.command import Command
 from ...engine.steps.base import HostContext, Plan, Step, StepFailed, register
-from ...engine.steps.files import plan_file, write_file
+from ...engine.steps.files import file_state, plan_file, write_file
 from ..addressing import routed_control_plane
 from ..fabric import Kind
 from ..network import COMM_ENV_PATH, NODE_NETDEV, QsfpError, comm_env, qsfp_port, ring_env
 from .preflight import facts_of, qsfp_of, ring_of
 
-_TEMPLATES = jinja2.Environment(
-    loader=jinja2.FileSystemLoader(str(resources.files("sparkcluster") / "templates")),
-    undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False,
-)
+if TYPE_CHECKING:
+    import jinja2
+
+
+@functools.cache
+def _templates() -> jinja2.Environment:
+    # jinja2 when the file is first rendered (after connecting), not when a playbook naming comm.env loads.
+    import jinja2
+
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(resources.files("sparkcluster") / "templates")),
+        undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False,
+    )
 
 
 def render_comm_env(host: str, env: dict[str, str]) -> str:
-    return _TEMPLATES.get_template("comm.env.j2").render(env=env, host=host, generated_by="sparkcluster bootstrap")
+    return _templates().get_template("comm.env.j2").render(env=env, host=host, generated_by="sparkcluster bootstrap")
 
 
 @dataclass(frozen=True)
@@ -67,6 +77,9 @@ class CommEnv(Step):
             prefix = next((l.subnet.prefixlen for l in fabric.links if l.subnet), 24)
             env = ring_env(env, len(fabric.nodes), hcas, control[1], control[0], prefix)
         return render_comm_env(ctx.host.name, env)
+
+    def reads(self, ctx: HostContext) -> tuple[Command, ...]:
+        return (file_state(self.args.path),)
 
     def check(self, ctx: HostContext) -> Plan:
         return plan_file(ctx, self.args.path, self._content(ctx), "0644")
