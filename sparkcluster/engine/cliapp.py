@@ -8,7 +8,6 @@ this module for every command, and `sparkcluster --help` must not pay for parami
 from __future__ import annotations
 
 import argparse
-import getpass
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
@@ -84,7 +83,11 @@ def selected_inventory(args: argparse.Namespace) -> Inventory:
 
 def become_password(args: argparse.Namespace) -> str | None:
     # Asked once, fed to sudo on stdin; never in argv, logs or --json.
-    return getpass.getpass("BECOME (sudo) password: ") if getattr(args, "ask_become_pass", False) else None
+    if not getattr(args, "ask_become_pass", False):
+        return None
+    import getpass  # with termios: only for -K
+
+    return getpass.getpass("BECOME (sudo) password: ")
 
 
 def connect_selected(args: argparse.Namespace, check: Callable[[Inventory], None] = no_check,

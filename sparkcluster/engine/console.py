@@ -17,11 +17,13 @@ UNWRAPPED_WIDTH = 1000
 
 
 def make_console(*, stderr: bool = False) -> Console:
-    console = Console(stderr=stderr)
+    # No emoji codes: nothing we print means one, a host name or path like `:fire:` must print as it is, and
+    # rich's table of codes is a module of its own that every command's first line would import.
+    console = Console(stderr=stderr, emoji=False)
     if console.is_terminal:
         return console
     # Not even $COLUMNS: a shell exports the terminal's width to every program it starts, piped or not.
-    return Console(stderr=stderr, width=UNWRAPPED_WIDTH, soft_wrap=True)
+    return Console(stderr=stderr, width=UNWRAPPED_WIDTH, soft_wrap=True, emoji=False)
 
 
 out = make_console()

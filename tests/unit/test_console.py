@@ -23,3 +23,14 @@ def test_a_pipe_gets_whole_lines_even_with_columns_exported():
     assert lines[0] == "serving at http://192.168.100.10:8000/v1 " + "x" * 150
     row = next(line for line in lines if "spark-1" in line)
     assert "1.07 GB" in row and "y" * 120 in row
+
+
+def test_no_emoji_code_is_rendered_and_the_table_of_codes_is_not_imported():
+    # A host, path or log line that holds `:fire:` prints as it is; rich's table of codes stays unimported.
+    code = ("import sys\nfrom sparkcluster.engine.console import out, err\n"
+            "out.print('host :fire: at fe80::1:2 [bold]x[/bold]', highlight=False)\n"
+            "err.print(':smile: done', highlight=False)\n"
+            "print('rich._emoji_codes' in sys.modules)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.splitlines() == ["host :fire: at fe80::1:2 x", "False"]
+    assert done.stderr == ":smile: done\n"

@@ -8,7 +8,6 @@ that starts with `file:line:` and carries a fix, and is exit 2 before any connec
 from __future__ import annotations
 
 import os
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -97,6 +96,8 @@ def find_inventory(explicit: str | None, *, env: Mapping[str, str] | None = None
 
 def record_last_used(path: Path, config_dir: Path | None = None) -> None:
     """Remember `path` for later commands that name no inventory (written atomically: temp file + rename)."""
+    import tempfile  # only here, after a bootstrap: not among every command's start-up imports
+
     directory = config_dir or _config_dir(os.environ)
     try:
         directory.mkdir(parents=True, exist_ok=True)
