@@ -5,7 +5,8 @@ Run:  .venv/bin/python benchmarks/start_imports.py [--rounds N] [--base REV]
 
 What is counted, and why:
 - `--help`: every import of `sparkcluster --help` (printed into a pipe), and its wall time.
-- bootstrap's start: the real `sparkcluster bootstrap INVENTORY` (plain output into a pipe, as in CI) on a
+- bootstrap's start: the real `sparkcluster bootstrap INVENTORY` (plain output into a pipe, as in CI; with
+  `--terminal`, on a pseudo-terminal, where rich's live table draws) on a
   throw-away inventory of two hosts on loopback ports where nothing listens, so the first connection is refused
   and nothing on this machine changes. What it imports before that first connection is its start: the CLI, the
   inventory's validation, the bundled playbook and its steps, the runner and the reporter. paramiko and Fabric are
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import pty
 import socket
 import statistics
 import subprocess
@@ -100,14 +102,35 @@ def sample(lines: list[Line], wall_ms: float) -> Sample:
                   modules=modules, wall_ms=wall_ms)
 
 
-def run_importtime(tree: Path, argv: list[str]) -> tuple[list[Line], float, int, str]:
+def run_importtime(tree: Path, argv: list[str], terminal: bool = False) -> tuple[list[Line], float, int, str]:
+    """`sparkcluster ARGV` under -X importtime; `terminal`: its stdout a pseudo-terminal (rich's live table), its
+    stderr (where -X importtime writes) still a pipe."""
     env = {**os.environ, "PYTHONPATH": str(tree), "NO_COLOR": "1", "COLUMNS": "100"}
     env.pop("PYTHONDONTWRITEBYTECODE", None)
+    argv = [sys.executable, "-X", "importtime", "-c", ENTRY, *argv]
     start = time.perf_counter()
-    done = subprocess.run([sys.executable, "-X", "importtime", "-c", ENTRY, *argv], cwd=tree, env=env,
-                          capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    if not terminal:
+        done = subprocess.run(argv, cwd=tree, env=env, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+        wall = (time.perf_counter() - start) * 1000
+        return parse_importtime(done.stderr), wall, done.returncode, done.stdout
+    leader, follower = pty.openpty()
+    with subprocess.Popen(argv, cwd=tree, env=env, stdout=follower, stderr=subprocess.PIPE, text=True,
+                          stdin=subprocess.DEVNULL) as process:
+        os.close(follower)
+        shown = b""
+        while True:  # drained as it comes, or a full pty would stall the command
+            try:
+                chunk = os.read(leader, 65536)
+            except OSError:  # the command closed its end
+                break
+            if not chunk:
+                break
+            shown += chunk
+        stderr = process.stderr.read() if process.stderr else ""
+        code = process.wait()
+    os.close(leader)
     wall = (time.perf_counter() - start) * 1000
-    return parse_importtime(done.stderr), wall, done.returncode, done.stdout
+    return parse_importtime(stderr), wall, code, shown.decode(errors="replace")
 
 
 def refused_port() -> int:
@@ -127,16 +150,16 @@ def write_inventory(folder: Path) -> Path:
     return inventory
 
 
-def measure(tree: Path, inventory: Path) -> tuple[Sample, Sample]:
+def measure(tree: Path, inventory: Path, terminal: bool) -> tuple[Sample, Sample]:
     lines, wall, code, _ = run_importtime(tree, ["--help"])
     if code != 0:
         raise SystemExit(f"sparkcluster --help exited {code} in {tree}")
     help_sample = sample(lines, wall)
-    lines, wall, code, stdout = run_importtime(tree, ["bootstrap", str(inventory)])
+    lines, wall, code, stdout = run_importtime(tree, ["bootstrap", str(inventory)], terminal)
     if code != 1 or "unreachable" not in stdout:
         raise SystemExit(f"bootstrap on refused hosts exited {code} in {tree} (expected 1, unreachable):\n{stdout}")
     counted = before_connection(lines)
-    if counted is lines or len(counted) == len(lines):
+    if len(counted) == len(lines):
         raise SystemExit("bootstrap imported no paramiko/fabric: the cut at the first connection is not where "
                          "this benchmark expects it (engine/transport.py)")
     return help_sample, sample(counted, wall)
@@ -193,6 +216,8 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--base", metavar="REV", help="also measure this git revision, side by side")
     parser.add_argument("--top", type=int, default=10)
+    parser.add_argument("--terminal", action="store_true",
+                        help="bootstrap's output on a pseudo-terminal (rich's live table) rather than a pipe")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="sc-start-") as folder, \
             (exported(args.base) if args.base else _nothing()) as base:
@@ -200,17 +225,19 @@ def main() -> int:
         trees = {"this tree": ROOT, **({f"base {args.base}": base} if base else {})}
         results: dict[str, tuple[list[Sample], list[Sample]]] = {label: ([], []) for label in trees}
         for tree in trees.values():  # bytecode written, caches warm; not counted
-            measure(tree, inventory)
+            measure(tree, inventory, args.terminal)
         for _ in range(args.rounds):
             for label, tree in trees.items():
-                help_sample, boot_sample = measure(tree, inventory)
+                help_sample, boot_sample = measure(tree, inventory, args.terminal)
                 results[label][0].append(help_sample)
                 results[label][1].append(boot_sample)
     packages = ("sparkcluster", "rich", "yaml", "jinja2", "markupsafe", "typing", "dataclasses", "inspect")
     for label, (helps, boots) in results.items():
         print(f"== {label} ({args.rounds} rounds)")
         print("\n".join(summary("sparkcluster --help", helps, args.top)))
-        print("\n".join(summary("sparkcluster bootstrap: imports before the first connection", boots, args.top)))
+        where = "a terminal" if args.terminal else "a pipe"
+        print("\n".join(summary(f"sparkcluster bootstrap into {where}: imports before the first connection", boots,
+                                args.top)))
         print("  by package (own ms, min):  " + "  ".join(f"{k} {v:.1f}" for k, v in
                                                         group_totals(boots, packages).items()))
     if args.base:
