@@ -12,11 +12,11 @@ import io
 import logging
 import os
 import posixpath
+import secrets
 import shlex
 import socket
 import threading
 import time
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -360,7 +360,7 @@ class Transport:
     def write_file_atomic(self, path: str, content: bytes, mode: int) -> None:
         """Write as the login user: a temp file beside the target, chmod, then rename over it, so a reader
         never sees a half-written file and an interrupted write leaves the old one intact."""
-        tmp = posixpath.join(posixpath.dirname(path), f".{posixpath.basename(path)}.{uuid.uuid4().hex[:8]}.tmp")
+        tmp = posixpath.join(posixpath.dirname(path), f".{posixpath.basename(path)}.{secrets.token_hex(4)}.tmp")
         sftp = self.sftp()
         try:
             with sftp.open(tmp, "wb") as f:
