@@ -14,18 +14,26 @@ import argparse
 import importlib
 import sys
 from collections.abc import Iterable
-from dataclasses import dataclass
-from typing import Any
 
 from . import __version__
 from .engine.cliapp import App, Parser
 from .engine.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, SparkclusterError
 
+# typing.TYPE_CHECKING without importing typing: `--help` imports neither typing nor dataclasses (with inspect).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
-@dataclass(frozen=True)
+
 class Wing:
-    module: str  # its `register(commands, app)` adds exactly these commands
-    commands: tuple[tuple[str, str], ...]  # (name, the help line `sparkcluster --help` shows), in --help's order
+    __slots__ = ("module", "commands")
+
+    def __init__(self, module: str, commands: tuple[tuple[str, str], ...]) -> None:
+        self.module = module  # its `register(commands, app)` adds exactly these commands
+        self.commands = commands  # (name, the help line `sparkcluster --help` shows), in --help's order
+
+    def __repr__(self) -> str:
+        return f"Wing({self.module!r})"
 
 
 WINGS: tuple[Wing, ...] = (

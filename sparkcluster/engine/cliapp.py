@@ -10,12 +10,13 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from . import flags
 from .flags import DEFAULT_FORKS
 
+# typing.TYPE_CHECKING without importing typing (nor dataclasses, with inspect): `sparkcluster --help` builds its
+# parser from this module, and those two are a quarter of what it would import.
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from .inventory import Inventory
     from .session import Session
@@ -101,11 +102,15 @@ def connect_selected(args: argparse.Namespace, check: Callable[[Inventory], None
                      sudo_password=become_password(args), require_all=require_all)
 
 
-@dataclass(frozen=True)
 class App:
-    connect: Connect = connect_selected
-    connecting: Callable[..., argparse.ArgumentParser] = connecting  # adds -i/--limit/--forks/--json (and INVENTORY)
-    changing: Callable[[argparse.ArgumentParser], argparse.ArgumentParser] = changing  # adds --check/--diff/-K
+    """What each wing's `register(commands, app)` is given: how to connect, and the shared flag sets."""
+
+    def __init__(self, connect: Connect = connect_selected) -> None:
+        self.connect = connect
+        # adds -i/--limit/--forks/--json (and INVENTORY)
+        self.connecting: Callable[..., argparse.ArgumentParser] = connecting
+        # adds --check/--diff/-K
+        self.changing: Callable[[argparse.ArgumentParser], argparse.ArgumentParser] = changing
 
     def wire(self, parser: argparse.ArgumentParser, command: Command) -> None:
         parser.set_defaults(func=lambda args: command(args, self.connect))

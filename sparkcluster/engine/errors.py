@@ -3,9 +3,11 @@ before any connection; 1: a host failed or was unreachable; 130: interrupted).""
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Iterable
-from typing import Any
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: `sparkcluster --help` imports this module
+if TYPE_CHECKING:
+    from typing import Any
 
 EXIT_OK = 0
 EXIT_FAILED = 1  # some host failed or was unreachable
@@ -35,5 +37,7 @@ class UsageError(SparkclusterError):
 
 def did_you_mean(word: Any, choices: Iterable[str]) -> str:
     """` (did you mean 'hosts'?)` for the closest choice, or "" when none is close."""
+    import difflib  # only with a typo to explain
+
     match = difflib.get_close_matches(str(word), list(choices), n=1)
     return f" (did you mean {match[0]!r}?)" if match else ""

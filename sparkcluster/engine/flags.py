@@ -11,9 +11,12 @@ import argparse
 import math
 import re
 from collections.abc import Callable
-from typing import TypeVar
 
-N = TypeVar("N", int, float)
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: every command's parser imports this module
+if TYPE_CHECKING:
+    from typing import TypeVar
+
+    N = TypeVar("N", int, float)
 
 DEFAULT_FORKS = 16  # --forks: hosts worked on at once
 

@@ -49,6 +49,10 @@ WING_MODULES = {"sparkcluster.serving", "sparkcluster.bench", "sparkcluster.stag
 def test_help_imports_no_wing_and_nothing_heavy() -> None:
     loaded = _modules_after(["--help"])
     assert not loaded & (HEAVY | WING_MODULES)
+    # Nor what the parser never needs: dataclasses (with inspect, ast, dis), typing, difflib (for a typo's hint)
+    # were a third of --help's imports past the interpreter's own.
+    assert not loaded & {"dataclasses", "inspect", "typing", "difflib"}, sorted(
+        loaded & {"dataclasses", "inspect", "typing", "difflib"})
 
 
 def test_bootstrap_imports_its_wing_only() -> None:
