@@ -1,7 +1,9 @@
 """A strict fake Transport: every command a test does not expect fails it, naming the command.
 
 It has the interface steps and the runner use (run, read_file, write_file_atomic, sftp().stat, reconnect,
-host_key, close). Expectations match the exact shell line (`Command.line()`, sudo wrapper and exports
+host_key, close). It stands in for the node's shell where the engine's own protocols meet it: a batch (engine/batch.py)
+runs its commands one by one through run(), framed as the real script frames them, and the file commands of
+engine/steps/files.py read and write `files`, unless an expectation matches them first. Expectations match the exact shell line (`Command.line()`, sudo wrapper and exports
 included) or a regex over it, answer with an exit code, stdout and stderr, and are used up once each (unless
 `times=None`). A test asserts that every expectation ran with `verify()`.
 
@@ -12,15 +14,18 @@ transport driven by the runner still fails the test.
 
 from __future__ import annotations
 
+import base64
 import re
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 
+from sparkcluster.engine.batch import Batch
 from sparkcluster.engine.command import Command
 from sparkcluster.engine.facts import PROBE
-from sparkcluster.engine.transport import Result, Unreachable
+from sparkcluster.engine.steps.files import FileRead, FileWrite
+from sparkcluster.engine.transport import Result, Unreachable, remote_path
 
 DEFAULT_HOST_KEY = ("ssh-ed25519", "AAAAC3NzaC1lZDI1NTE5AAAAIStrictFakeHostKey")
 
@@ -126,6 +131,10 @@ class StrictTransport:
             if self.ordered:
                 candidates = candidates[:1]
             found = next((e for e in candidates if e.matches(command, line)), None)
+            if found is None and isinstance(command, Batch):
+                return self._batch(command)
+            if found is None and isinstance(command, (FileRead, FileWrite)):
+                return self._file_command(command)
             if found is None:
                 self.unexpected.append(command.display())
                 waiting = [e.describe() for e in candidates]
@@ -138,6 +147,31 @@ class StrictTransport:
             raise Unreachable(f"{self.name} dropped off while running `{command.display()}`", "power it on",
                               host=self.name)  # as the real Transport names its host
         return Result(command, found.exit_code, found.stdout, found.stderr, 0.0, found.timed_out)
+
+    def _batch(self, batch: Batch) -> Result:
+        """What the batch's script prints, each command answered as if it ran alone (run() records it)."""
+        text, code = "", 0
+        for i, part in enumerate(batch.parts):
+            result = self.run(part)
+            code = -1 if result.timed_out else result.exit_code
+            text += f"\n{batch.marker} {i} out\n{result.stdout}\n{batch.marker} {i} err {code}\n{result.stderr}"
+            if i < batch.changes and code != 0:
+                break
+        return Result(batch, 0, text + f"\n{batch.marker} end\n", "", 0.0)
+
+    def _file_command(self, command: FileRead | FileWrite) -> Result:
+        path = remote_path(command.path)
+        if isinstance(command, FileWrite):
+            self.write_file_atomic(path, (command.stdin or "").encode(), int(command.mode, 8))
+            return Result(command, 0, "", "", 0.0)
+        with self._lock:
+            self.reads.append(path)
+            remote = self.files.get(path)
+        if remote is None:
+            return Result(command, 0, "@missing\n", "", 0.0)
+        if not remote.readable:
+            return Result(command, 0, "@unreadable\n", "", 0.0)
+        return Result(command, 0, f"{remote.mode:o}\n{base64.b64encode(remote.content).decode()}\n", "", 0.0)
 
     def read_file(self, path: str) -> bytes | None:
         with self._lock:

@@ -8,6 +8,10 @@ each step its own Result, as if the command had run alone: its stdout, its stder
 The commands run one after the other, each in its own subshell with stdin from /dev/null; each one's stderr is
 held in a shell variable and printed after its stdout, so the two streams come back apart. The sections are
 framed by lines holding a random marker, which no command's output can forge.
+
+A step's apply() uses the same exec for its changes and the reads its check after apply() makes (apply_then_read):
+the changes run first, in order, and the batch ends at the first that fails, as a script under `set -e` would; one
+of them may read the exec's stdin (a file's content). The check after apply() then costs no round trip of its own.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from __future__ import annotations
 import re
 import secrets
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from .command import Command
 from .transport import Result, Transport
@@ -27,27 +32,33 @@ def batchable(command: Command, sudo_password: bool) -> bool:
     return command.stdin is None and not (command.sudo and sudo_password)
 
 
-def batch_script(commands: Sequence[Command], marker: str) -> str:
+def batch_script(commands: Sequence[Command], marker: str, changes: int = 0) -> str:
+    """The script that runs `commands`; the first `changes` of them are changes: the script ends after the first of
+    those that fails. The one command with stdin (there may be one) reads the script's."""
     # Each command's stdout goes straight out (fd 3, the script's stdout); its stderr, then its exit code, are
     # caught in a variable and printed after it. No temporary file: a check must not touch the node's disk.
     lines = ["exec 3>&1", "nl='\n'"]
     for i, command in enumerate(commands):
+        stdin = "" if command.stdin is not None else " </dev/null"
         lines.append(f"printf '\\n{marker} {i} out\\n'")
-        lines.append(f"e=$( ( {command.line()}\n) </dev/null 2>&1 1>&3 3>&-; printf '\\n%s' \"$?\" )")
+        lines.append(f"e=$( ( {command.line()}\n){stdin} 2>&1 1>&3 3>&-; printf '\\n%s' \"$?\" )")
         lines.append(f"printf '\\n{marker} {i} err %s\\n%s' \"${{e##*\"$nl\"}}\" \"${{e%\"$nl\"*}}\"")
+        if i < changes:
+            lines.append(f"[ \"${{e##*\"$nl\"}}\" = 0 ] || {{ printf '\\n{marker} end\\n'; exit 0; }}")
     lines.append(f"printf '\\n{marker} end\\n'")
     return "\n".join(lines) + "\n"
 
 
 def split_output(text: str, commands: Sequence[Command], marker: str, duration: float) -> dict[int, Result] | None:
-    """The batch's output, cut back into one Result per command; None when it is not whole (then every step
-    runs its own command, as without the batch)."""
+    """The batch's output, cut back into one Result per command that ran (all of them, unless a change failed);
+    None when it is not whole (then every step runs its own command, as without the batch)."""
     # Each section was preceded by a newline the script added: it is dropped with the marker line.
     parts = re.split(rf"\n{re.escape(marker)} ([^\n]*)\n", text)
-    if len(parts) != 4 * len(commands) + 3 or parts[-2] != "end":
+    ran = (len(parts) - 3) // 4
+    if len(parts) != 4 * ran + 3 or not 0 < ran <= len(commands) or parts[-2] != "end":
         return None
     results: dict[int, Result] = {}
-    for i, command in enumerate(commands):
+    for i, command in enumerate(commands[:ran]):
         out_head, stdout, err_head, stderr = parts[1 + 4 * i: 5 + 4 * i]
         err = err_head.split()
         if out_head != f"{i} out" or len(err) != 3 or err[:2] != [str(i), "err"] or not err[2].isdigit():
@@ -56,14 +67,28 @@ def split_output(text: str, commands: Sequence[Command], marker: str, duration: 
     return results
 
 
-def run_batch(transport: Transport, commands: Sequence[Command]) -> dict[int, Result] | None:
-    """Run `commands` in one exec on `transport`'s host: index -> its Result, or None when the batch did not
-    come back whole (timed out, cut off), so that each command runs alone instead."""
+@dataclass(frozen=True)
+class Batch(Command):
+    """The one exec of a batch. It keeps the commands it runs, for whoever stands in for a node's shell in a test."""
+
+    parts: tuple[Command, ...] = ()
+    marker: str = ""
+    changes: int = 0
+
+
+def run_batch(transport: Transport, commands: Sequence[Command], changes: int = 0) -> dict[int, Result] | None:
+    """Run `commands` in one exec on `transport`'s host (the first `changes` of them changes, see batch_script):
+    index -> the Result of each that ran, or None when the batch did not come back whole (timed out, cut off), so
+    that each read runs alone instead."""
     if not commands:
         return {}
+    if sum(c.stdin is not None for c in commands) > 1:
+        raise ValueError("a batch has one stdin: at most one of its commands may read it")
     marker = f"@@sc-batch-{secrets.token_hex(8)}@@"
     timeout = min(MAX_BATCH_TIMEOUT_S, sum(c.timeout for c in commands))
-    result = transport.run(Command(batch_script(commands, marker), timeout=timeout))
+    stdin = next((c.stdin for c in commands if c.stdin is not None), None)
+    result = transport.run(Batch(batch_script(commands, marker, changes), timeout=timeout, stdin=stdin,
+                                 parts=tuple(commands), marker=marker, changes=changes))
     if not result.ok:
         return None
     return split_output(result.stdout, commands, marker, result.duration)

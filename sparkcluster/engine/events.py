@@ -65,7 +65,7 @@ class StepFinished:
     diff: str | None = None
     failure: Failure | None = None
     warnings: tuple[str, ...] = ()
-    uploads: tuple[Upload, ...] = ()  # files written (would be written) through SFTP
+    uploads: tuple[Upload, ...] = ()  # files written (would be written) whole, by write_file
     notes: tuple[str, ...] = ()  # what was (would be) done otherwise, in words: never among `commands`
 
 

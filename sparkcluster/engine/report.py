@@ -53,7 +53,7 @@ class Reporter:
     # shared pieces
     def _actions(self, event: StepFinished) -> list[str]:
         """In check mode, what a change would do, each kind as what it is: a shell line is `run:`, a file written
-        through SFTP is `upload:`, and what happens otherwise (on other nodes, through staging) is `would:`."""
+        whole (write_file) is `upload:`, and what happens otherwise (on other nodes, through staging) is `would:`."""
         if not self.check:
             return []
         return [*(f"  run:    {c}" for c in event.commands), *(f"  upload: {u.display()}" for u in event.uploads),

@@ -1,13 +1,17 @@
 """A play's read-only checks in one exec per host (engine/batch.py, Step.reads): run by a real shell here, each
 command's stdout, stderr and exit code come back apart and exactly; the runner sends them as one batch and reads
-afresh after anything was applied."""
+afresh after anything was applied. A step's changes and the reads of its check after them share one exec too
+(HostContext.apply_then_read): a file is written whole or not at all, and read back in that exec."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import time
 from pathlib import Path
+
+import pytest
 
 from sparkcluster.engine.batch import batch_script, run_batch, split_output
 from sparkcluster.engine.command import Command
@@ -16,6 +20,8 @@ from sparkcluster.engine.inventory import Host, Inventory
 from sparkcluster.engine.playbook import load_playbook
 from sparkcluster.engine.runner import Runner
 from sparkcluster.engine.session import Session
+from sparkcluster.engine.steps.base import HostContext, StepFailed
+from sparkcluster.engine.steps.files import file_state, plan_file, write_command, write_file
 from sparkcluster.engine.transport import Result
 from sparkcluster.node import steps as _registers_node_steps  # noqa: F401 (hfcache.dir)
 
@@ -90,8 +96,53 @@ def test_a_plays_checks_are_one_exec(tmp_path: Path) -> None:
 
 def test_after_a_change_the_later_steps_read_afresh(tmp_path: Path) -> None:
     shell, steps = run_play(tmp_path, check=False)
-    # The batch; mkdir; hfcache.dir's check after it; packages.present's own read, since the batch's may be stale.
-    assert len(shell.ran) == 4 and shell.ran[1].startswith("mkdir -p -- ") and "dpkg-query" in shell.ran[3]
+    # The batch; mkdir with hfcache.dir's check after it, in one exec; packages.present's own read, since the
+    # batch's may be stale.
+    assert len(shell.ran) == 3 and "mkdir -p -- " in shell.ran[1] and "dpkg-query" in shell.ran[2]
+    assert (tmp_path / "hf").is_dir()
     assert [(s.step, s.status.value) for s in steps] == [("hfcache.dir", "changed"), ("packages.present", "ok")]
     shell, steps = run_play(tmp_path, check=False)  # converged: one exec again
     assert len(shell.ran) == 1 and [s.status.value for s in steps] == ["ok", "ok"]
+
+
+def test_a_failed_change_ends_the_batch_and_nothing_after_it_runs(tmp_path: Path) -> None:
+    shell = LocalShell(dict(os.environ))
+    marker = tmp_path / "ran"
+    commands = [Command("true"), Command("echo no >&2; exit 4"), Command(f"touch {marker}"), Command("echo read")]
+    results = run_batch(shell, commands, changes=3)  # type: ignore[arg-type]
+    assert results is not None and sorted(results) == [0, 1]
+    assert (results[1].exit_code, results[1].stderr) == (4, "no\n") and not marker.exists()
+    results = run_batch(shell, [Command("true"), Command("echo read")], changes=1)  # type: ignore[arg-type]
+    assert results is not None and results[1].stdout == "read\n"
+
+
+def file_context(tmp_path: Path) -> tuple[LocalShell, HostContext]:
+    shell = LocalShell(dict(os.environ))
+    inventory = Inventory(Path("inv.yml"), "t", (Host("spark-1", "10.0.0.1", "head"),), {})
+    return shell, HostContext(inventory.hosts[0], Session(inventory, {"spark-1": shell}))  # type: ignore[dict-item]
+
+
+def test_a_file_is_written_whole_and_read_back_in_the_same_exec(tmp_path: Path) -> None:
+    shell, ctx = file_context(tmp_path)
+    path = str(tmp_path / "new dir" / "comm.env")
+    content = "A=1\n" * 5000 + "last line, no newline"
+    plan = plan_file(ctx, path, content, "0640")
+    assert plan.reason == f"create {path}" and plan.uploads[0].size == len(content)
+    shell.ran.clear()
+    write_file(ctx, path, content, "0640")
+    assert len(shell.ran) == 1  # the write and the read back
+    assert Path(path).read_text() == content and Path(path).stat().st_mode & 0o7777 == 0o640
+    assert os.listdir(tmp_path / "new dir") == ["comm.env"]  # no temporary file left
+    assert plan_file(ctx, path, content, "0640").reason == f"{path} is up to date" and len(shell.ran) == 1
+    assert plan_file(ctx, path, content, "0644").reason == f"fix the mode of {path}"
+
+
+def test_a_write_cut_short_leaves_the_old_file_and_no_temporary_one(tmp_path: Path) -> None:
+    shell, ctx = file_context(tmp_path)
+    path = tmp_path / "comm.env"
+    path.write_text("old\n")
+    cut = dataclasses.replace(write_command(str(path), "A=1\nB=2\n", "0644"), stdin="A=1\n")  # the connection cut
+    with pytest.raises(StepFailed):
+        ctx.apply_then_read([cut], [file_state(str(path))])
+    assert path.read_text() == "old\n" and os.listdir(tmp_path) == ["comm.env"]
+    assert file_state(str(path)).line() not in ctx.prefetched

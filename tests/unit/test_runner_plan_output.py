@@ -1,6 +1,6 @@
 """`bootstrap --check` shows exactly what would run: the runner in check mode, over the plan cases of
 tests/fixtures/steps, rendered by the report's JSON and plain-text reporters. Shell lines are under "commands",
-files written through SFTP under "uploads", and what is done otherwise (on other nodes, by staging) in words under
+files written whole under "uploads", and what is done otherwise (on other nodes, by staging) in words under
 "notes", never among the commands."""
 
 from __future__ import annotations
@@ -87,7 +87,7 @@ def fake_stager(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_check_json_holds_no_prose_in_commands(fake_stager: None) -> None:
-    """ssh.mesh, file.content and models.stage do what they do through other nodes, SFTP and the Stager: in
+    """ssh.mesh, file.content and models.stage do what they do through other nodes, a whole-file write and the Stager: in
     --check --json their "commands" are empty, and what they would do is under "notes" and "uploads"."""
     mesh, _ = check_run(World(case("ssh:ssh.mesh:change-re-imaged-worker-has-a-new-host-key")), call("ssh.mesh"))
     files, _ = check_run(World(case("files:file.content:change-create")),
@@ -116,7 +116,7 @@ def test_check_json_keeps_real_commands_as_commands() -> None:
 
 
 def test_check_text_shows_each_kind_as_what_it_is(fake_stager: None) -> None:
-    """The plain reporter (CI logs) prints shell lines as `run:`, SFTP writes as `upload:` and notes as `would:`."""
+    """The plain reporter (CI logs) prints shell lines as `run:`, whole-file writes as `upload:` and notes as `would:`."""
     _, mesh = check_run(World(case("ssh:ssh.mesh:change-re-imaged-worker-has-a-new-host-key")), call("ssh.mesh"))
     _, files = check_run(World(case("files:file.content:change-create")),
                          call("file.content", path="/home/spark/notes/a.txt", content="hello\n"))

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
-from collections.abc import Iterable, Iterator, Mapping, MutableMapping
+from collections.abc import Iterable, Iterator, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from ..batch import batchable, run_batch
 from ..command import Command
 from ..facts import HostFacts
 from ..inventory import Host, Inventory
@@ -18,8 +19,9 @@ from ..transport import Result, Transport
 
 @dataclass(frozen=True)
 class Upload:
-    """A file written through SFTP (write_file): no shell line runs, so none is shown. The content stays out of
-    the plan's output (it may be long); --diff shows the change."""
+    """A file written whole (write_file: its content on the stdin of an atomic write, never on a command line), shown
+    as what it is rather than as that shell line. The content stays out of the plan's output (it may be long);
+    --diff shows the change."""
 
     path: str  # as the step was given it: `~/x` is relative to the login user's home
     mode: str  # octal, as in the step's args: "0644"
@@ -33,7 +35,7 @@ class Upload:
 class Plan:
     """What apply() does, as three kinds of values, so prose can never be shown (or run) as shell:
     `commands` run on this step's host (the only ones the default apply() runs), `uploads` are files written
-    through SFTP, and `notes` say in words what apply() does through other means (on other nodes, through
+    whole (write_file), and `notes` say in words what apply() does through other means (on other nodes, through
     staging), rendered as "would: ..." and never as commands."""
 
     reason: str  # why: "already in group docker", "spark is not in group docker"
@@ -133,6 +135,27 @@ class HostContext:
 
     def must(self, command: Command, fix: str = "") -> Result:
         return self._ok(command, self.transport.run(command), fix)
+
+    def apply_then_read(self, changes: Sequence[Command], reads: Sequence[Command], fix: str = "") -> None:
+        """must() each of `changes` in order, then run `reads`, all in one exec where the batch allows (engine/batch.py):
+        the reads' Results are kept for the check after apply(), which so sees what the changes made without a round
+        trip of its own. Alone, command by command, where the batch does not allow it (a password typed to sudo)."""
+        password = getattr(self.transport, "sudo_password", None) is not None
+        joined = [*changes, *reads]
+        if (len(joined) < 2 or sum(c.stdin is not None for c in changes) > 1
+                or not all(batchable(c, password) for c in reads)
+                or any(c.sudo and password for c in changes)):
+            for command in changes:
+                self.must(command, fix)
+            return
+        results = run_batch(self.transport, joined, changes=len(changes))
+        if results is None or len(results) < len(changes) and results[len(results) - 1].ok:
+            raise StepFailed(f"the changes on {self.host.name} did not come back whole (cut off or timed out): "
+                             "what they did is unknown", "run again: the check reads the node afresh")
+        for i, command in enumerate(changes):
+            self._ok(command, results[i], fix)
+        for i, command in enumerate(reads, start=len(changes)):
+            self.prefetched[command.line()] = results[i]
 
     @staticmethod
     def _ok(command: Command, result: Result, fix: str) -> Result:

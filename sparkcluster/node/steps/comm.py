@@ -11,8 +11,9 @@ import functools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from ...engine.command import Command
 from ...engine.steps.base import HostContext, Plan, Step, StepFailed, register
-from ...engine.steps.files import plan_file, write_file
+from ...engine.steps.files import file_state, plan_file, write_file
 from ..addressing import routed_control_plane
 from ..fabric import Kind
 from ..network import COMM_ENV_PATH, NODE_NETDEV, QsfpError, comm_env, qsfp_port, ring_env
@@ -77,6 +78,9 @@ class CommEnv(Step):
             prefix = next((l.subnet.prefixlen for l in fabric.links if l.subnet), 24)
             env = ring_env(env, len(fabric.nodes), hcas, control[1], control[0], prefix)
         return render_comm_env(ctx.host.name, env)
+
+    def reads(self, ctx: HostContext) -> tuple[Command, ...]:
+        return (file_state(self.args.path),)
 
     def check(self, ctx: HostContext) -> Plan:
         return plan_file(ctx, self.args.path, self._content(ctx), "0644")

@@ -24,6 +24,9 @@ class HfCacheDir(Step):
     def reads(self, ctx: HostContext) -> tuple[Command, ...]:
         return (Command(STATE),)
 
+    def apply(self, ctx: HostContext, plan: Plan) -> None:
+        ctx.apply_then_read(plan.commands, self.reads(ctx), self.fix)  # the check after it: no round trip of its own
+
     def check(self, ctx: HostContext) -> Plan:
         lines = ctx.must_read(Command(STATE), self.fix).stdout.splitlines()
         if len(lines) < 3 or not lines[0].startswith("/"):
