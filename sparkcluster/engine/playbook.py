@@ -27,13 +27,19 @@ PLAY_KEYS = {"name", "hosts", "require", "gather_facts", "refresh_facts", "steps
 
 @dataclass(frozen=True)
 class StepCall:
-    step: type[Step]
+    # The step's class; or, in a playbook loaded with defer_steps, its registered name, whose module is imported
+    # when the step is first used (the runner does so as its play starts, after connecting).
+    ref: type[Step] | str
     args: dict[str, Any]  # raw values; strings are templates
     line: int
 
     @property
+    def step(self) -> type[Step]:
+        return REGISTRY[self.ref] if isinstance(self.ref, str) else self.ref
+
+    @property
     def name(self) -> str:
-        return self.step.name
+        return self.ref if isinstance(self.ref, str) else self.ref.name
 
 
 @dataclass(frozen=True)
@@ -45,6 +51,12 @@ class Play:
     gather_facts: bool = True
     # Gather again for hosts an earlier play changed (their addresses, say); otherwise facts are gathered once.
     refresh_facts: bool = False
+
+    def import_steps(self) -> None:
+        """Imports the modules of the steps a playbook loaded with defer_steps names (a no-op once done)."""
+        for call in self.steps:
+            if isinstance(call.ref, str):
+                REGISTRY[call.ref]
 
 
 @dataclass(frozen=True)
@@ -61,7 +73,11 @@ def bundled(name: str) -> Path:
     return Path(__file__).parents[1] / "playbooks" / f"{name}.yml"
 
 
-def load_playbook(path: str | Path) -> Playbook:
+def load_playbook(path: str | Path, *, defer_steps: bool = False) -> Playbook:
+    """The playbook at `path`, every step known and its arguments checked against the step's, before any
+    connection. `defer_steps`, for the playbooks shipped in the package alone (their unit tests load them with
+    every check): each step's module is imported, and its arguments checked, when its play runs rather than
+    here, which keeps the node's step machinery out of bootstrap's start."""
     where = str(path)
     try:
         text = Path(path).read_text()
@@ -77,11 +93,11 @@ def load_playbook(path: str | Path) -> Playbook:
     if not isinstance(doc, dict) or not isinstance(doc.get("plays"), list) or not doc["plays"]:
         raise UsageError(f"{where}: a playbook is a mapping with a non-empty `plays:` list",
                          "see playbooks/*.yml in the package for examples")
-    plays = tuple(_play(where, raw) for raw in doc["plays"])
+    plays = tuple(_play(where, raw, defer_steps) for raw in doc["plays"])
     return Playbook(where, str(doc.get("name", Path(path).stem)), plays)
 
 
-def _play(where: str, raw: Any) -> Play:
+def _play(where: str, raw: Any, defer_steps: bool) -> Play:
     if not isinstance(raw, dict):
         raise UsageError(f"{where}: each play is a mapping with name, hosts and steps")
     line = getattr(raw, "line", 0)
@@ -93,11 +109,12 @@ def _play(where: str, raw: Any) -> Play:
     if not isinstance(steps, list) or not steps:
         raise UsageError(f"{where}:{line}: play {raw.get('name', '?')!r} has no steps", "add a `steps:` list")
     return Play(str(raw.get("name", "play")), str(raw.get("hosts", "all")),
-                tuple(_step(where, s) for s in steps), require == "all", bool(raw.get("gather_facts", True)),
+                tuple(_step(where, s, defer_steps) for s in steps), require == "all",
+                bool(raw.get("gather_facts", True)),
                 bool(raw.get("refresh_facts", False)))
 
 
-def _step(where: str, raw: Any) -> StepCall:
+def _step(where: str, raw: Any, defer_steps: bool) -> StepCall:
     if not isinstance(raw, yamlsource.SourceMap) or len(raw) != 1:
         raise UsageError(f"{where}: each step is `- domain.resource: {{args}}`")
     line = raw.line
@@ -107,10 +124,12 @@ def _step(where: str, raw: Any) -> StepCall:
     if name not in REGISTRY:
         raise UsageError(f"{where}:{line}: unknown step {name!r}{did_you_mean(name, REGISTRY)}",
                          f"known steps: {', '.join(sorted(REGISTRY))}")
-    step = REGISTRY[name]
     args = raw[name] or {}
     if not isinstance(args, dict):
         raise UsageError(f"{where}:{line}: the arguments of {name} must be a mapping")
+    if defer_steps:
+        return StepCall(name, dict(args), line)
+    step = REGISTRY[name]
     fields = step.arg_fields()
     _no_unknown(where, line, args, set(fields), f"{name} argument")
     missing = [f for f, spec in fields.items()

@@ -120,6 +120,7 @@ class Runner:
         if play.gather_facts:
             self._parallel(hosts, lambda host: self._gather(host, play.refresh_facts))
             hosts = [h for h in hosts if h.name not in self.down]
+        play.import_steps()  # a bundled playbook's step modules: here, once, rather than in each host's thread
         self._parallel(hosts, lambda host: self._run_steps(play, host))
 
     def _parallel(self, hosts: list[Host], work: Callable[[Host], None]) -> None:

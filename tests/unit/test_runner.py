@@ -161,3 +161,22 @@ def test_playbook_errors_name_the_line_and_the_fix(tmp_path, text, message):
     with pytest.raises(UsageError) as info:
         playbook(tmp_path, text)
     assert message in str(info.value)
+
+
+def test_a_playbook_whose_steps_are_deferred_runs_as_the_checked_one(tmp_path):
+    # stepcatalog.load_bundled defers each step's module to its play: the runner imports it there, and the run
+    # is the one the fully checked playbook makes.
+    path = tmp_path / "pb.yml"
+    path.write_text(TWO_PLAYS)
+    runs = []
+    for defer in (False, True):
+        book = load_playbook(path, defer_steps=defer)
+        assert all(isinstance(c.ref, str) == defer for p in book.plays for c in p.steps)
+        transports = {f"spark-{i}": FakeTransport(f"spark-{i}", []) for i in (1, 2)}
+        events = []
+        with Session(inventory(2), transports) as session:
+            result = Runner(session, book, events.append).run()
+        runs.append((result.exit_code, sorted((e.host, e.step, e.status, e.reason) for e in events
+                                              if isinstance(e, StepFinished)), [t.ran for t in transports.values()]))
+    assert runs[0] == runs[1]
+    assert runs[1][0] == 0 and len(runs[1][1]) == 6

@@ -39,6 +39,10 @@ LATER = {
     "uuid", "platform",  # a remote temp file's name is secrets' token, not a uuid (uuid imports platform)
     "rich.table", "rich.live",  # into a pipe, lines; tables and the live display are a terminal's
     "sparkcluster.staging.stager", "sparkcluster.staging.chain",  # a model to stage, in the last play
+    # The bundled playbook's steps, and the node's machinery they run on: imported as each play starts.
+    "sparkcluster.node.steps.cabling", "sparkcluster.node.steps.preflight", "sparkcluster.node.steps.comm",
+    "sparkcluster.node.discovery", "sparkcluster.node.fabric", "sparkcluster.node.addressing",
+    "sparkcluster.staging.step", "sparkcluster.engine.steps.docker", "sparkcluster.engine.steps.files",
 }
 
 
@@ -59,7 +63,7 @@ def test_bootstrap_reaches_its_first_connection_having_imported_only_its_start(t
     loaded, output = _loaded_at_first_connection(tmp_path)
     # The start really ran: the inventory and the playbook loaded, the runner began its first play.
     assert "PLAY fabric cabling [a, b]" in output
-    assert {"sparkcluster.engine.runner", "sparkcluster.node.steps.comm", "yaml", "rich.console"} <= loaded
+    assert {"sparkcluster.engine.runner", "sparkcluster.engine.transport", "yaml", "rich.console"} <= loaded
     assert not loaded & LATER, f"imported before the first connection: {sorted(loaded & LATER)}"
 
 

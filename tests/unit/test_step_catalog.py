@@ -66,6 +66,33 @@ def test_every_declared_step_is_registered_by_its_module_and_no_other() -> None:
     assert stepcatalog.load_bundled("bootstrap").plays
 
 
+@pytest.mark.parametrize("book", sorted((ROOT / "sparkcluster" / "playbooks").glob("*.yml")), ids=lambda p: p.stem)
+def test_each_bundled_playbook_passes_every_check_a_users_playbook_gets(book: Path) -> None:
+    """load_bundled defers each step's module, and the check of its arguments, to the play that runs it (after
+    connecting): this is where a bundled playbook's unknown step or argument, or a missing one, is caught."""
+    eager = stepcatalog.load(book)
+    deferred = stepcatalog.load_bundled(book.stem)
+    assert [[(c.name, c.args, c.line) for c in p.steps] for p in eager.plays] == \
+        [[(c.name, c.args, c.line) for c in p.steps] for p in deferred.plays]
+    for play, checked in zip(deferred.plays, eager.plays, strict=True):
+        play.import_steps()
+        assert [c.step for c in play.steps] == [c.step for c in checked.steps]
+
+
+def test_a_deferred_step_is_imported_when_its_play_starts() -> None:
+    loaded = _loaded_after("""
+        import sys
+        from sparkcluster import stepcatalog
+        book = stepcatalog.load_bundled("bootstrap")
+        assert not any(m.startswith("sparkcluster.node.steps.") for m in sys.modules), "imported at load"
+        cabling = book.plays[0]
+        assert [c.name for c in cabling.steps] == ["fabric.cabling"]
+        cabling.import_steps()
+    """)
+    assert "sparkcluster.node.steps.cabling" in loaded
+    assert "sparkcluster.node.steps.preflight" not in loaded and "sparkcluster.staging.step" not in loaded
+
+
 def test_a_module_that_does_not_register_its_declared_step_is_an_error() -> None:
     registry = StepRegistry()
     registry.declare("json", ["json.nothing"])
@@ -90,7 +117,7 @@ def test_bootstraps_start_imports_no_stager_and_no_table() -> None:
         from sparkcluster.engine import runner, session
         from sparkcluster.engine.console import out
         from sparkcluster.engine.report import make_reporter
-        book = stepcatalog.load_bundled("bootstrap")
+        book = stepcatalog.load(stepcatalog.bundled("bootstrap"))  # as a user's playbook: every step imported
         assert {c.name for p in book.plays for c in p.steps} >= {"models.stage", "ssh.mesh", "docker.group"}
         make_reporter(out, json_output=True, show_diff=False, out=io.StringIO())
         import sys
@@ -115,4 +142,4 @@ def test_bootstraps_start_imports_no_template_engine() -> None:
         assert build_args(disk, {"min_free_gb": "12"}).min_free_gb == 12  # the template renders on demand
         assert "jinja2" in sys.modules
     """)
-    assert "sparkcluster.node.steps.comm" in loaded
+    assert "sparkcluster.node.steps.preflight" in loaded  # build_args imported the deferred step's module
