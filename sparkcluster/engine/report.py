@@ -102,7 +102,8 @@ class PlainReporter(Reporter):
     """One line per finished step, never wrapped: greppable CI logs."""
 
     def __init__(self, console: Console, show_diff: bool = False) -> None:
-        super().__init__(Console(file=console.file, soft_wrap=True, no_color=console.no_color), show_diff)
+        # emoji=False as console.py's: a host or step text holding `:name:` prints as it is
+        super().__init__(Console(file=console.file, soft_wrap=True, no_color=console.no_color, emoji=False), show_diff)
 
     def handle(self, event: Event) -> None:
         c = self.console
@@ -218,7 +219,7 @@ class JsonReporter(Reporter):
     """Collects everything and prints one JSON document at the end (secrets were masked at the source)."""
 
     def __init__(self, out: TextIO) -> None:
-        super().__init__(Console(file=out))
+        super().__init__(Console(file=out, emoji=False))
         self.out = out
         self.steps: list[dict[str, object]] = []  # each StepFinished: commands, uploads and notes are separate fields
         self.doc: dict[str, object] = {"steps": self.steps}

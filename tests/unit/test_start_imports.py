@@ -36,6 +36,7 @@ LATER = {
     "importlib.resources", "zipfile",  # the bundled playbook is found beside the package's modules
     "tempfile",  # recording the inventory used, after a bootstrap that succeeded
     "getpass",  # -K only
+    "rich._emoji_codes",  # no console renders emoji codes
     "uuid", "platform",  # a remote temp file's name is secrets' token, not a uuid (uuid imports platform)
     "rich.table", "rich.live",  # into a pipe, lines; tables and the live display are a terminal's
     "sparkcluster.staging.stager", "sparkcluster.staging.chain",  # a model to stage, in the last play
