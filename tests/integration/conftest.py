@@ -17,12 +17,12 @@ import pytest
 # 1 GiB model. A file not named here runs after them.
 SLOWEST_FIRST = (
     "test_serve_caches.py",  # ~500 s: the PyTorch image on two nodes, torch.compile twice, five serves
-    "test_serve_host_vllm.py",  # ~480 s: four real vLLM starts on two nodes
+    "test_serve_host_vllm.py",  # ~480 s: four real vLLM starts on two nodes (the mlx5 link-local pair)
     "test_staging.py",  # ~330 s: a 1 GiB model staged, re-staged, repaired across four nodes; TP 4 served in Docker
     "test_ring3.py",  # ~280 s: a real vLLM served as three pipeline stages
     "test_ring4.py",  # ~260 s: a real vLLM served as TP 2 x PP 2
     "test_serve_docker.py",  # ~220 s: a two-node cluster, the image copied to the worker
-    "test_sim_variants.py",  # ~200 s: a real vLLM on the mlx5 pair
+    "test_sim_variants.py",  # ~130 s: bootstrap and verify on the mlx5 link-local pair, then a degraded twin's
 )
 
 

@@ -2,7 +2,12 @@
 scripts/setup-vllm.sh) across two simulated Sparks, for both launchers: a tiny Llama generated offline on the
 head, staged by sparkcluster, answering OpenAI completions from the head's management address; each rank on
 its own node; the traffic between the ranks on the fabric (read from the nodes' sockets). Also: serve refuses
-to start vLLM when the probe finds the traffic on the management network."""
+to start vLLM when the probe finds the traffic on the management network.
+
+The pair is a stranger's (as in test_sim_variants.py, which proves its bootstrap and verify): RDMA devices named
+mlx5_N and twins that come up with NVIDIA's link-local 169.254/16 addresses, replaced by bootstrap. So every serve
+here also proves the real vLLM serves on the mlx5 link-local pair (one cluster and one vLLM start fewer in CI than
+a serve of its own there)."""
 
 from __future__ import annotations
 
@@ -18,6 +23,7 @@ import yaml
 from sparkcluster.serving.readiness import http
 from sparkcluster.sim import SimCluster, UpOptions, tinymodel
 from tests.helpers import require_sim, run_cli, ssh, unique_name
+from tests.integration import vllm_model_info
 
 pytestmark = [pytest.mark.sim, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]
@@ -34,8 +40,10 @@ def cluster(tmp_path_factory) -> Iterator[SimCluster]:
     require_sim(docker=False)
     if not (VLLM_ENV / "bin" / "vllm").exists():
         pytest.fail(f"{VLLM_ENV} is missing: run scripts/setup-vllm.sh")
-    # Sparks without Docker; the inventory names the vLLM environment (python_env) and its CPU settings.
-    c = SimCluster.up(UpOptions(count=2, name=unique_name("vllm"), docker=False, vllm_env=str(VLLM_ENV)))
+    # Sparks without Docker; the inventory names the vLLM environment (python_env) and its CPU settings. The
+    # twins hold link-local addresses until bootstrap gives them the fabric's, and the RDMA devices are mlx5_N.
+    c = SimCluster.up(UpOptions(count=2, name=unique_name("vllm"), docker=False, vllm_env=str(VLLM_ENV),
+                                rdma_names="mlx5", link_local=True))
     try:
         host_bootstrap(c, tmp_path_factory.mktemp("cfg"))
         doc = yaml.safe_load(c.inventory_path.read_text())
@@ -44,6 +52,7 @@ def cluster(tmp_path_factory) -> Iterator[SimCluster]:
         c.inventory_path.write_text(yaml.safe_dump(doc, sort_keys=False))
         # The model exists on the head only; serve stages it to the worker.
         tinymodel.generate_on(c, "spark-1", str(VLLM_ENV / "bin" / "python"))
+        vllm_model_info.lay_on(c, VLLM_ENV)
         yield c
     finally:
         c.down()
@@ -273,7 +282,8 @@ def eugr_checkout(root: Path, run_sh: str) -> Path:
     return recipe
 
 
-def test_an_eugr_recipe_with_a_mod_serves_tp2_unmodified_and_bench_measures_it(cluster, tmp_path):
+def test_an_eugr_recipe_with_a_mod_serves_tp2_unmodified_on_the_mlx5_link_local_pair_and_bench_measures_it(cluster,
+                                                                                                        tmp_path):
     """~150 s: vLLM's native multi-node launcher (a rank in each node, the traffic on the fabric) with the recipe's
     TP 2 and max model length, its env in the vLLM process on every node, and the chat template its mod dropped,
     found by the command's relative path. The same served cluster is then measured by `bench`, both methods
