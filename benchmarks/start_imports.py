@@ -13,7 +13,8 @@ What is counted, and why:
   imported by the transport when the first connection opens, so the imports counted are those printed before the
   first of them (paramiko, fabric, invoke) began; what the connection itself imports is the network's time.
 - the interpreter's own: what is imported before the first `sparkcluster` module (the interpreter, `site` and the
-  venv's .pth files, among them an editable install's finder, which an installed wheel has not).
+  venv's .pth files, among them an editable install's finder, which an installed wheel has not: `--no-editable`
+  runs a throw-away venv that sees this one's packages through a plain path, so no .pth file of theirs runs).
 Each figure is summed from -X importtime's "self" column (microseconds, so the sum is the imports' own time and no
 module is counted twice). Rounds are interleaved (--help, bootstrap; this tree, then --base's), after one
 discarded round that writes the bytecode, and each figure is the minimum and the median of the rounds; the
@@ -102,12 +103,13 @@ def sample(lines: list[Line], wall_ms: float) -> Sample:
                   modules=modules, wall_ms=wall_ms)
 
 
-def run_importtime(tree: Path, argv: list[str], terminal: bool = False) -> tuple[list[Line], float, int, str]:
+def run_importtime(python: str, tree: Path, argv: list[str],
+                   terminal: bool = False) -> tuple[list[Line], float, int, str]:
     """`sparkcluster ARGV` under -X importtime; `terminal`: its stdout a pseudo-terminal (rich's live table), its
     stderr (where -X importtime writes) still a pipe."""
     env = {**os.environ, "PYTHONPATH": str(tree), "NO_COLOR": "1", "COLUMNS": "100"}
     env.pop("PYTHONDONTWRITEBYTECODE", None)
-    argv = [sys.executable, "-X", "importtime", "-c", ENTRY, *argv]
+    argv = [python, "-X", "importtime", "-c", ENTRY, *argv]
     start = time.perf_counter()
     if not terminal:
         done = subprocess.run(argv, cwd=tree, env=env, capture_output=True, text=True, stdin=subprocess.DEVNULL)
@@ -150,12 +152,12 @@ def write_inventory(folder: Path) -> Path:
     return inventory
 
 
-def measure(tree: Path, inventory: Path, terminal: bool) -> tuple[Sample, Sample]:
-    lines, wall, code, _ = run_importtime(tree, ["--help"])
+def measure(python: str, tree: Path, inventory: Path, terminal: bool) -> tuple[Sample, Sample]:
+    lines, wall, code, _ = run_importtime(python, tree, ["--help"])
     if code != 0:
         raise SystemExit(f"sparkcluster --help exited {code} in {tree}")
     help_sample = sample(lines, wall)
-    lines, wall, code, stdout = run_importtime(tree, ["bootstrap", str(inventory)], terminal)
+    lines, wall, code, stdout = run_importtime(python, tree, ["bootstrap", str(inventory)], terminal)
     if code != 1 or "unreachable" not in stdout:
         raise SystemExit(f"bootstrap on refused hosts exited {code} in {tree} (expected 1, unreachable):\n{stdout}")
     counted = before_connection(lines)
@@ -163,6 +165,20 @@ def measure(tree: Path, inventory: Path, terminal: bool) -> tuple[Sample, Sample
         raise SystemExit("bootstrap imported no paramiko/fabric: the cut at the first connection is not where "
                          "this benchmark expects it (engine/transport.py)")
     return help_sample, sample(counted, wall)
+
+
+def wheel_like_python(folder: Path) -> str:
+    """A venv whose only site-packages entry is this venv's site-packages, named in a plain .pth line: the same
+    packages, but none of their .pth files run, so no editable install's finder (an installed wheel has none)."""
+    import site
+    import venv
+
+    venv.EnvBuilder(with_pip=False, symlinks=True).create(folder)
+    python = folder / "bin" / "python"
+    theirs = subprocess.run([str(python), "-c", "import site; print(site.getsitepackages()[0])"],
+                            capture_output=True, text=True, check=True).stdout.strip()
+    Path(theirs, "sparkcluster-bench-deps.pth").write_text(site.getsitepackages()[0] + "\n")
+    return str(python)
 
 
 @contextmanager
@@ -216,19 +232,22 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--base", metavar="REV", help="also measure this git revision, side by side")
     parser.add_argument("--top", type=int, default=10)
+    parser.add_argument("--no-editable", action="store_true",
+                        help="run without the editable install's finder, as an installed wheel runs")
     parser.add_argument("--terminal", action="store_true",
                         help="bootstrap's output on a pseudo-terminal (rich's live table) rather than a pipe")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="sc-start-") as folder, \
             (exported(args.base) if args.base else _nothing()) as base:
         inventory = write_inventory(Path(folder))
+        python = wheel_like_python(Path(folder) / "venv") if args.no_editable else sys.executable
         trees = {"this tree": ROOT, **({f"base {args.base}": base} if base else {})}
         results: dict[str, tuple[list[Sample], list[Sample]]] = {label: ([], []) for label in trees}
         for tree in trees.values():  # bytecode written, caches warm; not counted
-            measure(tree, inventory, args.terminal)
+            measure(python, tree, inventory, args.terminal)
         for _ in range(args.rounds):
             for label, tree in trees.items():
-                help_sample, boot_sample = measure(tree, inventory, args.terminal)
+                help_sample, boot_sample = measure(python, tree, inventory, args.terminal)
                 results[label][0].append(help_sample)
                 results[label][1].append(boot_sample)
     packages = ("sparkcluster", "rich", "yaml", "jinja2", "markupsafe", "typing", "dataclasses", "inspect")
