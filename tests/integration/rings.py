@@ -15,6 +15,7 @@ import yaml
 
 from sparkcluster.sim import SimCluster, UpOptions, tinymodel
 from tests.helpers import require_sim, run_cli, ssh, unique_name
+from tests.integration import vllm_model_info
 from tests.integration.test_serve_host_vllm import PLUGIN_SWITCH, VLLM_ENV
 
 COMM_ENV = "/home/spark/.config/sparkcluster/comm.env"
@@ -38,6 +39,7 @@ def ready_to_serve(c: SimCluster) -> None:
     doc["vars"].setdefault("serve_env", {})[PLUGIN_SWITCH] = "1"
     c.inventory_path.write_text(yaml.safe_dump(doc, sort_keys=False))
     tinymodel.generate_on(c, "spark-1", str(VLLM_ENV / "bin" / "python"))
+    vllm_model_info.lay_on(c, VLLM_ENV)  # each node's first vLLM start skips its model-class inspection
 
 
 def topology(c: SimCluster) -> tuple[int, dict]:
