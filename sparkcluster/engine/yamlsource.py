@@ -62,10 +62,14 @@ class SourceList(list[Any]):
         self._item_lines.append(line)
 
 
-def load(text: str) -> Any:
-    """The one document in `text` (None when it holds none), mappings as SourceMap and lists as SourceList."""
+def load(text: str, *, libyaml: bool = False) -> Any:
+    """The one document in `text` (None when it holds none), mappings as SourceMap and lists as SourceList.
+    `libyaml`: parsed by libyaml where PyYAML has it (a tenth of the time), for text known to be valid (the
+    playbooks the package ships); its errors are worded otherwise than the pure-Python parser's that a user's
+    file gets."""
+    loader = yaml.CSafeLoader if libyaml and yaml.__with_libyaml__ else yaml.SafeLoader
     try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        node = yaml.compose(text, Loader=loader)
         return None if node is None else _Builder().build(node)
     except yaml.MarkedYAMLError as e:
         # At the end of the text ("found unexpected end of stream"), where the construct began says more.

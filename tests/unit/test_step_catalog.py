@@ -13,7 +13,9 @@ from pathlib import Path
 import pytest
 
 from sparkcluster import stepcatalog
+from sparkcluster.engine import yamlsource
 from sparkcluster.engine.steps.base import REGISTRY, Step, StepRegistry, register
+from sparkcluster.engine.yamlsource import SourceList, SourceMap
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -71,7 +73,16 @@ def test_each_bundled_playbook_passes_every_check_a_users_playbook_gets(book: Pa
     """load_bundled defers each step's module, and the check of its arguments, to the play that runs it (after
     connecting): this is where a bundled playbook's unknown step or argument, or a missing one, is caught."""
     eager = stepcatalog.load(book)
-    deferred = stepcatalog.load_bundled(book.stem)
+    deferred = stepcatalog.load_bundled(book.stem)  # parsed by libyaml: the same tree, lines and all
+
+    def tree(x: object) -> object:
+        if isinstance(x, SourceMap):
+            return "map", x.line, sorted((str(k), x.key_line(k), tree(v)) for k, v in x.items())
+        if isinstance(x, SourceList):
+            return "list", x.line, [(x.item_line(i), tree(v)) for i, v in enumerate(x)]
+        return type(x).__name__, x
+
+    assert tree(yamlsource.load(book.read_text(), libyaml=True)) == tree(yamlsource.load(book.read_text()))
     assert [[(c.name, c.args, c.line) for c in p.steps] for p in eager.plays] == \
         [[(c.name, c.args, c.line) for c in p.steps] for p in deferred.plays]
     for play, checked in zip(deferred.plays, eager.plays, strict=True):
