@@ -12,6 +12,7 @@ What is counted, and why:
   inventory's validation, the bundled playbook and its steps, the runner and the reporter. paramiko and Fabric are
   imported by the transport when the first connection opens, so the imports counted are those printed before the
   first of them (paramiko, fabric, invoke) began; what the connection itself imports is the network's time.
+- bootstrap's wall time is to its first connection: the same command, without -X importtime, ended there.
 - the interpreter's own: what is imported before the first `sparkcluster` module (the interpreter, `site` and the
   venv's .pth files, among them an editable install's finder, which an installed wheel has not: `--no-editable`
   runs a throw-away venv that sees this one's packages through a plain path, so no .pth file of theirs runs).
@@ -45,6 +46,16 @@ ROOT = Path(__file__).resolve().parents[1]
 ENTRY = "import sys; from sparkcluster.cli import main; sys.argv[0] = 'sparkcluster'; sys.exit(main())"
 # Imported by the transport when the first connection opens (engine/transport.py), never before.
 CONNECTION_MODULES = ("paramiko", "fabric", "invoke")
+# The console script, ended where the first connection opens: its wall time is bootstrap's time to connect.
+UNTIL_CONNECTION = f"""
+import os, sys
+class FirstConnection:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in {CONNECTION_MODULES!r}:
+            os._exit(0)
+sys.meta_path.insert(0, FirstConnection())
+{ENTRY}
+"""
 GOAL_MS = 150.0
 
 
@@ -103,13 +114,15 @@ def sample(lines: list[Line], wall_ms: float) -> Sample:
                   modules=modules, wall_ms=wall_ms)
 
 
-def run_importtime(python: str, tree: Path, argv: list[str],
-                   terminal: bool = False) -> tuple[list[Line], float, int, str]:
+def run_importtime(python: str, tree: Path, argv: list[str], terminal: bool = False,
+                   entry: str = ENTRY) -> tuple[list[Line], float, int, str]:
     """`sparkcluster ARGV` under -X importtime; `terminal`: its stdout a pseudo-terminal (rich's live table), its
-    stderr (where -X importtime writes) still a pipe."""
+    stderr (where -X importtime writes) still a pipe. `entry` UNTIL_CONNECTION: no -X importtime, and the
+    command ends at its first connection."""
     env = {**os.environ, "PYTHONPATH": str(tree), "NO_COLOR": "1", "COLUMNS": "100"}
     env.pop("PYTHONDONTWRITEBYTECODE", None)
-    argv = [python, "-X", "importtime", "-c", ENTRY, *argv]
+    timed = ["-X", "importtime"] if entry == ENTRY else []
+    argv = [python, *timed, "-c", entry, *argv]
     start = time.perf_counter()
     if not terminal:
         done = subprocess.run(argv, cwd=tree, env=env, capture_output=True, text=True, stdin=subprocess.DEVNULL)
@@ -164,7 +177,13 @@ def measure(python: str, tree: Path, inventory: Path, terminal: bool) -> tuple[S
     if len(counted) == len(lines):
         raise SystemExit("bootstrap imported no paramiko/fabric: the cut at the first connection is not where "
                          "this benchmark expects it (engine/transport.py)")
-    return help_sample, sample(counted, wall)
+    # Its wall time: from the process's start to its first connection, everything included (parsing, validating,
+    # the first lines printed), without -X importtime's own overhead.
+    _, to_connection, code, _ = run_importtime(python, tree, ["bootstrap", str(inventory)], terminal,
+                                               UNTIL_CONNECTION)
+    if code != 0:
+        raise SystemExit(f"bootstrap never reached its first connection in {tree} (exit {code})")
+    return help_sample, sample(counted, to_connection)
 
 
 def wheel_like_python(folder: Path) -> str:
