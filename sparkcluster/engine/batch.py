@@ -16,8 +16,8 @@ of them may read the exec's stdin (a file's content). The check after apply() th
 
 from __future__ import annotations
 
+import os
 import re
-import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -84,7 +84,8 @@ def run_batch(transport: Transport, commands: Sequence[Command], changes: int = 
         return {}
     if sum(c.stdin is not None for c in commands) > 1:
         raise ValueError("a batch has one stdin: at most one of its commands may read it")
-    marker = f"@@sc-batch-{secrets.token_hex(8)}@@"
+    # os.urandom is what secrets.token_hex reads; secrets itself would import hmac and hashlib into every start.
+    marker = f"@@sc-batch-{os.urandom(8).hex()}@@"
     timeout = min(MAX_BATCH_TIMEOUT_S, sum(c.timeout for c in commands))
     stdin = next((c.stdin for c in commands if c.stdin is not None), None)
     result = transport.run(Batch(batch_script(commands, marker, changes), timeout=timeout, stdin=stdin,

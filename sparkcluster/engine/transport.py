@@ -7,12 +7,10 @@ off during a run, raises Unreachable, which the runner records as that host's st
 from __future__ import annotations
 
 import base64
-import hashlib
 import io
 import logging
 import os
 import posixpath
-import secrets
 import shlex
 import socket
 import threading
@@ -360,7 +358,7 @@ class Transport:
     def write_file_atomic(self, path: str, content: bytes, mode: int) -> None:
         """Write as the login user: a temp file beside the target, chmod, then rename over it, so a reader
         never sees a half-written file and an interrupted write leaves the old one intact."""
-        tmp = posixpath.join(posixpath.dirname(path), f".{posixpath.basename(path)}.{secrets.token_hex(4)}.tmp")
+        tmp = posixpath.join(posixpath.dirname(path), f".{posixpath.basename(path)}.{os.urandom(4).hex()}.tmp")
         sftp = self.sftp()
         try:
             with sftp.open(tmp, "wb") as f:
@@ -389,6 +387,8 @@ def _bound(conn: Connection) -> None:
 
 def sha256_fingerprint(key: paramiko.PKey) -> str:
     """`SHA256:...` as ssh and `ssh-keygen -lf` print it (base64 of the key blob's sha256, unpadded)."""
+    import hashlib  # after connecting: hashlib's OpenSSL binding is no part of the start
+
     digest = hashlib.sha256(key.asbytes()).digest()
     return "SHA256:" + base64.b64encode(digest).decode().rstrip("=")
 

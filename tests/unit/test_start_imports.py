@@ -37,7 +37,8 @@ LATER = {
     "tempfile",  # recording the inventory used, after a bootstrap that succeeded
     "getpass",  # -K only
     "rich._emoji_codes",  # no console renders emoji codes
-    "uuid", "platform",  # a remote temp file's name is secrets' token, not a uuid (uuid imports platform)
+    "uuid", "platform",  # random names are os.urandom's bytes, not a uuid (uuid imports platform)
+    "secrets", "hmac", "hashlib",  # nor secrets' tokens (hmac, hashlib); a host key's fingerprint after connecting
     "rich.table", "rich.live",  # into a pipe, lines; tables and the live display are a terminal's
     "sparkcluster.staging.stager", "sparkcluster.staging.chain",  # a model to stage, in the last play
     # The bundled playbook's steps, and the node's machinery they run on: imported as each play starts.
