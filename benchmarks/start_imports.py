@@ -1,7 +1,9 @@
 """What `sparkcluster --help` and `sparkcluster bootstrap` import before they do anything (issue 33's goal: under
 0.15 s of imports), measured with `python -X importtime` on the real command line.
 
-Run:  .venv/bin/python benchmarks/start_imports.py [--rounds N] [--base REV]
+Run:  .venv/bin/python benchmarks/start_imports.py [--rounds N] [--base REV] [--terminal] [--no-editable]
+On a machine other work shares, `nice -n -10` (as root) keeps the rounds from waiting on it: -X importtime
+measures wall time, so a busy machine inflates every figure (the floor least of all).
 
 What is counted, and why:
 - `--help`: every import of `sparkcluster --help` (printed into a pipe), and its wall time.
