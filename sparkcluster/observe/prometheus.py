@@ -39,7 +39,12 @@ class Scrape:
     def total(self, name: str) -> float | None:
         """The metric summed over its label sets (one per engine or model), finite values only; None if absent."""
         values = [s.value for s in self.samples if s.name == name and math.isfinite(s.value)]
-        return math.fsum(values) if values else None
+        if not values:
+            return None
+        try:
+            return math.fsum(values)
+        except OverflowError:  # finite values whose sum is beyond a float's range (a corrupt endpoint): no figure
+            return None
 
     def first(self, *names: str) -> float | None:
         """The total of the first of `names` present (a metric renamed between vLLM versions)."""
