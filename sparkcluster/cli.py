@@ -11,6 +11,7 @@ Adding a command: register it in its wing's `cli.py` and add its name and help l
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib
 import sys
 from collections.abc import Iterable
@@ -22,7 +23,7 @@ from .engine.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, SparkclusterEr
 # typing.TYPE_CHECKING without importing typing: `--help` imports neither typing nor dataclasses (with inspect).
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any
+    from typing import Any, NoReturn
 
 
 class Wing:
@@ -134,6 +135,16 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # output piped into `head` and the like: not an error
         sys.stderr.close()
         return EXIT_OK
+
+
+def run() -> NoReturn:
+    """The `sparkcluster` command: main(), then the exit. gc.freeze() first, so that the interpreter's shutdown
+    does not walk every object the run made in a last collection of cycles: 0.13 s of a 1 s bootstrap here.
+    Nothing is lost by it: output is flushed at exit as always, and files are closed where they are written.
+    (Not in main(), which the tests call many times in one process.)"""
+    code = main()
+    gc.freeze()
+    sys.exit(code)
 
 
 def __getattr__(name: str) -> Any:

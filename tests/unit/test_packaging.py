@@ -29,4 +29,4 @@ def test_wheel_ships_host_files_and_inventories(wheel):
 
 def test_wheel_declares_the_console_script(wheel):
     entry_points = next(n for n in wheel.namelist() if n.endswith("entry_points.txt"))
-    assert "sparkcluster = sparkcluster.cli:main" in wheel.read(entry_points).decode()
+    assert "sparkcluster = sparkcluster.cli:run" in wheel.read(entry_points).decode()
