@@ -87,7 +87,10 @@ def _ip(endpoint: str) -> str:
 
 
 def processes(c: SimCluster, host: str) -> str:
-    return c.exec_in(host, ["ps", "-eww", "-o", "args"], capture_output=True, text=True).stdout
+    """What runs on `host`, less zombies: a process that has exited and that its parent (the host's init, for a
+    daemon) has not reaped yet holds no memory; `[raylet] <defunct>` was seen right after `ray stop --force`."""
+    out = c.exec_in(host, ["ps", "-eww", "-o", "args"], capture_output=True, text=True).stdout
+    return "\n".join(line for line in out.splitlines() if not line.endswith("<defunct>"))
 
 
 def serves_tp2_on_the_fabric(c: SimCluster, doc: dict, rank_process: str) -> None:
