@@ -1,11 +1,11 @@
 """A strict fake Transport: every command a test does not expect fails it, naming the command.
 
-It has the interface steps and the runner use (run, read_file, write_file_atomic, sftp().stat, reconnect,
-host_key, close). It stands in for the node's shell where the engine's own protocols meet it: a batch (engine/batch.py)
-runs its commands one by one through run(), framed as the real script frames them, and the file commands of
-engine/steps/files.py read and write `files`, unless an expectation matches them first. Expectations match the exact shell line (`Command.line()`, sudo wrapper and exports
-included) or a regex over it, answer with an exit code, stdout and stderr, and are used up once each (unless
-`times=None`). A test asserts that every expectation ran with `verify()`.
+It has the interface steps and the runner use (run, read_file, write_file_atomic, reconnect, host_key, close).
+Expectations match the exact shell line (`Command.line()`, sudo wrapper and exports included) or a regex over it,
+answer with an exit code, stdout and stderr, and are used up once each (unless `times=None`). A test asserts that
+every expectation ran with `verify()`. It stands in for the node's shell where the engine's own protocols meet it:
+a batch (engine/batch.py) runs its commands one by one through run(), framed as the real script frames them, and
+the file commands of engine/steps/files.py read and write `files`, unless an expectation matches them first.
 
 An unexpected command raises AssertionError in the calling thread and is also recorded, because the runner
 turns any exception inside a step into that step's failure: `verify()` re-raises it there, so a strict
@@ -19,7 +19,6 @@ import re
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from types import SimpleNamespace
 
 from sparkcluster.engine.batch import Batch
 from sparkcluster.engine.command import Command
@@ -187,15 +186,6 @@ class StrictTransport:
         with self._lock:
             self.writes.append((path, content, mode))
             self.files[path] = RemoteFile(content, mode)
-
-    def sftp(self) -> SimpleNamespace:
-        return SimpleNamespace(stat=self._stat)
-
-    def _stat(self, path: str) -> SimpleNamespace:
-        remote = self.files.get(path)
-        if remote is None:
-            raise FileNotFoundError(2, "No such file", path)
-        return SimpleNamespace(st_mode=0o100000 | remote.mode)
 
     def host_key(self) -> tuple[str, str]:
         return self._host_key

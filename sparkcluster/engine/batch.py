@@ -27,9 +27,14 @@ from .transport import Result, Transport
 MAX_BATCH_TIMEOUT_S = 300.0
 
 
-def batchable(command: Command, sudo_password: bool) -> bool:
+def types_sudo_password(transport: Transport) -> bool:
+    """Whether sudo on `transport`'s host is handed a typed password, on the exec's stdin."""
+    return getattr(transport, "sudo_password", None) is not None
+
+
+def batchable(command: Command, transport: Transport) -> bool:
     """A command that reads no stdin and needs no password typed to sudo runs the same inside the batch."""
-    return command.stdin is None and not (command.sudo and sudo_password)
+    return command.stdin is None and not (command.sudo and types_sudo_password(transport))
 
 
 def batch_script(commands: Sequence[Command], marker: str, changes: int = 0) -> str:

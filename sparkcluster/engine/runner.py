@@ -177,13 +177,12 @@ class Runner:
         prefetched = self._prefetched.setdefault(host.name, {})
         prefetched.clear()
         ctx = self._context(host)
-        password = getattr(self.transports[host.name], "sudo_password", None) is not None
         wanted: dict[str, Command] = {}
         for call in play.steps:
             try:
                 step = call.step(build_args(call, self._template_context(host)))
                 for command in step.reads(ctx):
-                    if batchable(command, password):
+                    if batchable(command, self.transports[host.name]):
                         wanted.setdefault(command.line(), command)
             except (*BUGS, UsageError, StepFailed):
                 continue  # the step's own run reports it

@@ -33,9 +33,10 @@ from sparkcluster.engine.command import Command
 from sparkcluster.engine.facts import parse_probe
 from sparkcluster.engine.inventory import Host, Inventory
 from sparkcluster.engine.playbook import StepCall, build_args
+from sparkcluster.engine.session import Session
 from sparkcluster.engine.steps import REGISTRY, HostContext, Plan, StepFailed
 from sparkcluster.engine.steps.base import Upload
-from sparkcluster.engine.session import Session
+from sparkcluster.engine.steps.files import file_state
 from sparkcluster.node import steps as _node_steps  # noqa: F401 (registers the node's steps)
 from tests.strict_transport import StrictTransport, verify_all
 
@@ -354,7 +355,6 @@ def test_strict_transport_keeps_files_and_modes():
     t = StrictTransport().put_file("x", "old", 0o600)
     assert t.read_file("x") == b"old" and t.read_file("y") is None
     t.write_file_atomic("y", b"new", 0o640)
-    assert t.read_file("y") == b"new" and t.sftp().stat("y").st_mode & 0o7777 == 0o640
-    assert t.writes == [("y", b"new", 0o640)] and t.reads == ["x", "y", "y"]
-    with pytest.raises(FileNotFoundError):
-        t.sftp().stat("z")
+    assert t.read_file("y") == b"new" and t.run(file_state("~/y")).stdout == "640\nbmV3\n"  # its mode, base64 "new"
+    assert t.writes == [("y", b"new", 0o640)] and t.reads == ["x", "y", "y", "y"]
+    assert t.run(file_state("~/z")).stdout == "@missing\n"

@@ -9,7 +9,7 @@ from collections.abc import Iterable, Iterator, Mapping, MutableMapping, Sequenc
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from ..batch import batchable, run_batch
+from ..batch import batchable, run_batch, types_sudo_password
 from ..command import Command
 from ..facts import HostFacts
 from ..inventory import Host, Inventory
@@ -140,11 +140,11 @@ class HostContext:
         """must() each of `changes` in order, then run `reads`, all in one exec where the batch allows (engine/batch.py):
         the reads' Results are kept for the check after apply(), which so sees what the changes made without a round
         trip of its own. Alone, command by command, where the batch does not allow it (a password typed to sudo)."""
-        password = getattr(self.transport, "sudo_password", None) is not None
         joined = [*changes, *reads]
+        # One change may read stdin (the exec has one); none may need a password typed to sudo.
         if (len(joined) < 2 or sum(c.stdin is not None for c in changes) > 1
-                or not all(batchable(c, password) for c in reads)
-                or any(c.sudo and password for c in changes)):
+                or not all(batchable(c, self.transport) for c in reads)
+                or any(c.sudo for c in changes) and types_sudo_password(self.transport)):
             for command in changes:
                 self.must(command, fix)
             return
