@@ -66,6 +66,9 @@ class Runner:
         self._changed_since_facts: set[str] = set()
         self._planned: set[str] = set()  # check mode: hosts whose facts are an earlier step's plan (Plan.planned_facts)
         self._prefetched: dict[str, dict[str, Result]] = {}  # per host: its play's reads, run as one batch
+        # Per host: its facts as templates see them, made once per facts gathered (each step's arguments render
+        # twice a play, and the JSON form of a node's facts costs about 0.6 ms).
+        self._facts_json: dict[str, tuple[HostFacts, dict[str, Any]]] = {}
         self.recap = {h.name: HostRecap() for h in session.hosts}
         self.failures: dict[str, Failure] = {}
         self.down: set[str] = set()  # failed or unreachable: no further steps
@@ -261,8 +264,14 @@ class Runner:
             **self.extra_vars,
             "host": host,
             "inventory": self.inventory,
-            "facts": facts.to_json() if facts else {},
+            "facts": self._facts_as_json(host.name, facts) if facts else {},
         }
+
+    def _facts_as_json(self, name: str, facts: HostFacts) -> dict[str, Any]:
+        cached = self._facts_json.get(name)
+        if cached is None or cached[0] is not facts:
+            cached = self._facts_json[name] = (facts, facts.to_json())
+        return cached[1]
 
     def _finish(self, host: Host, play: str, step: str, status: Status, reason: str, started: float,
                 plan: Plan | None = None, failure: Failure | None = None, warnings: tuple[str, ...] = ()) -> None:

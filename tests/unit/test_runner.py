@@ -9,7 +9,7 @@ import pytest
 
 from sparkcluster.engine.command import Command
 from sparkcluster.engine.events import PlayFinished, RunFinished, StepFinished
-from sparkcluster.engine.facts import PROBE_SCRIPT
+from sparkcluster.engine.facts import PROBE_SCRIPT, HostFacts
 from sparkcluster.engine.inventory import Host, Inventory
 from sparkcluster.engine.playbook import load_playbook
 from sparkcluster.engine.runner import Runner
@@ -84,6 +84,30 @@ def test_steps_run_in_order_with_templates_rendered_per_host(tmp_path):
         assert t.ran[1:] == [f"echo hi from {name}", "second-step", "needs-everyone"]
         assert t.closed
     assert all(r.changed == 3 and r.failed == 0 for r in result.recap.values())
+
+
+def test_a_hosts_facts_are_made_template_values_once_per_gathering(tmp_path, monkeypatch):
+    # Each step's arguments render twice a play (its batched reads, then its run); the facts' JSON form is made
+    # once per facts gathered, not at each rendering.
+    made = []
+    to_json = HostFacts.to_json
+    monkeypatch.setattr(HostFacts, "to_json", lambda facts: made.append(facts) or to_json(facts))
+    text = """
+plays:
+  - name: one
+    steps:
+      - command.run: {cmd: "echo {{ facts.hostname }} {{ facts.arch }}"}
+      - command.run: {cmd: "echo {{ facts.hostname }} again"}
+  - name: two
+    steps:
+      - command.run: {cmd: "echo {{ facts.os }}"}
+"""
+    transports = {f"spark-{i}": FakeTransport(f"spark-{i}", []) for i in (1, 2)}
+    result, _ = run(tmp_path, text, transports)
+    assert result.exit_code == 0
+    for t in transports.values():
+        assert t.ran[1:] == ["echo spark-a1b2 aarch64", "echo spark-a1b2 again", "echo Ubuntu 24.04.3 LTS"]
+    assert len(made) == 2  # one gathering for each host
 
 
 def test_failure_is_data_with_command_exit_code_stderr_and_fix(tmp_path):
