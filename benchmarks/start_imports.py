@@ -11,9 +11,9 @@ What is counted, and why:
   `--terminal`, on a pseudo-terminal, where rich's live table draws) on a
   throw-away inventory of two hosts on loopback ports where nothing listens, so the first connection is refused
   and nothing on this machine changes. What it imports before that first connection is its start: the CLI, the
-  inventory's validation, the bundled playbook and its steps, the runner and the reporter. paramiko and Fabric are
-  imported by the transport when the first connection opens, so the imports counted are those printed before the
-  first of them (paramiko, fabric, invoke) began; what the connection itself imports is the network's time.
+  inventory's validation, the bundled playbook and its steps, the runner and the reporter. paramiko (and Fabric,
+  in a --base revision that still used it) is imported by the transport when the first connection opens, so the
+  imports counted are those printed before the first of them (paramiko, fabric, invoke) began; what the connection itself imports is the network's time.
 - bootstrap's wall time is to its first connection: the same command, without -X importtime, ended there.
 - the interpreter's own: what is imported before the first `sparkcluster` module (the interpreter, `site` and the
   venv's .pth files, among them an editable install's finder, which an installed wheel has not: `--no-editable`
@@ -99,7 +99,8 @@ def subtree_start(lines: list[Line], index: int) -> int:
 
 def before_connection(lines: list[Line]) -> list[Line]:
     """The imports printed before the first connection's began (the earliest start of any connection module's
-    import: Fabric's own first imports come before the paramiko line that Fabric's import completes)."""
+    import: in a revision with Fabric, its own first imports come before the paramiko line that its import
+    completes)."""
     starts = [subtree_start(lines, i) for i, line in enumerate(lines)
               if line.name.split(".")[0] in CONNECTION_MODULES]
     return lines[: min(starts)] if starts else lines
@@ -177,7 +178,7 @@ def measure(python: str, tree: Path, inventory: Path, terminal: bool) -> tuple[S
         raise SystemExit(f"bootstrap on refused hosts exited {code} in {tree} (expected 1, unreachable):\n{stdout}")
     counted = before_connection(lines)
     if len(counted) == len(lines):
-        raise SystemExit("bootstrap imported no paramiko/fabric: the cut at the first connection is not where "
+        raise SystemExit("bootstrap imported no paramiko: the cut at the first connection is not where "
                          "this benchmark expects it (engine/transport.py)")
     # Its wall time: from the process's start to its first connection, everything included (parsing, validating,
     # the first lines printed), without -X importtime's own overhead.

@@ -1,4 +1,4 @@
-"""One SSH connection per host per run (Fabric for ssh_config, paramiko for exec/SFTP), host keys verified.
+"""One SSH connection per host per run (paramiko, ssh_config read as sshtarget.py says), host keys verified.
 
 A failed command is data (Result), never an exception; only a host that cannot be reached, or that drops
 off during a run, raises Unreachable, which the runner records as that host's status.
@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from . import deferred_invoke
 from .command import Command
 from .deadlines import bound_socket, keepalive_interval, stall_seconds
 from .errors import SparkclusterError
@@ -26,13 +27,21 @@ from .inventory import Host
 from .remote import STRICT_SSH
 
 if TYPE_CHECKING:
+    from typing import TypeAlias
+
     import paramiko
-    from fabric import Connection
 
-# paramiko and Fabric (with invoke and cryptography) are most of a command's start-up time: they are imported when
-# the first connection opens, so that parsing, the inventory's validation and every usage error come first and fast.
+    from .sshtarget import SshTarget
 
-CONNECT_TIMEOUT_S = 10
+    _Stream: TypeAlias = socket.socket | paramiko.Channel | paramiko.ProxyCommand  # what an SSH session runs over
+
+# paramiko (with cryptography) is most of a command's start-up time: it is imported when the first connection opens,
+# so that parsing, the inventory's validation and every usage error come first and fast. invoke, which paramiko
+# imports for ssh_config's `Match exec` alone, loads only if that is used (deferred_invoke.py: 151 -> 91 ms).
+# Fabric, which wrapped paramiko here once, needs invoke as it loads; all it gave was the reading of ssh_config,
+# which paramiko's own parser does (sshtarget.py).
+deferred_invoke.install()
+
 CONNECT_ATTEMPTS = 3
 RETRY_BACKOFF_S = 0.5  # doubled after each failed attempt
 # OpenSSH from one node to another for bulk bytes (staging, images): the key mesh bootstrap made, strict host keys,
@@ -133,6 +142,30 @@ def _trust_new_keys(path: Path) -> paramiko.MissingHostKeyPolicy:
     return TrustNewKeys(path)
 
 
+class _Connection:
+    """An open connection: paramiko's client, and the clients of the ProxyJump hops it runs through (closed
+    after it)."""
+
+    def __init__(self, client: paramiko.SSHClient, hops: list[paramiko.SSHClient]) -> None:
+        self.client, self.hops = client, hops
+
+    @property
+    def transport(self) -> paramiko.Transport:
+        transport = self.client.get_transport()
+        if transport is None:
+            raise EOFError("the connection is closed")
+        return transport
+
+    @property
+    def is_connected(self) -> bool:
+        transport = self.client.get_transport()
+        return transport is not None and transport.is_active()
+
+    def close(self) -> None:
+        for client in [self.client, *reversed(self.hops)]:
+            client.close()
+
+
 class Transport:
     """The connection to one host, opened lazily once and reused by every step of the run."""
 
@@ -140,7 +173,7 @@ class Transport:
         self.host = host
         self.trust_new_host_keys = trust_new_host_keys
         self.sudo_password = sudo_password
-        self._connection: Connection | None = None
+        self._connection: _Connection | None = None
         self._sftp: paramiko.SFTPClient | None = None
         self._lock = threading.Lock()
         # sshd's default MaxSessions is 10 channels per connection: stay below it whatever runs in parallel.
@@ -150,7 +183,7 @@ class Transport:
         return Unreachable(message, fix, host=self.host.name)
 
     # ---- connection --------------------------------------------------------------------------------
-    def _connect(self) -> Connection:
+    def _connect(self) -> _Connection:
         with self._lock:
             if self._connection is not None and self._connection.is_connected:
                 return self._connection
@@ -159,24 +192,29 @@ class Transport:
             self._connection = self._open_with_retries()
             return self._connection
 
-    def _open_with_retries(self) -> Connection:
+    def _open_with_retries(self) -> _Connection:
         import paramiko
 
+        from .sshtarget import load_ssh_config, resolve
+
         host = self.host
+        target = resolve(host.address, user=host.user, port=host.port, key=host.key, config=load_ssh_config())
+        known_hosts = _known_hosts_files(target, host)
         delay = RETRY_BACKOFF_S
         for attempt in range(1, CONNECT_ATTEMPTS + 1):
-            conn = self._new_connection()
+            hops: list[paramiko.SSHClient] = []
+            client = _client(known_hosts, _trust_new_keys(trusted_keys_file(host)) if self.trust_new_host_keys
+                             else paramiko.RejectPolicy())
             try:
-                if not conn.gateway:  # a direct connection: its socket is ours, to set TCP_NODELAY before the handshake
-                    conn.connect_kwargs["sock"] = _direct_socket(conn.host, conn.port)
-                conn.open()
+                _connect_client(client, target, _stream(target, known_hosts, hops))
+                conn = _Connection(client, hops)
                 _bound(conn)
                 return conn
             except paramiko.BadHostKeyException as e:
                 raise self._unreachable(
                     f"the host key of {host.address} has CHANGED (got {e.key.get_name()} "
                     f"{sha256_fingerprint(e.key)}); refusing to connect",
-                    _changed_key_fix(host, _known_hosts_files(conn, host)),
+                    _changed_key_fix(host, known_hosts),
                 ) from None
             except paramiko.SSHException as e:
                 if "not found in known_hosts" in str(e):
@@ -187,13 +225,13 @@ class Transport:
                     ) from None
                 if isinstance(e, paramiko.AuthenticationException):
                     raise self._unreachable(
-                        f"authentication as {conn.user}@{host.address} failed: {e}",
-                        f"check `key:` in the inventory, or install the key: ssh-copy-id {conn.user}@{host.address}",
+                        f"authentication as {target.user}@{host.address} failed: {e}",
+                        f"check `key:` in the inventory, or install the key: ssh-copy-id {target.user}@{host.address}",
                     ) from None
                 error: Exception = e
             except (OSError, EOFError) as e:
                 error = e
-            conn.close()
+            _Connection(client, hops).close()
             if attempt < CONNECT_ATTEMPTS:
                 time.sleep(delay)
                 delay *= 2
@@ -201,28 +239,6 @@ class Transport:
             f"cannot connect to {host.address}:{host.port} after {CONNECT_ATTEMPTS} attempts: {error}",
             _reachability_fix(host),
         )
-
-    def _new_connection(self) -> Connection:
-        from fabric import Config, Connection
-        from paramiko import RejectPolicy
-
-        host = self.host
-        config = Config(overrides={"run": {"in_stream": False}})
-        kwargs: dict[str, object] = {}
-        if host.key:
-            # The inventory names the key: do not also offer every agent and default key.
-            kwargs.update(key_filename=host.key, look_for_keys=False, allow_agent=False)
-        conn = Connection(
-            host.address, user=host.user, port=host.port, config=config,
-            connect_timeout=CONNECT_TIMEOUT_S, connect_kwargs=kwargs,
-        )
-        # Fabric defaults to AutoAddPolicy; host keys must be verified.
-        for path in _known_hosts_files(conn, host):
-            conn.client.load_host_keys(str(path))
-        conn.client.set_missing_host_key_policy(
-            _trust_new_keys(trusted_keys_file(host)) if self.trust_new_host_keys else RejectPolicy()
-        )
-        return conn
 
     def close(self) -> None:
         with self._lock:
@@ -261,7 +277,7 @@ class Transport:
             raise self._unreachable(f"{self.host.address} dropped off while running `{command.display()}`: {e}",
                               _reachability_fix(self.host)) from None
 
-    def _exec(self, conn: Connection, command: Command, stdin: str, use_password: bool, start: float) -> Result:
+    def _exec(self, conn: _Connection, command: Command, stdin: str, use_password: bool, start: float) -> Result:
         """One exec channel: send stdin, collect both streams until the exit status or the deadline."""
         channel = conn.transport.open_session()
         channel.settimeout(1.0)
@@ -339,7 +355,7 @@ class Transport:
         conn = self._connect()
         with self._lock:
             if self._sftp is None:
-                self._sftp = conn.sftp()  # a channel on the same connection, not a second login
+                self._sftp = conn.client.open_sftp()  # a channel on the same connection, not a second login
             return self._sftp
 
     def read_file(self, path: str) -> bytes | None:
@@ -376,15 +392,59 @@ class Transport:
             raise
 
 
-def _direct_socket(host: str, port: int) -> socket.socket:
+def _client(known_hosts: list[Path], policy: paramiko.MissingHostKeyPolicy) -> paramiko.SSHClient:
+    """A client that knows the keys in `known_hosts` and meets any other with `policy` (never adding it blindly)."""
+    import paramiko
+
+    client = paramiko.SSHClient()
+    for path in known_hosts:
+        client.load_host_keys(str(path))
+    client.set_missing_host_key_policy(policy)
+    return client
+
+
+def _connect_client(client: paramiko.SSHClient, target: SshTarget, sock: _Stream) -> None:
+    client.connect(
+        target.hostname, target.port, target.user, sock=sock,
+        key_filename=list(target.key_files) or None,  # type: ignore[arg-type]  # paramiko takes a list too
+        # The inventory names the key: do not also offer every agent and default key.
+        look_for_keys=not target.only_key_files, allow_agent=not target.only_key_files,
+        timeout=target.connect_timeout,
+    )
+
+
+def _stream(target: SshTarget, known_hosts: list[Path], hops: list[paramiko.SSHClient]) -> _Stream:
+    """What the SSH session to `target` runs over: a TCP connection; ProxyCommand's pipes; or, through each
+    ProxyJump hop in turn (its host key verified as strictly as the target's), a channel from the last hop. The
+    hops' clients go into `hops`, for the caller to close."""
+    import paramiko
+
+    if target.proxy_command:
+        return paramiko.ProxyCommand(target.proxy_command)
+    if not target.proxy_jump:
+        return _direct_socket(target.hostname, target.port, target.connect_timeout)
+    first = target.proxy_jump[0]
+    sock: _Stream = _direct_socket(first.hostname, first.port, target.connect_timeout)
+    for hop, after in zip(target.proxy_jump, [*target.proxy_jump[1:], target]):
+        client = _client(known_hosts + [p for p in hop.known_hosts if p not in known_hosts], paramiko.RejectPolicy())
+        hops.append(client)
+        _connect_client(client, hop, sock)
+        transport = client.get_transport()
+        assert transport is not None  # connected just above
+        sock = transport.open_channel("direct-tcpip", (after.hostname, after.port), ("", 0),
+                                      timeout=target.connect_timeout)
+    return sock
+
+
+def _direct_socket(host: str, port: int, timeout: float) -> socket.socket:
     """A TCP connection to the node with Nagle's algorithm off (see _bound): the key exchange and login are small
     packets each way too, 68 ms -> 29 ms here."""
-    sock = socket.create_connection((host, port), timeout=CONNECT_TIMEOUT_S)
+    sock = socket.create_connection((host, port), timeout=timeout)
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     return sock
 
 
-def _bound(conn: Connection) -> None:
+def _bound(conn: _Connection) -> None:
     """SSH keepalives, and the kernel's bound on unanswered bytes (deadlines.py): a control connection whose
     node went silent is dropped within the stall bound, so a run waiting on it fails that node (Unreachable)
     instead of waiting for the kernel's two hours, and the node's sshd ends the session (its locks go with it).
@@ -418,10 +478,8 @@ def _text(buf: io.BytesIO) -> str:
     return buf.getvalue().decode(errors="replace")
 
 
-def _known_hosts_files(conn: Connection, host: Host) -> list[Path]:
-    candidates = [Path.home() / ".ssh" / "known_hosts"]
-    for value in conn.ssh_config.get("userknownhostsfile", "").split():
-        candidates.append(Path(os.path.expanduser(value)))
+def _known_hosts_files(target: SshTarget, host: Host) -> list[Path]:
+    candidates = [Path.home() / ".ssh" / "known_hosts", *target.known_hosts]
     if host.known_hosts:
         candidates.append(Path(host.known_hosts))
     return [p for p in candidates if p.is_file()]
@@ -471,7 +529,7 @@ def ssh_destination(host: Host) -> str:
 
 def openssh_argv(host: Host) -> list[str]:
     """The OpenSSH client command (without the destination) for bulk copies from this machine: the same key
-    and known_hosts as the Fabric connection, strict host keys, AES-GCM, no compression."""
+    and known_hosts as the paramiko connection, strict host keys, AES-GCM, no compression."""
     known = [str(Path.home() / ".ssh" / "known_hosts")] + ([host.known_hosts] if host.known_hosts else [])
     argv = ["ssh", "-p", str(host.port), *STRICT_SSH,
             "-o", f"UserKnownHostsFile={' '.join(known)}", "-o", "Compression=no", "-c", "aes128-gcm@openssh.com",

@@ -28,6 +28,32 @@ def test_ssh_config_is_honoured(cluster, tmp_path):
     assert json.loads(out.stdout)["sparky"]["hostname"] == "spark-2"
 
 
+def test_a_host_behind_a_proxyjump_is_reached_through_it_with_every_host_key_verified(cluster, tmp_path):
+    """The alias's HostName is 127.0.0.1, which only means spark-2 as seen from spark-2 itself: the connection must
+    go through the jump host (spark-2 too, reached on its management address) to land there. The jump host's
+    key is verified like any node's: without its known_hosts entry, nothing connects."""
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True)
+    gate = cluster.host("spark-2")
+    (home / ".ssh" / "config").write_text(
+        f"Host behind\n  HostName 127.0.0.1\n  User spark\n  IdentityFile {cluster.client_key}\n"
+        f"  ProxyJump spark@{gate.mgmt_ip}\n\nHost {gate.mgmt_ip}\n  IdentityFile {cluster.client_key}\n")
+    gate_key = next(line.split()[1:3] for line in cluster.known_hosts.read_text().splitlines()
+                    if gate.mgmt_ip in line.split()[0].split(","))
+    inv = tmp_path / "inv.yml"
+    inv.write_text(yaml.safe_dump({"hosts": {"behind": {"address": "behind", "role": "head"}}}))
+    known = home / ".ssh" / "known_hosts"
+
+    known.write_text(f"127.0.0.1 {' '.join(gate_key)}\n")  # the target's key alone
+    refused = cli("facts", str(inv), "--json", env={"HOME": str(home)})
+    assert refused.returncode == 1 and "not in known_hosts" in refused.stdout + refused.stderr
+
+    known.write_text(f"127.0.0.1 {' '.join(gate_key)}\n{gate.mgmt_ip} {' '.join(gate_key)}\n")
+    out = cli("facts", str(inv), "--json", env={"HOME": str(home)})
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert json.loads(out.stdout)["behind"]["hostname"] == "spark-2"
+
+
 def test_unknown_host_key_is_refused_unless_trusted_explicitly(cluster, tmp_path):
     home = tmp_path / "home"
     home.mkdir()

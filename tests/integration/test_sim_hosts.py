@@ -6,7 +6,6 @@ import subprocess
 
 import paramiko
 import pytest
-from fabric import Config, Connection
 
 from tests.helpers import SESSION_DRIVERS, ssh
 
@@ -106,25 +105,31 @@ def test_no_route_leaves_the_machine(cluster):
     assert "unreachable" in out
 
 
-def test_fabric_connection_verifies_host_keys(cluster):
+def test_paramiko_verifies_host_keys(cluster):
     host = cluster.host("spark-1")
-    cfg = Config(overrides={"run": {"in_stream": False}})
-    kwargs = dict(key_filename=str(cluster.client_key), look_for_keys=False, allow_agent=False)
-    c = Connection(host.mgmt_ip, user="spark", config=cfg, connect_timeout=5, connect_kwargs=kwargs)
-    c.client.load_host_keys(str(cluster.known_hosts))
-    c.client.set_missing_host_key_policy(paramiko.RejectPolicy())
-    assert c.run("hostname", hide=True).stdout == "spark-1\n"
-    c.put(io.BytesIO(b"payload\n"), "/home/spark/put-test")
+
+    def connect(known_hosts: bool) -> paramiko.SSHClient:
+        client = paramiko.SSHClient()
+        if known_hosts:
+            client.load_host_keys(str(cluster.known_hosts))
+        client.set_missing_host_key_policy(paramiko.RejectPolicy())
+        client.connect(host.mgmt_ip, username="spark", key_filename=str(cluster.client_key), look_for_keys=False,
+                       allow_agent=False, timeout=5)
+        return client
+
+    client = connect(known_hosts=True)
+    _, out, _ = client.exec_command("hostname")
+    assert out.read() == b"spark-1\n"
+    sftp = client.open_sftp()
+    sftp.putfo(io.BytesIO(b"payload\n"), "/home/spark/put-test")
     buf = io.BytesIO()
-    c.get("/home/spark/put-test", buf)
+    sftp.getfo("/home/spark/put-test", buf)
     assert buf.getvalue() == b"payload\n"
-    c.run("rm /home/spark/put-test")
-    c.close()
-    # the same host under a key that is not in known_hosts is refused
-    stranger = Connection(host.mgmt_ip, user="spark", config=cfg, connect_timeout=5, connect_kwargs=kwargs)
-    stranger.client.set_missing_host_key_policy(paramiko.RejectPolicy())
-    with pytest.raises(paramiko.SSHException):
-        stranger.run("true", hide=True)
+    sftp.remove("/home/spark/put-test")
+    client.close()
+    # the same host, its key in no known_hosts, is refused
+    with pytest.raises(paramiko.SSHException, match="not found in known_hosts"):
+        connect(known_hosts=False)
 
 
 def test_openssh_client_rejects_an_unknown_host(cluster, tmp_path):

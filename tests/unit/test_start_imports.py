@@ -1,7 +1,7 @@
 """What `sparkcluster bootstrap` imports before its first connection (issue 33: a start under 0.15 s of imports).
 
-The real command line runs on an inventory of loopback hosts and is stopped where the transport imports paramiko or
-Fabric, which it does when the first connection opens: what is loaded then is bootstrap's start. Each module named
+The real command line runs on an inventory of loopback hosts and is stopped where the transport imports paramiko,
+which it does when the first connection opens: what is loaded then is bootstrap's start. Each module named
 here was once part of it and is now imported later, where it is first needed (benchmarks/start_imports.py says
 what each costs)."""
 

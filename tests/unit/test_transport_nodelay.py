@@ -10,7 +10,7 @@ from sparkcluster.engine.transport import _direct_socket
 
 def test_the_socket_to_a_node_has_tcp_nodelay_before_the_handshake() -> None:
     with socket.create_server(("127.0.0.1", 0)) as server:
-        sock = _direct_socket("127.0.0.1", server.getsockname()[1])
+        sock = _direct_socket("127.0.0.1", server.getsockname()[1], 5)
         try:
             assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) == 1
             assert sock.getpeername() == server.getsockname()
