@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 
 # paramiko (with cryptography) is most of a command's start-up time: it is imported when the first connection opens,
 # so that parsing, the inventory's validation and every usage error come first and fast. invoke, which paramiko
-# imports for ssh_config's `Match exec` alone, loads only if that is used (deferred_invoke.py: 151 -> 91 ms).
+# imports for ssh_config's `Match exec` alone, loads only if that is used (deferred_invoke.py: 163 -> 73 ms).
 # Fabric, which wrapped paramiko here once, needs invoke as it loads; all it gave was the reading of ssh_config,
 # which paramiko's own parser does (sshtarget.py).
 deferred_invoke.install()
