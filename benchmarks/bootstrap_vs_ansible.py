@@ -13,7 +13,9 @@ ansible-core lives in a benchmark-only environment, .venv-ansible (made on the f
 project depends on it). Run as root:  .venv/bin/python benchmarks/bootstrap_vs_ansible.py [--rounds 2]
 Prints each timing, the medians, and the ratios: Ansible / sparkcluster at 2 and 8 nodes, cold and warm (of the
 medians, and each round's own), and each tool's 8 nodes / 2 nodes; after each run, the CPU seconds of the tool's
-own processes and of the whole machine, in all and a host. Every simulated host shares this machine's cores with both tools.
+own processes and of the whole machine, in all and a host. Every simulated host shares this machine's cores with
+both tools, so each run also gives the least wall time that the rest of the machine's CPU (the simulated nodes'
+sshd, shells and emulated tools) needs on its cores, whatever the tool does.
 
 Where the time goes: each sparkcluster run also prints, per play, the slowest node's steps, the facts and batched
 reads outside them, and the process's start and exit (from its --json). The results, and what they mean on a machine
@@ -152,9 +154,14 @@ class Run:
     where: str = ""
 
     def cpu_line(self, hosts: int) -> str:
+        # What the machine ran besides the tool is the simulated nodes' sshd, shells and tools (and anything else
+        # on it): on this many cores, that alone needs the wall time given, however little the tool itself takes.
+        cores = os.cpu_count() or 1
+        rest = self.machine_cpu - self.tool_cpu
         return (f"CPU: the tool {self.tool_cpu:.2f} s ({self.tool_cpu / hosts:.2f} a host), the machine "
                 f"{self.machine_cpu:.2f} s ({self.machine_cpu / hosts:.2f} a host), "
-                f"{self.machine_cpu / self.wall:.2f} of {os.cpu_count()} cores busy")
+                f"{self.machine_cpu / self.wall:.2f} of {cores} cores busy; the rest of the machine {rest:.2f} s "
+                f"needs at least {rest / cores:.2f} s on {cores} cores")
 
 
 def _busy_cpu_s() -> float:
