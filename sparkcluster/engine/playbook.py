@@ -65,6 +65,18 @@ class Playbook:
     name: str
     plays: tuple[Play, ...]
 
+    def prepare(self) -> None:
+        """Does ahead what each play does as it starts: imports its steps' modules (a bundled playbook's) and the
+        template engine, and compiles the templates of the steps' arguments. Best effort: a step or template that
+        fails here fails again where it is used, and is reported there."""
+        for play in self.plays:
+            for call in play.steps:
+                try:
+                    call.step  # noqa: B018 - imports the step's module
+                    _compile(call.args)
+                except Exception:  # noqa: BLE001 - reported where the step is used
+                    continue
+
 
 def bundled(name: str) -> Path:
     """A playbook shipped inside the package (playbooks/NAME.yml). Found beside this module rather than through
@@ -179,22 +191,40 @@ def _template(text: str) -> jinja2.Template:
 _SINGLE_EXPRESSION = re.compile(r"^\{\{(?P<expr>(?:(?!\}\}).)*)\}\}$", re.S)
 
 
+def _is_template(text: str) -> bool:
+    return "{{" in text or "{%" in text
+
+
+def _compiled(text: str) -> Any:
+    """A template compiled: an expression where `text` is exactly one `{{ expression }}`, else a jinja2 Template."""
+    single = _SINGLE_EXPRESSION.match(text.strip())
+    return _expression(single["expr"]) if single else _template(text)
+
+
+def _compile(value: Any) -> None:
+    """Compiles every template in `value` into render()'s caches, rendering nothing."""
+    if isinstance(value, str) and _is_template(value):
+        _compiled(value)
+    for v in value if isinstance(value, list) else value.values() if isinstance(value, dict) else ():
+        _compile(v)
+
+
 def render(value: Any, context: dict[str, Any]) -> Any:
     """Strings are templates. A string that is exactly one `{{ expression }}` keeps the expression's type
     (a list stays a list, a bool a bool); anything else renders to text. Raises TemplateProblem."""
     if isinstance(value, str):
-        single = _SINGLE_EXPRESSION.match(value.strip())
-        if not single and "{{" not in value and "{%" not in value:
+        if not _is_template(value):
             return value  # plain text: no template engine needed
         import jinja2  # loaded by _jinja() first; here for its exception and Undefined types
 
         try:
-            if single:
-                result = _expression(single["expr"])(**context)
-                if isinstance(result, jinja2.Undefined):
-                    str(result)  # StrictUndefined raises here, naming the variable
-                return result
-            return _template(value).render(context)
+            compiled = _compiled(value)
+            if isinstance(compiled, jinja2.Template):
+                return compiled.render(context)
+            result = compiled(**context)
+            if isinstance(result, jinja2.Undefined):
+                str(result)  # StrictUndefined raises here, naming the variable
+            return result
         except jinja2.UndefinedError as e:
             raise TemplateProblem(f"{e.message}", undefined=True) from None
         except jinja2.TemplateError as e:

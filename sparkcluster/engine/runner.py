@@ -34,7 +34,7 @@ from .inventory import Host
 from .playbook import Play, Playbook, StepCall, build_args
 from .session import Session
 from .steps import HostContext, Plan, StepFailed
-from .transport import Result, Unreachable
+from .transport import Result, Unreachable, load_ssh_library
 
 # A bug, or a library calling sys.exit(), must fail its host and never end that host's thread unreported; the
 # other hosts go on. KeyboardInterrupt is not among them: Ctrl-C stays an interrupt.
@@ -69,6 +69,7 @@ class Runner:
         # Per host: its facts as templates see them, made once per facts gathered (each step's arguments render
         # twice a play, and the JSON form of a node's facts costs about 0.6 ms).
         self._facts_json: dict[str, tuple[HostFacts, dict[str, Any]]] = {}
+        self._prepared = threading.Thread(target=self._prepare, name="prepare", daemon=True)
         self.recap = {h.name: HostRecap() for h in session.hosts}
         self.failures: dict[str, Failure] = {}
         self.down: set[str] = set()  # failed or unreachable: no further steps
@@ -104,6 +105,15 @@ class Runner:
         return result
 
     # ---- plays -------------------------------------------------------------------------------------
+    def _prepare(self) -> None:
+        """The playbook's imports and templates (Playbook.prepare), while the first play's facts come in: the
+        nodes run their probes then, and this process only waits. The SSH library comes first: the first
+        connection needs it at once, and nothing here must delay that. A warm pair's bootstrap: 4-10% less wall
+        time (medians of three A/B runs of 14 interleaved rounds: 1.027 -> 0.987, 0.948 -> 0.853, 0.965 -> 0.917 s).
+        Started at the run's start instead, before paramiko's import, it gained nothing (1.036 -> 1.054 s)."""
+        load_ssh_library()
+        self.playbook.prepare()
+
     def _select(self, play: Play) -> list[Host]:
         selector = play.hosts
         if selector == "all":
@@ -120,9 +130,12 @@ class Runner:
 
     def _run_play(self, play: Play, hosts: list[Host]) -> None:
         self.emit(PlayStarted(play.name, tuple(h.name for h in hosts)))
+        if self._prepared.ident is None:  # the first play
+            self._prepared.start()
         if play.gather_facts:
             self._parallel(hosts, lambda host: self._gather(host, play.refresh_facts))
             hosts = [h for h in hosts if h.name not in self.down]
+        self._prepared.join()
         play.import_steps()  # a bundled playbook's step modules: here, once, rather than in each host's thread
         self._parallel(hosts, lambda host: self._run_steps(play, host))
 

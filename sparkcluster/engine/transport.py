@@ -66,6 +66,11 @@ logging.getLogger("paramiko").addHandler(logging.NullHandler())
 logging.getLogger("paramiko").propagate = False
 
 
+def load_ssh_library() -> None:
+    """Imports paramiko, as the first connection does (once for the process, whichever thread comes first)."""
+    import paramiko  # noqa: F401
+
+
 class Unreachable(SparkclusterError):
     """The host could not be reached or dropped off; `fix` says what to try (exit 1). `host` names it, so a
     step on one node that reached for another can blame the right one."""

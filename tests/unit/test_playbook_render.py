@@ -45,3 +45,24 @@ def test_a_broken_template_is_a_template_error(tmp_path: Path) -> None:
     assert e.value.message.startswith("line 5: command.run: template error: ")
     assert e.value.fix == "fix the template"
     assert build_args(_call(tmp_path, "echo {{ x }}"), {"x": 1}).cmd == "echo 1"
+
+
+def test_prepare_compiles_each_template_once_ahead_and_leaves_a_broken_one_to_its_step(tmp_path: Path) -> None:
+    # The runner prepares the playbook while the first facts come in: what a play would compile as it starts is
+    # compiled then, and a template that cannot compile fails where its step renders it, as without preparing.
+    from sparkcluster.engine import playbook as pb
+
+    book = tmp_path / "two.yml"
+    book.write_text("plays:\n  - name: p\n    hosts: all\n    steps:\n"
+                    "      - command.run: {cmd: 'echo {{ greeting }} {{ host_name }} prepared'}\n"
+                    "      - command.run: {cmd: 'echo {{ broken ( }}'}\n")
+    loaded = stepcatalog.load(book)
+    misses = pb._template.cache_info().misses
+    loaded.prepare()  # does not raise for the broken template
+    assert pb._template.cache_info().misses == misses + 2
+    hits = pb._template.cache_info().hits
+    good, broken = loaded.plays[0].steps
+    assert build_args(good, {"greeting": "hi", "host_name": "spark-1"}).cmd == "echo hi spark-1 prepared"
+    assert pb._template.cache_info().hits == hits + 1 and pb._template.cache_info().misses == misses + 2
+    with pytest.raises(UsageError, match="line 6: command.run: template error"):
+        build_args(broken, {})
