@@ -6,7 +6,8 @@ first), so both see the same machine load.
 The Ansible side (benchmarks/ansible/bootstrap.yml, written here) does what bootstrap does, task for task: facts;
 the GPU, driver, QSFP (ibdev2netdev, addresses), disk checks; every node pinging every other over the fabric; rsync
 present, the HF cache folder, the comm env file; the ssh mesh (a key per node, every key authorized on every node,
-every node's host key recorded for the others' fabric addresses). It gets Ansible's fastest settings: pipelining,
+every node's host key recorded for the others' fabric addresses, then the head's real login to every other node, as
+bootstrap proves the mesh). It gets Ansible's fastest settings: pipelining,
 ControlPersist, forks = nodes, the free strategy. Both leave Docker out (`--runtime host`, hosts without Docker).
 
 ansible-core lives in a benchmark-only environment, .venv-ansible (made on the first run with pip; nothing of the
@@ -110,6 +111,11 @@ PLAYBOOK = """\
     - name: recorded for their fabric addresses
       known_hosts: {name: "{{ item.item | extract(hostvars, 'fabric_ip') }}", key: "{{ item.stdout }}", path: "{{ ansible_env.HOME }}/.ssh/known_hosts"}
       loop: "{{ scanned.results }}"
+    - name: the head logs in to every other node over the fabric (bootstrap's proof, with its ssh options)
+      command: "ssh -o BatchMode=yes -o StrictHostKeyChecking=yes -o ConnectTimeout=10 -o KexAlgorithms=^curve25519-sha256,curve25519-sha256@libssh.org {{ hostvars[item].fabric_ip }} true"
+      loop: "{{ groups['all'] | difference([inventory_hostname]) }}"
+      when: inventory_hostname == groups['all'][0]
+      changed_when: false
 """
 
 
