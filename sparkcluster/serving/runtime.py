@@ -190,16 +190,21 @@ class HostRuntime(Runtime):
         # setsid made each process a group leader: signal the whole group (Ray's raylet, vLLM's workers). A SIGKILL
         # is not an exit: down returns once no process of the session still runs (seen: vLLM's API server still in
         # `ps` right after), so that a serve started next finds the node's memory free.
-        gone = (f"j=0; while ps -o stat= -s \"$p\" 2>/dev/null | grep -qv '^Z' && [ $j -lt {KILL_WAIT_S * 5} ]; "
-                "do sleep 0.2; j=$((j+1)); done")
+        grace = _wait_while("kill -0 \"$p\" 2>/dev/null", STOP_GRACE_S)
+        gone = _wait_while("ps -o stat= -s \"$p\" 2>/dev/null | grep -qv '^Z'", KILL_WAIT_S)
         stop_one = (f"p=$(cat {d}/$r.pid 2>/dev/null); if [ -n \"$p\" ] && kill -0 \"$p\" 2>/dev/null; then "
-                    f"kill -TERM -- -\"$p\" 2>/dev/null; i=0; while kill -0 \"$p\" 2>/dev/null && [ $i -lt {STOP_GRACE_S * 5} ]; "
-                    f"do sleep 0.2; i=$((i+1)); done; kill -KILL -- -\"$p\" 2>/dev/null; {gone}; echo $r; fi; rm -f {d}/$r.pid")
+                    f"kill -TERM -- -\"$p\" 2>/dev/null; {grace}; kill -KILL -- -\"$p\" 2>/dev/null; {gone}; echo $r; fi; "
+                    f"rm -f {d}/$r.pid")
         ray = f"{shell_path(self.python_env)}/bin/ray"
         raylet = "pgrep -u \"$(id -u)\" -f 'ray/core/src/ray/(raylet|gcs)' >/dev/null 2>&1"
         return Command(f"for r in vllm main; do {stop_one}; done; "
                        f"if [ -x {ray} ] && {raylet}; then {ray} stop --force >/dev/null 2>&1; "
-                       f"j=0; while {raylet} && [ $j -lt {KILL_WAIT_S * 5} ]; do sleep 0.2; j=$((j+1)); done; echo ray; fi; true")
+                       f"{_wait_while(raylet, KILL_WAIT_S)}; echo ray; fi; true")
+
+
+def _wait_while(condition: str, seconds: int) -> str:
+    """Shell that polls `condition` every 0.2 s while it holds, for `seconds` at most."""
+    return f"i=0; while {condition} && [ $i -lt {seconds * 5} ]; do sleep 0.2; i=$((i+1)); done"
 
 
 @dataclass(frozen=True)
