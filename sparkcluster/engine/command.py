@@ -18,6 +18,7 @@ ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # or a record; they travel on stdin and are shown masked.
 _SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSW|KEY|CREDENTIAL|AUTH|COOKIE", re.IGNORECASE)
 MASK = "********"
+LABEL_CHARS = 100  # the most of an unnamed command's line that a message quotes
 
 
 def is_secret_name(name: str) -> bool:
@@ -79,11 +80,15 @@ class Command:
     timeout: float = DEFAULT_TIMEOUT_S
     stdin: str | None = None
     secrets: tuple[str, ...] = ()  # strings that must never be shown (masked in display())
+    # What a message calls a command that carries a script (`blobwire fetch <blob>`, `the facts probe`): its line
+    # holds the script whole, hundreds of lines that would bury the message they are quoted in.
+    name: str = ""
 
     @classmethod
     def argv(cls, args: Sequence[str], *, sudo: bool = False, env: Mapping[str, str] | None = None,
-             timeout: float = DEFAULT_TIMEOUT_S, stdin: str | None = None, secrets: tuple[str, ...] = ()) -> Command:
-        return cls(shlex.join(args), sudo, dict(env or {}), timeout, stdin, secrets)
+             timeout: float = DEFAULT_TIMEOUT_S, stdin: str | None = None, secrets: tuple[str, ...] = (),
+             name: str = "") -> Command:
+        return cls(shlex.join(args), sudo, dict(env or {}), timeout, stdin, secrets, name)
 
     def line(self, sudo_password: bool = False) -> str:
         """The exact line sent to the remote shell. Only `env` reaches the remote environment."""
@@ -115,3 +120,14 @@ class Command:
             if secret:
                 shown = shown.replace(secret, MASK)
         return shown
+
+    def label(self) -> str:
+        """The command as a message names it: its name, else its line in backquotes, cut to its first line and
+        LABEL_CHARS (an unnamed script must not fill the screen either)."""
+        if self.name:
+            return self.name
+        shown = self.display()
+        first = shown.split("\n", 1)[0]
+        if len(first) > LABEL_CHARS or first != shown:
+            first = first[:LABEL_CHARS].rstrip() + " ..."
+        return f"`{first}`"

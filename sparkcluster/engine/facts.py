@@ -189,7 +189,7 @@ class HostFacts:
         return doc
 
 
-PROBE = Command(PROBE_SCRIPT, timeout=60)
+PROBE = Command(PROBE_SCRIPT, timeout=60, name="the facts probe")
 
 
 # ---- parsers (pure) ---------------------------------------------------------------------------------

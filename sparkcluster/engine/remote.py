@@ -37,5 +37,6 @@ def python_line(python: str, script: str, *args: str) -> str:
 
 
 def python_command(python: str, script: str, *args: str, stdin: str | None = None,
-                   timeout: float = DEFAULT_TIMEOUT_S, secrets: tuple[str, ...] = ()) -> Command:
-    return Command(python_line(python, script, *args), stdin=stdin, timeout=timeout, secrets=secrets)
+                   timeout: float = DEFAULT_TIMEOUT_S, secrets: tuple[str, ...] = (), name: str = "") -> Command:
+    """`name`: what messages call it (Command.name), since its line holds the whole script."""
+    return Command(python_line(python, script, *args), stdin=stdin, timeout=timeout, secrets=secrets, name=name)

@@ -279,7 +279,7 @@ class Transport:
             with self._channels:
                 return self._exec(conn, command, stdin, use_password, start)
         except (paramiko.SSHException, OSError, EOFError) as e:
-            raise self._unreachable(f"{self.host.address} dropped off while running `{command.display()}`: {e}",
+            raise self._unreachable(f"{self.host.address} dropped off while running {command.label()}: {e}",
                               _reachability_fix(self.host)) from None
 
     def _exec(self, conn: _Connection, command: Command, stdin: str, use_password: bool, start: float) -> Result:
@@ -323,7 +323,7 @@ class Transport:
 
         conn = self._connect()
         if not self._channels.acquire(timeout=first_line_timeout):
-            raise self._unreachable(f"{self.host.address}: no free SSH channel for `{command.display()}`",
+            raise self._unreachable(f"{self.host.address}: no free SSH channel for {command.label()}",
                                     _reachability_fix(self.host))
         try:
             channel = conn.transport.open_session()
@@ -334,7 +334,7 @@ class Transport:
             held = Held(channel, self._channels)
         except (paramiko.SSHException, OSError, EOFError) as e:
             self._channels.release()
-            raise self._unreachable(f"{self.host.address} dropped off while starting `{command.display()}`: {e}",
+            raise self._unreachable(f"{self.host.address} dropped off while starting {command.label()}: {e}",
                                     _reachability_fix(self.host)) from None
         line, deadline = b"", time.monotonic() + first_line_timeout
         while not line.endswith(b"\n") and time.monotonic() < deadline:
@@ -344,7 +344,7 @@ class Transport:
                 continue
             except (paramiko.SSHException, OSError) as e:
                 held.release()
-                raise self._unreachable(f"{self.host.address} dropped off while running `{command.display()}`: {e}",
+                raise self._unreachable(f"{self.host.address} dropped off while running {command.label()}: {e}",
                                         _reachability_fix(self.host)) from None
             if not byte:
                 break

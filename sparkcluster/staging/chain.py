@@ -175,7 +175,7 @@ class Chain:
             self._fail(name, e.message, e.fix)
             return False
         if not result.ok:
-            self._fail(name, f"`{command.display()[:80]}` exited {result.exit_code}: {result.stderr_tail(3)}",
+            self._fail(name, f"{command.label()} exited {result.exit_code}: {result.stderr_tail(3)}",
                        "check the node's disk and permissions in its HF cache")
             return False
         return True

@@ -146,7 +146,8 @@ class HeadSender:
         self._run(Command(f"docker save -o {tar}.tmp {shlex.quote(self.info.id or self.image)} && "
                           f"mv -f {tar}.tmp {tar}", timeout=3600), f"docker save {self.image}")
         index: dict[str, Any] = json.loads(self._run(
-            python_command(python_of(self.head), BLOBWIRE_PY, "tar-index", "--tar", tar, timeout=600),
+            python_command(python_of(self.head), BLOBWIRE_PY, "tar-index", "--tar", tar, timeout=600,
+                           name=f"`blobwire tar-index {tar}`"),
             "reading the saved image"))
         return index  # saved by ID, the image has no name in the tar: each node tags what it loaded
 

@@ -29,21 +29,21 @@ def new_token() -> str:
     return secrets.token_hex(32)
 
 
-def _blobwire(python: str, *args: str, token: str, timeout: float) -> Command:
+def _blobwire(python: str, *args: str, token: str, timeout: float, name: str) -> Command:
     # The token on stdin: never in argv, where any user of the node could read it.
     # --stall: a silent link ends the transfer in bounded time (engine/deadlines.py), not the 24 h bound below
     return python_command(python, BLOBWIRE_PY, *args, "--stall", f"{stall_seconds():g}", stdin=token + "\n",
-                          timeout=timeout, secrets=(token,))
+                          timeout=timeout, secrets=(token,), name=name)
 
 
 def serve_command(python: str, bind: str, blobs_dir: str, allowed: Iterable[str], token: str) -> Command:
     return _blobwire(python, "serve", "--bind", bind, "--dir", blobs_dir, "--allow", ",".join(sorted(allowed)),
-                     token=token, timeout=30)
+                     token=token, timeout=30, name=f"`blobwire serve` on {bind}")
 
 
 def fetch_command(python: str, connect: str, source: str, blobs_dir: str, blob: str, size: int, token: str) -> Command:
     return _blobwire(python, "fetch", "--connect", connect, "--source", source, "--dir", blobs_dir, "--blob", blob,
-                     "--size", str(size), token=token, timeout=24 * 3600)
+                     "--size", str(size), token=token, timeout=24 * 3600, name=f"`blobwire fetch {blob}` from {connect}")
 
 
 @dataclass(frozen=True)
@@ -89,7 +89,7 @@ def start_senders(transports: Mapping[str, Transport], blobs_dirs: Mapping[str, 
             if not result.ok:
                 failures[name] = Failure(f"the blob sender did not start: {result.stderr_tail(3)}",
                                          f"check that {addresses[name]} is an address of {name} and python3 runs there",
-                                         command.display(), result.exit_code, result.stderr_tail())
+                                         command.label(), result.exit_code, result.stderr_tail())
                 return
             senders[name] = parse_started(name, addresses[name], result.stdout)
         except SparkclusterError as e:  # Unreachable included
