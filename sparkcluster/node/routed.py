@@ -5,9 +5,10 @@ nobody's link of ours. Ray, gloo, vLLM's ZMQ and the rendezvous each advertise o
 reach; so each node gets a node address (a /32 on a port-less bridge, `scnode`: a bridge because it exists on
 every kernel, also where the `dummy` module is missing, and netplan writes it as `bridges:`), from
 `fabric.node_subnet`, numbered like the link addresses (the head .11). Every node holds a static route to each
-other node's address through the cabled neighbour on the shortest walk along the ring (a 4-ring's diagonal through
-a neighbour, which forwards it: IP forwarding on, persisted in sysctl.d), with the node address as the source so
-that the far end's answer needs no route to our link subnets.
+other node's address through the cabled neighbour on the shortest walk along the ring, with the node address as the
+source so that the far end's answer needs no route to our link subnets. Where a walk crosses a node (a 4-ring's
+diagonal, through a neighbour) that node forwards it: the plan names each such flow (`Forward`), and forwarding.py
+turns on exactly that, per twin; a 3-ring's walks are all direct, so none of its nodes forwards.
 
 The other choice, `fabric.control_plane: lan`, keeps the control plane on the management LAN (the inventory
 address): no routes, no forwarding, but the control plane then shares the LAN with SSH and the user's traffic.
@@ -27,8 +28,6 @@ from .network import NODE_NETDEV as NODE_NETDEV  # re-exported: the node address
 DEFAULT_NODE_SUBNET = "10.177.0.0/24"
 CONTROL_PLANES = ("routed", "lan")
 SYSCTL_FILE = "/etc/sysctl.d/60-sparkcluster-fabric.conf"
-SYSCTL_TEXT = ("# Written by `sparkcluster bootstrap`: a ring node forwards the other nodes' control-plane traffic\n"
-               "# (a 4-ring's diagonal runs through a neighbour).\nnet.ipv4.ip_forward = 1\n")
 
 
 @dataclass(frozen=True)
@@ -44,9 +43,21 @@ class Route:
 
 
 @dataclass(frozen=True)
+class Forward:
+    """One flow this node forwards for two others whose walk crosses it: from `src`'s node address to `dst`'s,
+    arriving on one twin and leaving by another."""
+
+    src: IPv4Address
+    dst: IPv4Address
+    inbound: str  # our twin toward src
+    outbound: str  # our twin toward dst
+
+
+@dataclass(frozen=True)
 class NodeAddress:
     address: IPv4Interface  # this node's, a /32
     routes: tuple[Route, ...]
+    forwards: tuple[Forward, ...] = ()  # none on a 3-ring: every walk there is one cable
 
 
 def node_address(subnet: IPv4Network, number: int) -> IPv4Interface:
@@ -80,8 +91,9 @@ def paths(nodes: Sequence[str], adjacency: Mapping[str, Sequence[str]]) -> dict[
 
 def plan_node_address(node: str, fabric: Fabric, addresses: Mapping[str, IPv4Interface],
                       twins: Mapping[str, Mapping[str, IPv4Interface]]) -> NodeAddress:
-    """This node's address and its routes to every other node's. `addresses`: every node's node address;
-    `twins`: per node, its twins' link addresses (as fabric.addresses plans or keeps them)."""
+    """This node's address, its routes to every other node's, and the flows it forwards for walks that cross it.
+    `addresses`: every node's node address; `twins`: per node, its twins' link addresses (as fabric.addresses plans
+    or keeps them)."""
     walks = paths(fabric.nodes, fabric.adjacency())
     mine = addresses[node]
     routes = []
@@ -89,14 +101,29 @@ def plan_node_address(node: str, fabric: Fabric, addresses: Mapping[str, IPv4Int
         walk = walks.get((node, other))
         if other == node or walk is None or other not in addresses:
             continue
-        hop = walk[1]
-        # Twin 0 of the cable to that neighbour carries it (twin 1 stays the data path's alone).
-        for end, link in fabric.ends_of(node):
-            far = link.b if link.a == end else link.a
-            if far.node == hop and end.twin == 0 and far.netdev in twins.get(hop, {}):
-                routes.append(Route(addresses[other].ip, twins[hop][far.netdev].ip, end.netdev, mine.ip))
-                break
-    return NodeAddress(mine, tuple(routes))
+        hop = _toward(node, walk[1], fabric, twins)
+        if hop is not None:
+            routes.append(Route(addresses[other].ip, hop[1], hop[0], mine.ip))
+    forwards = []
+    for (src, dst), walk in walks.items():
+        if node not in walk[1:-1] or src not in addresses or dst not in addresses:
+            continue
+        at = walk.index(node)
+        back, ahead = _toward(node, walk[at - 1], fabric, twins), _toward(node, walk[at + 1], fabric, twins)
+        if back is not None and ahead is not None:
+            forwards.append(Forward(addresses[src].ip, addresses[dst].ip, back[0], ahead[0]))
+    return NodeAddress(mine, tuple(routes), tuple(forwards))
+
+
+def _toward(node: str, neighbour: str, fabric: Fabric, twins: Mapping[str, Mapping[str, IPv4Interface]]
+            ) -> tuple[str, IPv4Address] | None:
+    """Our twin on the cable to a neighbour, and the neighbour's address on it: twin 0 of that cable carries the
+    control plane (twin 1 stays the data path's alone). None while the neighbour's end has no address."""
+    for end, link in fabric.ends_of(node):
+        far = link.b if link.a == end else link.a
+        if far.node == neighbour and end.twin == 0 and far.netdev in twins.get(neighbour, {}):
+            return end.netdev, twins[neighbour][far.netdev].ip
+    return None
 
 
 def parse_routes(text: str) -> dict[str, str]:

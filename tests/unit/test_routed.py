@@ -17,6 +17,7 @@ import yaml
 from sparkcluster.engine.facts import HostFacts
 from sparkcluster.engine.inventory import Host, Inventory
 from sparkcluster.nccl.controlplane import ControlAddress, judge, reach_command, to_reach
+from sparkcluster.node import forwarding
 from sparkcluster.node.addressing import (
     AddressPlan,
     FabricError,
@@ -29,7 +30,7 @@ from sparkcluster.node.addressing import (
 )
 from sparkcluster.node.fabric import build_fabric
 from sparkcluster.node.planned import planned_facts
-from sparkcluster.node.routed import SYSCTL_TEXT, missing_routes, node_address, parse_routes, paths, plan_node_address
+from sparkcluster.node.routed import missing_routes, node_address, parse_routes, paths, plan_node_address
 from sparkcluster.node.steps.addresses import FabricAddresses, Leftover, NodeNow
 from tests.unit.test_fabric_graph import NODES3, NODES4, RING3, RING4, cabled
 
@@ -113,7 +114,11 @@ def test_the_change_adds_address_routes_and_forwarding_after_the_twins_and_the_r
     inv, facts, plans = ring_plans(NODES4, RING4)
     plan = plans["spark-1"]
     assert plan.node is not None
-    fresh = NodeNow(False, False, {}, plan.node.routes, "0", "")
+    fresh = NodeNow(False, False, {}, plan.node.routes)
+    # spark-1 is the 4-ring's corner whose walk spark-2 <-> spark-4 crosses: it forwards that, per twin
+    found = forwarding.Now({"net.ipv4.conf.enp1s0f0np0.forwarding": "0", "net.ipv4.conf.enp1s0f1np1.forwarding": "0"},
+                           "", {}, None, False)
+    want = forwarding.wanted(plan.node, [t.netdev for t in plan.twins])
 
     class Ctx:
         host = inv.hosts[0]
@@ -122,14 +127,16 @@ def test_the_change_adds_address_routes_and_forwarding_after_the_twins_and_the_r
             from sparkcluster.engine.transport import Result
             return Result(command, 0, "enP7s7\n", "", 0.0)
 
-    (command,) = FabricAddresses(None)._commands(Ctx(), plan, "", fabric_config(inv, inv.hosts[0]), fresh)  # type: ignore[arg-type]
+    (command,) = FabricAddresses(None)._commands(Ctx(), plan, "", fabric_config(inv, inv.hosts[0]), fresh,  # type: ignore[arg-type]
+                                                 forwards=(want, found))
     script = command.display()
     live = script.index("ip addr add 192.168.179.11/24 dev enp1s0f1np1")
     for line in ("ip link add scnode type bridge", "ip addr replace 10.177.0.11/32 dev scnode",
                  "ip route replace 10.177.0.13 via 192.168.179.12 dev enp1s0f1np1 src 10.177.0.11",
-                 "sysctl -qw net.ipv4.ip_forward=1"):
+                 "sysctl -qw net.ipv4.conf.enp1s0f0np0.forwarding=1"):
         assert script.index(line) > live, line  # a route's next hop is on a subnet the twin holds by then
-    for line in ("ip link del scnode", "ip route del 10.177.0.13/32", "sysctl -qw net.ipv4.ip_forward=0",
+    assert "ip_forward" not in script
+    for line in ("ip link del scnode", "ip route del 10.177.0.13/32", "sysctl -qew net.ipv4.conf.enp1s0f0np0.forwarding=0",
                  "previous-sysctl.conf /etc/sysctl.d/60-sparkcluster-fabric.conf; else rm -f "
                  "/etc/sysctl.d/60-sparkcluster-fabric.conf"):
         assert line in script, line
@@ -145,7 +152,9 @@ def test_lan_chosen_on_a_routed_ring_retires_the_bridge_routes_and_sysctl_file_a
     table = "192.168.1.0/24 dev enP7s7 proto kernel scope link src 192.168.1.11\n" + routes
     leftover = Leftover((IPv4Interface("10.177.0.11/32"),), tuple(f"{to} {rest}" for to, rest in
                                                                    parse_routes(table).items() if "10.177.0.11" in rest),
-                        SYSCTL_TEXT)
+)
+    legacy = "# Written by `sparkcluster bootstrap`\nnet.ipv4.ip_forward = 1\n"  # what earlier versions wrote
+    found = forwarding.Now({"net.ipv4.ip_forward": "1"}, legacy, {}, None, False)
     assert leftover.routes == (routes.strip(),)  # the management LAN's own route is none of ours
 
     class Ctx:
@@ -156,7 +165,7 @@ def test_lan_chosen_on_a_routed_ring_retires_the_bridge_routes_and_sysctl_file_a
             return Result(command, 0, "enP7s7\n", "", 0.0)
 
     (command,) = FabricAddresses(None)._commands(Ctx(), plan, "", fabric_config(inv, inv.hosts[0]),  # type: ignore[arg-type]
-                                                 None, leftover)
+                                                 None, leftover, (forwarding.Wanted(), found))
     script = command.display()
     assert script.index("ip route del 10.177.0.12") < script.index("ip link del scnode")
     assert "rm -f /etc/sysctl.d/60-sparkcluster-fabric.conf\n" in script and "ip_forward=" not in script
@@ -174,8 +183,8 @@ def test_the_kernel_routes_converge_or_are_named_missing():
              "10.177.0.13 via 192.168.179.12 dev enp1s0f1np1 src 10.177.0.11 metric 5\n"
              "10.177.0.14 via 192.168.179.12 dev enp1s0f1np1 src 10.177.0.11\n")  # .14 the long way round
     assert [str(r.to) for r in missing_routes(node, parse_routes(table))] == ["10.177.0.14"]
-    assert NodeNow(True, True, {}, (), "1", SYSCTL_TEXT).converged
-    assert not NodeNow(True, True, {}, (), "0", SYSCTL_TEXT).converged  # forwarding off: the diagonal breaks
+    assert NodeNow(True, True, {}, ()).converged
+    assert not NodeNow(True, False, {}, ()).converged  # the bridge without the node address
 
 
 def test_the_node_subnet_is_checked_against_the_links_and_the_choice_of_control_plane():

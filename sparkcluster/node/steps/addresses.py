@@ -18,6 +18,7 @@ from ...engine.facts import HostFacts, parse_ip_addr
 from ...engine.steps.base import HostContext, NoArgs, Plan, Step, StepFailed, register
 from ...engine.steps.files import unified_diff
 from ...engine.transport import Unreachable
+from .. import forwarding
 from ..addressing import (
     NETPLAN_FILE,
     AddressPlan,
@@ -39,7 +40,6 @@ from ..planned import planned_facts
 from ..routed import (
     NODE_NETDEV,
     SYSCTL_FILE,
-    SYSCTL_TEXT,
     NodeAddress,
     Route,
     missing_routes,
@@ -56,7 +56,9 @@ NETPLAN_FIX = ("install netplan (DGX OS and Ubuntu ship netplan.io: sudo apt-get
 RECONNECT_GRACE_S = 60  # after the watchdog's deadline, how long to wait for the node to answer again
 LIVE_DELAY_S = 1  # between the session that arms the change and the change itself
 ROUTES = Command("ip -4 route show")
-FORWARDING = Command(f"cat /proc/sys/net/ipv4/ip_forward; echo ---; cat {SYSCTL_FILE} 2>/dev/null || true")
+SAVED_SYSCTL = f"{STATE_DIR}/sysctl-found.conf"  # the runtime values found before forwarding was first changed
+FORWARDING = (Command(forwarding.VALUES), Command(f"cat {SYSCTL_FILE} 2>/dev/null || true"),
+              Command(f"cat {SAVED_SYSCTL} 2>/dev/null || true", sudo=True), Command(forwarding.RULES, sudo=True))
 KEEP_SYSCTL = (f"if [ -e {SYSCTL_FILE} ]; then cp -p {SYSCTL_FILE} {STATE_DIR}/previous-sysctl.conf; "
                f"else rm -f {STATE_DIR}/previous-sysctl.conf; fi\n")
 RESTORE_SYSCTL = (f"if [ -e {STATE_DIR}/previous-sysctl.conf ]; then cp -p {STATE_DIR}/previous-sysctl.conf "
@@ -71,23 +73,21 @@ class NodeNow:
     held: bool  # with the planned address
     routes: dict[str, str]  # the kernel's /32 routes: destination -> the rest of the line
     missing: tuple[Route, ...]
-    forwarding: str  # /proc/sys/net/ipv4/ip_forward
-    sysctl: str  # the sysctl.d file's text ("" when absent)
 
     @property
     def converged(self) -> bool:
-        return self.held and not self.missing and self.forwarding == "1" and self.sysctl == SYSCTL_TEXT
+        return self.held and not self.missing
 
 
 @dataclass(frozen=True)
 class Leftover:
     """What an earlier routed run left on a node whose plan now has no node address (`fabric.control_plane: lan`
-    chosen, or the cables no longer a ring): the bridge with its addresses, the routes sourced from them, the
-    sysctl file. Bootstrap retires them, so no node keeps advertising or forwarding for a plane nobody uses."""
+    chosen, or the cables no longer a ring): the bridge with its addresses, the routes sourced from them.
+    Bootstrap retires them, so no node keeps advertising for a plane nobody uses (forwarding.py puts forwarding
+    back as it found it, here as wherever it is no longer needed)."""
 
-    bridge: tuple[IPv4Interface, ...] | None  # scnode's addresses; None: no bridge
+    bridge: tuple[IPv4Interface, ...]  # scnode's addresses
     routes: tuple[str, ...]  # `ip route` lines (destination first) whose source is one of those addresses
-    sysctl: str  # the sysctl.d file's text ("" when absent)
 
 
 @register
@@ -99,7 +99,7 @@ class FabricAddresses(Step):
     def reads(self, ctx: HostContext) -> tuple[Command, ...]:
         # One exec for both (engine/batch.py); a retry of `ip -j addr` reads afresh.
         return (Command("ip -j addr"), Command(f"cat {NETPLAN_FILE} 2>/dev/null || true", sudo=True), ROUTES,
-                FORWARDING)
+                *FORWARDING)
 
     def check(self, ctx: HostContext) -> Plan:
         if not any(d.up for d in facts_of(ctx).rdma):
@@ -110,9 +110,15 @@ class FabricAddresses(Step):
         file_changes = (any(t.managed for t in plan.twins) or plan.node is not None) and current_file != wanted
         node = _node_now(ctx, plan.node, fresh) if plan.node is not None else None
         leftover = _leftover(ctx, fresh) if plan.node is None else None
+        found = _forwarding_now(ctx)
+        want = forwarding.wanted(plan.node, [t.netdev for t in plan.twins])
+        forwarded = forwarding.converged(want, found)
         if (not plan.to_assign and not plan.to_retune and not file_changes and (node is None or node.converged)
-                and leftover is None):
+                and leftover is None and forwarded):
             return Plan(f"already addressed: {_twins(plan)}{_node_text(plan.node)}", warnings=plan.notes)
+        if want.rules and not found.iptables:
+            raise StepFailed("iptables is not installed: this node would forward its ring's diagonal with nothing "
+                             "to limit what it forwards; nothing was changed", forwarding.IPTABLES_FIX)
         problems = collisions(plan, facts_of(ctx)) + self._taken_on_fabric(ctx, plan)
         if problems:
             raise StepFailed("; ".join(problems) + "; nothing was changed",
@@ -120,15 +126,14 @@ class FabricAddresses(Step):
         if not ctx.run(Command("command -v netplan >/dev/null", sudo=True)).ok:  # in sudo's PATH (/usr/sbin)
             raise StepFailed("netplan is not installed: the fabric's addresses could not survive a reboot", NETPLAN_FIX)
         diffs = [unified_diff(ctx.host.name, NETPLAN_FILE, current_file or "", wanted) if file_changes else None]
-        if node is not None and node.sysctl != SYSCTL_TEXT:
-            diffs.append(unified_diff(ctx.host.name, SYSCTL_FILE, node.sysctl, SYSCTL_TEXT))
-        if leftover is not None and leftover.sysctl:
-            diffs.append(unified_diff(ctx.host.name, SYSCTL_FILE, leftover.sysctl, ""))
+        if found.sysctl != want.text:
+            diffs.append(unified_diff(ctx.host.name, SYSCTL_FILE, found.sysctl, want.text))
         ports = f"port {plan.port}" if plan.port is not None else "ports 0 and 1"
-        return Plan(f"address {ports}: {_twins(plan)}, MTU {plan.mtu}{_node_text(plan.node)}{_retire_text(leftover)}",
-                    self._commands(ctx, plan, wanted, config, node, leftover),
+        return Plan(f"address {ports}: {_twins(plan)}, MTU {plan.mtu}{_node_text(plan.node)}{_retire_text(leftover)}"
+                    f"{forwarding.describe(want, found)}",
+                    self._commands(ctx, plan, wanted, config, node, leftover, (want, found)),
                     diff="".join(d for d in diffs if d) or None,
-                    warnings=plan.notes, planned_facts=planned_facts(facts_of(ctx), plan))
+                    warnings=plan.notes + _ip_forward_left_on(found), planned_facts=planned_facts(facts_of(ctx), plan))
 
     def apply(self, ctx: HostContext, plan: Plan) -> None:
         config = _config(ctx)
@@ -194,7 +199,8 @@ class FabricAddresses(Step):
         return [f"{ip} is already in use on the fabric (it answered ARP)" for ip in taken]
 
     def _commands(self, ctx: HostContext, plan: AddressPlan, wanted: str, config: FabricConfig,
-                  node: NodeNow | None = None, leftover: Leftover | None = None) -> tuple[Command, ...]:
+                  node: NodeNow | None = None, leftover: Leftover | None = None,
+                  forwards: tuple[forwarding.Wanted, forwarding.Now] | None = None) -> tuple[Command, ...]:
         ssh_netdev = self._ssh_interface(ctx)
         live = []
         changing = tuple(dict.fromkeys((*plan.to_retune, *plan.to_assign)))  # a fresh twin is in both: once
@@ -218,12 +224,18 @@ class FabricAddresses(Step):
             # After the twins' addresses: a route's next hop must be on a subnet the node already holds.
             live += _node_live(plan.node)
             rollback += _node_rollback(plan.node, node)
-            keep_sysctl = (f"{KEEP_SYSCTL}printf '%s' {shlex.quote(SYSCTL_TEXT)} > {SYSCTL_FILE}.tmp; "
-                           f"chmod 644 {SYSCTL_FILE}.tmp; mv {SYSCTL_FILE}.tmp {SYSCTL_FILE}\n")
         if leftover is not None:
             live += _retire_live(leftover)
             rollback += _retire_rollback(leftover)
-            keep_sysctl = f"{KEEP_SYSCTL}rm -f {SYSCTL_FILE}\n"
+        if forwards is not None:
+            want, found = forwards
+            live += forwarding.live(want, found, SAVED_SYSCTL)
+            rollback += forwarding.rollback(want, found, SAVED_SYSCTL)
+            if found.sysctl != want.text:
+                keep_sysctl = KEEP_SYSCTL + (f"printf '%s' {shlex.quote(want.text)} > {SYSCTL_FILE}.tmp; chmod 644 "
+                                             f"{SYSCTL_FILE}.tmp; mv {SYSCTL_FILE}.tmp {SYSCTL_FILE}\n" if want.text
+                                             else f"rm -f {SYSCTL_FILE}\n")
+                rollback.append(RESTORE_SYSCTL)
         rollback += ["netplan generate 2>/dev/null", f'echo "rolled-back-$1" > {STATE_DIR}/state']
         # Unless a new session confirms in time, the watchdog (setsid: it outlives this session) rolls back.
         watchdog = (f"sleep {config.confirm_s:g}; [ -e {STATE_DIR}/confirmed ] || "
@@ -299,68 +311,70 @@ def _fabric(ctx: HostContext) -> Fabric | None:
 def _node_now(ctx: HostContext, plan: NodeAddress, fresh: HostFacts) -> NodeNow:
     bridge = fresh.interface(NODE_NETDEV)
     routes = parse_routes(ctx.read(ROUTES).stdout)
-    forwarding, sysctl = _forwarding(ctx)
     return NodeNow(bridge is not None, bridge is not None and plan.address in bridge.ipv4, routes,
-                   missing_routes(plan, routes), forwarding, sysctl)
+                   missing_routes(plan, routes))
 
 
 def _node_live(plan: NodeAddress) -> list[str]:
-    """The node address on its port-less bridge, a route to every other node's, forwarding on; each idempotent."""
+    """The node address on its port-less bridge, a route to every other node's; each idempotent."""
     return [f"ip link show {NODE_NETDEV} >/dev/null 2>&1 || ip link add {NODE_NETDEV} type bridge",
             f"ip addr replace {plan.address} dev {NODE_NETDEV}", f"ip link set {NODE_NETDEV} up",
-            *(f"ip route replace {r.ip_args()}" for r in plan.routes), "sysctl -qw net.ipv4.ip_forward=1"]
+            *(f"ip route replace {r.ip_args()}" for r in plan.routes)]
 
 
 def _node_rollback(plan: NodeAddress, now: NodeNow) -> list[str]:
-    """Back to what the node held: its routes as they were, its bridge and forwarding, the previous sysctl file."""
+    """Back to what the node held: its routes as they were, its bridge."""
     lines = [f"ip link del {NODE_NETDEV} 2>/dev/null" if not now.exists else
              "" if now.held else f"ip addr del {plan.address} dev {NODE_NETDEV} 2>/dev/null"]
     for route in plan.routes:
         before = now.routes.get(str(route.to))
         lines.append(f"ip route replace {route.to} {before} 2>/dev/null" if before else
                      f"ip route del {route.to}/32 2>/dev/null")
-    lines += [f"sysctl -qw net.ipv4.ip_forward={now.forwarding or 0}", RESTORE_SYSCTL]
     return [line for line in lines if line]
 
 
 def _leftover(ctx: HostContext, fresh: HostFacts) -> Leftover | None:
     bridge = fresh.interface(NODE_NETDEV)
-    sysctl = _forwarding(ctx)[1]
-    if bridge is None and not sysctl:
+    if bridge is None:
         return None
-    sources = {str(a.ip) for a in bridge.ipv4} if bridge is not None else set()
+    sources = {str(a.ip) for a in bridge.ipv4}
     routes = tuple(f"{to} {rest}" for to, rest in parse_routes(ctx.read(ROUTES).stdout).items()
                    if route_fields(rest).get("src") in sources)
-    return Leftover(bridge.ipv4 if bridge is not None else None, routes, sysctl)
+    return Leftover(bridge.ipv4, routes)
 
 
-def _forwarding(ctx: HostContext) -> tuple[str, str]:
-    """/proc/sys/net/ipv4/ip_forward, and the sysctl.d file's text ("" when absent)."""
-    forwarding, _, sysctl = ctx.read(FORWARDING).stdout.partition("---\n")
-    return forwarding.strip(), sysctl
+def _forwarding_now(ctx: HostContext) -> forwarding.Now:
+    values, sysctl, saved, rules = (ctx.read(c).stdout for c in FORWARDING)
+    installed, chain, jump = forwarding.parse_rules(rules)
+    return forwarding.Now(forwarding.parse_values(values), sysctl, forwarding.parse_saved(saved), chain, jump,
+                          installed)
+
+
+def _ip_forward_left_on(found: forwarding.Now) -> tuple[str, ...]:
+    """A node an earlier sparkcluster turned into a router (its sysctl.d file set ip_forward for every interface):
+    the value from before is unknown, so it is named, not guessed."""
+    if "net.ipv4.ip_forward" not in found.sysctl or found.values.get(forwarding.IP_FORWARD) != "1":
+        return ()
+    return ("net.ipv4.ip_forward is 1, as an earlier sparkcluster set it for every ring node (the value before is "
+            "unknown): unless Docker or another router on this node needs it, turn it off with "
+            "`sudo sysctl -w net.ipv4.ip_forward=0`",)
 
 
 def _retire_live(leftover: Leftover) -> list[str]:
-    """The routes first, then the bridge. IP forwarding stays as it is: Docker turns it on for its own bridge, and
-    only the file that kept it on at boot was ours."""
-    lines = [f"ip route del {route.split()[0]}" for route in leftover.routes]
-    return lines + ([f"ip link del {NODE_NETDEV}"] if leftover.bridge is not None else [])
+    """The routes first, then the bridge."""
+    return [f"ip route del {route.split()[0]}" for route in leftover.routes] + [f"ip link del {NODE_NETDEV}"]
 
 
 def _retire_rollback(leftover: Leftover) -> list[str]:
-    lines = []
-    if leftover.bridge is not None:
-        lines += [f"ip link add {NODE_NETDEV} type bridge 2>/dev/null",
-                  *(f"ip addr replace {a} dev {NODE_NETDEV}" for a in leftover.bridge), f"ip link set {NODE_NETDEV} up"]
-    return lines + [f"ip route replace {route} 2>/dev/null" for route in leftover.routes] + [RESTORE_SYSCTL]
+    return [f"ip link add {NODE_NETDEV} type bridge 2>/dev/null",
+            *(f"ip addr replace {a} dev {NODE_NETDEV}" for a in leftover.bridge), f"ip link set {NODE_NETDEV} up",
+            *(f"ip route replace {route} 2>/dev/null" for route in leftover.routes)]
 
 
 def _retire_text(leftover: Leftover | None) -> str:
     if leftover is None:
         return ""
-    bridge = f"{NODE_NETDEV} bridge, " if leftover.bridge is not None else ""
-    sysctl = f", {SYSCTL_FILE}" if leftover.sysctl else ""
-    return f"; the routed control plane retired ({bridge}{len(leftover.routes)} routes{sysctl})"
+    return f"; the routed control plane retired ({NODE_NETDEV} bridge, {len(leftover.routes)} routes)"
 
 
 def _node_text(plan: NodeAddress | None) -> str:
