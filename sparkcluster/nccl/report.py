@@ -7,14 +7,15 @@ import os
 import stat
 from collections.abc import Sequence
 from dataclasses import asdict
+from functools import partial
 from typing import Any, TextIO
 
 from rich.console import Console
 from rich.markup import escape
 
 from ..engine.errors import EXIT_FAILED, EXIT_OK, UsageError
-from . import controlplane, links
-from .bundles import expand, member, open_member
+from . import bundles, controlplane, links
+from .bundles import Opener, bundle_ref
 from .logs import RankLog, format_table, read_capped_lines, read_log, read_probe_output
 from .runs import FileLog, Run, group_runs
 from .tables import read_tables
@@ -27,17 +28,15 @@ def report(paths: Sequence[str], *, json_output: bool, min_busbw: float | None) 
     files (runs.py) gets its own verdict."""
     files: list[FileLog] = []
     probe_ranks: list[dict[str, Any]] = []
-    for path in expand(paths):  # a support bundle (doctor --bundle) stands for the logs inside it
-        _check_regular(path)
-        with _open(path) as f:  # one pass per reader over a regular file: none keeps the text whole
-            ranks = read_log(read_capped_lines(f.readline), source=path)
-        with _open(path) as f:
-            tables = read_tables(read_capped_lines(f.readline), source=path)
-        with _open(path) as f:
-            probe_ranks += read_probe_output(read_capped_lines(f.readline))[1]
-        if tables:  # nccl-tests without NCCL_DEBUG: the table is the run, not a rank that printed nothing
-            ranks = [r for r in ranks if r.nccl_lines or r.errors]
-        files.append(FileLog(path, tuple(ranks), tuple(tables)))
+    for path in paths:
+        ref = bundle_ref(path)
+        if ref is None:
+            _check_regular(path)
+            read = [_read(path, partial(_open, path))]
+        else:  # a support bundle (doctor --bundle) stands for the logs inside it, in the order of their names
+            read = sorted((_read(name, opener) for name, opener in bundles.logs(ref)), key=lambda r: r[0].path)
+        files += [file for file, _ in read]
+        probe_ranks += [rank for _, ranks in read for rank in ranks]
     judged = [(run, judge(run.ranks, rows=run.rows, min_busbw_gbps=min_busbw, table_hosts=run.table_hosts))
               for run in group_runs(files)] or [(Run("the given logs", (), ()), judge([]))]
     verdict = _worst([v for _, v in judged])
@@ -56,6 +55,19 @@ def report(paths: Sequence[str], *, json_output: bool, min_busbw: float | None) 
     for number, (run, v) in enumerate(judged, 1):
         lines += ["", f"run {number}: {run.name}", *_verdict_lines(run, v, indent="  ")]
     return code, "\n".join(lines)
+
+
+def _read(path: str, opener: Opener) -> tuple[FileLog, list[dict[str, Any]]]:
+    """One input's ranks, tables and probe ranks: one pass per reader, none of which keeps the text whole."""
+    with opener() as f:
+        ranks = read_log(read_capped_lines(f.readline), source=path)
+    with opener() as f:
+        tables = read_tables(read_capped_lines(f.readline), source=path)
+    with opener() as f:
+        probe_ranks = read_probe_output(read_capped_lines(f.readline))[1]
+    if tables:  # nccl-tests without NCCL_DEBUG: the table is the run, not a rank that printed nothing
+        ranks = [r for r in ranks if r.nccl_lines or r.errors]
+    return FileLog(path, tuple(ranks), tuple(tables)), probe_ranks
 
 
 def _worst(verdicts: Sequence[Verdict]) -> Verdict:
@@ -77,8 +89,6 @@ def _verdict_lines(run: Run, verdict: Verdict, indent: str) -> list[str]:
 
 def _check_regular(path: str) -> None:
     """Only a regular file has an end: /dev/zero never does, and opening a FIFO waits for a writer forever."""
-    if member(path):
-        return  # a file inside a bundle: the bundle is a regular file
     try:
         mode = os.stat(path).st_mode
     except FileNotFoundError:
@@ -95,8 +105,6 @@ _KINDS = {stat.S_IFDIR: "a directory", stat.S_IFIFO: "a FIFO", stat.S_IFCHR: "a 
 
 
 def _open(path: str) -> TextIO:
-    if member(path):
-        return open_member(path)
     try:
         return open(path, encoding="utf-8", errors="replace")
     except OSError as e:
