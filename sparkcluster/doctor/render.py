@@ -1,11 +1,13 @@
 """The doctor's output: findings grouped (preflight, parity, known issues), each failure and warning with its fix,
-then the compared values side by side, one column per node."""
+then the compared values side by side, one column per node. A finding's words and values carry node text (driver
+versions, interface names, nvidia-smi's errors): each is printed as text (`as_markup`), never as escapes or markup."""
 
 from __future__ import annotations
 
 from rich.console import Console
 from rich.table import Table
 
+from ..engine.nodetext import as_markup
 from ..node.parity import Finding, Severity
 from .run import DoctorReport
 
@@ -14,14 +16,14 @@ GROUPS = ("preflight", "parity", "known issues")
 
 
 def _line(console: Console, f: Finding) -> None:
-    console.print(f"  {MARK[f.severity]} {f.check}: {f.summary}", highlight=False)
+    console.print(f"  {MARK[f.severity]} {f.check}: {as_markup(f.summary)}", highlight=False)
     if f.fix and f.severity is not Severity.OK:
-        console.print(f"         fix: {f.fix}", highlight=False)
+        console.print(f"         fix: {as_markup(f.fix)}", highlight=False)
 
 
 def render(console: Console, report: DoctorReport) -> None:
     for name, why in report.unreachable.items():
-        console.print(f"[red]FAIL[/red] {name}: {why}", highlight=False)
+        console.print(f"[red]FAIL[/red] {name}: {as_markup(why)}", highlight=False)
     for group in GROUPS:
         found = [f for f in report.findings if f.group == group]
         if not found and group != "known issues":
@@ -48,8 +50,8 @@ def render(console: Console, report: DoctorReport) -> None:
         for f in report.findings:
             if f.group == "parity":
                 odd = set(f.nodes)
-                table.add_row(f.check, *(f"[red]{f.values.get(n, '')}[/red]" if n in odd else f.values.get(n, "")
-                                         for n in report.nodes))
+                values = {n: as_markup(f.values.get(n, "")) for n in report.nodes}
+                table.add_row(f.check, *(f"[red]{values[n]}[/red]" if n in odd else values[n] for n in report.nodes))
         console.print(table)
     fails = sum(f.severity is Severity.FAIL for f in report.findings) + len(report.unreachable)
     warns = sum(f.severity is Severity.WARN for f in report.findings)

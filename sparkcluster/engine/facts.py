@@ -14,6 +14,7 @@ from ipaddress import IPv4Interface
 from typing import Any
 
 from .command import Command
+from .nodetext import printable
 from .parallel import parallel_map
 from .remote import HF_HOME
 from .transport import Transport, Unreachable
@@ -205,7 +206,9 @@ def split_sections(text: str) -> dict[str, list[str]]:
 
 
 def parse_nvidia_smi_csv(lines: list[str]) -> tuple[tuple[Gpu, ...], str | None]:
-    """`nvidia-smi --query-gpu=name,driver_version[,compute_cap] --format=csv[,noheader]` -> GPUs, or an error."""
+    """`nvidia-smi --query-gpu=name,driver_version[,compute_cap] --format=csv[,noheader]` -> GPUs, or an error.
+    Read as a terminal shows it: escape sequences around a value (a wrapped nvidia-smi's) are no part of it."""
+    lines = [printable(line) for line in lines]
     rc_lines = [l for l in lines if re.fullmatch(r"rc=\d+", l.strip())]
     rc = int(rc_lines[-1].strip()[3:]) if rc_lines else 0
     body = [l for l in lines if l.strip() and l not in rc_lines]
@@ -311,6 +314,7 @@ def parse_ip_addr(text: str, speeds: dict[str, int | None]) -> tuple[Interface, 
 
 
 def parse_docker(lines: list[str]) -> Docker:
+    lines = [printable(line) for line in lines]
     kv: dict[str, str] = {}
     server_lines: list[str] = []
     for line in lines:
@@ -361,6 +365,9 @@ def parse_probe(text: str) -> HostFacts:
         lines = s.get(section, [])
         return lines[index].strip() if len(lines) > index else default
 
+    def shown(section: str, index: int) -> str:  # a value only ever shown or compared, never used as a name
+        return printable(line(section, index)).strip()
+
     gpus, gpu_error = parse_nvidia_smi_csv(s.get("nvidia-smi", ["@missing"]))
     sysfs_rdma, gids = parse_sysfs(s.get("sysfs", []))
     rdma = parse_ibdev2netdev(s.get("ibdev2netdev", ["@missing"]))
@@ -373,10 +380,10 @@ def parse_probe(text: str) -> HostFacts:
     hf_lines = s.get("hf", [])
     ident = parse_id(line("id", 0))
     return HostFacts(
-        arch=line("uname", 0),
-        kernel=line("uname", 1),
-        hostname=line("uname", 2),
-        os=line("os", 0),
+        arch=shown("uname", 0),
+        kernel=shown("uname", 1),
+        hostname=shown("uname", 2),
+        os=shown("os", 0),
         user=ident[0],
         uid=ident[1],
         groups=ident[2],
@@ -402,7 +409,7 @@ def parse_link_health(lines: list[str]) -> dict[str, Any]:
         if kind == "pcie" and len(fields := rest.split()) == 5:
             links.append(PcieLink(*fields))
         elif kind == "kmsg" and rest:
-            messages.append(rest)
+            messages.append(printable(rest))
     return {"pcie_links": tuple(links), "kernel_link_messages": tuple(messages)}
 
 

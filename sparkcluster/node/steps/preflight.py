@@ -89,18 +89,29 @@ class PreflightDriver(Step):
         gpu = facts_of(ctx).gpu
         if gpu is None:
             raise StepFailed("no NVIDIA driver answers (nvidia-smi)", "install the NVIDIA driver (DGX OS ships it)")
-        if driver_tuple(gpu.driver_version) >= floor:
+        version = driver_tuple(gpu.driver_version)
+        if version >= floor:
             return Plan(f"driver {gpu.driver_version} >= {self.args.min_driver}")
-        message = f"{ctx.host.name} runs NVIDIA driver {gpu.driver_version}, below the floor {self.args.min_driver}"
-        if gpu.driver_version.startswith("580."):
-            message += (" (stock DGX OS 580.x; images built for CUDA 13.1 need >= 590.44 or CUDA forward "
-                        "compatibility, which some refuse: 'compatibility mode is UNAVAILABLE')")
-        fix = (f"upgrade the driver to >= {self.args.min_driver} (DGX OS: sudo apt update && sudo apt full-upgrade, "
-               "reboot), or use an image that runs in CUDA forward-compatibility mode on 580.x and lower the floor "
-               "with --min-driver 580.95 (or min_driver: in the inventory), or pass --driver-policy warn")
+        if not version:  # no number at all: unknown, which is no evidence of an old driver
+            message = f"{ctx.host.name} reports an NVIDIA driver version that cannot be read: {gpu.driver_version!r}"
+            fix = (f"run `nvidia-smi --query-gpu=driver_version --format=csv,noheader` on {ctx.host.name}: it must "
+                   "print the version alone, e.g. 590.48.01 (a wrapper that adds to nvidia-smi's output breaks that)")
+        else:
+            message, fix = _below_floor(ctx.host.name, gpu.driver_version, self.args.min_driver)
         if self.args.policy == "warn":
             return Plan(f"driver {gpu.driver_version}", warnings=(f"{message}; {fix}",))
         raise StepFailed(message, fix)
+
+
+def _below_floor(host: str, driver: str, floor: str) -> tuple[str, str]:
+    message = f"{host} runs NVIDIA driver {driver}, below the floor {floor}"
+    if driver.startswith("580."):
+        message += (" (stock DGX OS 580.x; images built for CUDA 13.1 need >= 590.44 or CUDA forward "
+                    "compatibility, which some refuse: 'compatibility mode is UNAVAILABLE')")
+    fix = (f"upgrade the driver to >= {floor} (DGX OS: sudo apt update && sudo apt full-upgrade, "
+           "reboot), or use an image that runs in CUDA forward-compatibility mode on 580.x and lower the floor "
+           "with --min-driver 580.95 (or min_driver: in the inventory), or pass --driver-policy warn")
+    return message, fix
 
 
 @register
