@@ -17,6 +17,7 @@ from __future__ import annotations
 import shlex
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
+from ipaddress import IPv4Interface, ip_address
 
 from ..engine.command import Command
 from ..engine.facts import HostFacts
@@ -24,6 +25,7 @@ from ..engine.inventory import Host, Inventory
 from ..engine.session import Session
 from ..engine.transport import Transport
 from .fabric import Fabric, Problem, Sightings, build_fabric, cabling_problems, expected_topology, up_twins
+from .network import qsfp_port
 
 PROBE_S = 3  # a twin's multicast listens this long at most (an echo a second); the twins are probed in parallel
 
@@ -112,7 +114,73 @@ def discover(session: Session) -> Fabric:
 
     sightings: Sightings = dict(session.each(one, hosts))
     # Every node of the inventory, also those outside a --limit: their facts are what the others see answering.
-    return build_fabric([h.name for h in session.hosts], session.facts, sightings)
+    return fabric_from([h.name for h in session.hosts], session.facts, sightings)
+
+
+def fabric_from(nodes: Sequence[str], facts: Mapping[str, HostFacts], sightings: Sightings) -> Fabric:
+    """The graph from what answered, less what a duplicate address makes ambiguous (see `unambiguous`)."""
+    return build_fabric(nodes, facts, unambiguous(sightings, facts, duplicate_addresses(facts)))
+
+
+@dataclass(frozen=True)
+class Duplicate:
+    """An address that QSFP twins of two or more nodes hold: an answer from it names none of them."""
+
+    address: str
+    holders: tuple[tuple[str, str, IPv4Interface], ...]  # (node, netdev, address/prefix), the likelier stray first
+    twins: tuple[tuple[str, str], ...] = ()  # every (node, netdev) on its subnet: what answers there is muddled
+
+    def problem(self) -> Problem:
+        names = " and ".join(f"{node} ({netdev})" for node, netdev, _ in self.holders)
+        removals = ", or ".join(f"on {node}: `sudo ip addr del {held} dev {shlex.quote(netdev)}`"
+                                for node, netdev, held in self.holders)
+        return Problem(f"duplicate address {self.address}: {names} both hold it, so discovery cannot tell which of "
+                       "them answers from it",
+                       f"remove it from the node that should not hold it ({removals}); then run topology again")
+
+
+def duplicate_addresses(facts: Mapping[str, HostFacts]) -> tuple[Duplicate, ...]:
+    """The IPv4 addresses held on QSFP twins of more than one node. The holder on which the address is not its
+    twin's first one (added beside the twin's own) comes first: the likelier stray."""
+    held: dict[str, list[tuple[bool, str, str, IPv4Interface]]] = {}
+    twins = [(node, interface) for node, f in facts.items() for interface in f.interfaces
+             if qsfp_port(interface.name) is not None]  # not the LAN, nor docker0 (172.17.0.1 on every node)
+    for node, interface in twins:
+        for i, address in enumerate(interface.ipv4):
+            held.setdefault(str(address.ip), []).append((i == 0, node, interface.name, address))
+    return tuple(
+        Duplicate(ip, tuple((node, netdev, a) for _, node, netdev, a in sorted(holders, key=lambda h: h[0])),
+                  tuple((node, i.name) for node, i in twins if any(a.ip in own.network for own in i.ipv4)))
+        for ip, holders in held.items() if len({node for _, node, _, _ in holders}) > 1
+        for a in [holders[0][3]])
+
+
+def unambiguous(sightings: Sightings, facts: Mapping[str, HostFacts],
+                duplicates: Sequence[Duplicate]) -> dict[str, dict[str, tuple[str, ...]]]:
+    """The answers without those a duplicate address makes ambiguous: an answer from the address itself (either
+    holder may have sent it), and on a twin that holds it, the answers on its subnet alone (a node answers for
+    any of its addresses on any wire, so a stray address on a twin draws answers from the other cable's far end:
+    they would read as a second voice on the wire, a switch)."""
+    dup = {d.address for d in duplicates}
+    out: dict[str, dict[str, tuple[str, ...]]] = {}
+    for node, twins in sightings.items():
+        out[node] = {}
+        for netdev, answered in twins.items():
+            interface = facts[node].interface(netdev) if node in facts else None
+            own = interface.ipv4 if interface else ()
+            stray = [a.network for a in own if str(a.ip) in dup]
+            clean = [a.network for a in own if str(a.ip) not in dup]
+
+            def kept(address: str) -> bool:
+                try:
+                    ip = ip_address(address.split("%")[0])
+                except ValueError:
+                    return True
+                on = [net for net in (*stray, *clean) if ip.version == net.version and ip in net]
+                return str(ip) not in dup and (not on or any(net in clean for net in on))
+
+            out[node][netdev] = tuple(a for a in answered if kept(a))
+    return out
 
 
 @dataclass(frozen=True)
@@ -120,6 +188,7 @@ class Checked:
     fabric: Fabric
     expected: str
     problems: tuple[Problem, ...]
+    duplicates: tuple[Duplicate, ...] = ()
 
 
 def pinned_netdevs(host: Host, facts: HostFacts | None) -> tuple[str, ...]:
@@ -131,9 +200,12 @@ def pinned_netdevs(host: Host, facts: HostFacts | None) -> tuple[str, ...]:
 
 
 def check_cabling(inventory: Inventory, fabric: Fabric, facts: Mapping[str, HostFacts]) -> Checked:
+    """The cabling's problems, a duplicate address first: it is what muddles every answer on its subnet."""
     expected = expected_topology(inventory.vars)
     pinned = {h.name: pinned_netdevs(h, facts.get(h.name)) for h in inventory.hosts}
-    return Checked(fabric, expected, tuple(cabling_problems(fabric, expected, pinned)))
+    duplicates = duplicate_addresses(facts)
+    problems = [d.problem() for d in duplicates] + cabling_problems(fabric, expected, pinned)
+    return Checked(fabric, expected, tuple(problems), duplicates)
 
 
 FABRIC = "node.fabric"  # the session memo's key: one discovery per run

@@ -55,7 +55,7 @@ class End:
     def label(self) -> str:
         if self.node in (SWITCH, UNKNOWN):
             return f"{self.node} ({self.netdev})" if self.netdev else self.node
-        return f"{self.node} port {self.port} {self.netdev}"
+        return f"{self.node} {self.netdev}" if self.port is None else f"{self.node} port {self.port} {self.netdev}"
 
     def to_json(self) -> dict[str, Any]:
         return {"node": self.node, "port": self.port, "netdev": self.netdev}
@@ -265,8 +265,9 @@ def build_fabric(nodes: Sequence[str], facts: Mapping[str, HostFacts], sightings
                 # `a` is the end nearer the head, so a link reads the same whichever end found it.
                 a, b = sorted((mine, far), key=lambda e: (_position(nodes, e.node), e.port or 0))
                 links.append(Link(a, b, _speed(facts, a, b), _shared_subnet(facts, a, b)))
-            elif strangers:
-                links.append(Link(mine, End(UNKNOWN, None, ""), _speed(facts, mine)))
+            elif strangers:  # the twin's own subnet, as on a switch: a node not probed may be the stranger
+                links.append(Link(mine, End(UNKNOWN, None, ""), _speed(facts, mine),
+                                  _shared_subnet(facts, mine, End(UNKNOWN, None, ""))))
             else:
                 silent.append(mine)
     unprobed = tuple(n for n in nodes if n not in facts or n not in sightings)
