@@ -18,7 +18,7 @@ from typing import Any
 from ..engine import yamlsource
 from ..engine.errors import UsageError, did_you_mean
 from ..engine.yamlsource import SourceMap
-from . import paths
+from . import bounds, paths
 from . import values as recipe_values
 from .command import FlagValue, canonical, flag_argv, flag_words
 from .community import eugr_v1, mods_base, sparkrun_v2
@@ -162,6 +162,7 @@ def _from_text(text: str, shown: str, name: str, path: Path | None, inputs: Inpu
         return _recipe(name, shown, doc)
     warnings = [f"{shown}:{w.removeprefix('line ')}" for w in repeated]
     doc, mods_places = _with_include(doc, shown, path, 0, places)
+    bounds.check_render_sizes(doc, inputs, shown)
 
     def resolve_mod(given: str, line: int) -> Mod:
         from .mods import resolve_mod as find
@@ -246,9 +247,11 @@ def _deep_merge(base: Any, top: Any) -> Any:
 
 def _read_file(path: Path) -> str:
     try:
-        data = path.read_bytes()
+        with path.open("rb") as f:
+            data = f.read(bounds.MAX_RECIPE_BYTES + 1)  # never more: a recipe is a page, whatever the file is
     except OSError as e:
         raise UsageError(f"recipe file {path}: cannot read it: {e.strerror}", "check the file's permissions") from None
+    bounds.check_file_size(len(data), str(path))
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as e:
