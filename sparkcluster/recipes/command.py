@@ -1,5 +1,5 @@
-"""A community recipe's `command:` as eugr's and sparkrun's launchers turn it into a process: a template filled
-with Python's `str.format` (doubled braces are literal braces, as in `'{{"method":"mtp"}}'`), backslash line
+"""A community recipe's `command:` as eugr's and sparkrun's launchers turn it into a process: a template filled by
+the rule of the tool whose format it is (eugr's `str.format`, sparkrun's `{name}` substitution), backslash line
 continuations joined, then read back as words into the model and vLLM's flags, so that sparkcluster launches it
 with its own parallelism, ports and multi-node flags."""
 
@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import re
 import shlex
-import string
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Literal
 
 from ..engine.errors import UsageError
 
@@ -24,6 +24,17 @@ TAKEN_OVER = {
     "--master-addr": "--master-addr", "--master-port": "--master-port", "--headless": "--headless",
 }
 _PLACEHOLDER_FIX = "placeholders are {name}; write a literal brace twice, e.g. '{{\"method\": \"mtp\"}}'"
+# Whose rule fills a template: eugr's run-recipe (v1) or sparkrun (v2).
+TemplateRule = Literal["eugr", "sparkrun"]
+# A template's braces as both tools scan them, left to right: an escape (`{{`, `}}`), a `{...}` span holding no
+# brace (a placeholder, or plain JSON such as `{"reasoning_parser": "x"}`), or a lone brace.
+_BRACES = re.compile(r"\{\{|\}\}|\{([^{}]*)\}|[{}]")
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# A span that reads as a placeholder gone wrong rather than as text: `{a.b}`, `{max-len}`, `{x!r}`, `{0}`.
+_NAME_LIKE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.!:\[\]-]*")
+# bash continues a line only at a backslash right before the newline; blanks after it (invisible in a recipe) make
+# it an escaped blank, a stray argument, and sparkrun strips them, as here.
+_CONTINUATION = re.compile(r"\\[ \t]*\r?\n")
 
 
 def canonical(flag: str) -> str:
@@ -33,27 +44,33 @@ def canonical(flag: str) -> str:
     return TAKEN_OVER.get(flag, flag)
 
 
-def placeholders(template: str, where: str) -> list[str]:
-    """The `{names}` a template needs, in order; an unparsable template is refused."""
-    try:
-        fields = [name for _, name, _, _ in string.Formatter().parse(template) if name is not None]
-    except ValueError as e:
-        raise UsageError(f"{where}: the command template cannot be read: {e}", _PLACEHOLDER_FIX) from None
-    for name in fields:
-        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
-            raise UsageError(f"{where}: the command template has the placeholder {{{name}}}, not a plain name",
+def render(template: str, values: Mapping[str, object], where: str, rule: TemplateRule) -> str:
+    """The template filled in, by the rule of the tool whose format it is.
+
+    eugr (v1) fills it with Python's `str.format`: `{{` and `}}` are literal braces and every other brace belongs
+    to a placeholder. sparkrun (v2) replaces only `{name}`: any other brace is text as written (`--reasoning-config
+    '{"reasoning_parser": "x"}'`), and `{{`/`}}` are escapes for one brace only in a template that uses them (a v1
+    command pasted into a v2 recipe). eugr stops at an unfilled placeholder and sparkrun leaves it for vLLM to
+    choke on; here it is refused, naming the `--set` that fills it."""
+    escapes = rule == "eugr" or "{{" in template
+
+    def fill(token: re.Match[str]) -> str:
+        text, name = token.group(0), token.group(1)
+        if text in ("{{", "}}"):
+            return text[0] if escapes else text
+        if name is not None and _NAME.fullmatch(name):
+            if name not in values:
+                raise UsageError(f"{where}: the command needs a value for {{{name}}}, and the recipe's defaults give "
+                                 "none", f"give it with --set {name}=VALUE, or add `{name}:` under the recipe's defaults")
+            return str(values[name])  # a YAML true reaches vLLM as True, as in eugr's launcher
+        if name is None and rule == "eugr":
+            raise UsageError(f"{where}: the command template cannot be read: a single {text!r}", _PLACEHOLDER_FIX)
+        if name is not None and (rule == "eugr" or _NAME_LIKE.fullmatch(name)):
+            raise UsageError(f"{where}: the command template has the placeholder {text}, not a plain name",
                              _PLACEHOLDER_FIX)
-    return fields
+        return text
 
-
-def render(template: str, values: Mapping[str, object], where: str) -> str:
-    """The template filled in. eugr stops at an unfilled placeholder (a KeyError) and sparkrun leaves it as written
-    for vLLM to choke on; here it is refused, naming the `--set` that fills it."""
-    missing = [name for name in placeholders(template, where) if name not in values]
-    if missing:
-        raise UsageError(f"{where}: the command needs a value for {{{missing[0]}}}, and the recipe's defaults give none",
-                         f"give it with --set {missing[0]}=VALUE, or add `{missing[0]}:` under the recipe's defaults")
-    return template.format(**values)  # a YAML true reaches vLLM as True, as in eugr's launcher
+    return _BRACES.sub(fill, template)
 
 
 @dataclass(frozen=True)
@@ -67,7 +84,7 @@ class VllmLine:
 
 
 def split_words(command: str, where: str) -> list[str]:
-    joined = re.sub(r"\\\r?\n", " ", command)  # backslash continuations, as bash joins them
+    joined = _CONTINUATION.sub(" ", command)  # backslash continuations, as bash joins them
     try:
         return shlex.split(joined, comments=True)
     except ValueError as e:

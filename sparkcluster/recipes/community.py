@@ -70,7 +70,7 @@ def eugr_v1(doc: SourceMap, shown: str, name: str, inputs: Inputs, resolve_mod: 
     values = {**defaults, **inputs.options, **inputs.sets}
     where = f"{shown}:{line_of(doc, 'command')}"
     command = _text(doc, "command", shown) or ""
-    line = parse_vllm_line(render(command, values, where), where)
+    line = parse_vllm_line(render(command, values, where, "eugr"), where)
     # eugr's runner starts no Ray unless the command names it (its no-Ray default since 2026-07-01)
     return _recipe(doc, shown, name, "eugr v1", line, where, values, inputs, resolve_mod, warnings,
                    cluster_only=_flag(doc, "cluster_only", shown), solo_only=_flag(doc, "solo_only", shown),
@@ -120,7 +120,7 @@ def sparkrun_v2(doc: SourceMap, shown: str, name: str, inputs: Inputs, resolve_m
     _resolve_iteratively(values, shown)
     if command:
         where = f"{shown}:{line_of(doc, 'command')}"
-        rendered = render(command, values, where)
+        rendered = render(command, values, where, "sparkrun")
     else:
         where = f"{shown}:{line_of(doc, 'defaults') if 'defaults' in doc else 1}"
         rendered = _built_line(model, values)
