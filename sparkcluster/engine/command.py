@@ -11,18 +11,15 @@ import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+# Variable names whose values are secrets (HF_TOKEN, WANDB_API_KEY, ...): never in a command line, an output
+# or a record; they travel on stdin and are shown masked. One rule, the support bundle's too.
+from .secret_names import is_secret_name as is_secret_name  # re-exported: serving reads it from here
+
 DEFAULT_TIMEOUT_S = 120.0
 # What a POSIX shell accepts as a variable name: anything else in `export NAME=...` would run as shell.
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-# Variable names whose values are secrets (HF_TOKEN, WANDB_API_KEY, ...): never in a command line, an output
-# or a record; they travel on stdin and are shown masked.
-_SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSW|KEY|CREDENTIAL|AUTH|COOKIE", re.IGNORECASE)
 MASK = "********"
 LABEL_CHARS = 100  # the most of an unnamed command's line that a message quotes
-
-
-def is_secret_name(name: str) -> bool:
-    return bool(_SECRET_NAME.search(name))
 
 
 def masked_env(env: Mapping[str, str]) -> dict[str, str]:

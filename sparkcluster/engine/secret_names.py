@@ -1,0 +1,33 @@
+"""The one rule for which names hold secrets, read by serve (secret env on stdin, masked wherever shown), `recipes
+show` and the support bundle's scrubber alike, so that what one hides the others hide too.
+
+A name is cut into words (snake_case, kebab-case, dotted and camelCase alike) and is a secret's when a word names
+one: HF_TOKEN, HF_TOKEN_2, OPENAI_KEY, apiKey, SECRET_KEY_BASE, MYSQL_PWD, ansible_become_pass, X-Auth-Token,
+Set-Cookie; or when the name says password or secret anywhere (PGPASSWORD, CLIENTSECRET). Words only, not any
+substring: TOKENIZERS_PARALLELISM, max_num_batched_tokens (a count of tokens), KEYRING_BACKEND and author are not
+secrets, so their values stay readable where a stranger diagnoses the cluster."""
+
+from __future__ import annotations
+
+import re
+
+# The words of a name: runs of capitals not followed by lowercase (HTTP in HTTPProxy), capitalised or lowercase
+# runs (Api, key), and digits. Separators (_ - . space) are whatever lies between.
+_WORDS = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
+# A word that names a secret: it ends in one of these (hftoken, apikey, mysqlpwd, sessioncookie), or is one.
+# `tokens` alone is a count (max_tokens, prompt_tokens), never a secret's name; `keys`, `cookies` are secrets.
+_SECRET_WORD = re.compile(r"[a-z0-9]*(?:token|keys?|pwd|cookies?|credentials?|auth|passphrase)|pass|authorization")
+# Anywhere in the name, even glued to other words: PGPASSWORD, DBPASSWD, CLIENTSECRET.
+_SECRET_ANYWHERE = re.compile(r"passw|secret|credential", re.IGNORECASE)
+# The shell's own variables that merely end like a secret: the working folders.
+_NOT_SECRETS = frozenset({"PWD", "OLDPWD"})
+
+
+def is_secret_name(name: str) -> bool:
+    """Whether the value under `name` (an environment variable, a YAML or JSON key, a command-line flag without
+    its dashes) is a secret."""
+    if name in _NOT_SECRETS:
+        return False
+    if _SECRET_ANYWHERE.search(name):
+        return True
+    return any(_SECRET_WORD.fullmatch(word.lower()) for word in _WORDS.findall(name))
