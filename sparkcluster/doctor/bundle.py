@@ -8,9 +8,12 @@ and what was scrubbed where, by kind and count, never by value."""
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
+import os
 import tarfile
+import tempfile
 import time
 from collections import Counter
 from dataclasses import dataclass, field, replace
@@ -32,7 +35,7 @@ from ..serving.record import RECORD_FILE, read_record
 from ..serving.runtime import RuntimeChoice
 from ..serving.status import logs_command
 from .run import DoctorReport
-from .scrub import Scrubber, secrets_in
+from .scrub import ITEM_CAP_BYTES, Scrubber, capped, secrets_in
 
 LOG_LINES = 200
 
@@ -93,6 +96,7 @@ class Bundle:
     files: dict[str, str] = field(default_factory=dict)  # path in the archive -> text (scrubbed before it is added)
     items: dict[str, dict[str, str]] = field(default_factory=dict)  # node -> item -> "present" or why not
     scrubbed: dict[str, dict[str, int]] = field(default_factory=dict)  # path -> kind -> count
+    capped: dict[str, int] = field(default_factory=dict)  # path -> bytes cut from its end
 
 
 def _collect(session: Session, host: Host, head: Host, runtime: RuntimeChoice, record: Any) -> dict[str, str]:
@@ -156,10 +160,13 @@ def known_secrets(session: Session) -> list[str]:
 
 
 def write(bundle: Bundle, path: Path, scrubber: Scrubber) -> None:
-    """The archive, every file scrubbed, with MANIFEST.json; written to a temporary name, then renamed."""
+    """The archive, every file capped and scrubbed, with MANIFEST.json; written to a temporary file, then renamed."""
     root = path.name.removesuffix(".tar.gz").removesuffix(".tgz") or "sparkcluster-bundle"
     texts: dict[str, str] = {}
     for name, text in bundle.files.items():
+        text, cut = capped(text)
+        if cut:
+            bundle.capped[name] = cut
         clean, found = scrubber.scrub(text)
         texts[name] = clean
         if found:
@@ -173,14 +180,27 @@ def write(bundle: Bundle, path: Path, scrubber: Scrubber) -> None:
         "items": bundle.items,
         "scrubbed": {"note": "secret values were replaced by [scrubbed]; counted here by kind, never shown",
                      "total": dict(total), "files": bundle.scrubbed},
+        "capped": {"note": f"each file is cut to its first {ITEM_CAP_BYTES} bytes; bytes cut per file",
+                   "files": bundle.capped},
     }
     texts["MANIFEST.json"] = json.dumps(manifest, indent=2) + "\n"
-    tmp = path.with_name(f".{path.name}.partial")
-    with tarfile.open(tmp, "w:gz") as tar:
-        for name, text in sorted(texts.items()):
-            data = text.encode()
-            info = tarfile.TarInfo(f"{root}/{name}")
-            info.size, info.mode, info.mtime = len(data), 0o600, int(time.time())
-            tar.addfile(info, io.BytesIO(data))
-    tmp.chmod(0o600)
-    tmp.replace(path)
+    _archive(path, root, texts)
+
+
+def _archive(path: Path, root: str, texts: dict[str, str]) -> None:
+    """A temporary file of its own in the target's folder, created exclusively and never through a link (mkstemp:
+    O_CREAT|O_EXCL|O_NOFOLLOW, mode 0600, a random name another user cannot plant a link at), renamed over `path`
+    once whole (a link at `path` itself is replaced, its target untouched)."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as raw, tarfile.open(fileobj=raw, mode="w:gz") as tar:
+            for name, text in sorted(texts.items()):
+                data = text.encode()
+                info = tarfile.TarInfo(f"{root}/{name}")
+                info.size, info.mode, info.mtime = len(data), 0o600, int(time.time())
+                tar.addfile(info, io.BytesIO(data))
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import os
+import tempfile
 from pathlib import Path
 
 from ..engine import flags
@@ -39,25 +41,46 @@ def bundle_path(text: str) -> Path:
         raise UsageError(f"--bundle {text}: the bundle is a gzipped tar", "name it FILE.tar.gz")
     if not path.parent.is_dir():
         raise UsageError(f"--bundle {text}: no folder {path.parent}", "create it first, or name a file in an existing one")
+    if path.is_dir():
+        raise UsageError(f"--bundle {text}: {path} is a folder", f"name a file in it, e.g. {path}/bundle.tar.gz")
+    try:  # the one sure test: make a file there as the bundle will (access() says yes to root on /proc)
+        fd, probe = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".probe", dir=path.parent)
+    except OSError as e:
+        raise UsageError(f"--bundle {text}: cannot create a file in {path.parent} ({e.strerror or e})",
+                         "name a file in a folder you can write, e.g. ~/sparkcluster-bundle.tar.gz") from None
+    os.close(fd)
+    os.unlink(probe)
     return path
 
 
 def cmd_doctor(args: argparse.Namespace, connect: Connect) -> int:
     target = bundle_path(args.bundle) if args.bundle else None  # bad input fails before anything connects
+    collected: bundle.Bundle | None = None
     with connect(args, require_all=False) as session:
         report = run_doctor(session, image_to_check(session, args.image))
         if target is not None:
             collected = bundle.collect(session, report)
-            bundle.write(collected, target, Scrubber(bundle.known_secrets(session)))
+            scrubber = Scrubber(bundle.known_secrets(session))
+    unwritten: UsageError | None = None
+    if target is not None and collected is not None:
+        try:  # the folder was writable when the doctor began; a disk that fills or a folder removed since is told
+            bundle.write(collected, target, scrubber)
+        except OSError as e:
+            unwritten = UsageError(f"--bundle {target}: the bundle could not be written ({e.strerror or e}); the "
+                                   "doctor's report above is complete", "free space there or name a file in a folder "
+                                   "you can write, and run the doctor again")
+    written = target is not None and collected is not None and unwritten is None
     if args.json:
-        print_json(report.to_json() | ({"bundle": str(target)} if target else {}))
+        print_json(report.to_json() | ({"bundle": str(target)} if written else {}))
     else:
         render(console, report)
-        if target is not None:
+        if written and collected is not None:
             absent = sum(v != "present" for items in collected.items.values() for v in items.values())
             scrubbed = sum(n for kinds in collected.scrubbed.values() for n in kinds.values())
             console.print(f"bundle: {target} ({len(collected.files)} files from {len(collected.items)} nodes, "
                           f"{absent} items absent, {scrubbed} secrets scrubbed; see MANIFEST.json)", highlight=False)
+    if unwritten is not None:
+        raise unwritten  # after the table: the report is never lost to the bundle
     return EXIT_FAILED if report.failed else EXIT_OK
 
 

@@ -1,67 +1,82 @@
-"""What keeps secrets out of a support bundle: the values the inventory and the sudo prompt hold, any value of a
-variable named like a secret, Hugging Face tokens, bearer tokens and private keys, wherever they appear. Each
-replacement is counted by kind, never shown, so the manifest can say what was scrubbed."""
+"""What keeps secrets out of a support bundle: the values the inventory and the sudo prompt hold (every value under a
+secret name, whatever its shape), any value text assigns to a secret name (serve's own rule for names), secrets known
+by their shape (private keys, URL passwords, tokens), wherever they appear. Each replacement is counted by kind,
+never shown, so the manifest can say what was scrubbed. Every pass is linear in its text, and each item is capped in
+bytes before it is scrubbed, so what a node prints cannot make the bundle hang."""
 
 from __future__ import annotations
 
-import re
+import base64
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-SCRUBBED = "[scrubbed]"
-# A name that holds a secret: HF_TOKEN, HUGGING_FACE_HUB_TOKEN, API_KEY, ansible_become_pass, DB_PASSWORD...
-# (not max_num_batched_tokens: the secret word must end the name).
-SECRET_NAME = re.compile(r"(?i)(?:^|[_.-])(?:token|secret|password|passwd|pass|passphrase|api[_-]?key|access[_-]?key|"
-                         r"secret[_-]?key|private[_-]?key|credentials?|auth)$")
-# NAME=value, NAME: value, "NAME": "value", export NAME='a value with spaces'
-ASSIGNMENT = re.compile(r"""(?P<pre>(?P<q1>["']?)(?P<name>[A-Za-z_][A-Za-z0-9_.-]*)(?P=q1)\s*[:=]\s*)"""
-                        r"""(?:"(?P<dq>[^"\n]*)"|'(?P<sq>[^'\n]*)'|(?P<bare>[^\s"',}]+))""")
-HF_TOKEN = re.compile(r"\bhf_[A-Za-z0-9]{20,}\b")
-BEARER = re.compile(r"(?i)(\bbearer\s+)[A-Za-z0-9._~+/=-]{8,}")
-PRIVATE_KEY = re.compile(r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----.*?-----END [A-Z0-9 ]*PRIVATE KEY-----", re.S)
+from ...engine.secret_names import is_secret_name
+from .blocks import private_keys, putty_keys
+from .marks import SCRUBBED, Tally
+from .shapes import bearer_tokens, token_shapes, url_passwords
+from .values import assignments, flag_values
+
+__all__ = ["ITEM_CAP_BYTES", "SCRUBBED", "Scrubber", "capped", "secrets_in"]
+
+# An item's text beyond this is cut (its first part kept: a cut end leaves a key or a quote open, which the passes
+# scrub to the end, where a cut start would orphan the rest of a value). Log tails are 200 to 2,000 lines.
+ITEM_CAP_BYTES = 4 * 2**20
+MULTI_LINE_PART = 8  # a line of a multi-line secret is looked for alone from this length (shorter: common words)
+SHORTEST_KNOWN = 4  # shorter values would scrub ordinary words; they are caught by their name where assigned
 
 
-def secrets_in(values: Mapping[str, Any]) -> list[str]:
-    """Every string held under a secret-like name, however deep (serve_env: {HF_TOKEN: ...})."""
+def secrets_in(values: Any, secret: bool = False) -> list[str]:
+    """Every scalar held under a secret-like name, however deep and whatever its shape (serve_env: {HF_TOKEN: ...},
+    passwords: [...], a multi-line string, !!binary bytes), as text would show it."""
     found: list[str] = []
-    for key, value in values.items():
-        if isinstance(value, Mapping):
-            found += secrets_in(value)
-        elif isinstance(value, str) and SECRET_NAME.search(str(key)):
-            found.append(value)
+    if isinstance(values, Mapping):
+        for key, value in values.items():
+            found += secrets_in(value, secret or is_secret_name(str(key)))
+    elif isinstance(values, list | tuple | set | frozenset):
+        for value in values:
+            found += secrets_in(value, secret)
+    elif secret and isinstance(values, bytes):
+        found += [base64.b64encode(values).decode(), values.decode(errors="ignore")]
+    elif secret and isinstance(values, str | int | float) and not isinstance(values, bool):
+        text = str(values)
+        found.append(text)
+        if "\n" in text.strip():  # a literal block: each line may be quoted alone (a key's base64 lines)
+            found += [line.strip() for line in text.splitlines() if len(line.strip()) >= MULTI_LINE_PART]
+        elif text != text.strip():
+            found.append(text.strip())  # a folded block's value ends in a newline the text does not show
     return found
+
+
+def capped(text: str, limit: int = ITEM_CAP_BYTES) -> tuple[str, int]:
+    """`text` cut to `limit` bytes at a line's end, and how many bytes were cut (0: none)."""
+    data = text.encode()
+    if len(data) <= limit:
+        return text, 0
+    kept = data[:limit].decode(errors="ignore")
+    kept = kept[:kept.rfind("\n") + 1] or kept
+    cut = len(data) - len(kept.encode())
+    return f"{kept}[... {cut} bytes cut: each item of the bundle is capped at {limit} bytes]\n", cut
 
 
 class Scrubber:
     def __init__(self, known: Iterable[str]) -> None:
-        # Longest first, so a secret that contains another is replaced whole; very short values would scrub
-        # ordinary words, and are caught by their name where they are assigned.
-        self.known = sorted({k for k in known if len(k) >= 4}, key=len, reverse=True)
+        # Longest first, so a secret that contains another is replaced whole.
+        self.known = sorted({k for k in known if len(k) >= SHORTEST_KNOWN}, key=len, reverse=True)
 
-    def scrub(self, text: str) -> tuple[str, Counter[str]]:
-        """The text with every secret replaced, and how many of each kind were."""
-        counts: Counter[str] = Counter()
-
-        def count(kind: str) -> str:
-            counts[kind] += 1
-            return SCRUBBED
-
-        text = PRIVATE_KEY.sub(lambda m: count("private key"), text)
+    def _known(self, text: str, tally: Tally) -> str:
         for value in self.known:
             if value in text:
-                counts["a secret from the inventory or the sudo prompt"] += text.count(value)
+                tally["a secret from the inventory or the sudo prompt"] += text.count(value)
                 text = text.replace(value, SCRUBBED)
+        return text
 
-        def assignment(m: re.Match[str]) -> str:
-            value = m["dq"] if m["dq"] is not None else m["sq"] if m["sq"] is not None else m["bare"]
-            if not SECRET_NAME.search(m["name"]) or value in ("", SCRUBBED):
-                return m[0]
-            counts[f"the value of {m['name']}"] += 1
-            quote = '"' if m["dq"] is not None else "'" if m["sq"] is not None else ""
-            return f"{m['pre']}{quote}{SCRUBBED}{quote}"
-
-        text = ASSIGNMENT.sub(assignment, text)
-        text = HF_TOKEN.sub(lambda m: count("a Hugging Face token"), text)
-        text = BEARER.sub(lambda m: m[1] + count("a bearer token"), text)
-        return text, counts
+    def scrub(self, text: str) -> tuple[str, Counter[str]]:
+        """The text with every secret replaced, and how many of each kind were. Blocks first (a key's body holds
+        nothing else to find), then the known values (counted as such, not again by their name), then by shape."""
+        tally: Tally = Counter()
+        passes: tuple[Callable[[str, Tally], str], ...] = (
+            private_keys, putty_keys, self._known, url_passwords, flag_values, assignments, token_shapes, bearer_tokens)
+        for scrub in passes:
+            text = scrub(text, tally)
+        return text, tally
