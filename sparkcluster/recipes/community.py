@@ -14,9 +14,10 @@ from typing import Any
 
 from ..engine.errors import UsageError
 from ..engine.flags import is_image
+from ..engine.modelref import revision_problem
 from ..engine.yamlsource import SourceList, SourceMap, describe
 from . import values as recipe_values
-from .command import FlagValue, VllmLine, as_int, parse_vllm_line, render
+from .command import FlagValue, VllmLine, as_int, canonical, parse_vllm_line, render
 from .types import Format, Inputs, Mod, Recipe, RecipeLauncher
 
 EUGR_KEYS = {"recipe_version", "name", "container", "command", "description", "model", "mods", "defaults", "env",
@@ -129,9 +130,22 @@ def sparkrun_v2(doc: SourceMap, shown: str, name: str, inputs: Inputs, resolve_m
                      resolve_mod, warnings, cluster_only=_flag(doc, "cluster_only", shown),
                      solo_only=_flag(doc, "solo_only", shown), launcher=VLLM_RUNTIMES.get(runtime or "vllm"))
     min_nodes, max_nodes = _count(doc, "min_nodes", shown), _count(doc, "max_nodes", shown)
-    return replace(recipe, model=f"{recipe.model}@{revision}" if revision and "@" not in (recipe.model or "") else recipe.model,
+    return replace(recipe, flags=_with_revision(recipe.flags, revision, shown, line_of(doc, "model_revision")),
                    min_nodes=min_nodes or recipe.min_nodes, max_nodes=max_nodes or recipe.max_nodes,
                    container=container_override or recipe.container)
+
+
+def _with_revision(flags: Mapping[str, FlagValue], revision: str | None, shown: str, line: int) -> dict[str, FlagValue]:
+    """sparkrun serves `model_revision` as the plain model id with the revision beside it: vLLM takes it as
+    `--revision` (and the tokenizer's follows it), where `ORG/NAME@<sha>` is a model vLLM cannot resolve; serve
+    stages the revision that flag names. A `--revision` the command writes itself stays."""
+    if revision is None or any(canonical(flag) == "--revision" for flag in flags):
+        return dict(flags)
+    problem = revision_problem(revision)
+    if problem:  # it names a path on every node (refs/<revision>)
+        raise UsageError(f"{shown}:{line}: model_revision {revision!r} is not a revision: {problem}",
+                         "write a commit hash or a branch name (parts joined by /)")
+    return {**flags, "--revision": revision}
 
 
 def _recipe(doc: SourceMap, shown: str, name: str, fmt: Format, line: VllmLine, where: str, values: Mapping[str, Any],

@@ -87,7 +87,7 @@ def cmd_up(args: argparse.Namespace, connect: Connect) -> int:
 
 def cmd_serve(args: argparse.Namespace, connect: Connect) -> int:
     opts = options(args)
-    hub_model(opts.serve_args().model)  # a bad model or a recipe without one fails before any connection
+    hub_model(opts.serve_args())  # a bad model or revision, or a recipe without a model, fails before any connection
     if opts.recipe.mods and opts.runtime == "docker" and opts.launcher == "native":
         raise UsageError(f"recipe {opts.recipe.name} brings mods, which the docker runtime runs only beside Ray "
                          "(the native launcher's containers start vLLM at once)",

@@ -19,6 +19,7 @@ from ..engine.modelref import ModelRef
 from ..engine.session import Session
 from ..nccl.verdict import VerdictStatus
 from ..nccl.verify import VerifyResult, run_verify
+from ..recipes.command import flag_words
 from ..recipes.load import Recipe, build_fix, draft_models, merged_flags
 from ..recipes.types import Mod
 from ..staging.chain import StageResult
@@ -147,7 +148,7 @@ def serve(session: Session, opts: ServeOptions, emit: Emit) -> ServeResult:
     phases = Phases()
     reused = False
     try:
-        model_ref = hub_model(args.model)
+        model_ref = hub_model(args)
         if model_ref is not None:
             staged = phases.run("stage", lambda: stage_model(session, model_ref, emit), emit)
             if staged.bytes == 0:
@@ -273,8 +274,12 @@ def with_build_fix(opts: ServeOptions, step: Callable[[], T]) -> T:
         raise SparkclusterError(e.message, build_fix(opts.recipe, opts.image)) from None
 
 
-def hub_model(model: str) -> ModelRef | None:
-    """A Hugging Face repo id is staged first; a path inside the container or node is taken as it is."""
-    if model.startswith(("/", ".", "~")):
+def hub_model(args: ServeArgs) -> ModelRef | None:
+    """A Hugging Face repo id is staged first, at the revision vLLM is given (`--revision`: a recipe's
+    model_revision), so that vLLM finds offline the files it loads; a path inside the container or node is taken as
+    it is."""
+    if args.model.startswith(("/", ".", "~")):
         return None
-    return ModelRef.parse(model)
+    model = ModelRef.parse(args.model)
+    revision = flag_words(list(args.flags), "the vLLM flags").get("--revision")
+    return replace(model, revision=revision) if isinstance(revision, str) else model
