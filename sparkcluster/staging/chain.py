@@ -15,16 +15,19 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from ipaddress import ip_address
 
 from ..engine.command import Command
+from ..engine.facts import HostFacts
 from ..engine.modelref import ModelRef
 from ..engine.parallel import parallel_map
 from ..engine.remote import python_of
 from ..engine.session import Session
 from ..engine.transport import Unreachable, ssh_for_bulk
 from ..node.linkstate import LinkState, read_links
+from ..node.network import facing
 from .blobwire import EXIT_CORRUPT
-from .failures import BROKEN_LINK_EXITS, broken_link, corrupt_source
+from .failures import BROKEN_LINK_EXITS, broken_link, corrupt_source, source_gone
 from .hfcache import (
     PARTIAL_DIR,
     Manifest,
@@ -121,6 +124,10 @@ class Chain:
         self.lock = threading.Lock()
         self.token = new_token()
         self.senders: dict[str, Sender] = {}
+        # Senders started for a route around a lost node, by (node, the address it is bound to): on a ring a node's
+        # first sender faces the next node of the chain, on another cable's subnet than the one rerouted to it.
+        self.detour_senders: dict[tuple[str, str], Sender] = {}
+        self.sender_lock = threading.Lock()
 
     def run(self) -> None:
         for name in self.chain[1:]:
@@ -141,6 +148,8 @@ class Chain:
                          on_abort=self.job.session.close)
         finally:
             stop_senders(self.transports, self.senders)
+            for (holder, _), sender in self.detour_senders.items():
+                stop_senders({holder: self.transports[holder]}, {holder: sender})
         for name in self.chain[1:]:
             node = self.result.nodes[name]
             node.seconds = time.monotonic() - started
@@ -163,8 +172,35 @@ class Chain:
         return self.chain[self.chain.index(name) + 1]
 
     def _ends(self, up: str, down: str) -> tuple[str, str]:
-        """The addresses `up` sends from and `down` receives at."""
+        """The addresses `up` sends from and `down` receives at, for a step of the chain."""
         return self.hops.get((up, down), (self.addresses[up], self.addresses[down]))
+
+    def _route(self, up: str, down: str) -> tuple[str, str] | None:
+        """`_ends` for a step of the chain, else (a route around a lost node) where `down` reaches `up`."""
+        if self._next(up) == down:
+            return self._ends(up, down)
+        return detour(self.addresses[up], self.addresses[down], self.job.session.facts.get(up),
+                      self.job.session.facts.get(down))
+
+    def _sender(self, up: str, address: str) -> Sender | None:
+        """The sender on `up` bound to `address`: the chain's own, or one started for a detour (None: `up` failed,
+        recorded). It serves the run's addresses, the detour's receiver among them."""
+        if up in self.senders and self.senders[up].address == address:
+            return self.senders[up]
+        with self.sender_lock:
+            if (up, address) not in self.detour_senders:
+                allowed = [*self.addresses.values(), *(a for pair in self.hops.values() for a in pair),
+                           *(a for route in self._detours(up) for a in route)]
+                senders, failures = start_senders(self.transports, {up: f"{self.job.scans[up].model_dir}/blobs"},
+                                                  {up: address}, allowed, self.token)
+                if up in failures:
+                    self._fail(up, failures[up].message, failures[up].fix)
+                    return None
+                self.detour_senders[(up, address)] = senders[up]
+            return self.detour_senders[(up, address)]
+
+    def _detours(self, up: str) -> list[tuple[str, str]]:
+        return [route for down in self.chain[self.chain.index(up) + 1:] if (route := self._route(up, down))]
 
     # ---- per node --------------------------------------------------------------------------------------
     def _run(self, name: str, command: Command) -> bool:
@@ -233,21 +269,26 @@ class Chain:
         """Wait until the nearest healthy node upstream holds `blob`, then pull it; re-route if it drops."""
         while not self.failed[name].is_set():
             up = self._upstream(name)
-            if up is None:
-                return self._fail(name, "no node left to copy from", "re-run stage once the source is back")
+            route = self._route(up, name) if up is not None else None
+            if up is None or route is None:  # every node before it went away, or none left shares a subnet with it
+                gone = [n for n in self.chain[: self.chain.index(name)] if self.failed[n].is_set()]
+                return self._fail(name, *source_gone(name, gone, up, str(self.job.model)))
             if not self.have[(up, blob.blob)].wait(timeout=0.5):
                 continue  # not there yet, or the upstream failed: look again
-            if self._send(up, name, blob) or not self.failed[up].is_set():
+            if self._send(up, name, blob, route) or not self.failed[up].is_set():
                 return  # done, or this node failed (recorded by _send)
 
-    def _send(self, up: str, name: str, blob: SnapshotFile) -> bool:
+    def _send(self, up: str, name: str, blob: SnapshotFile, route: tuple[str, str]) -> bool:
         started = time.monotonic()
         # ssh: rsync runs on the upstream node and pushes; tcp: blobwire runs on the destination and pulls.
         runs_on = up if self.job.data_plane == "ssh" else name
         attempts: list[tuple[int, str]] = []
+        sender = self._sender(up, route[0]) if self.job.data_plane == "tcp" else None
+        if self.job.data_plane == "tcp" and sender is None:
+            return False
         for attempt in (1, 2):
             try:
-                result = self.transports[runs_on].run(self._copy_command(up, name, blob))
+                result = self.transports[runs_on].run(self._copy_command(up, name, blob, route, sender))
             except Unreachable as e:
                 self._fail(runs_on, e.message, e.fix)
                 return False
@@ -271,13 +312,13 @@ class Chain:
                 return False
             if self.job.data_plane == "tcp" and result.exit_code in BROKEN_LINK_EXITS:
                 links = self._links(up), self._links(name)
-                self._fail(name, *broken_link(up, name, blob.path, model, self._ends(up, name),
+                self._fail(name, *broken_link(up, name, blob.path, model, route,
                                               result.stderr_tail(1).removeprefix("blobwire: "), links))
                 return False
             how = "by ssh (sparkcluster bootstrap sets that up)" if self.job.data_plane == "ssh" else \
                 "over TCP (a firewall between the fabric addresses?), or stage with --transport ssh"
             self._fail(name, f"copy of {blob.path} from {up} failed: {result.stderr_tail(3)}",
-                       f"check that {name} reaches {up} at {self._ends(up, name)[0]} {how}")
+                       f"check that {name} reaches {up} at {route[0]} {how}")
             return False
         # blobwire hashed the bytes as they arrived and named the file only once they matched
         if self.job.data_plane == "ssh" and not self._check_arrival(name, blob):
@@ -292,13 +333,14 @@ class Chain:
         self.job.progress(BlobDone(name, blob.blob, blob.path, blob.size, seconds, done, len(self.blobs)))
         return True
 
-    def _copy_command(self, up: str, name: str, blob: SnapshotFile) -> Command:
+    def _copy_command(self, up: str, name: str, blob: SnapshotFile, route: tuple[str, str],
+                      sender: Sender | None) -> Command:
         up_blobs, dest_blobs = f"{self.job.scans[up].model_dir}/blobs", f"{self.job.scans[name].model_dir}/blobs"
-        if self.job.data_plane == "tcp":
-            return fetch_command(python_of(self.transports[name].host), self.senders[up].endpoint, self._ends(up, name)[1],
+        if sender is not None:
+            return fetch_command(python_of(self.transports[name].host), sender.endpoint, route[1],
                                  dest_blobs, blob.blob, blob.size, self.token)
         user = self.job.session.facts[name].user if name in self.job.session.facts else ""
-        target = f"{user}@{self._ends(up, name)[1]}:{dest_blobs}/"
+        target = f"{user}@{route[1]}:{dest_blobs}/"
         return Command.argv(rsync_blobs_argv([f"{up_blobs}/{blob.blob}"], target, ssh_for_bulk()), timeout=24 * 3600)
 
     def _links(self, name: str) -> list[LinkState] | None:
@@ -331,3 +373,23 @@ class Chain:
     def _finalize(self, name: str) -> None:
         if self._run(name, finalize_command(self.job.scans[name].model_dir, self.manifest)):
             self.result.nodes[name].state = "complete"
+
+
+def detour(up_own: str, down_own: str, up: HostFacts | None, down: HostFacts | None) -> tuple[str, str] | None:
+    """Where `down` reaches `up` when the nodes between them in the chain went away: their own addresses where one
+    subnet holds both (a pair, a switch, the LAN), else the two ends of a cable between them (a 3-ring: the head
+    is a neighbour of both others), else None (a 4-ring's diagonal: no subnet joins them)."""
+    if up is None or down is None or _one_subnet(down, up_own, down_own):
+        return up_own, down_own
+    return facing(up, down)
+
+
+def _one_subnet(facts: HostFacts, other: str, own: str) -> bool:
+    """Whether `own` (an address of the node of `facts`) has `other` on its subnet. A name (an ssh alias as
+    the LAN address) cannot be told: as before, it is taken to reach."""
+    try:
+        ip = ip_address(other)
+    except ValueError:
+        return True
+    held = [a for i in facts.interfaces for a in i.ipv4 if str(a.ip) == own]
+    return not held or any(ip in a.network for a in held)

@@ -47,3 +47,15 @@ def broken_link(up: str, name: str, path: str, model: str, addresses: tuple[str,
     if not down:
         fix += "; if the links are up, check for a firewall between the fabric addresses, or stage with --transport ssh"
     return message, fix
+
+
+def source_gone(name: str, gone: Sequence[str], up: str | None, model: str) -> tuple[str, str]:
+    """`name` cannot copy on: the nodes before it in the chain that feed it (`gone`, nearest last) went away, and
+    the nearest one left (`up`, None where none is) shares no subnet with it. The cables are not to blame."""
+    source = gone[-1] if gone else "the node before it"
+    why = (f"and {up}, the nearest node before it that is left, shares no subnet with {name} (no cable joins them)"
+           if up is not None else "and no node before it in the chain is left to copy from")
+    return (f"{source}, the chain's source for {name}, went away, {why}; {name} was not staged (its partial copy "
+            "is kept)",
+            f"bring {' and '.join(gone) or 'the source'} back (check that {'it is' if len(gone) < 2 else 'they are'} "
+            f"powered on and reachable), then run `sparkcluster stage {model}` again: it resumes where this stopped")
