@@ -61,7 +61,8 @@ def render(template: str, values: Mapping[str, object], where: str, rule: Templa
         if name is not None and _NAME.fullmatch(name):
             if name not in values:
                 raise UsageError(f"{where}: the command needs a value for {{{name}}}, and the recipe's defaults give "
-                                 "none", f"give it with --set {name}=VALUE, or add `{name}:` under the recipe's defaults")
+                                 "none",
+                                 f"give it with --set {name}=VALUE, or add `{name}:` under the recipe's defaults")
             return str(values[name])  # a YAML true reaches vLLM as True, as in eugr's launcher
         if name is None and rule == "eugr":
             raise UsageError(f"{where}: the command template cannot be read: a single {text!r}", _PLACEHOLDER_FIX)

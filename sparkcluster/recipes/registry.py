@@ -117,7 +117,10 @@ class Found:
 
 
 def registries() -> dict[str, Registry]:
-    """Ours (from the config file), then sparkrun's clones not shadowed by one of ours."""
+    """Ours (from the config file, in the order they were added), then sparkrun's clones not shadowed by one of
+    ours, then the registries our repositories' manifests declare besides themselves, where the name is free and
+    theirs to take: a manifest never shadows a configured registry (ours or sparkrun's), and a name reserved for
+    the community's own registries needs their URL, as a typed name does (a warning names the manifest's line)."""
     found: dict[str, Registry] = {}
     path = config_file()
     if path.is_file():
@@ -135,9 +138,7 @@ def registries() -> dict[str, Registry]:
                 continue
             found[str(name)] = Registry(str(name), str(entry.get("url", "")), entry.get("trusted") is True,
                                         clones_dir() / str(name))
-    for reg in list(found.values()):
-        for sibling in _declared(reg.clone):  # a repository declaring several registries exposes each
-            found.setdefault(sibling, Registry(sibling, reg.url, reg.trusted, reg.clone, f"declared by {reg.name}"))
+    ours = list(found.values())
     theirs = sparkrun_clones_dir()
     if theirs.is_dir():
         trusted = _sparkrun_trusted()
@@ -146,19 +147,52 @@ def registries() -> dict[str, Registry]:
         for clone in sorted(p for p in theirs.iterdir() if p.is_dir() and not p.name.startswith("_url_")):
             if clone.name not in found:
                 found[clone.name] = Registry(clone.name, "", clone.name in trusted, clone, "sparkrun")
+    for reg in ours:  # a repository declaring several registries exposes each, as sparkrun adds each
+        for name, where in _declared(reg):
+            taken = found.get(name)
+            if _reserved(name, reg.url):
+                _warn_once(UsageError(f"{where}: registry {reg.name!r} declares {name!r}, a name reserved for the "
+                                      f"community's own registries (GitHub {', '.join(RESERVED_OWNERS)}); not exposed",
+                                      "only a repository of theirs may declare it: rename it in the manifest"))
+            elif taken is not None and taken.url != reg.url:
+                _warn_once(UsageError(f"{where}: registry {reg.name!r} declares {name!r}, which is already "
+                                      f"{_whose(taken)}; @{name}/... stays that one",
+                                      "rename it in the manifest, or remove the other with `sparkcluster recipes "
+                                      "remove-registry`"))
+            elif taken is None:
+                found[name] = Registry(name, reg.url, reg.trusted, reg.clone, f"declared by {reg.name}")
     return found
 
 
-def _declared(clone: Path) -> list[str]:
-    """The registry names a clone's manifest declares (none where it has no readable one: its layout() says why)."""
-    manifest = clone / ".sparkrun" / "registry.yaml"
+def _whose(reg: Registry) -> str:
+    if reg.origin == "sparkrun":
+        return f"sparkrun's registry (its clone {reg.clone})"
+    if reg.origin == "sparkcluster":
+        return f"the registry added from {reg.url}"
+    return f"the registry {reg.origin} ({reg.url})"
+
+
+def _declared(reg: Registry) -> list[tuple[str, str]]:
+    """(name, manifest:line) of each registry the manifest of `reg`'s clone declares besides the one `reg` itself
+    is: its own name, or the first where its name is not declared (layout() reads that one's folders). Nothing
+    where it has no readable manifest (its layout() says why)."""
+    manifest = reg.clone / ".sparkrun" / "registry.yaml"
     try:
-        doc = yaml.safe_load(manifest.read_text()) if manifest.is_file() else None
-    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        doc = load_last_wins(manifest.read_text())[0] if manifest.is_file() else None
+    except (OSError, UnicodeDecodeError, yamlsource.YamlError):
         return []
     entries = doc.get("registries") if isinstance(doc, dict) else None
-    names = [e.get("name") for e in entries if isinstance(e, dict)] if isinstance(entries, list) else []
-    return [n for n in names if isinstance(n, str) and REGISTRY_NAME.fullmatch(n)]
+    named = [(e.get("name"), f"{manifest}:{_key_line(e, 'name')}") for e in entries if isinstance(e, dict)] \
+        if isinstance(entries, list) else []
+    names = [(n, where) for n, where in named if isinstance(n, str) and REGISTRY_NAME.fullmatch(n)]
+    itself = reg.name if any(n == reg.name for n, _ in named) else named[0][0] if named else None
+    return [(n, where) for n, where in names if n != itself]
+
+
+def _reserved(name: str, url: str) -> bool:
+    """sparkrun's rule for every registry name, typed or declared: one starting with a reserved prefix needs a
+    URL of the community's own GitHub owners."""
+    return name.lower().startswith(RESERVED_PREFIXES) and not _community_url(url)
 
 
 def _sparkrun_trusted() -> set[str]:
@@ -180,7 +214,7 @@ def _write(entries: dict[str, Registry]) -> None:
     doc = {"registries": {r.name: {"url": r.url, "trusted": r.trusted} for r in entries.values()
                           if r.origin == "sparkcluster"}}
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(yaml.safe_dump(doc, sort_keys=True))
+    tmp.write_text(yaml.safe_dump(doc, sort_keys=False))  # in the order added: the first to declare a name keeps it
     tmp.replace(path)
 
 
@@ -190,7 +224,7 @@ def add(name: str, url: str, trust: bool) -> tuple[Registry, str]:
         raise UsageError(f"registry name {name!r} must be ASCII letters, digits, '-' or '_'", "e.g. `my-recipes`")
     if url.startswith("-"):  # git would read it as one of its options
         raise UsageError(f"registry URL {url!r} starts with '-'", "give a git URL or a path (./-name for a path)")
-    if name.lower().startswith(RESERVED_PREFIXES) and not _community_url(url):
+    if _reserved(name, url):
         raise UsageError(f"registry name {name!r} is reserved for the community's own registries (GitHub "
                          f"{', '.join(RESERVED_OWNERS)})", "choose another name for this registry")
     if "://" not in url and ":" not in url.split("/")[0] and Path(url).expanduser().exists():
@@ -200,6 +234,7 @@ def add(name: str, url: str, trust: bool) -> tuple[Registry, str]:
     said = _sync(reg)
     entries[name] = reg
     _write(entries)
+    registries()  # the names its manifest declares are checked now: one refused or taken is told at once
     return reg, said
 
 
@@ -405,6 +440,16 @@ def resolve_scoped(ref: str) -> Found:
 
 def _warn(e: UsageError) -> None:
     err_console.print(f"warning: {e.message} ({e.fix})", highlight=False, markup=False)
+
+
+_warned: set[str] = set()
+
+
+def _warn_once(e: UsageError) -> None:
+    """A warning about the registries themselves, once a command: they are listed again at every lookup."""
+    if e.message not in _warned:
+        _warned.add(e.message)
+        _warn(e)
 
 
 def _usable(regs: dict[str, Registry]) -> list[Registry]:
