@@ -3,7 +3,7 @@ show` and the support bundle's scrubber alike, so that what one hides the others
 
 A name is cut into words (snake_case, kebab-case, dotted and camelCase alike) and is a secret's when a word names
 one: HF_TOKEN, HF_TOKEN_2, OPENAI_KEY, apiKey, SECRET_KEY_BASE, MYSQL_PWD, ansible_become_pass, X-Auth-Token,
-Set-Cookie; or when the name says password or secret anywhere (PGPASSWORD, CLIENTSECRET). Words only, not any
+Set-Cookie (not a bare `key`); or when the name says password or secret anywhere (PGPASSWORD, CLIENTSECRET). Words only, not any
 substring: TOKENIZERS_PARALLELISM, max_num_batched_tokens (a count of tokens), KEYRING_BACKEND and author are not
 secrets, so their values stay readable where a stranger diagnoses the cluster."""
 
@@ -19,14 +19,15 @@ _WORDS = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
 _SECRET_WORD = re.compile(r"[a-z0-9]*(?:token|keys?|pwd|cookies?|credentials?|auth|passphrase)|pass|authorization")
 # Anywhere in the name, even glued to other words: PGPASSWORD, DBPASSWD, CLIENTSECRET.
 _SECRET_ANYWHERE = re.compile(r"passw|secret|credential", re.IGNORECASE)
-# The shell's own variables that merely end like a secret: the working folders.
-_NOT_SECRETS = frozenset({"PWD", "OLDPWD"})
+# Whole names that merely look like a secret's: the shell's working folders, and a bare `key` (a key/value pair's
+# key, sparkcluster's own `key:` path to the SSH key, comm.env's "KEY=value lines" comment).
+_NOT_SECRETS = frozenset({"pwd", "oldpwd", "key", "keys"})
 
 
 def is_secret_name(name: str) -> bool:
     """Whether the value under `name` (an environment variable, a YAML or JSON key, a command-line flag without
     its dashes) is a secret."""
-    if name in _NOT_SECRETS:
+    if name.lower() in _NOT_SECRETS:
         return False
     if _SECRET_ANYWHERE.search(name):
         return True

@@ -29,7 +29,7 @@ SECRET_NAMES = ("OPENAI_KEY", "WANDB_KEY", "HF_TOKEN_2", "PGPASSWORD", "SECRET_K
                 "NGC_KEY", "HF_TOKEN", "apiKey", "X-Auth-Token", "ansible_become_pass")
 # Names that only contain a secret's word: their values stay readable (tuning a stranger needs to see).
 PLAIN_NAMES = ("TOKENIZERS_PARALLELISM", "max_num_batched_tokens", "PWD", "VLLM_LOGGING_LEVEL", "KEYRING_BACKEND",
-               "author")
+               "author", "key")  # a bare `key`: a pair's key, the inventory's SSH key path
 
 
 def scrubbed(text: str, known: list[str] | None = None) -> tuple[str, Counter[str]]:
@@ -273,3 +273,27 @@ def test_a_bundle_under_proc_is_refused_before_connecting():
 def test_a_writable_folder_is_left_as_it_was(tmp_path):
     assert doctor_cli.bundle_path(str(tmp_path / "x.tar.gz")) == tmp_path / "x.tar.gz"
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_bundle_that_fails_at_the_end_still_prints_the_doctors_table(tmp_path, monkeypatch):
+    """T4: the write failed after the whole run with a traceback, and the table (rendered after it) was lost."""
+    import argparse
+    import contextlib
+
+    from sparkcluster.doctor.run import DoctorReport
+
+    shown: list[str] = []
+    monkeypatch.setattr(doctor_cli, "image_to_check", lambda session, given: "")
+    monkeypatch.setattr(doctor_cli, "run_doctor", lambda session, image: DoctorReport("", {}, {}, ()))
+    monkeypatch.setattr(doctor_cli.bundle, "collect", lambda session, report: Bundle(files={"doctor.json": "{}\n"}))
+    monkeypatch.setattr(doctor_cli.bundle, "known_secrets", lambda session: [])
+    monkeypatch.setattr(doctor_cli, "render", lambda console, report: shown.append("table"))
+
+    def disk_full(*args: object) -> None:
+        shown.append("write")
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(doctor_cli.bundle, "write", disk_full)
+    args = argparse.Namespace(bundle=str(tmp_path / "b.tar.gz"), image=None, json=False)
+    with pytest.raises(UsageError, match=r"the bundle could not be written \(No space left on device\)") as failed:
+        doctor_cli.cmd_doctor(args, lambda args, require_all: contextlib.nullcontext(object()))
+    assert shown == ["write", "table"] and failed.value.exit_code == 2 and "folder you can write" in failed.value.fix
