@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from ..engine.errors import SparkclusterError
 from ..engine.session import Session
 from ..staging.hops import image_hops
-from ..staging.images import ImageBytes, ImageInfo, inspect, plan_copies, sync_from_head
+from ..staging.images import ImageBytes, ImageInfo, inspect, plan_copies, sync_along
 from .record import fabric_ips
 
 
@@ -43,13 +43,11 @@ def check_images(session: Session, image: str) -> tuple[ImageInfo, list[str]]:
 def sync_image(session: Session, image: str, progress: Callable[[ImageBytes], None]) -> ImageSync:
     """Copies the head's image where it is missing or different, then checks the ID on every node."""
     head_info, need = check_images(session, image)
-    sent: dict[str, int] = {}
     hosts = {h.name: h for h in session.hosts}
     # Along the cables, with the addresses from the facts (not the comm env): the head to every node at once where
     # one subnet joins them, else a chain through neighbours (a ring), each hop after the one that fed its source.
-    for hop in image_hops(session.head.name, list(hosts), need, session.facts, fabric_ips(session)):
-        sent.update(sync_from_head(hosts[hop.source], [hosts[n] for n in hop.receivers], session.transports,
-                                   hop.ips, image, head_info, progress))
+    sent = sync_along(image_hops(session.head.name, list(hosts), need, session.facts, fabric_ips(session)), hosts,
+                      session.transports, image, head_info, progress)
     ids = dict(zip((h.name for h in session.hosts),
                    session.each(lambda h: inspect(session.transports[h.name], image).id)))
     wrong = {name: got for name, got in ids.items() if got != head_info.id}

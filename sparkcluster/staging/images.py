@@ -30,6 +30,7 @@ from ..engine.parallel import parallel_map
 from ..engine.remote import python_command, python_line, python_of
 from ..engine.transport import Transport, Unreachable, openssh_argv, ssh_destination
 from .blobwire import GROWING, TAR_END
+from .hops import Hop
 from .space import free_bytes, size_text
 from .wire import BLOBWIRE_PY, Sender, new_token, start_senders, stop_senders
 
@@ -203,6 +204,14 @@ class HeadSender:
             pass  # a head that is gone took its work dir's contents with it
 
 
+class LoadFailed(SparkclusterError):
+    """A node's load of the image failed; `node` names it, so that what it failed for can be told (sync_along)."""
+
+    def __init__(self, node: str, message: str, fix: str) -> None:
+        super().__init__(message, fix)
+        self.node = node
+
+
 def load_on(node: Host, endpoint: str, source_ip: str, parts: str, size: int, expected: int, token: str,
             image: str, image_id: str, progress: Callable[[ImageBytes], None]) -> int:
     """On `node`, through OpenSSH (so progress arrives as it happens): its parts stream into `docker load`,
@@ -235,7 +244,8 @@ def load_on(node: Host, endpoint: str, source_ip: str, parts: str, size: int, ex
     process.wait()
     reader.join()
     if process.returncode != 0:
-        raise SparkclusterError(
+        raise LoadFailed(
+            node.name,
             f"loading image {image} on {node.name} from the head's sender at {endpoint} failed "
             f"(exit {process.returncode}): " + ("; ".join(errors[-3:]) or stdout.strip()[-200:]),
             f"check that {node.name} reaches {endpoint} over the fabric and has room for the image; "
@@ -273,3 +283,50 @@ def sync_from_head(head: Host, nodes: Sequence[Host], transports: Mapping[str, T
     finally:
         sender.close()
     return dict(zip((n.name for n in nodes), sent))
+
+
+def sync_along(hops: Sequence[Hop], hosts: Mapping[str, Host], transports: Mapping[str, Transport], image: str,
+               head_info: ImageInfo, progress: Callable[[ImageBytes], None]) -> dict[str, int]:
+    """Each hop in turn (image_hops: on a ring, each hop's source got the image in the hop before); returns the bytes
+    sent to each node. A hop that fails stops the sync, and the error names the nodes it left without the image."""
+    sent: dict[str, int] = {}
+    for i, hop in enumerate(hops):
+        try:
+            sent.update(sync_from_head(hosts[hop.source], [hosts[n] for n in hop.receivers], transports, hop.ips,
+                                       image, head_info, progress))
+        except SparkclusterError as e:
+            raise _stopped(e, hop, [n for later in hops[i + 1:] for n in later.receivers], transports, image) from e
+    return sent
+
+
+def _stopped(error: SparkclusterError, hop: Hop, unsynced: list[str], transports: Mapping[str, Transport],
+             image: str) -> SparkclusterError:
+    """`error` of `hop`, which left `unsynced` (the later hops' nodes) without the image. Where a node of the hop
+    went away (it answers no command now), that is the cause, and bringing it back the fix."""
+    failed = error.node if isinstance(error, LoadFailed) else None
+    gone = next((n for n in dict.fromkeys([hop.source, *([failed] if failed else [])]) if _gone(transports[n])), None)
+    if gone is None:
+        if not unsynced:
+            return error
+        through = failed or hop.source
+        return SparkclusterError(f"{error.message}; {_were(unsynced)} not synced (the image reaches "
+                                 f"{'it' if len(unsynced) == 1 else 'them'} through {through})", error.fix)
+    if gone == hop.source:  # its receivers were cut off with it
+        unsynced = [*hop.receivers, *unsynced]
+    host = transports[gone].host
+    return SparkclusterError(
+        f"{gone} went away during the sync of {image}" + (f"; {_were(unsynced)} not synced" if unsynced else ""),
+        f"bring {gone} back (check that it is powered on and reachable: ssh -p {host.port} {host.address} true), then "
+        f"run `sparkcluster image sync {image}` again: the layers already loaded are not sent again")
+
+
+def _were(names: Sequence[str]) -> str:
+    return f"{', '.join(names)} {'was' if len(names) == 1 else 'were'}"
+
+
+def _gone(transport: Transport) -> bool:
+    try:
+        transport.run(Command("true", timeout=15))
+        return False
+    except Unreachable:
+        return True
