@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import shlex
 from collections.abc import Sequence
+from dataclasses import replace
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,7 @@ from typing import Any
 from ..engine import yamlsource
 from ..engine.errors import UsageError, did_you_mean
 from ..engine.yamlsource import SourceMap
-from . import bounds, paths
+from . import bounds, paths, trustgate
 from . import values as recipe_values
 from .command import FlagValue, canonical, flag_argv, flag_words
 from .community import eugr_v1, mods_base, sparkrun_v2
@@ -66,7 +67,7 @@ def load_recipe(name_or_path: str, inputs: Inputs | None = None, *, nodes: int |
         found = resolve_scoped(name_or_path)
         recipe = _load_file(found.path, str(found.path), found.path.stem, inputs, nodes,
                             _places(found.path, found.registry, found.trusted, found.mods_dirs))
-        return _registry_recipe(recipe, found.registry, found.trusted or trust, name_or_path, trust)
+        return _registry_recipe(recipe, found.registry, found.trusted, name_or_path, trust)
     if is_file_name(name_or_path):
         path = Path(name_or_path).expanduser()
         existing = next((c for c in (path, Path(f"{path}.yaml"), Path(f"{path}.yml")) if c.is_file()), None)
@@ -90,8 +91,8 @@ def load_recipe(name_or_path: str, inputs: Inputs | None = None, *, nodes: int |
                          + (f"; a file in this folder is given by its path: {here}" if here else ""))
     recipe = _load_file(unscoped.path, str(unscoped.path), unscoped.path.stem, inputs, nodes,
                         _places(unscoped.path, unscoped.registry, unscoped.trusted, unscoped.mods_dirs))
-    return _registry_recipe(recipe, unscoped.registry, unscoped.trusted or trust,
-                            f"@{unscoped.registry}/{unscoped.path.stem}", trust)
+    return _registry_recipe(recipe, unscoped.registry, unscoped.trusted, f"@{unscoped.registry}/{unscoped.path.stem}",
+                            trust)
 
 
 def is_file_name(name: str) -> bool:
@@ -110,8 +111,8 @@ def _load_path(path: Path, shown: str, inputs: Inputs, nodes: int | None, trust:
     recipe = _load_file(path, shown, path.stem, inputs, nodes, _places(path, home.registry, home.trusted,
                                                                         home.mods_dirs))
     if home.registry is None:
-        return _refuse_untrusted(recipe, shown, trust)
-    return _registry_recipe(recipe, home.registry, home.trusted or trust, shown, trust)
+        return _refuse_untrusted(recipe, shown, trust, None, home.trusted)
+    return _registry_recipe(recipe, home.registry, home.trusted, shown, trust)
 
 
 def _places(path: Path, registry: str | None, trusted: bool, extra: Sequence[ModPlace]) -> tuple[ModPlace, ...]:
@@ -122,23 +123,36 @@ def _places(path: Path, registry: str | None, trusted: bool, extra: Sequence[Mod
 
 
 def _registry_recipe(recipe: Recipe, registry: str | None, trusted: bool, shown: str, trust: bool) -> Recipe:
-    import dataclasses
+    return replace(_refuse_untrusted(recipe, shown, trust, registry, trusted), registry=registry,
+                   trusted=trusted or trust)
 
-    return dataclasses.replace(_refuse_untrusted(recipe, shown, trust), registry=registry, trusted=trusted)
 
-
-def _refuse_untrusted(recipe: Recipe, shown: str, trust: bool) -> Recipe:
-    """A mod from a registry that is not trusted is someone else's code run on every node: refused until the
-    user says --trust or trusts its registry, whether the recipe named it, a registry's recipe brought it, or an
-    included base recipe did."""
+def _refuse_untrusted(recipe: Recipe, shown: str, trust: bool, registry: str | None, trusted: bool) -> Recipe:
+    """What a registry that is not trusted brings that would run code on every node is refused until the user says
+    --trust or trusts the registry: a mod, whichever recipe named it or included it; and the environment and flags
+    of a recipe that is that registry's file, or that includes one of its files (trustgate.py says which only
+    tune). `registry` and `trusted` are whose the recipe's own file is."""
+    if trust:
+        return recipe
     untrusted = [m for m in recipe.mods if not m.trusted]
-    if untrusted and not trust:
-        registry = untrusted[0].registry or "?"
-        raise UsageError(f"{shown} brings mods from the registry {registry!r}, which is not trusted "
+    if untrusted:
+        source = untrusted[0].registry or "?"
+        raise UsageError(f"{shown} brings mods from the registry {source!r}, which is not trusted "
                          f"({', '.join(m.given for m in untrusted)}), that would run code on every node",
-                         f"read them, then serve with --trust, or trust the registry: "
-                         f"`sparkcluster recipes add-registry {registry} URL --trust`")
+                         _trust_fix(source))
+    sources = [*([registry or "?"] if not trusted else []), *recipe.untrusted_bases]
+    refused = trustgate.refusals(recipe.env, recipe.flags) if sources else []
+    if refused:
+        whose = (f"is from the registry {sources[0]!r}" if not trusted else
+                 f"includes a base recipe from the registry {sources[0]!r}")
+        raise UsageError(f"{shown} {whose}, which is not trusted, and sets what only a trusted recipe may: "
+                         + "; ".join(refused), _trust_fix(sources[0]))
     return recipe
+
+
+def _trust_fix(registry: str) -> str:
+    return (f"read the recipe, then serve with --trust, or trust the registry: "
+            f"`sparkcluster recipes add-registry {registry} URL --trust`")
 
 
 def _load_file(path: Path, shown: str, name: str, inputs: Inputs, nodes: int | None,
@@ -161,7 +175,7 @@ def _from_text(text: str, shown: str, name: str, path: Path | None, inputs: Inpu
                              "remove one of them: sparkcluster's own recipes keep each key once")
         return _recipe(name, shown, doc)
     warnings = [f"{shown}:{w.removeprefix('line ')}" for w in repeated]
-    doc, mods_places = _with_include(doc, shown, path, 0, places)
+    doc, mods_places, untrusted_bases = _with_include(doc, shown, path, 0, places)
     bounds.check_render_sizes(doc, inputs, shown)
 
     def resolve_mod(given: str, line: int) -> Mod:
@@ -171,22 +185,24 @@ def _from_text(text: str, shown: str, name: str, path: Path | None, inputs: Inpu
 
     version = str(doc.get("recipe_version", doc.get("sparkrun_version", "2")))
     if version == "1":
-        return eugr_v1(doc, shown, name, inputs, resolve_mod, warnings)
+        return replace(eugr_v1(doc, shown, name, inputs, resolve_mod, warnings), untrusted_bases=untrusted_bases)
     if version == "2":
-        return sparkrun_v2(doc, shown, name, inputs, resolve_mod, warnings, nodes)
+        return replace(sparkrun_v2(doc, shown, name, inputs, resolve_mod, warnings, nodes),
+                       untrusted_bases=untrusted_bases)
     key = "recipe_version" if "recipe_version" in doc else "sparkrun_version"
     raise UsageError(f"{shown}:{recipe_values.key_line(doc, key)}: recipe_version {version!r} is no format "
                      "sparkcluster knows", FORMATS_FIX)
 
 
 def _with_include(doc: Any, shown: str, path: Path | None, depth: int,
-                  places: Sequence[ModPlace]) -> tuple[Any, Sequence[ModPlace]]:
+                  places: Sequence[ModPlace]) -> tuple[Any, Sequence[ModPlace], tuple[str, ...]]:
     """sparkrun's `include:` a base recipe beside this one, deep-merged under this file's keys. Returns the
-    merged document and where its `mods:` are looked for: a list that came from the base is the base's, found
-    where the base is and as trusted as the base's registry."""
+    merged document, where its `mods:` are looked for (a list that came from the base is the base's, found
+    where the base is and as trusted as the base's registry), and the registries, not trusted, whose files the
+    bases are (their env, defaults and command are in the merged document)."""
     base_name = doc.get("include")
     if base_name is None:
-        return doc, places
+        return doc, places, ()
     line = recipe_values.key_line(doc, "include")
     if depth > 4 or not isinstance(base_name, str):
         raise UsageError(f"{shown}:{line}: include must name one base recipe (and includes nest at most 4 deep)",
@@ -196,13 +212,12 @@ def _with_include(doc: Any, shown: str, path: Path | None, depth: int,
 
         found = resolve_scoped(base_name)
         base_path = found.path
-        base_places: Sequence[ModPlace] = _places(found.path, found.registry, found.trusted, found.mods_dirs)
     else:
         base_path = _beside(base_name, path, f"{shown}:{line}")
         from .registry import file_home
 
-        home = file_home(base_path)  # whose the base is: where it really is
-        base_places = _places(base_path, home.registry, home.trusted, home.mods_dirs)
+        found = file_home(base_path)  # whose the base is: where it really is
+    base_places: Sequence[ModPlace] = _places(base_path, found.registry, found.trusted, found.mods_dirs)
     if not base_path.is_file():
         raise UsageError(f"{shown}:{line}: the included recipe {base_name!r} is not beside this file",
                          f"put {base_name}.yaml next to it, or include @REGISTRY/NAME")
@@ -210,9 +225,10 @@ def _with_include(doc: Any, shown: str, path: Path | None, depth: int,
         base, _ = load_last_wins(_read_file(base_path))
     except yamlsource.YamlError as e:
         raise UsageError(f"{base_path}:{e.line}: {e.problem}", e.fix) from None
-    base, base_mods_places = _with_include(base, str(base_path), base_path, depth + 1, base_places)
+    base, base_mods_places, untrusted = _with_include(base, str(base_path), base_path, depth + 1, base_places)
     mods_from_base = isinstance(base, dict) and "mods" in base and "mods" not in doc
-    return _deep_merge(base, doc), base_mods_places if mods_from_base else places
+    untrusted = (found.registry or "?", *untrusted) if not found.trusted else untrusted
+    return _deep_merge(base, doc), base_mods_places if mods_from_base else places, untrusted
 
 
 def _beside(base_name: str, path: Path | None, where: str) -> Path:

@@ -81,3 +81,5 @@ class Recipe:
     trusted: bool = True
     warnings: tuple[str, ...] = ()
     sets_used: Mapping[str, str] = field(default_factory=dict)  # the --set values that filled the template
+    # the registries, not trusted, whose base recipes it includes: their env, defaults and command are in it
+    untrusted_bases: tuple[str, ...] = ()

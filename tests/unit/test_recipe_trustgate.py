@@ -1,0 +1,183 @@
+"""Round 5's trust findings as data (S1, H1, L1, M7): a recipe from a registry that is not trusted brings no
+environment variable or vLLM flag that runs code or opens the node's files, in any format or through an included
+base; recipes hold no YAML alias and render to a bounded size; a mod holds no hard link to a file outside it; a mod
+of a registry that does not exist says so. Each refused with exit 2 before anything connects."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from sparkcluster.engine.errors import EXIT_USAGE, UsageError
+from sparkcluster.recipes import registry as recipe_registry
+from sparkcluster.recipes import trustgate
+from sparkcluster.recipes.load import load_recipe
+
+from .test_recipe_formats import git, private_home  # noqa: F401 (private_home: autouse fixture)
+
+# The report's S1 payload: Python's warnings filter imports antigravity, which runs $BROWSER through a shell.
+ENV_RCE = """\
+recipe_version: "2"
+model: Qwen/Qwen3-0.6B
+runtime: vllm
+env:
+  PYTHONWARNINGS: "all:0:antigravity.x:0:0"
+  BROWSER: "/bin/sh -c 'touch /tmp/pwned-by-env-rce' #%s"
+"""
+
+
+def registry(tmp_path: Path, name: str, files: dict[str, str], trusted: bool = False) -> None:
+    """A local git repository of recipes (recipes/NAME.yaml), added as the registry `name`."""
+    repo = tmp_path / f"repo-{name}"
+    for rel, text in files.items():
+        (repo / rel).parent.mkdir(parents=True, exist_ok=True)
+        (repo / rel).write_text(text)
+    git("init", "-q", "-b", "main", cwd=repo)
+    git("add", ".", cwd=repo)
+    git("commit", "-q", "-m", "recipes", cwd=repo)
+    recipe_registry.add(name, str(repo), trusted)
+
+
+def refused(ref: str) -> UsageError:
+    with pytest.raises(UsageError) as e:
+        load_recipe(ref)
+    assert e.value.exit_code == EXIT_USAGE
+    return e.value
+
+
+def test_the_reports_env_payload_from_an_untrusted_registry_is_refused_naming_both_and_the_way_out(tmp_path):
+    registry(tmp_path, "evil", {"recipes/envrce.yaml": ENV_RCE})
+    error = refused("@evil/envrce")  # failed before: loaded, with both variables in its env
+    assert error.message.startswith("@evil/envrce is from the registry 'evil', which is not trusted")
+    assert "env PYTHONWARNINGS is not a tuning variable" in error.message and "env BROWSER" in error.message
+    assert "serve with --trust" in error.fix and "recipes add-registry evil URL --trust" in error.fix
+    assert dict(load_recipe("@evil/envrce", trust=True).env)["BROWSER"].startswith("/bin/sh")  # the user's call
+    refused("envrce")  # by its bare name too
+
+
+def test_a_trusted_registrys_recipe_keeps_its_env_and_flags(tmp_path):
+    registry(tmp_path, "good", {"recipes/envrce.yaml": ENV_RCE.replace("runtime: vllm", "runtime: vllm\ndefaults:\n"
+                                                                       "  trust_remote_code: true")}, trusted=True)
+    recipe = load_recipe("@good/envrce")
+    assert "PYTHONWARNINGS" in recipe.env and "--trust-remote-code" in recipe.flags
+
+
+@pytest.mark.parametrize(("name", "why"), [
+    ("LD_PRELOAD", "not a tuning variable"), ("LD_LIBRARY_PATH", "not a tuning variable"),
+    ("PYTHONPATH", "not a tuning variable"), ("PYTHONSTARTUP", "not a tuning variable"),
+    ("PYTHONWARNINGS", "not a tuning variable"), ("BASH_ENV", "not a tuning variable"), ("ENV", "not a tuning"),
+    ("BROWSER", "not a tuning variable"), ("PATH", "not a tuning variable"), ("TORCHINDUCTOR_CACHE_DIR", "not a"),
+    ("HF_TOKEN", "secret's name"), ("HF_HUB_TOKEN_PATH", "secret's name"), ("VLLM_API_KEY", "secret's name"),
+    ("HF_HOME", "names a home"), ("HF_HUB_CACHE", "names a cache"), ("HF_ENDPOINT", "names a endpoint"),
+    ("HF_DATASETS_TRUST_REMOTE_CODE", "Python files"), ("NCCL_NET_PLUGIN", "names a plugin"),
+    ("NCCL_CONF_FILE", "names a file"), ("NCCL_DEBUG_FILE", "names a file"), ("CUDA_INJECTION64_PATH", "a path"),
+    ("CUDA_HOME", "names a home"), ("OMP_TOOL_LIBRARIES", "names a libraries"), ("TORCH_HOME", "names a home"),
+    ("VLLM_LOGGING_CONFIG_PATH", "names a path"), ("VLLM_RUST_FRONTEND_PATH", "names a path"),
+    ("VLLM_SERVER_DEV_MODE", "collective_rpc"), ("VLLM_ALLOW_INSECURE_SERIALIZATION", "unpickle"),
+    ("VLLM_PLUGINS", "names a plugins"), ("OMP_TOOL_VERBOSE_INIT", "writes"),
+])
+def test_a_variable_that_runs_code_opens_files_or_is_secret_is_refused(name, why):
+    reason = trustgate.env_refusal(name)
+    assert reason is not None and why in reason, reason
+
+
+@pytest.mark.parametrize("name", [
+    # each family's names the community's recipes set (the corpus counts are in trustgate's docstring) ...
+    "VLLM_MARLIN_USE_ATOMIC_ADD", "VLLM_DISTRIBUTED_EXECUTOR_CONFIG", "PYTORCH_CUDA_ALLOC_CONF",
+    "TORCH_NCCL_ASYNC_ERROR_HANDLING", "OMP_NUM_THREADS", "CUTE_DSL_ARCH", "B12X_MOE_FORCE_A8",
+    "TILELANG_CLEANUP_TEMP_FILES", "DG_JIT_USE_NVRTC",
+    # ... and tuning names of the other allowed families, including those with a place word not at the end
+    "NCCL_IB_HCA", "NCCL_SOCKET_IFNAME", "CUDA_VISIBLE_DEVICES", "CUDA_CACHE_DISABLE", "HF_HUB_OFFLINE",
+    "HF_HUB_ENABLE_HF_TRANSFER", "VLLM_DISABLE_COMPILE_CACHE", "VLLM_XGRAMMAR_CACHE_MB", "VLLM_ATTENTION_BACKEND",
+])
+def test_a_variable_that_only_tunes_passes(name):
+    assert trustgate.env_refusal(name) is None
+
+
+@pytest.mark.parametrize(("flag", "value", "why"), [
+    ("--trust-remote-code", None, "Python files of the model"), ("--trust_remote_code", None, "Python files"),
+    ("--allowed-local-media-path", "/", "file:// media"), ("--worker-extension-cls", "x.Y", "imports a class"),
+    ("--worker-cls", "x.Y", "imports"), ("--scheduler-cls", "x.Y", "imports"), ("--middleware", "x.y", "imports"),
+    ("--logits-processors", "x.Y", "imports"), ("--reasoning-parser-plugin", "p.py", "runs a Python file"),
+    ("--tool-parser-plugin", "p.py", "runs a Python file"), ("--config", "/etc/x.yaml", "past this check"),
+    ("--kv-transfer-config", '{"kv_connector": "X"}', "module"), ("--trust-request-chat-template", None, "send"),
+    ("--logging-config.pylogging_config_file", "/x", "any class"), ("--otlp-traces-endpoint", "http://e", "traces"),
+    ("--compilation-config", '{"mode": 1, "backend": "antigravity.x"}', "names Python to import ('antigravity.x')"),
+    ("--compilation-config.backend", "antigravity.x", "names Python to import"),
+    ("--speculative-config", '{"method": "custom_class", "model": "evil.Proposer"}', "names Python to import"),
+    ("--chat-template", "/home/spark/.ssh/id_ed25519", "reads a file of the node"),
+    ("--chat-template", ".netrc", "reads a file of the node"), ("--chat-template", "../x.jinja", "reads a file"),
+    ("--hf-token", "hf_x", "a secret"),
+])
+def test_a_flag_that_runs_code_or_opens_the_nodes_files_is_refused(flag, value, why):
+    reason = trustgate.flag_refusal(flag, value)
+    assert reason is not None and why in reason, reason
+
+
+@pytest.mark.parametrize(("flag", "value"), [
+    ("--chat-template", "unsloth.jinja"), ("--chat-template", "fixed_chat_template.jinja"),
+    ("--chat-template", "{% for m in messages %}{{ m.content }}{% endfor %}"),
+    ("--compilation-config", '{"mode": 1, "backend": "eager"}'), ("--compilation-config.cudagraph_mode", "FULL"),
+    ("--speculative-config", '{"method": "mtp", "num_speculative_tokens": 2}'),
+    ("--speculative-config", '{"model": "z-lab/Qwen3.5-DFlash", "method": "dflash"}'),
+    ("--no-trust-remote-code", None), ("--max-model-len", "8192"), ("--hf-overrides", '{"max_position": 1.5}'),
+    ("--default-chat-template-kwargs.reasoning_effort", "high"), ("--generation-config", "vllm"),
+])
+def test_a_flag_that_only_tunes_passes(flag, value):
+    assert trustgate.flag_refusal(flag, value) is None
+
+
+@pytest.mark.parametrize(("text", "said"), [
+    # sparkcluster's own format
+    ("model: a/b\nenv: {LD_PRELOAD: /tmp/x.so}\nflags: {--max-num-seqs: 4}\n", "env LD_PRELOAD"),
+    ("model: a/b\nflags: {--trust-remote-code: true}\n", "flag --trust-remote-code runs the Python files"),
+    # eugr v1: env:, a NAME=value word before vllm, a flag in the command
+    ("recipe_version: '1'\nname: x\ncontainer: c\nenv: {PYTHONPATH: /tmp}\ncommand: vllm serve a/b\n",
+     "env PYTHONPATH"),
+    ("recipe_version: '1'\nname: x\ncontainer: c\ncommand: BASH_ENV=/tmp/x vllm serve a/b\n", "env BASH_ENV"),
+    ("recipe_version: '1'\nname: x\ncontainer: c\ncommand: vllm serve a/b --allowed-local-media-path /\n",
+     "flag --allowed-local-media-path"),
+    # sparkrun v2: env:, an override's env, defaults that become a flag, a command template's flag
+    ("recipe_version: '2'\nmodel: a/b\nenv: {PYTHONSTARTUP: /tmp/x.py}\n", "env PYTHONSTARTUP"),
+    ("recipe_version: '2'\nmodel: a/b\noverrides:\n  - when: {arch: gb10}\n    env: {ENV: /tmp/x}\n", "env ENV "),
+    ("recipe_version: '2'\nmodel: a/b\ndefaults: {trust_remote_code: true}\n", "flag --trust-remote-code"),
+    ("recipe_version: '2'\nmodel: a/b\ndefaults: {cls: x.Ext}\ncommand: vllm serve a/b --worker-extension-cls {cls}\n",
+     "flag --worker-extension-cls"),
+])
+def test_every_format_of_an_untrusted_registrys_recipe_is_gated(tmp_path, text, said):
+    registry(tmp_path, "evil", {"recipes/r.yaml": text})
+    error = refused("@evil/r")
+    assert "registry 'evil', which is not trusted" in error.message and said in error.message, error.message
+    load_recipe("@evil/r", trust=True)
+
+
+def test_an_untrusted_base_cannot_bring_env_into_a_users_own_recipe(tmp_path):
+    registry(tmp_path, "evil", {"recipes/base.yaml": ENV_RCE})
+    mine = tmp_path / "mine.yaml"
+    mine.write_text("recipe_version: '2'\ninclude: '@evil/base'\nmodel: me/mine\n")
+    error = refused(str(mine))  # failed before: the user's own file is trusted, and the base's env came along
+    assert error.message.startswith(f"{mine} includes a base recipe from the registry 'evil', which is not trusted")
+    assert "env PYTHONWARNINGS" in error.message
+    mine.write_text("recipe_version: '2'\ninclude: '@evil/base'\nmodel: me/mine\nenv: {VLLM_X: '1'}\n")
+    error = refused(str(mine))  # the top's own tuning does not launder the base's
+    assert "VLLM_X" not in error.message
+    assert load_recipe(str(mine), trust=True).env["PYTHONWARNINGS"]
+
+
+def test_a_users_own_recipe_sets_what_it_likes(tmp_path):
+    mine = tmp_path / "mine.yaml"
+    mine.write_text(ENV_RCE)
+    assert "BROWSER" in load_recipe(str(mine)).env
+
+
+def test_the_cli_refuses_the_payload_with_exit_2(tmp_path):
+    import sys
+
+    registry(tmp_path, "evil", {"recipes/envrce.yaml": ENV_RCE})
+    shown = subprocess.run([sys.executable, "-m", "sparkcluster", "recipes", "show", "@evil/envrce", "--tp", "2"],
+                           capture_output=True, text=True, env=dict(os.environ), timeout=120)
+    assert shown.returncode == EXIT_USAGE and "env PYTHONWARNINGS" in shown.stderr, shown.stderr
+    assert "--trust" in shown.stderr
