@@ -257,24 +257,28 @@ def _gib(n: int | None) -> str:
 
 
 def facts_table(console: Console, host: str, address: str, facts: HostFacts) -> None:
-    """One host's facts as a two-column table: what a Spark owner checks first."""
+    """One host's facts as a two-column table: what a Spark owner checks first. Its values are the node's own text,
+    shown as text (as_markup): no escape sequence of a node's reaches the terminal."""
     from rich.table import Table
+
+    from .nodetext import as_markup
 
     table = Table(title=f"{host} ({address})", title_justify="left", show_header=False)
     table.add_column("fact", style="bold")
     table.add_column("value")
-    table.add_row("system", escape(f"{facts.hostname}, {facts.os}, {facts.arch}, kernel {facts.kernel}"))
-    table.add_row("user", f"{facts.user} (uid {facts.uid}), home {facts.home}, groups {' '.join(facts.groups)}")
+    table.add_row("system", as_markup(f"{facts.hostname}, {facts.os}, {facts.arch}, kernel {facts.kernel}"))
+    table.add_row("user", as_markup(f"{facts.user} (uid {facts.uid}), home {facts.home}, groups {' '.join(facts.groups)}"))
     gpus = "; ".join(f"{g.name}, driver {g.driver_version}" + (f", cc {g.compute_cap}" if g.compute_cap else "")
                      for g in facts.gpus)
-    table.add_row("GPU", escape(gpus) if gpus else f"[red]{escape(str(facts.gpu_error))}[/red]")
-    rdma = ", ".join(f"{d.hca}→{d.netdev} [{'green' if d.up else 'red'}]{'Up' if d.up else 'Down'}[/]" for d in facts.rdma)
+    table.add_row("GPU", as_markup(gpus) if gpus else f"[red]{as_markup(str(facts.gpu_error))}[/red]")
+    rdma = ", ".join(f"{as_markup(f'{d.hca}→{d.netdev}')} [{'green' if d.up else 'red'}]{'Up' if d.up else 'Down'}[/]"
+                     for d in facts.rdma)
     table.add_row(f"RDMA ({facts.rdma_source})", rdma or "[red]none found[/red]")
     for i in facts.interfaces:
         if i.name == "lo":
             continue
         speed = f"{i.speed_mbps // 1000} Gb/s" if i.speed_mbps else "speed ?"
-        table.add_row(f"  {i.name}", f"{i.state:<7} {' '.join(map(str, i.ipv4)) or '-':<18} mtu {i.mtu:<5} {speed}")
+        table.add_row(f"  {as_markup(i.name)}", f"{as_markup(i.state):<7} {' '.join(map(str, i.ipv4)) or '-':<18} mtu {i.mtu:<5} {speed}")
     d = facts.docker
     docker = ("not installed" if not d.installed else
               f"{'daemon up' if d.daemon_up else '[red]daemon down[/red]'}, "
@@ -282,5 +286,5 @@ def facts_table(console: Console, host: str, address: str, facts: HostFacts) -> 
               f"{', server ' + d.server_version if d.server_version else ''}, "
               f"nvidia runtime {'yes' if d.nvidia_runtime else '[red]no[/red]'}")
     table.add_row("docker", docker)
-    table.add_row("HF cache", f"{facts.hf_cache} ({_gib(facts.hf_free_bytes)})")
+    table.add_row("HF cache", f"{as_markup(facts.hf_cache)} ({_gib(facts.hf_free_bytes)})")
     console.print(table, highlight=False)

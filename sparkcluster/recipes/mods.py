@@ -8,7 +8,10 @@ command's relative `--chat-template NAME.jinja`.
 Where a mod is decides whose code it is (paths.py): a name must stay inside the folder it is looked up in, and the
 mod is as trusted as that folder and the clone that really holds it. Its files are what lies inside it: a symlink
 out of the mod is refused (a registry's `loot -> ~/.ssh/id_ed25519` must never reach the nodes), a link inside it
-is copied as the file it points at, and every file keeps its own mode (never widened).
+is copied as the file it points at, and every file keeps its own mode (never widened). A hard link is a file with
+names elsewhere too (`ln ~/secret.txt mods/x/notes`): one whose other names are not all inside the mod is refused,
+since nothing in the mod says which file of this machine it is (git carries no hard links, so only a user's own
+folder can hold one).
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import stat
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..engine.errors import UsageError
+from ..engine.errors import UsageError, did_you_mean
 from . import paths
 from .types import Mod, ModPlace
 
@@ -38,10 +41,8 @@ def resolve_mod(given: str, where: str, places: Sequence[ModPlace]) -> Mod:
     rel = given.strip()
     looks: list[tuple[ModPlace, str]] = []
     if rel.startswith("@"):
-        from .registry import registry_mods_dirs
-
         scope, _, rest = rel[1:].partition("/")
-        looks += [(d, rest.removeprefix("mods/")) for d in registry_mods_dirs(scope)]
+        looks += [(d, rest.removeprefix("mods/")) for d in _registry_mods(scope, given, where)]
     elif Path(rel).expanduser().is_absolute():  # chosen by whoever wrote the recipe: no more trusted than they are
         home = places[0] if places else ModPlace(Path("/"))
         looks.append((ModPlace(Path("/"), home.registry, home.trusted), str(Path(rel).expanduser())))
@@ -66,6 +67,26 @@ def resolve_mod(given: str, where: str, places: Sequence[ModPlace]) -> Mod:
     if size > MAX_MOD_BYTES:
         raise UsageError(f"{shown} holds {size / 1e6:.0f} MB", "a mod patches and drops small files")
     return Mod(found.name, found, given, registry, trusted)
+
+
+def _registry_mods(scope: str, given: str, where: str) -> list[ModPlace]:
+    """The mods folder of the registry `@scope/` names; a registry that does not exist, or has no mods folder,
+    is said to be so (names are case-sensitive: `@GOODREG` is not `goodreg`)."""
+    from .registry import registries, registry_mods_dirs
+
+    regs = registries()
+    if scope not in regs:
+        same = [name for name in regs if name.lower() == scope.lower()]
+        hint = f" (did you mean {same[0]!r}? registry names are case-sensitive)" if same else did_you_mean(scope, regs)
+        raise UsageError(f"{where}: mod {given!r} names the registry {scope!r}, which does not exist{hint}",
+                         "write @REGISTRY/MOD with a registry of `sparkcluster recipes list`, or add it: "
+                         f"`sparkcluster recipes add-registry {scope} GIT_URL_OR_PATH`")
+    places = registry_mods_dirs(scope, regs[scope])
+    if not places:
+        raise UsageError(f"{where}: mod {given!r}: the registry {scope!r} has no mods folder",
+                         "its manifest (.sparkrun/registry.yaml) names none, and it has no mods/ folder: "
+                         "name a mod of another registry, or one beside the recipe")
+    return places
 
 
 def _first_dir(given: str, where: str, looks: Sequence[tuple[ModPlace, str]]) -> tuple[Path, ModPlace]:
@@ -95,6 +116,8 @@ def _walk(mod_dir: Path, shown: str) -> list[tuple[str, Path, int]]:
     not a regular file (a FIFO would hang the read, a device would be read) are refused."""
     root = paths.real(mod_dir)
     files: list[tuple[str, Path, int]] = []
+    names: dict[tuple[int, int], set[Path]] = {}  # each file's names inside the mod, by (device, inode)
+    links: dict[tuple[int, int], tuple[str, int]] = {}  # a name of it and how many names it has in all
 
     def visit(folder: Path, prefix: str, above: tuple[Path, ...]) -> None:
         try:
@@ -109,17 +132,26 @@ def _walk(mod_dir: Path, shown: str) -> list[tuple[str, Path, int]]:
                 raise UsageError(f"{shown}: {rel} is a symlink to nothing (or to itself)", LINK_FIX) from None
             if not target.is_relative_to(root):
                 raise UsageError(f"{shown}: {rel} is a symlink out of the mod (to {target})", LINK_FIX)
-            mode = target.stat().st_mode
+            st = target.stat()
+            mode = st.st_mode
             if stat.S_ISDIR(mode):
                 if target in above:
                     raise UsageError(f"{shown}: {rel} is a symlink to a folder that holds it", LINK_FIX)
                 visit(target, f"{rel}/", (*above, target))
             elif stat.S_ISREG(mode):
+                names.setdefault((st.st_dev, st.st_ino), set()).add(target)
+                links[(st.st_dev, st.st_ino)] = (rel, st.st_nlink)
                 files.append((rel, target, _mode(mode, rel)))
             else:
                 raise UsageError(f"{shown}: {rel} is not a regular file", "a mod holds regular files and folders")
 
     visit(root, "", (root,))
+    for inode, (rel, count) in links.items():
+        if count > len(names[inode]):
+            raise UsageError(f"{shown}: {rel} is a hard link: the file has {count} names, "
+                             f"{count - len(names[inode])} of them outside the mod, so it may be any file of this "
+                             "machine", "copy the file into the mod (`cp --remove-destination SOURCE "
+                             f"{rel}`) instead of linking it")
     return files
 
 

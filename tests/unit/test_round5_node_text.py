@@ -5,6 +5,7 @@ escape sequences that clear the screen or set the window's title; an odd interfa
 from __future__ import annotations
 
 import io
+from dataclasses import replace
 from pathlib import Path
 
 from rich.console import Console
@@ -41,8 +42,11 @@ def test_facts_show_the_driver_without_the_escapes_around_it():
     text = (FIXTURES / "probe-spark.txt").read_text().replace("NVIDIA GB10, 580.159.03", f"NVIDIA GB10, {WRAPPED}590.48.01")
     facts = parse_probe(text)
     assert facts.gpu is not None and facts.gpu.driver_version == "590.48.01"
+    odd = replace(facts.interfaces[-1], name="e\x1b]0;T\x07[red]x")
+    facts = replace(facts, interfaces=(*facts.interfaces[:-1], odd), hf_cache="/h\x1b[2J/hf")
     shown = printed(lambda c: facts_table(c, "spark-3", "192.168.103.13", facts))
     assert "driver 590.48.01" in shown and "\x1b" not in shown and "PWNED" not in shown
+    assert "e[red]x" in shown and "/h/hf" in shown  # the name as text: no title set, no markup read
 
 
 def test_doctor_prints_node_text_as_text_not_escapes_or_markup():
