@@ -11,6 +11,7 @@ from ..engine.inventory import Host, Inventory
 from ..engine.session import Session
 from ..engine.transport import remote_path
 from ..node.network import cable_order, comm_env_path, rank_order
+from .apikey import API_KEY_ENV, environment_key
 from .launch import Node
 from .runtime import NodeEnv
 
@@ -40,8 +41,16 @@ def node_env(inventory: Inventory, host: Host, extra: Mapping[str, str] | None =
     for scope in (inventory.vars, host.vars):
         env.update({str(k): str(v) for k, v in (scope.get("serve_env") or {}).items()})
     env.update(extra or {})
-    secrets = {k: v for k, v in env.items() if is_secret_name(k)}
+    # vLLM's API key is a secret whatever the rule for names says: it must never reach a command line.
+    secrets = {k: v for k, v in env.items() if is_secret_name(k) or k == API_KEY_ENV}
     broken = [k for k, v in secrets.items() if "\n" in v or "\0" in v]  # stdin carries one line per secret
     if broken:
         raise SparkclusterError(f"{host.name}: the value of {broken[0]} holds a line break", "give a secret as one line")
     return NodeEnv(comm_env_path(host), {k: v for k, v in env.items() if k not in secrets}, secrets)
+
+
+def client_api_key(inventory: Inventory, head: Host) -> str | None:
+    """The key a client of the served endpoint sends (`status`, `bench`): this machine's VLLM_API_KEY, else the
+    one the inventory gives the head's vLLM (serve_env). A key given to serve by flag is in neither: serve kept it
+    nowhere (its record included), so the client is told where to give it when the endpoint answers 401."""
+    return environment_key() or node_env(inventory, head).api_key

@@ -24,6 +24,7 @@ from ..recipes.load import Recipe, build_fix, draft_models, merged_flags
 from ..recipes.types import Mod
 from ..staging.chain import StageResult
 from ..staging.stager import stage
+from .apikey import key_to_env
 from .image import MissingImage, check_images, sync_image
 from .launch import DEFAULT_IMAGE, DEFAULT_VLLM_PORT, Launcher, Node, RuntimeName, ServeArgs
 from .lifecycle import diagnosis, gone, ray_commands, running_current, start, stop_everywhere, vllm_commands
@@ -68,9 +69,10 @@ class ServeOptions:
         model = self.model or self.recipe.model
         if not model:
             raise UsageError(f"recipe {self.recipe.name!r} names no model", "give one with --model ORG/NAME")
+        # vLLM's API key leaves its command line (every user of a node reads that) for its environment (stdin).
+        flags, env = key_to_env(merged_flags(self.recipe, self.extra), self.recipe.env)
         return ServeArgs(model=model, tp=self.tp or 0, pp=self.pp or 1, port=self.port or self.recipe.port or DEFAULT_VLLM_PORT,
-                         served_name=self.served_name or self.recipe.served_model_name or model,
-                         flags=merged_flags(self.recipe, self.extra), env=dict(self.recipe.env))
+                         served_name=self.served_name or self.recipe.served_model_name or model, flags=flags, env=env)
 
 
 @dataclass
@@ -102,6 +104,7 @@ class ServeResult:
     verify: VerifyResult | None = None
     reused_ray: bool = False
     skipped: dict[str, str] = field(default_factory=dict)  # phase -> why it had nothing to do (what was reused)
+    api_key: bool = False  # the endpoint wants an API key (never the key itself: this result is --json's output)
 
 
 def up(session: Session, opts: ServeOptions, phases: Phases,
@@ -145,6 +148,7 @@ def _recorded_fingerprint(session: Session) -> str | None:
 
 def serve(session: Session, opts: ServeOptions, emit: Emit) -> ServeResult:
     args = opts.serve_args()
+    api_key = node_env(session.inventory, session.head, args.env).api_key  # what the head's vLLM will want
     phases = Phases()
     reused = False
     try:
@@ -177,7 +181,7 @@ def serve(session: Session, opts: ServeOptions, emit: Emit) -> ServeResult:
         ready: Readiness = phases.run(
             "ready", lambda: wait_ready(base, args.served_name or args.model, opts.ready_timeout,
                                         lambda: gone(session, runtime, opts.launcher),
-                                        lambda: diagnosis(session, runtime, opts.launcher)),
+                                        lambda: diagnosis(session, runtime, opts.launcher), api_key),
             emit)
     except BaseException:
         stop_everywhere(session)
@@ -185,7 +189,8 @@ def serve(session: Session, opts: ServeOptions, emit: Emit) -> ServeResult:
         raise
     served_name = args.served_name or args.model
     result = ServeResult(endpoint(session.head, args.port), args.model, served_name, opts.runtime, opts.launcher,
-                         list(nodes.values()), phases.seconds, ready, verified, reused, phases.skipped)
+                         list(nodes.values()), phases.seconds, ready, verified, reused, phases.skipped,
+                         api_key is not None)
     fingerprint = (ray_fingerprint(session, ray_commands(session, runtime, nodes, opts.recipe.env), opts.recipe.mods)
                    if opts.launcher == "ray" else None)
     # What produced the numbers bench measures later: published figures compare only with their configuration.

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..engine.errors import SparkclusterError
+from .apikey import bearer, unauthorized
 
 # /health is one small HTTP request to the head, answered at once (refused while vLLM starts, then 200): polled 4x
 # a second it costs nothing, and serve returns within a quarter second of vLLM being up, not within a second.
@@ -31,10 +32,12 @@ class Readiness:
     completion_text: str
 
 
-def http(url: str, body: dict[str, object] | None = None, timeout: float = 5.0) -> tuple[int, str]:
-    """(status, text); status 0 when nothing answered."""
+def http(url: str, body: dict[str, object] | None = None, timeout: float = 5.0,
+         api_key: str | None = None) -> tuple[int, str]:
+    """(status, text); status 0 when nothing answered. `api_key`: sent as vLLM wants it (a bearer token)."""
     data = json.dumps(body).encode() if body is not None else None
-    request = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"} if data else {})
+    headers = {**({"Content-Type": "application/json"} if data else {}), **bearer(api_key)}
+    request = urllib.request.Request(url, data=data, headers=headers)
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:
             return response.status, response.read().decode(errors="replace")
@@ -52,9 +55,10 @@ def served_models(text: str) -> list[str]:
 
 
 def wait_ready(base_url: str, served_name: str, deadline_s: float, still_running: Callable[[], str | None],
-               diagnose: Callable[[], str]) -> Readiness:
+               diagnose: Callable[[], str], api_key: str | None = None) -> Readiness:
     """Wait for the three checks in turn. `still_running` returns why the server is gone (or None while it
-    runs); `diagnose` gives the log tail and what it shows, for the error."""
+    runs); `diagnose` gives the log tail and what it shows, for the error. `api_key`: the key vLLM was given,
+    sent with every request (/health is not guarded; /v1 is)."""
     start = time.monotonic()
     deadline = start + deadline_s
 
@@ -76,12 +80,16 @@ def wait_ready(base_url: str, served_name: str, deadline_s: float, still_running
             raise fail(f"did not answer /health within {deadline_s:.0f} s (last status {status or 'no answer'})")
         time.sleep(POLL_S)
     health_s = time.monotonic() - start
-    status, text = http(f"{base_url}/v1/models", timeout=30)
+    status, text = http(f"{base_url}/v1/models", timeout=30, api_key=api_key)
+    if status == 401:
+        raise unauthorized_to_serve(f"{base_url}/v1/models", api_key)
     if status != 200 or served_name not in served_models(text):
         raise fail(f"/v1/models answered {status} without {served_name!r} (it lists {served_models(text)})")
     models_s = time.monotonic() - start
     body = {"model": served_name, "prompt": "The DGX Spark is", "max_tokens": 4, "temperature": 0}
-    status, text = http(f"{base_url}/v1/completions", body, timeout=COMPLETION_TIMEOUT_S)
+    status, text = http(f"{base_url}/v1/completions", body, timeout=COMPLETION_TIMEOUT_S, api_key=api_key)
+    if status == 401:
+        raise unauthorized_to_serve(f"{base_url}/v1/completions", api_key)
     try:
         completion = json.loads(text)["choices"][0]["text"] if status == 200 else None
     except (ValueError, KeyError, IndexError, TypeError):
@@ -89,3 +97,12 @@ def wait_ready(base_url: str, served_name: str, deadline_s: float, still_running
     if completion is None:
         raise fail(f"a completion failed with HTTP {status}: {text.strip()[:300]}")
     return Readiness(health_s, models_s, time.monotonic() - start, completion)
+
+
+def unauthorized_to_serve(url: str, api_key: str | None) -> NotReady:
+    """A 401 to serve's own requests: vLLM wants a key serve did not give it (the node's environment or image sets
+    VLLM_API_KEY), or another server answers on the port."""
+    fix = ("give serve the key vLLM finds on the head (its environment or image sets VLLM_API_KEY): "
+           "`-- --api-key KEY` or serve_env: {VLLM_API_KEY: KEY} in the inventory; or another server answers on "
+           "that port: `sparkcluster down`, then serve again")
+    return NotReady(unauthorized(url, api_key is not None)[0], fix)

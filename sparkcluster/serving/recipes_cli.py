@@ -20,6 +20,7 @@ from ..engine.report import print_json
 from ..recipes import registry as recipe_registry
 from ..recipes.load import bundled_names, load_recipe, merged_flags
 from ..recipes.types import Inputs, Recipe
+from .apikey import key_to_env
 from .launch import DEFAULT_IMAGE, LAUNCHERS, Launcher, Node, ServeArgs, vllm_serve_argv
 from .parallel import choose_launcher
 
@@ -94,8 +95,8 @@ def shown(recipe: Recipe, args: argparse.Namespace) -> dict[str, Any]:
     tp = chosen(args.tp, recipe.tp, "tensor_parallel", args) or 1
     # no runtime is known here: the launcher serve takes on the host runtime (docker with mods keeps Ray)
     launcher: Launcher = choose_launcher(args.launcher, recipe, tp * pp, None)
-    serve = ServeArgs(model, tp, pp, recipe.port or 8000, recipe.served_model_name or model,
-                      merged_flags(recipe, tuple(getattr(args, "remote", None) or ())), dict(recipe.env))
+    flags, env = key_to_env(merged_flags(recipe, tuple(getattr(args, "remote", None) or ())), recipe.env)
+    serve = ServeArgs(model, tp, pp, recipe.port or 8000, recipe.served_model_name or model, flags, env)
     nnodes = tp * pp
     nodes = [Node(f"node{r}", r, f"<node{r} fabric ip>", "<head fabric ip>") for r in range(nnodes)]
     lines = [shlex.join(vllm_serve_argv(serve, launcher, n, nnodes)) for n in nodes]
@@ -103,7 +104,7 @@ def shown(recipe: Recipe, args: argparse.Namespace) -> dict[str, Any]:
         lines = lines[:1] + ["(a Ray worker: vLLM's ranks are placed by Ray)"] * (nnodes - 1)
     return {"name": recipe.name, "format": recipe.format, "source": recipe.source, "registry": recipe.registry,
             "trusted": recipe.trusted, "model": model, "image": recipe.container or DEFAULT_IMAGE, "tp": tp, "pp": pp,
-            "nodes": nnodes, "launcher": launcher, "env": masked_env(recipe.env),
+            "nodes": nnodes, "launcher": launcher, "env": masked_env(env),
             "mods": [{"name": m.name, "from": str(m.path), "given": m.given} for m in recipe.mods],
             "commands": lines, "warnings": list(recipe.warnings)}
 

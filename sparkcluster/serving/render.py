@@ -51,7 +51,8 @@ def serving(console: Console, result: ServeResult) -> None:
     console.print(f"  {timings}", highlight=False)
     for phase, why in result.skipped.items():
         console.print(f"  skipped {phase}: {escape(why)}", highlight=False)
-    console.print(f"  try: curl {result.endpoint}/completions -H 'Content-Type: application/json' "
+    key = " -H \"Authorization: Bearer $VLLM_API_KEY\"" if result.api_key else ""  # the variable: never the key
+    console.print(f"  try: curl {result.endpoint}/completions -H 'Content-Type: application/json'{key} "
                   f"-d '{{\"model\": \"{result.served_name}\", \"prompt\": \"Hello\", \"max_tokens\": 16}}'",
                   highlight=False, markup=False)
 
@@ -96,6 +97,8 @@ def status_table(console: Console, state: ClusterStatus) -> None:
             console.print(f"  {escape(server.figures.summary())}", highlight=False)
         elif server.metrics_error:
             console.print(f"  no figures: {escape(server.metrics_error)}", highlight=False)
+        if server.models_error:
+            console.print(f"  no model list: {escape(server.models_error)}", highlight=False)
 
 
 def stopped(console: Console, outcomes: dict[str, NodeStopped]) -> None:

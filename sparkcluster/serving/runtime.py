@@ -18,6 +18,7 @@ from ..engine.errors import UsageError
 from ..engine.inventory import Host
 from ..engine.remote import source_env
 from ..staging.images import ImageInfo
+from .apikey import API_KEY_ENV
 from .caches import host_exports, make_dir_line
 from .launch import CONTAINER, DEFAULT_IMAGE, RuntimeName, docker_run_line
 
@@ -38,6 +39,11 @@ class NodeEnv:
     env_file: str  # remote path, `~/` allowed
     env: Mapping[str, str] = field(default_factory=dict)
     secrets: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def api_key(self) -> str | None:
+        """The key vLLM started with this env wants of its clients (serving/apikey.py); None: it wants none."""
+        return self.secrets.get(API_KEY_ENV) or None
 
     def reader(self) -> str:
         """The line that takes the secrets off stdin, first in a start command (empty without secrets)."""
@@ -99,9 +105,11 @@ class DockerRuntime(Runtime):
                                            pass_env=tuple(env.secrets)))
 
     def start_vllm_on_main(self, argv: Sequence[str], env: NodeEnv) -> Command:
-        # The container already holds the env (--env-file, -e): no `bash -i` and .bashrc needed, as in eugr's.
+        # The container already holds the env (--env-file, -e): no `bash -i` and .bashrc needed, as in eugr's. Its
+        # secrets are passed again, by name: vLLM's own (its API key) were not among Ray's when the container started.
         inner = f"echo $$ > {CONTAINER_VLLM_PID}; exec {shlex.join(argv)} >> {CONTAINER_VLLM_LOG} 2>&1"
-        return Command.argv(["docker", "exec", "-d", CONTAINER, "sh", "-c", inner])
+        by_name = [a for name in sorted(env.secrets) for a in ("-e", name)]
+        return env.started(shlex.join(["docker", "exec", "-d", *by_name, CONTAINER, "sh", "-c", inner]))
 
     def run_in_env(self, argv: Sequence[str], env: NodeEnv, twin: bool = False) -> Command:
         """In the running vllm_node; with `twin`, where it does not run, in a short-lived container with the

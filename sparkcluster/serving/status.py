@@ -14,11 +14,12 @@ from ..engine.session import Session
 from ..engine.transport import Unreachable
 from ..nccl.verify import LAST_VERIFY_COMMAND, last_verify
 from ..observe.scrape import EndpointFigures, fetch, figures
+from .apikey import unauthorized
 from .caches import parse_size, size_command
 from .membership import judge_members, ray_members
-from .nodes import read_nodes
+from .nodes import client_api_key, read_nodes
 from .readiness import http, served_models
-from .record import ServeRecord, fabric_ips, other_ips, read_record
+from .record import ServeRecord, Serving, fabric_ips, other_ips, read_record
 from .runtime import RuntimeChoice
 
 SUMMARY_WINDOW_S = 1.0  # the interval status' one-line endpoint summary covers
@@ -81,6 +82,7 @@ class ServerStatus:
     models: tuple[str, ...]
     figures: EndpointFigures | None = None  # from /metrics over one second, as `top` shows them
     metrics_error: str | None = None
+    models_error: str | None = None  # why /v1/models listed nothing (a 401: the key it wants, and where to give it)
 
     @property
     def healthy(self) -> bool:
@@ -115,7 +117,7 @@ class ClusterStatus:
                 "endpoint": self.server.endpoint, "model": self.server.model, "served_name": self.server.served_name,
                 "health": self.server.health, "models": list(self.server.models),
                 "figures": None if self.server.figures is None else self.server.figures.to_json(),
-                "metrics_error": self.server.metrics_error}
+                "metrics_error": self.server.metrics_error, "models_error": self.server.models_error}
         doc["nodes"] = {name: node.to_json() for name, node in self.nodes.items()}
         return doc
 
@@ -164,15 +166,19 @@ def status(session: Session, chosen: RuntimeChoice) -> ClusterStatus:
                             tuple(judge_members(members, fabric_ips(session), other_ips(session))))
         except SparkclusterError as e:
             ray = RayStatus(error=e.message)
-    server = None
-    if serving:
-        base = f"http://{session.head.address}:{serving.port}"
-        health, _ = http(f"{base}/health")
-        code, text = http(f"{base}/v1/models")
-        measured, metrics_error = endpoint_figures(f"{base}/metrics") if health == 200 else (None, None)
-        server = ServerStatus(serving.endpoint, serving.model, serving.served_name, health,
-                              tuple(served_models(text)) if code == 200 else (), measured, metrics_error)
-    return ClusterStatus(record, nodes, ray, server)
+    return ClusterStatus(record, nodes, ray, server_status(session, serving) if serving else None)
+
+
+def server_status(session: Session, serving: Serving) -> ServerStatus:
+    """vLLM's health, its model list (asked with the key a client sends: serving/apikey.py) and its figures."""
+    base = f"http://{session.head.address}:{serving.port}"
+    health, _ = http(f"{base}/health")
+    api_key = client_api_key(session.inventory, session.head)
+    code, text = http(f"{base}/v1/models", api_key=api_key)
+    measured, metrics_error = endpoint_figures(f"{base}/metrics") if health == 200 else (None, None)
+    models_error = "; ".join(unauthorized(f"{base}/v1/models", api_key is not None)) if code == 401 else None
+    return ServerStatus(serving.endpoint, serving.model, serving.served_name, health,
+                        tuple(served_models(text)) if code == 200 else (), measured, metrics_error, models_error)
 
 
 def endpoint_figures(url: str, window_s: float = SUMMARY_WINDOW_S) -> tuple[EndpointFigures | None, str | None]:
