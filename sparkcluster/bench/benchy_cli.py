@@ -171,12 +171,12 @@ def cmd(args: argparse.Namespace, target: Target, plan_: Plan, head_tokenizer: P
             arena.write(plan_.out, plan_.profile, target, plan_.opts, started, plan_.cells, bool(done_before))
     try:
         if not model:
-            model = asyncio.run(served_model(target.base_url, args.timeout))
+            model = asyncio.run(served_model(target.base_url, args.timeout, target.api_key))
             target = dataclasses.replace(target, model=model)
         corpus = corpus_for(args, model, target.config.get("hf_model"), head_tokenizer)
         say(f"bench --method llama-benchy: {target.base_url}, model {model}, tokenizer {corpus.tokenizer.name}, "
             f"{len(todo)} cell(s)")
-        client = Client(target.base_url, model, args.timeout)
+        client = Client(target.base_url, model, args.timeout, target.api_key)
         if todo:
             asyncio.run(session_run(client, corpus, plan_.opts, todo, outcome, say, done,
                                     session_warmup=not args.no_warmup, skipped=len(done_before),

@@ -17,6 +17,8 @@ from typing import Any
 
 import aiohttp
 
+from ..engine.errors import SparkclusterError
+from ..serving.apikey import bearer, request_error, unauthorized
 from .sse import BadResponse, data_lines, parse_event, read_document
 
 CONTEXT_LOAD_USER_MESSAGE = "."  # vLLM rejects an empty user turn; llama-benchy's context load sends this
@@ -63,12 +65,12 @@ class Client:
     base_url: str
     model: str
     timeout: float  # seconds one request may take in all
-    api_key: str = "EMPTY"
+    api_key: str | None = field(default=None, repr=False)  # None: llama-benchy's placeholder, "EMPTY"
     tally: Tally = field(default_factory=Tally)
 
     @property
     def headers(self) -> dict[str, str]:
-        return {"Authorization": f"Bearer {self.api_key}"}
+        return bearer(self.api_key or "EMPTY")
 
     def payload(self, messages: list[dict[str, str]], max_tokens: int, no_cache: bool) -> dict[str, Any]:
         body: dict[str, Any] = {"model": self.model, "messages": messages, "max_tokens": max_tokens,
@@ -98,7 +100,7 @@ class Client:
         async with session.post(f"{self.base_url}/chat/completions", json=body, headers=self.headers) as response:
             if response.status != 200:
                 text = (await response.content.read(300)).decode("utf-8", "replace").strip()
-                result.error = f"HTTP {response.status}: {text}"
+                result.error = request_error(response.status, text, self.api_key is not None)
                 return
             chunks: list[Chunk] = []
             usage_completion: int | None = None
@@ -190,6 +192,9 @@ async def _post_json(client: Client, session: aiohttp.ClientSession, body: dict[
     async with asyncio.timeout(client.timeout):
         async with session.post(f"{client.base_url}/chat/completions", json=body,
                                 headers=client.headers) as response:
+            if response.status == 401:  # no request will pass: said as such, not as a bad answer
+                raise SparkclusterError(*unauthorized(f"{client.base_url}/chat/completions",
+                                                      client.api_key is not None))
             if response.status != 200:
                 text = (await response.content.read(300)).decode("utf-8", "replace").strip()
                 raise BadResponse(f"HTTP {response.status}: {text}")

@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 from ..engine.errors import SparkclusterError
+from ..serving.apikey import bearer, unauthorized
 from .benchy_client import Client, Tally
 from .benchy_runner import BenchyOptions, Cell, Session, http_session, run_cell, start
 from .benchy_stats import BenchmarkRun
@@ -49,18 +50,21 @@ def _eta(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
-async def served_model(base_url: str, timeout: float) -> str:
+async def served_model(base_url: str, timeout: float, api_key: str | None = None) -> str:
     """The server's first model, as llama-benchy picks one when --model is not given."""
     try:
         async with http_session(1) as session, asyncio.timeout(timeout):
-            async with session.get(f"{base_url}/models") as response:
-                ids = model_ids(await read_document(response)) if response.status == 200 else []
+            async with session.get(f"{base_url}/models", headers=bearer(api_key)) as response:
+                status = response.status
+                ids = model_ids(await read_document(response)) if status == 200 else []
     except (TimeoutError, OSError, BadResponse) as e:
         raise SparkclusterError(f"{base_url}/models did not say which model is served: {e or 'timed out'}",
                                 "give --model NAME") from None
     except Exception as e:  # aiohttp's errors for an address nothing answers at
         raise SparkclusterError(f"nothing answers at {base_url}: {e}", "check --url, or serve a model first"
                                 ) from None
+    if status == 401:
+        raise SparkclusterError(*unauthorized(f"{base_url}/models", api_key is not None))
     if not ids:
         raise SparkclusterError(f"{base_url}/models lists no model", "give --model NAME")
     return ids[0]

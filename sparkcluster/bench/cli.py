@@ -186,7 +186,7 @@ def cmd_bench(args: argparse.Namespace, connect: Connect) -> int:
     try:
         if bar:
             bar.start()
-        asyncio.run(sweep(target.base_url, target.model, opts, levels, prepared, emit))
+        asyncio.run(sweep(target.base_url, target.model, opts, levels, prepared, emit, target.api_key))
     except BenchFailed as e:
         failure, code = e, EXIT_FAILED
     except KeyboardInterrupt:

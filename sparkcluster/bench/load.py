@@ -21,6 +21,7 @@ from typing import Any
 
 import aiohttp
 
+from ..serving.apikey import bearer, request_error
 from .sse import BadResponse, Usage, data_lines, parse_event
 from .timeline import RequestTimeline, RunTimeline
 
@@ -31,13 +32,18 @@ class Endpoint:
     model: str
 
 
-def session(max_streams: int, timeout_s: float) -> aiohttp.ClientSession:
+def session(max_streams: int, timeout_s: float, api_key: str | None = None) -> aiohttp.ClientSession:
     """One pool for the whole sweep: connections are reused between requests, as a real client's are.
     `timeout_s` bounds each request as a whole (aiohttp's `total` runs until the body is read), not only a
-    silence: a server that keeps sending tokens or comments forever never stalls a read."""
+    silence: a server that keeps sending tokens or comments forever never stalls a read. `api_key` goes with
+    every request the pool sends."""
     connector = aiohttp.TCPConnector(limit=max_streams + 4, keepalive_timeout=60)
     timeout = aiohttp.ClientTimeout(total=timeout_s, connect=10, sock_read=timeout_s)
-    return aiohttp.ClientSession(connector=connector, timeout=timeout)
+    return aiohttp.ClientSession(connector=connector, timeout=timeout, headers=bearer(api_key))
+
+
+def sends_key(client: aiohttp.ClientSession) -> bool:
+    return "Authorization" in client.headers
 
 
 def request_body(model: str, prompt: str, max_tokens: int) -> dict[str, Any]:
@@ -71,7 +77,8 @@ async def stream_completion(client: aiohttp.ClientSession, endpoint: Endpoint, p
         async with client.post(url, json=request_body(endpoint.model, prompt, max_tokens)) as response:
             if response.status != 200:
                 text = (await response.content.read(300)).decode(errors="replace").strip()
-                return RequestTimeline(start, time.perf_counter(), error=f"HTTP {response.status}: {text}")
+                return RequestTimeline(start, time.perf_counter(),
+                                       error=request_error(response.status, text, sends_key(client)))
             async for now, payload in data_lines(response.content):
                 event = parse_event(payload)
                 if event.error is not None:

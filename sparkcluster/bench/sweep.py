@@ -12,8 +12,9 @@ from dataclasses import dataclass
 import aiohttp
 
 from ..engine.errors import EXIT_FAILED, SparkclusterError
+from ..serving.apikey import unauthorized
 from . import prompts
-from .load import Endpoint, describe_error, run_concurrency, session, stream_completion
+from .load import Endpoint, describe_error, run_concurrency, sends_key, session, stream_completion
 from .metrics import Sampler, ServerSide, summarize
 from .sse import BadResponse, model_ids, read_document
 from .stats import Row, combine, summarize_run
@@ -104,6 +105,8 @@ async def get_json(client: aiohttp.ClientSession, url: str) -> tuple[int, object
 async def resolve_model(client: aiohttp.ClientSession, base_url: str, wanted: str | None) -> str:
     url = f"{base_url}/models"
     status, doc = await get_json(client, url)
+    if status == 401:
+        raise BenchFailed(*unauthorized(url, sends_key(client)))
     if status != 200:
         raise BenchFailed(f"{url} answered HTTP {status}, not a model list", FIX)
     try:
@@ -142,8 +145,8 @@ async def calibrate(client: aiohttp.ClientSession, endpoint: Endpoint, target: i
 
 
 async def sweep(base_url: str, model: str | None, opts: SweepOptions, levels: list[Level],
-                prepared: Prepared, emit: Emit = ignore) -> None:
-    async with session(max(opts.concurrency), opts.timeout_s) as client:
+                prepared: Prepared, emit: Emit = ignore, api_key: str | None = None) -> None:
+    async with session(max(opts.concurrency), opts.timeout_s, api_key) as client:
         prepared.model = await resolve_model(client, base_url, model)
         _, version = await get_json(client, f"{root_of(base_url)}/version")
         served_version = version.get("version") if isinstance(version, dict) else None

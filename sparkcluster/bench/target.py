@@ -11,6 +11,8 @@ from urllib.parse import urlsplit
 
 from ..engine.errors import SparkclusterError, UsageError
 from ..engine.session import Session
+from ..serving.apikey import environment_key
+from ..serving.nodes import client_api_key
 from ..serving.record import ServeRecord
 from ..serving.runtime import RuntimeChoice
 from ..serving.status import recorded
@@ -22,6 +24,9 @@ class Target:
     base_url: str  # http://host:port/v1
     model: str | None  # the served name; None: the server's only (first) model
     config: dict[str, Any] = field(default_factory=dict)
+    # What the endpoint wants as `Authorization: Bearer` (serving/apikey.py); kept out of the config and of repr(),
+    # which bench's outputs and errors show.
+    api_key: str | None = field(default=None, repr=False)
 
 
 def base_url(url: str) -> str:
@@ -39,10 +44,11 @@ def base_url(url: str) -> str:
 
 
 def from_url(url: str, model: str | None) -> Target:
-    return Target(base_url(url), model, {"endpoint": base_url(url), "source": "--url"})
+    """Any endpoint: its key, if it wants one, from this machine's VLLM_API_KEY."""
+    return Target(base_url(url), model, {"endpoint": base_url(url), "source": "--url"}, environment_key())
 
 
-def from_record(record: ServeRecord | None, image_id: str | None) -> Target:
+def from_record(record: ServeRecord | None, image_id: str | None, api_key: str | None = None) -> Target:
     """The endpoint and configuration of the last `serve`, from its record on the head."""
     serving = record.serving if record else None
     if record is None or serving is None:
@@ -59,13 +65,14 @@ def from_record(record: ServeRecord | None, image_id: str | None) -> Target:
         "recipe": serving.recipe, "recipe_flags": list(serving.flags),
         "nccl_verdict": None if verify is None else {"backend": verify.backend, "status": str(verify.status),
                                                      "cause": verify.cause},
-    })
+    }, api_key)
 
 
 def from_cluster(session: Session) -> Target:
-    """Read the head's record (one SSH read) and, where docker serves, the head's image ID."""
+    """Read the head's record (one SSH read) and, where docker serves, the head's image ID; the key the endpoint
+    wants from this machine's VLLM_API_KEY, else the inventory's serve_env."""
     record, runtime = recorded(session, RuntimeChoice("docker"))
     image_id = None
     if record and record.serving and runtime.name == "docker":
         image_id = inspect(session.transport(session.head), runtime.image).id
-    return from_record(record, image_id)
+    return from_record(record, image_id, client_api_key(session.inventory, session.head))
