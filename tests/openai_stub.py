@@ -39,6 +39,7 @@ class StubOptions:
     chunk_bytes: int = 0  # pad each token's text to about this size (0: short words)
     prefill_tps: float = 0.0  # prompt tokens per second before the first token (0: ttft alone)
     answer: str = "Paris."  # what a chat request that is not streamed answers
+    api_key: str = ""  # as vLLM's --api-key: /v1 answers 401 without `Authorization: Bearer KEY` ("": no key)
 
 
 @dataclass
@@ -53,11 +54,17 @@ class StubState:
 
 async def read_request(reader: asyncio.StreamReader) -> tuple[str, str, bytes]:
     """(method, path, body) of the next HTTP/1.1 request on a kept-alive connection."""
+    method, path, _, body = await read_request_headers(reader)
+    return method, path, body
+
+
+async def read_request_headers(reader: asyncio.StreamReader) -> tuple[str, str, dict[str, str], bytes]:
+    """(method, path, headers by lowercase name, body) of the next request."""
     head = await reader.readuntil(b"\r\n\r\n")
     lines = head.decode("latin-1").split("\r\n")
     method, path, _ = lines[0].split(" ", 2)
     headers = {k.strip().lower(): v.strip() for k, _, v in (h.partition(":") for h in lines[1:] if h)}
-    return method, path, await reader.readexactly(int(headers.get("content-length", "0")))
+    return method, path, headers, await reader.readexactly(int(headers.get("content-length", "0")))
 
 
 class Stub:
@@ -67,11 +74,16 @@ class Stub:
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             while True:
-                method, path, body = await read_request(reader)
-                if method == "POST" and path in ("/v1/completions", "/v1/chat/completions"):
+                method, path, headers, body = await read_request_headers(reader)
+                key = self.options.api_key
+                if key and path.startswith("/v1") and headers.get("authorization") != f"Bearer {key}":
+                    self.send_json(writer, 401, {"error": "Unauthorized"})  # vLLM's answer, word for word
+                elif method == "POST" and path in ("/v1/completions", "/v1/chat/completions"):
                     await self.complete(json.loads(body), writer, chat=path.endswith("chat/completions"))
                 elif path == "/v1/models":
                     self.send_json(writer, 200, {"object": "list", "data": [{"id": self.options.model}]})
+                elif path == "/health":  # never guarded, as in vLLM
+                    self.send(writer, 200, b"", "application/json")
                 elif path == "/version":
                     self.send_json(writer, 200, {"version": "stub"})
                 elif path == "/metrics":
