@@ -27,6 +27,7 @@ from tests.integration.rings import (
     each_cable_its_own_subnets,
     eugr_clone,
     found_before_addressing,
+    ipv4,
     node_address,
     node_logs,
     ready_to_serve,
@@ -76,6 +77,23 @@ def test_neighbours_answer_over_each_link_and_the_comm_env_is_the_rings(ring3):
 
 
 # ---- verify --------------------------------------------------------------------------------------------------
+
+def test_an_address_two_nodes_hold_is_named_a_duplicate_not_a_switch(c3):
+    """Round 5's M3: spark-2's address on the spark-1 <-> spark-2 cable, also on spark-3's port toward spark-1 (one
+    `ip addr add`): `topology` names the duplicate address and the removal that fixes it, and reads no switch."""
+    stray = ipv4(c3, "spark-2")["enp1s0f0np0"]  # its end of the cable from spark-1's port 1, twin 0
+    c3.exec_in("spark-3", ["ip", "addr", "add", stray, "dev", "enp1s0f1np1"], check=True)
+    try:
+        out = run_cli("topology", "-i", str(c3.inventory_path))
+        text = " ".join(out.stdout.split())
+        assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr
+        assert (f"x duplicate address {stray.split('/')[0]}: spark-3 (enp1s0f1np1) and spark-2 (enp1s0f0np0) both "
+                "hold it") in text, text
+        assert f"on spark-3: `sudo ip addr del {stray} dev enp1s0f1np1`" in text and "switch" not in text, text
+        assert "fabric: ring of 3 node(s)" in text, text
+    finally:
+        c3.exec_in("spark-3", ["ip", "addr", "del", stray, "dev", "enp1s0f1np1"], check=True)
+
 
 def verify(c: SimCluster, *args: str) -> tuple[int, dict, str]:
     out = run_cli("verify", str(c.inventory_path), "--json", *args)
