@@ -52,11 +52,16 @@ def group_runs(files: Sequence[FileLog]) -> list[Run]:
             groups[index].append((f.path, rank))
             for c in rank.comm_ids:
                 by_comm.setdefault(c, index)
+    in_files: dict[str, list[int]] = {}  # a file's groups, in order: looked up, not searched (20,000 files)
+    for index, group in enumerate(groups):
+        for path in dict.fromkeys(path for path, _ in group):
+            in_files.setdefault(path, []).append(index)
     for f in files:
-        in_file = [i for i, g in enumerate(groups) if any(path == f.path for path, _ in g)]
+        in_file = in_files.get(f.path, [])
         loose = [r for r in f.ranks if not r.comm_ids]
         if loose and not in_file:
             groups.append([(f.path, r) for r in loose])
+            in_files[f.path] = [len(groups) - 1]
             continue
         for rank in loose:
             nearest = min(in_file, key=lambda i: min(abs(r.first_line - rank.first_line)
@@ -66,8 +71,8 @@ def group_runs(files: Sequence[FileLog]) -> list[Run]:
     alone: dict[tuple[str, int], list[BandwidthTable]] = {}
     for f in files:
         for table in f.tables:
-            before = [(max(r.first_line for path, r in g if path == f.path), i) for i, g in enumerate(groups)
-                      if any(path == f.path and r.first_line <= table.line for path, r in g)]
+            before = [(max(r.first_line for path, r in groups[i] if path == f.path), i) for i in in_files.get(f.path, [])
+                      if any(path == f.path and r.first_line <= table.line for path, r in groups[i])]
             if before:
                 tables[max(before)[1]].append(table)
             else:
