@@ -134,8 +134,9 @@ class Duplicate:
         names = " and ".join(f"{node} ({netdev})" for node, netdev, _ in self.holders)
         removals = ", or ".join(f"on {node}: `sudo ip addr del {held} dev {shlex.quote(netdev)}`"
                                 for node, netdev, held in self.holders)
-        return Problem(f"duplicate address {self.address}: {names} both hold it, so discovery cannot tell which of "
-                       "them answers from it",
+        both = "both" if len(self.holders) == 2 else "all"
+        return Problem(f"duplicate address {self.address}: {names} {both} hold it, so discovery cannot tell which "
+                       "of them answers from it",
                        f"remove it from the node that should not hold it ({removals}); then run topology again")
 
 
@@ -148,11 +149,14 @@ def duplicate_addresses(facts: Mapping[str, HostFacts]) -> tuple[Duplicate, ...]
     for node, interface in twins:
         for i, address in enumerate(interface.ipv4):
             held.setdefault(str(address.ip), []).append((i == 0, node, interface.name, address))
-    return tuple(
-        Duplicate(ip, tuple((node, netdev, a) for _, node, netdev, a in sorted(holders, key=lambda h: h[0])),
-                  tuple((node, i.name) for node, i in twins if any(a.ip in own.network for own in i.ipv4)))
-        for ip, holders in held.items() if len({node for _, node, _, _ in holders}) > 1
-        for a in [holders[0][3]])
+    duplicates = []
+    for ip, holders in held.items():
+        if len({node for _, node, _, _ in holders}) > 1:
+            address = holders[0][3]
+            duplicates.append(Duplicate(
+                ip, tuple((node, netdev, a) for _, node, netdev, a in sorted(holders, key=lambda h: h[0])),
+                tuple((node, i.name) for node, i in twins if any(address.ip in own.network for own in i.ipv4))))
+    return tuple(duplicates)
 
 
 def unambiguous(sightings: Sightings, facts: Mapping[str, HostFacts],
