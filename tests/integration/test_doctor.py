@@ -1,5 +1,6 @@
 """`sparkcluster doctor` on one simulated 3-node cluster: a clean cluster passes; a node given another driver,
-kernel (without CMA), BIOS (with a twin at x2) or image, or a planted /etc/nccl.conf, is named with the fix.
+kernel (without CMA), BIOS (with a twin at x2) or image, or a planted /etc/nccl.conf, is named with the fix; a
+support bundle of an inventory and node files holding every shape of secret holds none of them.
 
 The hardware values come from the emulators (`sim hardware`); the image is a real Docker image, the same ID on
 every node (copied with docker save | load), and one node's is rebuilt with another NCCL."""
@@ -8,9 +9,12 @@ from __future__ import annotations
 
 import json
 import subprocess
+import tarfile
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
+import yaml
 
 from sparkcluster.sim import SimCluster, UpOptions, image
 from tests.helpers import require_sim, run_cli, ssh, unique_name
@@ -130,3 +134,97 @@ def test_an_image_rebuilt_with_another_nccl_is_named(sim):
         assert named(report, check)[0]["nodes"] == ["spark-2"], check
     assert "2.27.7" in named(report, "NCCL in the image")[0]["summary"]
     assert "image sync" in named(report, "image ID")[0]["fix"]
+
+
+# Every shape of secret round 5's S3 found passing through `doctor --bundle`, each value distinct: where it is planted.
+PLANTED = {
+    "inventory": {"hf": "hf_PlantedInventoryTokenS3xyz0123", "openai": "sk-PlantedOpenAiKeyS3-0123456789",
+                  "wandb": "PlantedWandbKeyS3", "second": "PlantedSecondTokenS3", "url": "PlantedUrlPassS3",
+                  "listed": "PlantedListedPassS3", "folded": "PlantedFoldedSesameS3", "host": "PlantedHostApiKeyS3"},
+    "comm.env": {"openai": "sk-PlantedCommEnvKeyS3-0123456789", "ngc": "PlantedNgcKeyS3"},
+    "last-verify.log": {"basic": "UGxhbnRlZEJhc2ljUzM=", "git": "PlantedGitPassS3", "flag": "sk-PlantedFlagKeyS3-0123",
+                        "pg": "PlantedPgPassS3", "ghp": "ghp_PlantedGithubTokenS3abcdefghij",
+                        "cut": "b3BlbnNzaPlantedCutKeyBodyS3"},
+    "ray-logs.txt": {"putty": "AAAAIPlantedPuttyPrivateS3", "json": "sk-PlantedJsonListS3-0123456",
+                     "listflag": "sk-PlantedListFlagS3-0123456", "pgp": "lQOYBGPlantedPgpBodyS3",
+                     "hf": "hf_PlantedRayLogTokenS3abcdefghij"},
+}
+
+
+def planted_inventory(cluster: SimCluster, path: Path) -> None:
+    secrets = PLANTED["inventory"]
+    doc = yaml.safe_load(cluster.inventory_path.read_text())
+    doc["vars"].setdefault("serve_env", {}).update({"HF_TOKEN": secrets["hf"], "OPENAI_KEY": secrets["openai"],
+                                                    "WANDB_KEY": secrets["wandb"], "HF_TOKEN_2": secrets["second"]})
+    doc["vars"].update(registry_url=f"https://alice:{secrets['url']}@registry.example.com/",
+                       passwords=[secrets["listed"]])
+    doc["hosts"]["spark-1"]["vars"] = {"api_key": secrets["host"]}
+    text = yaml.safe_dump(doc, sort_keys=False)
+    # a password folded over two lines, as written by hand (what the parser gives is not the text as written)
+    path.write_text(text.replace("\nvars:\n", f"\nvars:\n  db:\n    password: >\n      open\n      {secrets['folded']}\n"
+                                               "    user: bob\n", 1))
+
+
+def planted_node_files(cluster: SimCluster) -> None:
+    log, ray = PLANTED["last-verify.log"], PLANTED["ray-logs.txt"]
+    comm = PLANTED["comm.env"]
+    ssh(cluster, "spark-2", "mkdir -p ~/.config/sparkcluster && cat > ~/.config/sparkcluster/comm.env <<'X'\n"
+                            f"NCCL_SOCKET_IFNAME=enp1s0f1np1\nexport OPENAI_KEY={comm['openai']}\n"
+                            f"export NGC_KEY={comm['ngc']}\nX")
+    ssh(cluster, "spark-2", "cat > ~/.config/sparkcluster/last-verify.log <<'X'\n"
+                            f"curl -H 'Authorization: Basic {log['basic']}' https://registry.example.com/v2/\n"
+                            f"git clone https://bob:{log['git']}@github.com/org/repo\n"
+                            f"vllm serve org/model --api-key {log['flag']} --port 8000\n"
+                            f"PGPASSWORD={log['pg']} psql -h db\n"
+                            f"curl -H 'Authorization: token {log['ghp']}' https://api.github.com/user\n"
+                            f"-----BEGIN OPENSSH PRIVATE KEY-----\n{log['cut']}\nX")  # cut: no END line
+    ssh(cluster, "spark-3", "mkdir -p /tmp/ray/session_latest/logs && cat > /tmp/ray/session_latest/logs/raylet.out "
+                            "<<'X'\nPuTTY-User-Key-File-3: ssh-ed25519\nEncryption: none\nPublic-Lines: 1\n"
+                            f"AAAAC3NzaC1lZDI1NTE5AAAAIPublicHalf\nPrivate-Lines: 1\n{ray['putty']}\nPrivate-MAC: 01ab\n"
+                            f"{{\"api_key\": [\"{ray['json']}\"], \"model\": \"m\"}}\n"
+                            f"args: [\"--api-key\", \"{ray['listflag']}\", \"--port\", \"8000\"]\n"
+                            f"-----BEGIN PGP PRIVATE KEY BLOCK-----\n\n{ray['pgp']}\n=ab12\n"
+                            "-----END PGP PRIVATE KEY BLOCK-----\n"
+                            f"HF_TOKEN={ray['hf']} and the inventory's key, unnamed: {PLANTED['inventory']['openai']}\n"
+                            "raylet started\nX")
+
+
+def test_a_bundle_of_every_shape_of_secret_holds_none_of_them(sim, tmp_path):
+    """S3 end to end: an inventory and node files (comm.env lines, a last-verify log, a Ray log) holding every shape
+    the round found passing (16 of 19 then); unpacked, the bundle holds none of them, and the manifest counts them
+    by kind, file by file."""
+    inventory, path = tmp_path / "inventory.yml", tmp_path / "support.tar.gz"
+    planted_inventory(sim, inventory)
+    try:
+        planted_node_files(sim)
+        result = run_cli("doctor", "-i", str(inventory), "--bundle", str(path), timeout=300)
+    finally:
+        ssh(sim, "spark-2", "rm -f ~/.config/sparkcluster/comm.env ~/.config/sparkcluster/last-verify.log")
+        ssh(sim, "spark-3", "rm -rf /tmp/ray")
+    assert result.returncode in (0, 1) and path.is_file(), result.stdout + result.stderr
+    with tarfile.open(path) as tar:
+        tar.extractall(tmp_path / "unpacked", filter="data")
+    root = tmp_path / "unpacked" / "support"
+    files = {str(p.relative_to(root)): p.read_text() for p in root.rglob("*") if p.is_file()}
+    leaks = [(name, value) for values in PLANTED.values() for value in values.values()
+             for name, text in files.items() if value in text]
+    assert not leaks, leaks
+    # what is no secret is still there to diagnose
+    assert "NCCL_SOCKET_IFNAME=enp1s0f1np1" in files["nodes/spark-2/comm.env"]
+    assert "raylet started" in files["nodes/spark-3/ray-logs.txt"] and "PublicHalf" in files["nodes/spark-3/ray-logs.txt"]
+    kept = yaml.safe_load(files["inventory.yml"])
+    assert kept["vars"]["db"]["user"] == "bob" and kept["vars"]["registry_url"].endswith("@registry.example.com/")
+    scrubbed = json.loads(files["MANIFEST.json"])["scrubbed"]["files"]
+    assert scrubbed["nodes/spark-2/comm.env"] == {"the value of OPENAI_KEY": 1, "the value of NGC_KEY": 1}
+    assert scrubbed["nodes/spark-2/last-verify.log"] == {
+        "a Basic authorization": 1, "a password in a URL": 1, "the value of --api-key": 1, "the value of PGPASSWORD": 1,
+        "an authorization token": 1, "private key": 1}
+    assert scrubbed["nodes/spark-3/ray-logs.txt"] == {
+        "a PuTTY private key": 1, "the value of api_key": 1, "the value of --api-key": 1, "private key": 1,
+        "the value of HF_TOKEN": 1, "a secret from the inventory or the sudo prompt": 1,
+        "the value of PuTTY-User-Key-File-3": 1}
+    inventory_kinds = scrubbed["inventory.yml"]
+    assert inventory_kinds["a secret from the inventory or the sudo prompt"] == 6, inventory_kinds  # as written
+    assert inventory_kinds["a password in a URL"] == 1 and inventory_kinds["the value of password"] == 1
+    total = sum(n for kinds in scrubbed.values() for n in kinds.values())
+    assert f"{total} secrets scrubbed" in result.stdout
