@@ -6,6 +6,7 @@ recipes serve the tiny Llama."""
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import re
 import subprocess
@@ -19,6 +20,8 @@ from tests.integration import vllm_model_info
 from tests.integration.test_serve_host_vllm import PLUGIN_SWITCH, VLLM_ENV
 
 COMM_ENV = "/home/spark/.config/sparkcluster/comm.env"
+SYSCTL_FILE = "/etc/sysctl.d/60-sparkcluster-fabric.conf"
+MGMT_NETDEV = "enP7s7"
 
 
 def ring(count: int, tag: str, miscable: str = "", vllm: bool = True) -> SimCluster:
@@ -109,14 +112,52 @@ def comm_env_is_the_rings(c: SimCluster, first: subprocess.CompletedProcess) -> 
         assert netplan["bridges"]["scnode"]["addresses"] == [f"{node_address(c, host.name)}/32"]
         routes = sorted(r["to"] for e in netplan["ethernets"].values() for r in e.get("routes", []))
         assert routes == sorted(f"{a}/32" for a in everyone if a != node_address(c, host.name))
-        forwarding = c.exec_in(host.name, ["sh", "-c", "cat /proc/sys/net/ipv4/ip_forward "
-                                           "/etc/sysctl.d/60-sparkcluster-fabric.conf"], capture_output=True, text=True)
-        assert forwarding.stdout.startswith("1\n") and "net.ipv4.ip_forward = 1" in forwarding.stdout
+        # Forwarding only where a diagonal crosses the node (none on a 3-ring), per twin, never ip_forward.
+        values = forwarding_state(c, host.name)
+        assert values["ip_forward"] == "0" and values[f"{MGMT_NETDEV}/forwarding"] == "0", host.name
+        on = sorted(k.split("/")[0] for k, v in values.items() if k.endswith("/forwarding") and v == "1")
+        assert on == (["enp1s0f0np0", "enp1s0f1np1"] if host.name in forwarders(c) else []), (host.name, on)
+        sysctl = ssh(c, host.name, f"cat {SYSCTL_FILE}", check=False)
+        assert (sysctl.returncode == 0) == (host.name in forwarders(c)) and "ip_forward" not in sysctl.stdout
     four = len(c.topology.hosts) == 4
     assert (env.get("NCCL_ALGO"), env.get("NCCL_SKIP_TREE_CONNECT")) == (("Ring", "1") if four else (None, None))
     # spark-1's port 1 is cabled to spark-2's port 0: their addresses on that cable answer each other.
     peer = ipv4(c, "spark-2")["enp1s0f0np0"].split("/")[0]
     assert ssh(c, "spark-1", f"ping -c 1 -W 2 -I enp1s0f1np1 {peer}").returncode == 0
+
+
+def forwarders(c: SimCluster) -> set[str]:
+    """The nodes a diagonal walk crosses: on a 4-ring spark-1 <-> spark-3 crosses spark-2 both ways, spark-2 <->
+    spark-4 crosses spark-1; on a 3-ring every walk is one cable."""
+    return {"spark-1", "spark-2"} if len(c.topology.hosts) == 4 else set()
+
+
+def forwarding_state(c: SimCluster, host: str) -> dict[str, str]:
+    """A node's IPv4 forwarding and rp_filter values: `ip_forward` and `<netdev>/forwarding`, `<netdev>/rp_filter`."""
+    out = c.exec_in(host, ["sh", "-c", "cd /proc/sys/net/ipv4 && grep -H . ip_forward conf/*/forwarding "
+                                       "conf/*/rp_filter"], capture_output=True, text=True, check=True).stdout
+    return {key.removeprefix("conf/"): value for key, value in (line.rsplit(":", 1) for line in out.splitlines())}
+
+
+def forwarded(c: SimCluster, host: str) -> int:
+    """The datagrams a node has forwarded (Ip ForwDatagrams of /proc/net/snmp)."""
+    names, values = [line.split() for line in c.exec_in(host, ["cat", "/proc/net/snmp"], capture_output=True,
+                                                             text=True).stdout.splitlines() if line.startswith("Ip:")][:2]
+    return int(values[names.index("ForwDatagrams")])
+
+
+def lan_host_reaches(c: SimCluster, lan_host: str, router: str, address: str) -> tuple[bool, int]:
+    """Round 5's S4 reproduction: `lan_host`'s management port stands for any host of the management LAN; it routes
+    the /24 of a cable `address` through `router`'s LAN address and pings it. (answered, datagrams `router`
+    forwarded meanwhile)."""
+    subnet = str(ipaddress.ip_interface(address).network)
+    before = forwarded(c, router)
+    c.exec_in(lan_host, ["ip", "route", "add", subnet, "via", c.host(router).mgmt_ip, "dev", MGMT_NETDEV], check=True)
+    try:
+        ping = c.exec_in(lan_host, ["ping", "-c", "2", "-W", "1", address.split("/")[0]], capture_output=True)
+    finally:
+        c.exec_in(lan_host, ["ip", "route", "del", subnet], check=True)
+    return ping.returncode == 0, forwarded(c, router) - before
 
 
 # eugr/spark-vllm-docker's layout: recipes/<N>x-spark-cluster/*.yaml in its v1 format, mods/<name>/run.sh, and the

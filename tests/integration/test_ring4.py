@@ -11,6 +11,7 @@ import json
 import subprocess
 
 import pytest
+import yaml
 
 from sparkcluster.serving.readiness import http
 from tests.helpers import run_cli, ssh
@@ -19,8 +20,12 @@ from tests.integration.rings import (
     comm_env_is_the_rings,
     each_cable_its_own_subnets,
     eugr_clone,
+    forwarded,
+    forwarding_state,
     found_before_addressing,
     ipv4,
+    lan_host_reaches,
+    node_address,
     node_logs,
     ready_to_serve,
     ring,
@@ -37,25 +42,61 @@ def ring4(tmp_path_factory):
     c = ring(4, "ring4")
     try:
         code, before = topology(c)  # unaddressed: discovery runs on IPv6 link-local alone
+        found = {h.name: forwarding_state(c, h.name) for h in c.topology.hosts}  # as bootstrap finds them
         first = bootstrap(c, tmp_path_factory.mktemp("cfg"))
-        yield c, before, code, first, tmp_path_factory
+        yield c, before, code, first, tmp_path_factory, found
     finally:
         c.down()
 
 
 def test_topology_finds_every_cable_before_anything_is_addressed(ring4):
-    c, before, code, _, _ = ring4
+    c, before, code, _, _, _ = ring4
     found_before_addressing(c, code, before)
 
 
 def test_bootstrap_gives_each_cable_its_own_subnets_then_changes_nothing(ring4):
-    c, _, _, first, tmp = ring4
+    c, _, _, first, tmp, _ = ring4
     each_cable_its_own_subnets(c, first, tmp.mktemp("cfg"))
 
 
 def test_neighbours_answer_over_each_link_and_the_comm_env_is_the_rings(ring4):
-    c, _, _, first, _ = ring4
+    c, _, _, first, _, _ = ring4
     comm_env_is_the_rings(c, first)
+
+
+def test_the_diagonal_crosses_a_neighbour_over_the_fabric_and_the_lan_reaches_no_cable_subnet(ring4):
+    """Round 5's S4 on the 4-ring: spark-2 forwards spark-1 <-> spark-3 (and spark-1 spark-2 <-> spark-4) between
+    its two control-plane twins alone, rp_filter strict there; ssh and ping cross it over the fabric, also where
+    Docker set FORWARD's policy to DROP. spark-3's LAN port, standing for any management-LAN host, routes the
+    spark-1 <-> spark-2 cable's subnet through spark-1's LAN address: unanswered, nothing forwarded; and with
+    spark-1's management port forwarding (as Docker's ip_forward=1 leaves every interface) still unanswered: the
+    chain drops both pings."""
+    c = ring4[0]
+    values = forwarding_state(c, "spark-2")
+    assert (values["enp1s0f0np0/rp_filter"], values["enp1s0f1np1/rp_filter"]) == ("1", "1")
+    chain = ssh(c, "spark-2", "sudo iptables -w -S FORWARD").stdout.splitlines()
+    assert chain[1] == "-A FORWARD -j SPARKCLUSTER-FABRIC", chain
+    far, ssh_far = node_address(c, "spark-3"), ("ssh -o BatchMode=yes -o StrictHostKeyChecking=no "
+                                               "-o UserKnownHostsFile=/dev/null -o ConnectTimeout=5")
+    ssh(c, "spark-2", "sudo iptables -w -P FORWARD DROP")
+    try:
+        before = forwarded(c, "spark-2")
+        assert ssh(c, "spark-1", f"ping -c 2 -W 2 -q {far} >/dev/null && {ssh_far} {far} hostname",
+                   check=False).stdout.strip() == "spark-3"
+        assert forwarded(c, "spark-2") - before >= 4  # it went through spark-2, over the cables
+    finally:
+        ssh(c, "spark-2", "sudo iptables -w -P FORWARD ACCEPT")
+    spark2 = ipv4(c, "spark-2")["enp1s0f0np0"]  # its end of the cable from spark-1's port 1, twin 0
+    assert lan_host_reaches(c, "spark-3", "spark-1", spark2) == (False, 0)
+    # The kernel counts a datagram in ForwDatagrams once routed to be forwarded, before netfilter's FORWARD hook:
+    # here the chain's DROP counters tell that the chain stopped it.
+    ssh(c, "spark-1", "sudo sysctl -qw net.ipv4.conf.enP7s7.forwarding=1; sudo iptables -w -Z SPARKCLUSTER-FABRIC")
+    try:
+        assert not lan_host_reaches(c, "spark-3", "spark-1", spark2)[0]
+        listing = ssh(c, "spark-1", "sudo iptables -w -L SPARKCLUSTER-FABRIC -v -x -n").stdout.splitlines()
+        assert sum(int(w[0]) for w in map(str.split, listing) if w[2:3] == ["DROP"]) == 2, listing
+    finally:
+        ssh(c, "spark-1", "sudo sysctl -qw net.ipv4.conf.enP7s7.forwarding=0")
 
 
 def test_eugrs_4x_recipe_serves_tp2_x_pp2_along_the_ring(ring4, tmp_path):
@@ -92,6 +133,26 @@ def test_eugrs_4x_recipe_serves_tp2_x_pp2_along_the_ring(ring4, tmp_path):
         down = run_cli("down", "-i", str(c.inventory_path), "--json", env=user)
     assert down.returncode == 0, down.stderr
     assert all("vllm serve" not in processes(c, h.name) for h in c.topology.hosts)
+
+
+def test_choosing_the_lan_puts_forwarding_back_as_bootstrap_found_it(ring4, tmp_path):
+    """`fabric.control_plane: lan` on the routed 4-ring (after the serve: the plane is not needed again): on every
+    node ip_forward and each interface's forwarding and rp_filter are as before the first bootstrap, the chain and
+    the values kept for this are gone, and the LAN still reaches no cable subnet."""
+    c, found = ring4[0], ring4[5]
+    doc = yaml.safe_load(c.inventory_path.read_text())
+    doc["vars"].setdefault("fabric", {})["control_plane"] = "lan"
+    lan = tmp_path / "lan.yml"
+    lan.write_text(yaml.safe_dump(doc, sort_keys=False))
+    done = run_cli("bootstrap", str(lan), "--runtime", "host", env={"XDG_CONFIG_HOME": str(tmp_path)})
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "forwarding put back as it was found" in " ".join(done.stdout.split())
+    for host in c.topology.hosts:
+        assert forwarding_state(c, host.name) == found[host.name], host.name
+        left = ssh(c, host.name, "sudo iptables -w -S; sudo ls /var/lib/sparkcluster/fabric "
+                                 "/etc/sysctl.d").stdout
+        assert "SPARKCLUSTER" not in left and "sysctl-found" not in left and "sparkcluster-fabric" not in left, left
+    assert lan_host_reaches(c, "spark-3", "spark-1", ipv4(c, "spark-2")["enp1s0f0np0"]) == (False, 0)
 
 
 def test_a_ring_cabled_port_0_to_port_0_is_refused_before_any_change(tmp_path):
