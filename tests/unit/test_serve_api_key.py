@@ -135,29 +135,41 @@ def test_a_401_at_readiness_is_named_as_the_key_the_endpoint_wants():
                                         "(VLLM_API_KEY) does not match it")
 
 
-@pytest.mark.parametrize("method", [[], ["--method", "llama-benchy", "--pp", "8", "--tg", "2", "--skip-coherence"]])
+@pytest.mark.parametrize("method", ["sustained", "llama-benchy", "arena profile"])
 def test_bench_sends_this_machines_key_and_names_a_401(tmp_path, method):
-    """Both methods against a stub that wants a key: measured with VLLM_API_KEY, a named 401 without it (exit 1),
+    """Each method against a stub that wants a key: measured with VLLM_API_KEY, a named 401 without it (exit 1),
     and a named mismatch with another key."""
     book = tmp_path / "book.txt"
     book.write_text(" ".join(f"word{i % 300}" for i in range(5000)))
-    shape = (["--corpus", str(book)] if method else ["--prompt-tokens", "8", "--output-tokens", "2"])
+    profile = tmp_path / "small.yaml"
+    profile.write_text("framework: llama-benchy\nargs: {pp: [8], tg: [2], depth: [0], concurrency: [1], runs: 1, "
+                       "skip_coherence: true}\n")
+    out = tmp_path / "out"  # the arena profile's, one per run below: a second run would resume the first's cells
+    out.mkdir()
+    flags = {"sustained": ["--prompt-tokens", "8", "--output-tokens", "2", "--concurrency", "1", "--runs", "1"],
+             "llama-benchy": ["--method", "llama-benchy", "--pp", "8", "--tg", "2", "--skip-coherence",
+                              "--concurrency", "1", "--runs", "1", "--corpus", str(book)],
+             "arena profile": ["--profile", str(profile), "--corpus", str(book)]}[method]
     env = {"HF_HUB_CACHE": str(tmp_path / "hub"), "HOME": str(tmp_path)}
 
     def bench(url: str, key: str | None) -> tuple[int, dict, str]:
-        result = run_cli("bench", "--url", url, "--json", "--concurrency", "1", "--runs", "1", *method, *shape,
-                         env={**env, "VLLM_API_KEY": key or ""}, timeout=120)
+        where = ["--out", str(out / {KEY: "right", None: "none"}.get(key, "wrong"))] if method == "arena profile" else []
+        result = run_cli("bench", "--url", url, "--json", *flags, *where, env={**env, "VLLM_API_KEY": key or ""},
+                         timeout=120)
         return result.returncode, json.loads(result.stdout), " ".join(result.stderr.split())
     with running_stub(api_key=KEY) as url:
         code, doc, err = bench(url, KEY)
         assert code == 0, err
-        assert (doc["benchmarks"] if method else doc["rows"]), doc
+        assert (doc["rows"] if method == "sustained" else doc["benchmarks"]), doc
         code, doc, err = bench(url, None)
         assert code == 1 and f"{url}/models answered 401: the endpoint wants an API key, and none was sent" in err
         assert "export VLLM_API_KEY=KEY" in err
         code, doc, err = bench(url, "sk-other")
         assert code == 1 and "the key sent (VLLM_API_KEY) does not match it" in err
     assert KEY not in json.dumps(doc)
+    if method == "arena profile":
+        written = [f for f in out.rglob("*") if f.is_file()]
+        assert written and not [f for f in written if KEY in f.read_text()]
 
 
 def test_a_request_refused_mid_run_says_why():
