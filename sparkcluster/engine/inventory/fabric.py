@@ -19,6 +19,10 @@ DEFAULT_NODE_SUBNET = "10.177.0.0/24"
 MTU_RANGE = (1280, 9216)  # IPv6's floor; the largest frame DGX OS configures on the ConnectX-7 ports
 CONFIRM_RANGE_S = (5, 600)
 EXAMPLE = "e.g. `fabric: {subnets: [192.168.177.0/24, 192.168.178.0/24], mtu: 9000}`"
+# Address space no interface is given: a link's or the node addresses' network must stay clear of all of it.
+NOT_UNICAST = ((IPv4Network("0.0.0.0/8"), "'this network'"), (IPv4Network("127.0.0.0/8"), "loopback"),
+               (IPv4Network("224.0.0.0/4"), "multicast"), (IPv4Network("240.0.0.0/4"), "reserved"))
+RING_SUBNETS = 16  # a ring of up to 8 nodes: 8 cables, two twins each
 
 
 def check_fabric(value: Any, line: int, src: Source) -> None:
@@ -72,6 +76,8 @@ def _check_subnets(subnets: Any, line: int, src: Source) -> None:
             continue
         if network is None:
             src.report(src.error(at, f"fabric.subnets: {describe(text)} is not an IPv4 network", fix))
+        elif unusable := _not_unicast(network, "a cable"):
+            src.report(src.error(at, f"fabric.subnets: {unusable}", fix))
         elif network.num_addresses < 4:
             src.report(src.error(at, f"fabric.subnets: {network} holds no two nodes", "a /24 per twin, as NVIDIA's "
                                                                                       "playbook uses"))
@@ -98,6 +104,9 @@ def _check_node_subnet(value: SourceMap, src: Source) -> None:
     if network is None:
         src.report(src.error(line, f"fabric.node_subnet: {describe(text)} is not an IPv4 network", fix))
         return
+    if unusable := _not_unicast(network, "the node addresses"):
+        src.report(src.error(line, f"fabric.node_subnet: {unusable}", fix))
+        return
     if network.num_addresses < 64:
         src.report(src.error(line, f"fabric.node_subnet: {network} is too small (node numbers start at .11)", fix))
         return
@@ -106,10 +115,24 @@ def _check_node_subnet(value: SourceMap, src: Source) -> None:
         links = [IPv4Network(str(s)) for s in subnets] if isinstance(subnets, SourceList) else []
     except ValueError:
         return  # reported with the subnets
+    if any(_not_unicast(link, "a cable") for link in links):
+        return  # likewise
     links = links or [IPv4Network(s) for s in DEFAULT_SUBNETS]
-    # A ring of up to 8 nodes takes up to 16 link subnets: the configured two and the ones that follow the second.
+    # A ring takes up to RING_SUBNETS link subnets: the configured two and the ones that follow the second, as far
+    # as IPv4 goes (a second subnet near its top has fewer after it).
     last = links[-1]
-    links += [IPv4Network((int(last.network_address) + i * last.num_addresses, last.prefixlen)) for i in range(1, 15)]
+    links += [IPv4Network((start, last.prefixlen)) for i in range(1, RING_SUBNETS - 1)
+              if (start := int(last.network_address) + i * last.num_addresses) < 2**32]
     clash = next((n for n in links if n.overlaps(network)), None)
     if clash is not None:
         src.report(src.error(line, f"fabric.node_subnet {network} overlaps the link subnet {clash}", fix))
+
+
+def _not_unicast(network: IPv4Network, user: str) -> str | None:
+    """Why `network` is no network for `user` (a cable, the node addresses): None where it is unicast space."""
+    for space, kind in NOT_UNICAST:
+        if network.subnet_of(space):
+            return f"{network} is {kind} address space ({space}), not a network {user} can use"
+        if network.overlaps(space):
+            return f"{network} takes in {kind} address space ({space}), not a network {user} can use"
+    return None

@@ -95,6 +95,17 @@ def _check_node_path(key: str, example: str) -> Callable[[Any, int, Source], Non
     return check
 
 
+def _check_min_driver(value: Any, line: int, src: Source) -> None:
+    """`min_driver` is preflight's floor, compared number by number with the node's driver (590.44 < 590.48.01)."""
+    wanted = 'min_driver must be an NVIDIA driver version such as "590.44"'
+    fix = 'e.g. `min_driver: "590.44"` (the default; "580.95" lets a stock DGX OS 580.x driver pass)'
+    if isinstance(value, float):
+        raise src.error(line, f"{wanted}, in quotes, not the number {value!r} (YAML drops a version's trailing zeros)",
+                        fix)
+    if isinstance(value, bool) or not isinstance(value, str | int) or not _DRIVER_VERSION.fullmatch(str(value)):
+        raise src.error(line, f"{wanted}, not {describe(value)}", fix)
+
+
 # The host vars the code reads, each checked where it is written, before any connection.
 HOST_VAR_CHECKS: dict[str, Callable[[Any, int, Source], None]] = {
     "serve_env": check_serve_env,
@@ -103,6 +114,7 @@ HOST_VAR_CHECKS: dict[str, Callable[[Any, int, Source], None]] = {
     "python_env": _check_node_path("python_env", "/opt/vllm-env"),
     "comm_env_path": _check_node_path("comm_env_path", "~/.config/sparkcluster/comm.env"),
     "fabric": check_fabric,
+    "min_driver": _check_min_driver,
 }
 
 
@@ -116,7 +128,18 @@ def merge_layers(layers: Iterable[Layer]) -> Layer:
 
 
 def build_draft(name: str, settings: dict[str, Value], free: dict[str, Any], groups: tuple[str, ...], src: Source) -> Draft:
-    fields = {setting: _VALIDATORS[setting](value, src) for setting, value in settings.items()}
+    """The host, or every problem of its settings (reported, the last one raised): one run names them all."""
+    fields: dict[str, Any] = {}
+    errors: list[InventoryError] = []
+    for setting, value in settings.items():
+        try:
+            fields[setting] = _VALIDATORS[setting](value, src)
+        except InventoryError as e:
+            errors.append(e)
+    if errors:
+        for error in errors[:-1]:
+            src.report(error)
+        raise errors[-1]
     return Draft(Host(name=name, groups=groups, vars=free, **fields), {s: v.line for s, v in settings.items()})
 
 
@@ -207,6 +230,7 @@ _USER = re.compile(r"[a-z_][a-z0-9_-]*[$]?")
 _HOST_LABEL = re.compile(r"[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?")
 _IFNAME = re.compile(r"[A-Za-z0-9_.][A-Za-z0-9_.-]{0,14}")
 _HCA = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}")
+_DRIVER_VERSION = re.compile(r"[0-9]{1,6}(?:\.[0-9]{1,6}){0,3}")
 
 
 def _address(v: Value, src: Source) -> str:
