@@ -429,3 +429,68 @@ def a_sparkrun_recipe_serves_tp1_x_pp2_over_ray(cluster: SimCluster, tmp_path: P
                                        text=True).stdout.splitlines() if "vllm serve" in p]
     assert line and "--pipeline-parallel-size 2 --distributed-executor-backend ray" in line[0], line
     assert "RayWorkerProc" in processes(cluster, "spark-2")  # the second stage runs on the worker
+
+
+# ---- round 5, S1: an untrusted registry's recipe env runs nothing on a node ------------------------------------
+# The report's payload: Python's warnings filter imports antigravity at vLLM's start, which runs $BROWSER (a shell).
+ENV_RCE = """\
+recipe_version: "2"
+model: /nowhere/tiny
+runtime: vllm
+env:
+  PYTHONWARNINGS: "all:0:antigravity.x:0:0"
+  BROWSER: '/bin/sh -c ''id > "$HOME/pwned-by-env-rce"'' #%s'
+"""
+
+
+def untrusted_registry(root: Path, files: dict[str, str]) -> Path:
+    """A local git repository of recipes, as a registry's author publishes one."""
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t",
+           "HOME": str(root), "PATH": "/usr/bin:/bin"}
+    for args in (["init", "-q", "-b", "main"], ["add", "."], ["commit", "-q", "-m", "recipes"]):
+        subprocess.run(["git", *args], cwd=root, check=True, capture_output=True, env=env)
+    return root
+
+
+def test_an_untrusted_registrys_env_payload_is_refused_and_runs_on_no_node_but_does_with_trust(cluster, tmp_path):
+    """~20 s: the recipe from the untrusted registry `evil` is refused (exit 2, naming the variable, the registry
+    and --trust) and no node holds the canary; served with --trust (the control), vLLM's Python starts on both nodes
+    and the canary lands on both as the login user, so it would have shown. Its model is a path: nothing is staged,
+    and vLLM, which fails on it, is not waited for."""
+    import time
+
+    user = {"XDG_CONFIG_HOME": str(tmp_path / "config"), "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    evil = untrusted_registry(tmp_path / "evil", {"recipes/envrce.yaml": ENV_RCE})
+    added = run_cli("recipes", "add-registry", "evil", str(evil), env=user)
+    assert added.returncode == 0, added.stderr
+
+    def serve(*more: str) -> subprocess.CompletedProcess:
+        return run_cli("serve", "-i", str(cluster.inventory_path), "--tp", "2", "--runtime", "host", "--launcher",
+                       "native", "--no-verify", "--recipe", "@evil/envrce", *more, env=user)
+
+    def canaries() -> dict[str, str]:
+        return {h: ssh(cluster, h, "cat ~/pwned-by-env-rce 2>/dev/null", check=False).stdout
+                for h in ("spark-1", "spark-2")}
+
+    refused = serve()
+    err = " ".join(refused.stderr.split())
+    assert refused.returncode == 2, err  # failed before: served, and the shell ran on every node
+    assert "registry 'evil', which is not trusted" in err and "env PYTHONWARNINGS" in err and "--trust" in err, err
+    assert canaries() == {"spark-1": "", "spark-2": ""}
+    assert all("vllm serve" not in processes(cluster, h) for h in ("spark-1", "spark-2"))
+    try:
+        ran = serve("--trust", "--ready-timeout", "5")
+        landed = canaries()
+        for _ in range(20):  # the headless rank's Python may start a moment after serve gives up waiting
+            if all(landed.values()):
+                break
+            time.sleep(1)
+            landed = canaries()
+        assert all(text.startswith("uid=") for text in landed.values()), (landed, ran.stderr[-2000:])
+    finally:
+        for host in ("spark-1", "spark-2"):
+            ssh(cluster, host, "rm -f ~/pwned-by-env-rce", check=False)
+        run_cli("down", "-i", str(cluster.inventory_path), env=user)
