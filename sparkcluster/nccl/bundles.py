@@ -8,7 +8,6 @@ and every member name shown escaped (a name is the author's bytes: terminal esca
 
 from __future__ import annotations
 
-import difflib
 import gzip
 import io
 import os
@@ -61,7 +60,7 @@ def logs(ref: BundleRef) -> Iterator[tuple[str, Opener]]:
     in one pass. An opener is valid until the next item is asked for. Raises UsageError for a bundle that cannot
     be read to its end, and, once the pass is over, for one without logs or without the member named."""
     try:
-        raw = open(ref.path, "rb")  # noqa: SIM115 (closed below, by the gzip reader's own close and this with)
+        raw = open(ref.path, "rb")  # closed by the with below
     except OSError as e:
         raise UsageError(f"{ref.path}: cannot read it ({e.strerror})", "pass a readable bundle") from None
     names: list[str] = []  # the logs seen, for the error that names the nearest
@@ -133,6 +132,8 @@ def _nothing_found(ref: BundleRef, logs_seen: list[str], folders: set[str]) -> U
                           else f"it holds no log: {every}")
     if not logs_seen:
         return UsageError(f"{ref.path}: no member {member}, and no log at all", MAKE_ONE)
+    import difflib  # only with a name to explain
+
     nearest = difflib.get_close_matches(ref.member, logs_seen, n=NAMES_SHOWN)
     return UsageError(f"{ref.path}: no member {member}",
                       f"name one of its logs (nearest first): {_listed(nearest)}, {every}" if nearest
