@@ -20,7 +20,7 @@ import json
 import re
 from collections.abc import Iterator, Mapping
 
-from ..engine.command import is_secret_name
+from ..engine.secret_names import is_secret_name
 from .command import FlagValue, canonical
 
 ENV_FAMILIES = ("VLLM_", "NCCL_", "CUDA_", "TORCH_", "PYTORCH_", "OMP_", "HF_")

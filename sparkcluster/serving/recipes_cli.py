@@ -38,7 +38,8 @@ def add_recipe_flags(p: argparse.ArgumentParser) -> None:
                    help="fill a placeholder of the recipe's command template (beats the recipe's defaults and "
                         "--tp/--pp/--port; extra flags after -- still win); repeatable")
     p.add_argument("--trust", action="store_true",
-                   help="run the mods of a recipe from a registry that is not trusted")
+                   help="let a recipe from a registry that is not trusted run its mods and set the env and vLLM "
+                        "flags that run code or open the node's files")
 
 
 def recipe_inputs(args: argparse.Namespace) -> Inputs:
