@@ -36,6 +36,12 @@ NOT_A_SECRET = frozenset({"", "null", "~", "true", "false", "none", "yes", "no"}
 INDENT_CHARS = " \t-"  # what may stand before a YAML key on its line: indentation and list dashes
 
 
+def _end(pattern: re.Pattern[str], text: str, pos: int) -> int:
+    """Where `pattern`, matched at `pos`, ends (`pos` where it does not match)."""
+    found = pattern.match(text, pos)
+    return found.end() if found is not None else pos
+
+
 def _flow_end(text: str, start: int) -> int:
     """The end of the flow collection (`[...]`, `{...}`) opening at `start`, nested and quoted as YAML and JSON
     write them; the end of the text where it never closes."""
@@ -44,7 +50,7 @@ def _flow_end(text: str, start: int) -> int:
     while (found := BRACKETS_OR_QUOTES.search(text, pos)) is not None:
         char = found[0]
         if char in "\"'":
-            pos = (DOUBLE_QUOTED if char == '"' else SINGLE_QUOTED).match(text, found.start()).end()  # type: ignore[union-attr]
+            pos = _end(DOUBLE_QUOTED if char == '"' else SINGLE_QUOTED, text, found.start())
             continue
         depth += 1 if char in "[{" else -1
         pos = found.end()
@@ -81,31 +87,36 @@ def _indented_below(text: str, pos: int, column: int) -> int:
     return end
 
 
+def _enclosing_quote(text: str, match: re.Match[str]) -> str:
+    """The quote an unquoted name stands right after (`"HF_TOKEN=x"`, `'Authorization: ...'`): its value ends at
+    that quote's twin. "" where there is none."""
+    before = text[match.start() - 1:match.start()]
+    return before if before in ("'", '"') and not match.groupdict().get("q") else ""
+
+
 def _value_end(text: str, match: re.Match[str]) -> int:
     """Where the value after an assignment's separator ends."""
     start = match.end()
     colon = match["sep"] == ":"
     if colon:
-        start = TAGS_AND_ANCHORS.match(text, start).end()  # type: ignore[union-attr]
+        start = _end(TAGS_AND_ANCHORS, text, start)
     first = text[start:start + 1]
-    enclosing = text[match.start() - 1:match.start()] if not match["q"] else ""
-    if enclosing not in ("'", '"'):
-        enclosing = ""
+    enclosing = _enclosing_quote(text, match)
     if enclosing:  # inside a string ("HF_TOKEN=x" in a JSON list, -H 'Authorization: ...')
-        end = INSIDE_QUOTES[enclosing].match(text, start).end()  # type: ignore[union-attr]
+        end = _end(INSIDE_QUOTES[enclosing], text, start)
     elif not colon:  # the shell's NAME=value is one word, quoted pieces and escapes included; INI's runs on
         spaced = bool(match["before"] or match["after"]) and first not in ("'", '"')
-        end = (TO_LINE_END if spaced else SHELL_WORD).match(text, start).end()  # type: ignore[union-attr]
+        end = _end(TO_LINE_END if spaced else SHELL_WORD, text, start)
     elif first == '"':
-        end = DOUBLE_QUOTED.match(text, start).end()  # type: ignore[union-attr]
+        end = _end(DOUBLE_QUOTED, text, start)
     elif first == "'":
         end = _adjacent_single_quotes(text, start)
     elif first in ("[", "{"):
         end = _flow_end(text, start)
     elif match["q"]:  # a JSON or Python key: its bare value is a number or a literal, up to , } or ]
-        end = JSON_BARE.match(text, start).end()  # type: ignore[union-attr]
+        end = _end(JSON_BARE, text, start)
     else:  # YAML's plain scalar, a log's `name: value`
-        end = TO_LINE_END.match(text, start).end()  # type: ignore[union-attr]
+        end = _end(TO_LINE_END, text, start)
     if colon and not enclosing and (column := _key_column(text, match.start())) is not None:
         line_end = text.find("\n", end)
         if line_end >= 0:
@@ -116,7 +127,7 @@ def _value_end(text: str, match: re.Match[str]) -> int:
 def _adjacent_single_quotes(text: str, start: int) -> int:
     end = start
     while text.startswith("'", end):
-        end = SINGLE_QUOTED.match(text, end).end()  # type: ignore[union-attr]
+        end = _end(SINGLE_QUOTED, text, end)
     return end
 
 
@@ -153,10 +164,9 @@ def _scrub_matches(text: str, pattern: re.Pattern[str], tally: Tally, flags: boo
             continue
         end = _value_end(text, match) if not flags else _flag_value_end(text, match)
         value = text[pos:end]
-        if value.strip().strip("'\"").strip().lower() in NOT_A_SECRET or value.strip() in (SCRUBBED, f'"{SCRUBBED}"',
-                                                                                            f"'{SCRUBBED}'"):
-            continue
-        yaml_or_json = not flags and match["sep"] == ":" and text[match.start() - 1:match.start()] not in ("'", '"')
+        if value.strip().strip("'\"").strip().lower() in NOT_A_SECRET or value.strip().strip("'\"") == SCRUBBED:
+            continue  # no value (null, an empty string), or one an earlier pass scrubbed and counted
+        yaml_or_json = not flags and match["sep"] == ":" and not _enclosing_quote(text, match)
         shown = _replacement(value, f"--{name}" if flags else name, yaml_or_json, tally)
         if value[:1] in ("\n", "\r") and not text[pos - 1:pos].isspace():
             shown = " " + shown  # the value stood on the lines below its key (`key:` then `- item`)
@@ -169,13 +179,13 @@ def _scrub_matches(text: str, pattern: re.Pattern[str], tally: Tally, flags: boo
 def _flag_value_end(text: str, match: re.Match[str]) -> int:
     start = match.end()
     first = text[start:start + 1]
-    enclosing = text[match.start() - 1:match.start()]
+    enclosing = _enclosing_quote(text, match)
     if match["item"]:  # the next item of a list: one quoted string
-        return (DOUBLE_QUOTED if first == '"' else SINGLE_QUOTED).match(text, start).end()  # type: ignore[union-attr]
-    if enclosing in ("'", '"'):  # inside a string: "--api-key=VALUE" is one argument, "... --api-key VALUE ..." a line
+        return _end(DOUBLE_QUOTED if first == '"' else SINGLE_QUOTED, text, start)
+    if enclosing:  # inside a string: "--api-key=VALUE" is one argument, "... --api-key VALUE ..." a line
         inside = INSIDE_QUOTES[enclosing] if match["eq"] else WORD_INSIDE_QUOTES[enclosing]
-        return inside.match(text, start).end()  # type: ignore[union-attr]
-    return SHELL_WORD.match(text, start).end()  # type: ignore[union-attr]
+        return _end(inside, text, start)
+    return _end(SHELL_WORD, text, start)
 
 
 def assignments(text: str, tally: Tally) -> str:
