@@ -295,3 +295,12 @@ def test_a_node_that_goes_silent_mid_command_is_unreachable_within_the_bound(pai
     assert run.returncode == 1 and doc["recap"]["spark-2"]["unreachable"] == 1, out + err
     print(f"the run ended {ended_after:.1f} s after spark-2 went silent (bound {STALL_S} s)")
     assert ended_after < STALL_S + 15, ended_after  # the command itself would have run 60 s
+
+
+def test_a_stall_bound_of_weeks_connects_and_runs(pair):
+    # Issue 39 (round 5, T3). Failed before: a TypeError traceback at the first connection (TCP_USER_TIMEOUT's
+    # milliseconds past a C int), an OverflowError for 1e308; now held at 24.8 days.
+    for value in ("2147484", "1e308"):
+        done = run_cli("facts", "-i", str(pair.inventory_path), env={"SPARKCLUSTER_STALL_S": value}, timeout=120)
+        assert done.returncode == 0 and "Traceback" not in done.stderr, done.stdout + done.stderr
+        assert "spark-2" in done.stdout, done.stdout
