@@ -188,14 +188,14 @@ def test_a_lan_host_routed_through_a_node_reaches_no_cable_subnet(c3):
     """Round 5's S4 on the 3-ring: every walk is one cable, so no node forwards (ip_forward and every interface's
     forwarding stay 0). spark-3's LAN port, standing for any management-LAN host, routes the spark-1 <-> spark-2
     cable's subnet through spark-1's LAN address: the ping goes unanswered and spark-1 forwards nothing."""
-    for host in HOSTS:
-        values = forwarding_state(c3, host)
-        assert all(v == "0" for k, v in values.items() if k == "ip_forward" or k.endswith("/forwarding")), values
-        assert "SPARKCLUSTER" not in ssh(c3, host, "sudo iptables -w -S").stdout, host
     spark2 = ipv4(c3, "spark-2")["enp1s0f0np0"]  # its end of the cable from spark-1's port 1, twin 0
     assert ssh(c3, "spark-3", f"ping -c 1 -W 1 {spark2.split('/')[0]}", check=False).returncode != 0  # no route
     assert lan_host_reaches(c3, "spark-3", "spark-1", spark2) == (False, 0)
     assert forwarded(c3, "spark-1") == 0
+    for host in HOSTS:
+        values = forwarding_state(c3, host)
+        assert all(v == "0" for k, v in values.items() if k == "ip_forward" or k.endswith("/forwarding")), values
+        assert "SPARKCLUSTER" not in ssh(c3, host, "sudo iptables -w -S").stdout, host
 
 
 def routed_plane(c: SimCluster, host: str) -> tuple[bool, list[str], bool]:
