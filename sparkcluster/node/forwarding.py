@@ -120,8 +120,9 @@ def rollback(want: Wanted, now: Now, saved_file: str) -> list[str]:
     return [*lines, _write_saved(dict(now.saved), saved_file), *chain_lines(now.rules or (), after, now.jump)]
 
 
-def chain_lines(rules: Sequence[Rule], now: Now, jump: bool | None = None) -> list[str]:
-    """The chain holding `rules` (none: the chain and FORWARD's jump to it gone), from the state `now`."""
+def chain_lines(rules: Sequence[Rule], now: Now, jump: bool = True) -> list[str]:
+    """The chain holding `rules` (none: the chain and FORWARD's jump to it gone), from the state `now`; `jump`: FORWARD
+    jumps to it (a rollback puts back a chain as it was, jumped to or not)."""
     ipt = "iptables -w"
     if not rules:
         if now.rules is None:
@@ -129,7 +130,7 @@ def chain_lines(rules: Sequence[Rule], now: Now, jump: bool | None = None) -> li
         return ([f"{ipt} -D FORWARD -j {CHAIN}"] if now.jump else []) + [f"{ipt} -F {CHAIN}", f"{ipt} -X {CHAIN}"]
     lines = [f"{ipt} -N {CHAIN} 2>/dev/null || {ipt} -F {CHAIN}"]
     lines += [f"{ipt} -A {CHAIN} {shlex.join(rule)}" for rule in rules]
-    if jump is None or jump:
+    if jump:
         # First in FORWARD: ahead of a DROP policy, and of rules that would accept what the chain drops.
         lines.append(f"{ipt} -C FORWARD -j {CHAIN} 2>/dev/null || {ipt} -I FORWARD 1 -j {CHAIN}")
     return lines

@@ -2,7 +2,8 @@
 vLLM): `topology` finds every cable before anything is addressed; bootstrap gives each cable its own subnets and a
 second run changes nothing; `verify` measures the whole collective and each of the six twin links alone (a matrix),
 names a link held down by `sim degrade`, and refuses a control-plane address some node cannot reach (a re-run of
-bootstrap puts a lost route back); the management LAN chosen retires the routed plane, the default restores it; no
+bootstrap puts a lost route back); no node forwards, so a management-LAN host routed through one reaches no cable
+subnet; the management LAN chosen retires the routed plane, the default restores it; no
 route into an untrusted registry runs its mod on a node; and eugr's 3x-spark-cluster recipe, from a registry in
 eugr's layout by `@eugr/...`, renders and serves the tiny Llama as TP 1 x PP 3, one pipeline stage per node along the
 ring, a completion answering."""

@@ -2,8 +2,11 @@
 cluster for the file: `topology` finds every cable by discovery before anything changes, bootstrap gives each cable
 its own subnets (a second run changes nothing), neighbours answer over each link, the comm env is the 4-ring's
 (ring algorithm forced); then eugr's 4x-spark-cluster recipe, by file, renders and serves the tiny Llama with the
-real CPU vLLM as TP 2 x PP 2, ranks along the ring, a completion answering. Also: a 3-ring cabled port 0 to port 0
-is refused before any change, naming the re-cabling (its own small cluster, no vLLM)."""
+real CPU vLLM as TP 2 x PP 2, ranks along the ring, a completion answering. The diagonal crosses its neighbour
+over the fabric (only that neighbour forwards, per twin, also under Docker's DROP policy), a management-LAN host
+routed through a node reaches no cable subnet, and `control_plane: lan` puts forwarding back as bootstrap found it.
+Also: a 3-ring cabled port 0 to port 0 is refused before any change, naming the re-cabling (its own small cluster,
+no vLLM)."""
 
 from __future__ import annotations
 
