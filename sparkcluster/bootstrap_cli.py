@@ -52,7 +52,18 @@ def _extra_vars(pairs: list[str]) -> dict[str, object]:
         if not sep or not key.isidentifier():
             raise UsageError(f"-e {pair!r} is not KEY=VALUE", "e.g. -e min_driver=590.44")
         out[key] = value
+    if "min_driver" in out:
+        _check_typed_driver_floor(f"-e min_driver={out['min_driver']}", str(out["min_driver"]))
     return out
+
+
+def _check_typed_driver_floor(given: str, version: str) -> None:
+    """A floor typed on the command line is checked as the inventory's `min_driver` is, before connecting:
+    otherwise every node would fail preflight with the same typo."""
+    from .engine.inventory.values import is_driver_version
+
+    if not is_driver_version(version):
+        raise UsageError(f"{given}: {version!r} is not an NVIDIA driver version", "give one such as 590.44 or 590.48.01")
 
 
 def run_playbook(playbook: Playbook, inventory: Inventory, args: argparse.Namespace,
@@ -84,6 +95,7 @@ def cmd_bootstrap(args: argparse.Namespace, connect_selected: Connect) -> int:
     playbook = stepcatalog.load_bundled("bootstrap")
     extra: dict[str, object] = {}
     if args.min_driver:
+        _check_typed_driver_floor("--min-driver", args.min_driver)
         extra["min_driver"] = args.min_driver
     if args.driver_policy:
         extra["driver_policy"] = args.driver_policy

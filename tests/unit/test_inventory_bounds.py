@@ -130,3 +130,17 @@ all:
 """
     found = problems(tmp_path, text)
     assert len(found) == 1 and found[0].startswith("3: min_driver must be an NVIDIA driver version"), found
+
+
+@pytest.mark.parametrize("typed", [["--min-driver", "abc"], ["-e", "min_driver=590.x"]])
+def test_a_driver_floor_typed_on_the_command_line_is_checked_before_connecting(
+        tmp_path: Path, typed: list[str], no_connection: None, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Failed before: accepted, then every node failed preflight with "invalid minimum driver version".
+    path = tmp_path / "inv.yml"
+    path.write_text(HOSTS)
+    monkeypatch.setattr(cli.err_console, "width", 10_000)
+    command = ["bootstrap", str(path)] if typed[0] == "--min-driver" else ["run", "playbooks/bootstrap.yml", "-i", str(path)]
+    assert cli.main([*command, *typed]) == 2
+    err = capsys.readouterr().err
+    assert "is not an NVIDIA driver version" in err and "590.44" in err and "Traceback" not in err, err

@@ -106,6 +106,11 @@ def _check_min_driver(value: Any, line: int, src: Source) -> None:
         raise src.error(line, f"{wanted}, not {describe(value)}", fix)
 
 
+def is_driver_version(text: str) -> bool:
+    """Whether `text` reads as an NVIDIA driver version (590.44, 590.48.01): what a typed floor must be too."""
+    return bool(_DRIVER_VERSION.fullmatch(text))
+
+
 # The host vars the code reads, each checked where it is written, before any connection.
 HOST_VAR_CHECKS: dict[str, Callable[[Any, int, Source], None]] = {
     "serve_env": check_serve_env,
