@@ -4,14 +4,15 @@ that neither run code nor open the node's files. Anything else is someone else's
 like an untrusted mod until the user says --trust or trusts the registry.
 
 The allow-list was measured on the community's real corpus (shared/reference/community-corpus, snapshot
-2026-11-25: eugr's 35 v1 recipes and Spark Arena's 37 v2 recipes, 76 YAML files; every `env:` key and every
-`NAME=value` word before a command's `vllm`): 41 distinct names, 103 settings, by family VLLM_* 78 (33 names),
-PYTORCH_* 4, TORCH_* 3, OMP_* 2, and 16 settings of 8 names of kernel libraries' own switches (B12X_* 2,
-CUTE_DSL_ARCH 2, TILELANG_CLEANUP_TEMP_FILES 2, DG_JIT_USE_NVRTC, GLM52_BIND_HOST_TRITON, LAMPORT_RS_SCONV), taken
-here by exact name. No recipe sets NCCL_*, CUDA_* or HF_* (allowed as tuning families all the same), nor any
-LD_*, PYTHON*, shell or browser variable. Flags: 49 of the recipes' command lines carry `--trust-remote-code`
-(all in the two registries the community trusts), 2 `--reasoning-parser-plugin FILE.py`, 22 `--chat-template
-NAME.jinja` (a file a mod drops beside vLLM), none a worker, scheduler or middleware class.
+2026-11-25: eugr's 35 v1 recipes and Spark Arena's 37 v2 recipes; every `env:` key, an override's `env:`, and every
+`NAME=value` word before a command's `vllm`): 40 distinct names in 96 settings, by family VLLM_* 78 settings (30
+names), PYTORCH_* 4 (1), TORCH_* 3 (1), OMP_* 2 (1), and 9 settings of 7 names that are kernel libraries' own
+switches (B12X_* 2, CUTE_DSL_ARCH 2, TILELANG_CLEANUP_TEMP_FILES 2, DG_JIT_USE_NVRTC, GLM52_BIND_HOST_TRITON,
+LAMPORT_RS_SCONV), taken here by exact name. No recipe sets NCCL_*, CUDA_* or HF_* (allowed as tuning families all
+the same), nor any LD_*, PYTHON*, shell or browser variable; every one of the 40 passes this gate. Flags: 49 of the
+72 recipes carry `--trust-remote-code` (all from the two registries the community trusts), 2
+`--reasoning-parser-plugin FILE.py`, 22 `--chat-template NAME.jinja` (a file a mod drops beside vLLM), none a
+worker, scheduler or middleware class.
 """
 
 from __future__ import annotations
