@@ -46,6 +46,8 @@ NAMED_REFUSALS = {
     "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "lets API clients load adapters from any path of the node",
     "VLLM_USAGE_STATS_SERVER": "sends the node's usage reports to another server",
     "OMP_TOOL_VERBOSE_INIT": "writes the OpenMP runtime's log to a file it names",
+    "VLLM_LOGGING_STREAM": "names what Python logging imports (ext://module.object)",
+    "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD": "lets torch.load unpickle a checkpoint, which runs the code it holds",
 }
 
 # vLLM 0.32's flags that import code by name or from a file, open or write the node's files, or send data

@@ -77,7 +77,8 @@ def test_a_trusted_registrys_recipe_keeps_its_env_and_flags(tmp_path):
     ("CUDA_HOME", "names a home"), ("OMP_TOOL_LIBRARIES", "names a libraries"), ("TORCH_HOME", "names a home"),
     ("VLLM_LOGGING_CONFIG_PATH", "names a path"), ("VLLM_RUST_FRONTEND_PATH", "names a path"),
     ("VLLM_SERVER_DEV_MODE", "collective_rpc"), ("VLLM_ALLOW_INSECURE_SERIALIZATION", "unpickle"),
-    ("VLLM_PLUGINS", "names a plugins"), ("OMP_TOOL_VERBOSE_INIT", "writes"),
+    ("VLLM_PLUGINS", "names a plugins"), ("OMP_TOOL_VERBOSE_INIT", "writes"), ("VLLM_LOGGING_STREAM", "ext://"),
+    ("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", "unpickle"),
 ])
 def test_a_variable_that_runs_code_opens_files_or_is_secret_is_refused(name, why):
     reason = trustgate.env_refusal(name)
