@@ -475,7 +475,7 @@ def test_an_untrusted_registrys_env_payload_is_refused_and_runs_on_no_node_but_d
         return {h: ssh(cluster, h, "cat ~/pwned-by-env-rce 2>/dev/null", check=False).stdout
                 for h in ("spark-1", "spark-2")}
 
-    refused = serve()
+    refused = serve("--ready-timeout", "5")  # were it served, vLLM's failure on the path would not be waited for
     err = " ".join(refused.stderr.split())
     assert refused.returncode == 2, err  # failed before: served, and the shell ran on every node
     assert "registry 'evil', which is not trusted" in err and "env PYTHONWARNINGS" in err and "--trust" in err, err
