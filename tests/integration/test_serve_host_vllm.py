@@ -14,7 +14,8 @@ from __future__ import annotations
 import json
 import shlex
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -32,6 +33,7 @@ MODEL = "local/tiny-llama"
 PLUGIN_SWITCH = "SPARKCLUSTER_TEST_CPU_RAY"  # turns on the test-only platform plugin (tests/vllm_cpu_plugin)
 VLLM_FLAGS = ["--", "--max-model-len", "512", "--enforce-eager"]
 CANARY = "hf_SERVEENV" + "CANARY42"  # split: the test's own argv never holds it whole
+API_KEY = "sk-" + "APIKEY" + "CANARY39"  # vLLM's --api-key (issue 39, S5), split the same way
 BOOK = ROOT / "README.md"  # any text of a few thousand words: bench --method llama-benchy cuts prompts from it
 
 
@@ -63,8 +65,8 @@ def host_bootstrap(c: SimCluster, config: Path) -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-def sc(c: SimCluster, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
-    return run_cli(args[0], "-i", str(c.inventory_path), *args[1:], timeout=timeout)  # before any `--`
+def sc(c: SimCluster, *args: str, timeout: float = 600, env: dict | None = None) -> subprocess.CompletedProcess:
+    return run_cli(args[0], "-i", str(c.inventory_path), *args[1:], timeout=timeout, env=env)  # before any `--`
 
 
 def connections(c: SimCluster, host: str) -> list[tuple[str, str, str]]:
@@ -93,7 +95,7 @@ def processes(c: SimCluster, host: str) -> str:
     return "\n".join(line for line in out.splitlines() if not line.endswith("<defunct>"))
 
 
-def serves_tp2_on_the_fabric(c: SimCluster, doc: dict, rank_process: str) -> None:
+def serves_tp2_on_the_fabric(c: SimCluster, doc: dict, rank_process: str, api_key: str | None = None) -> None:
     """A served TP 2 answers from the head's management address, with a rank on each node and the traffic between
     the nodes on fabric addresses only: the worker's connections all run over its QSFP address, and some of them
     reach the head's."""
@@ -102,7 +104,7 @@ def serves_tp2_on_the_fabric(c: SimCluster, doc: dict, rank_process: str) -> Non
     assert doc["verify"]["verdict"]["status"] == "PASS"
     code, text = http(f"http://{head.mgmt_ip}:8000/v1/completions",
                       {"model": MODEL, "prompt": "The cluster of sparks", "max_tokens": 8, "temperature": 0},
-                      timeout=60)
+                      timeout=60, api_key=api_key)
     assert code == 200, text
     assert json.loads(text)["usage"]["completion_tokens"] == 8
     assert rank_process in processes(c, "spark-1") and rank_process in processes(c, "spark-2")
@@ -121,23 +123,50 @@ def down_leaves_nothing(c: SimCluster) -> None:
 
 
 # Another user of the node reads every process's command line as fast as it can, for as long as a serve runs.
+# Its arguments: each secret in two halves (so its own command line holds none whole), then the file that stops it.
 ARGV_WATCHER = """
 import os, sys, time
-needle, hits, scans = (sys.argv[1] + sys.argv[2]).encode(), set(), 0
-while not os.path.exists(sys.argv[3]):
+halves, stop = sys.argv[1:-1], sys.argv[-1]
+needles, hits, scans = [(a + b).encode() for a, b in zip(halves[::2], halves[1::2])], set(), 0
+while not os.path.exists(stop):
     for pid in os.listdir("/proc"):
         try:
             with open(f"/proc/{pid}/cmdline", "rb") as f:
                 line = f.read()
         except OSError:
             continue
-        if needle in line:
+        if any(needle in line for needle in needles):
             hits.add(line.replace(b"\\0", b" ")[:300].decode(errors="replace"))
     scans += 1
     time.sleep(0.002)  # a scan every few ms, leaving the cores to the serve
 print(scans)
 print("\\n".join(sorted(hits)))
 """
+ARGV_WATCH_STOP = "/tmp/argv-watch.stop"
+
+
+@contextmanager
+def argv_watched(c: SimCluster, hosts: Sequence[str], secrets: Sequence[str]) -> Iterator[dict[str, list[str]]]:
+    """While the block runs, `nobody` on each of `hosts` watches every command line for `secrets`; yields the
+    host -> [scans, command lines holding one] it fills once the block ends (with an exception too)."""
+    halves = [half for secret in secrets for half in (secret[:len(secret) // 2], secret[len(secret) // 2:])]
+    watchers = {host: subprocess.Popen(c.ssh_argv(host, "root") + [
+        f"setpriv --reuid=nobody --regid=nogroup --clear-groups python3 -c {shlex.quote(ARGV_WATCHER)} "
+        f"{shlex.join(halves)} {ARGV_WATCH_STOP}"], stdout=subprocess.PIPE, text=True) for host in hosts}
+    seen: dict[str, list[str]] = {}
+    try:
+        yield seen
+    finally:
+        for host, watcher in watchers.items():
+            ssh(c, host, f"touch {ARGV_WATCH_STOP}", user="root")
+            seen[host] = watcher.communicate(timeout=60)[0].splitlines()
+            ssh(c, host, f"rm -f {ARGV_WATCH_STOP}", user="root")
+
+
+def never_seen(seen: dict[str, list[str]]) -> None:
+    """Each watcher watched (a hundred scans or more) and never saw a secret."""
+    for host, lines in seen.items():
+        assert int(lines[0]) > 100 and not any(lines[1:]), (host, lines[1:])
 
 
 def test_real_vllm_serves_with_tp2_across_two_nodes_over_ray(cluster, tmp_path):
@@ -148,25 +177,20 @@ def test_real_vllm_serves_with_tp2_across_two_nodes_over_ray(cluster, tmp_path):
                "--check", "--json", *VLLM_FLAGS)
     assert check.returncode == 0 and "ray start" in check.stdout, check.stderr[-2000:]
     assert CANARY not in check.stdout + check.stderr  # failed before: twice, in the start lines
-    watcher = subprocess.Popen(cluster.ssh_argv("spark-2", "root") + [
-        f"setpriv --reuid=nobody --regid=nogroup --clear-groups python3 -c {shlex.quote(ARGV_WATCHER)} "
-        f"{CANARY[:8]} {CANARY[8:]} /tmp/argv-watch.stop"], stdout=subprocess.PIPE, text=True)
     try:
-        result = sc(cluster, "serve", "--runtime", "host", "--launcher", "ray", "--tp", "2", "--model", MODEL,
-                    "--ready-timeout", "300", "--json", *VLLM_FLAGS)
-        assert result.returncode == 0, result.stderr[-3000:]
-        assert CANARY not in result.stdout + result.stderr
-        serves_tp2_on_the_fabric(cluster, json.loads(result.stdout), "RayWorkerProc")
-        raylet = ssh(cluster, "spark-2", "pgrep -o -f raylet").stdout.strip()
-        environ = ssh(cluster, "spark-2", f"cat /proc/{raylet}/environ", user="root").stdout
-        assert f"HF_TOKEN={CANARY}" in environ.split("\0")  # it did reach the node, through stdin
-        a_sparkrun_recipe_serves_tp1_x_pp2_over_ray(cluster, tmp_path)  # on the Ray cluster up now
+        with argv_watched(cluster, ["spark-2"], [CANARY]) as seen:
+            result = sc(cluster, "serve", "--runtime", "host", "--launcher", "ray", "--tp", "2", "--model", MODEL,
+                        "--ready-timeout", "300", "--json", *VLLM_FLAGS)
+            assert result.returncode == 0, result.stderr[-3000:]
+            assert CANARY not in result.stdout + result.stderr
+            serves_tp2_on_the_fabric(cluster, json.loads(result.stdout), "RayWorkerProc")
+            raylet = ssh(cluster, "spark-2", "pgrep -o -f raylet").stdout.strip()
+            environ = ssh(cluster, "spark-2", f"cat /proc/{raylet}/environ", user="root").stdout
+            assert f"HF_TOKEN={CANARY}" in environ.split("\0")  # it did reach the node, through stdin
+            a_sparkrun_recipe_serves_tp1_x_pp2_over_ray(cluster, tmp_path)  # on the Ray cluster up now
     finally:
-        ssh(cluster, "spark-2", "touch /tmp/argv-watch.stop", user="root")
-        seen = watcher.communicate(timeout=60)[0].splitlines()
-        ssh(cluster, "spark-2", "rm -f /tmp/argv-watch.stop", user="root")
         down_leaves_nothing(cluster)
-    assert int(seen[0]) > 100 and not any(seen[1:]), seen[1:]  # it watched, and never saw the token
+    never_seen(seen)  # it watched, and never saw the token
 
 
 def test_serve_refuses_a_fallback_onto_the_management_network(cluster, tmp_path):
@@ -198,17 +222,21 @@ def vllm_counters(endpoint: str) -> dict[str, float]:
     return totals
 
 
-def bench_measures_the_served_cluster(cluster: SimCluster, tmp_path: Path, recipe: str, flag: str) -> None:
+def bench_measures_the_served_cluster(cluster: SimCluster, tmp_path: Path, recipe: str, flag: str,
+                                      api_key: str) -> None:
     """`bench` finds the endpoint from the inventory (the record serve left on the head), keeps 1, 2 and 4
     requests in flight against the real vLLM, and counts what the server itself counted; then measures it as
     llama-benchy does (~30 s more: chat needs a template, which the recipe's mod gave vLLM; the tiny model cannot
-    answer the coherence question, so it is skipped), its token tally equal to vLLM's counters."""
+    answer the coherence question, so it is skipped), its token tally equal to vLLM's counters. The endpoint wants
+    `api_key`, which both methods send from this machine's VLLM_API_KEY."""
     head = cluster.topology.hosts[0]
     plot = tmp_path / "bench.png"
+    with_key = {"VLLM_API_KEY": api_key}
     result = sc(cluster, "bench", "--concurrency", "1,2,4", "--runs", "1", "--output-tokens", "8",
-                "--prompt-tokens", "32", "--requests-per-stream", "2", "--plot", str(plot), "--json")
+                "--prompt-tokens", "32", "--requests-per-stream", "2", "--plot", str(plot), "--json", env=with_key)
     assert result.returncode == 0, result.stderr[-3000:]
     doc = json.loads(result.stdout)
+    assert api_key not in result.stdout + result.stderr  # the record's flags, which bench's config shows, hold none
     assert doc["config"]["endpoint"] == f"http://{head.mgmt_ip}:8000/v1"
     assert doc["config"]["tp"] == 2 and doc["config"]["launcher"] == "native"
     assert doc["config"]["server_version"]  # vLLM's /version
@@ -225,7 +253,8 @@ def bench_measures_the_served_cluster(cluster: SimCluster, tmp_path: Path, recip
 
     before = vllm_counters(doc["config"]["endpoint"])
     result = sc(cluster, "bench", "--method", "llama-benchy", "--pp", "64", "--tg", "16", "--depth", "0", "128",
-                "--concurrency", "1", "2", "--runs", "1", "--skip-coherence", "--corpus", str(BOOK), "--json")
+                "--concurrency", "1", "2", "--runs", "1", "--skip-coherence", "--corpus", str(BOOK), "--json",
+                env=with_key)
     assert result.returncode == 0, result.stderr[-3000:]
     after = vllm_counters(doc["config"]["endpoint"])
     benchy = json.loads(result.stdout)
@@ -290,12 +319,16 @@ def test_an_eugr_recipe_with_a_mod_serves_tp2_unmodified_on_the_mlx5_link_local_
     """~150 s: vLLM's native multi-node launcher (a rank in each node, the traffic on the fabric) with the recipe's
     TP 2 and max model length, its env in the vLLM process on every node, and the chat template its mod dropped,
     found by the command's relative path. The same served cluster is then measured by `bench`, both methods
-    (one vLLM start for both: each costs a minute or more on the CPU)."""
+    (one vLLM start for both: each costs a minute or more on the CPU). It is served with vLLM's --api-key (issue 39,
+    S5): no user of either node sees the key on a command line while it starts, readiness passes with it, a request
+    without it is refused, `status` names the refusal and `bench` sends the key."""
     head = cluster.topology.hosts[0]
     recipe = eugr_checkout(tmp_path, TEMPLATE_MOD)
     # --check first: each mod and where it comes from, then every node's lines (the mods', then vLLM's).
-    check = sc(cluster, "serve", "--runtime", "host", "--launcher", "native", "--recipe", str(recipe), "--check")
+    check = sc(cluster, "serve", "--runtime", "host", "--launcher", "native", "--recipe", str(recipe), "--check",
+               "--", "--api-key", API_KEY)
     assert check.returncode == 0, check.stderr
+    assert API_KEY not in check.stdout + check.stderr and "--api-key" not in check.stdout  # failed before
     assert f"mod tiny-template from {tmp_path / 'mods' / 'tiny-template'} (the recipe's mods/tiny-template)" in \
         check.stdout
     out = check.stdout
@@ -304,27 +337,36 @@ def test_an_eugr_recipe_with_a_mod_serves_tp2_unmodified_on_the_mlx5_link_local_
     for rank, host in enumerate(("spark-1", "spark-2")):
         node = out[out.index(f"  {host}: "):]
         assert node.index("mods/tiny-template && chmod +x run.sh && ./run.sh") < node.index(f"--node-rank {rank}"), out
-    result = sc(cluster, "serve", "--runtime", "host", "--launcher", "native", "--recipe", str(recipe),
-                "--ready-timeout", "300", "--json")
     try:
-        assert result.returncode == 0, result.stderr[-3000:]
+        with argv_watched(cluster, ["spark-1", "spark-2"], [API_KEY]) as seen:  # vLLM starts on both nodes
+            result = sc(cluster, "serve", "--runtime", "host", "--launcher", "native", "--recipe", str(recipe),
+                        "--ready-timeout", "300", "--json", "--", "--api-key", API_KEY)
+        never_seen(seen)  # failed before: `vllm serve ... --api-key sk-...` on both nodes
+        assert result.returncode == 0, result.stderr[-3000:]  # readiness asked with the key (failed before: 401)
         served = json.loads(result.stdout)
-        assert "mods" in served["phases"]
-        serves_tp2_on_the_fabric(cluster, served, "Worker_TP")  # vLLM's native multi-node
+        assert "mods" in served["phases"] and served["api_key"] is True
+        assert API_KEY not in result.stdout + result.stderr + ssh(cluster, "spark-1", "cat ~/.config/sparkcluster/"
+                                                                                       "serve.json").stdout
+        serves_tp2_on_the_fabric(cluster, served, "Worker_TP", API_KEY)  # vLLM's native multi-node
         base = f"http://{head.mgmt_ip}:8000/v1"
-        code, text = http(f"{base}/models", None, timeout=30)
+        assert http(f"{base}/models", None, timeout=30)[0] == 401  # vLLM did get the key, and wants it
+        code, text = http(f"{base}/models", None, timeout=30, api_key=API_KEY)
         assert code == 200 and json.loads(text)["data"][0]["max_model_len"] == 384, text
         code, text = http(f"{base}/chat/completions",
                           {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4},
-                          timeout=60)
+                          timeout=60, api_key=API_KEY)
         assert code == 200, text  # the tiny model has no template of its own: the mod's is the one in use
         for host in ("spark-1", "spark-2"):
             env = ssh(cluster, host, "for p in $(pgrep -f 'vllm serve'); do tr '\\0' '\\n' < /proc/$p/environ; "
                                      "done").stdout
-            assert "SPARKCLUSTER_RECIPE_MARK=21" in env, host
+            assert "SPARKCLUSTER_RECIPE_MARK=21" in env and f"VLLM_API_KEY={API_KEY}" in env.split("\n"), host
             assert "dropped tiny-chat.jinja" not in env
             assert ssh(cluster, host, "cat ~/tiny-chat.jinja").stdout.startswith("{% for m in messages %}")
-        bench_measures_the_served_cluster(cluster, tmp_path, "tiny-llama", "--enforce-eager")
+        status = sc(cluster, "status", "--json")  # this machine has no key, nor does the inventory
+        assert json.loads(status.stdout)["server"]["models_error"].startswith(
+            f"{base}/models answered 401: the endpoint wants an API key, and none was sent; give it in this "
+            "machine's environment (`export VLLM_API_KEY=KEY`)"), status.stdout
+        bench_measures_the_served_cluster(cluster, tmp_path, "tiny-llama", "--enforce-eager", API_KEY)
     finally:
         down_leaves_nothing(cluster)
 
