@@ -45,7 +45,9 @@ class Ratio(Compared):
 
 
 def load_reference(name_or_path: str) -> Reference:
-    recipe = load_recipe(name_or_path)
+    # Only the published rows are read: nothing of the recipe runs, so an untrusted registry's env or flags,
+    # which the trust gate refuses for a serve, need no --trust here.
+    recipe = load_recipe(name_or_path, trust=True)
     if recipe.reference is None:
         raise UsageError(f"recipe {name_or_path} has no published reference rows",
                          "compare with a recipe that has `reference:` (gpt-oss-120b), or add one to your file")
