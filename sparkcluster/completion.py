@@ -96,8 +96,9 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser], app:
     p = commands.add_parser(
         "completion", help="print a shell completion script (bash, zsh or fish)",
         description="Print a completion script for the shell. Load it now with `source <(sparkcluster completion "
-                    "bash)`, or keep it: bash: sparkcluster completion bash > ~/.local/share/bash-completion/"
-                    "completions/sparkcluster; zsh: into a file _sparkcluster on $fpath; fish: > "
-                    "~/.config/fish/completions/sparkcluster.fish")
+                    "bash)`, or keep it (each folder made first with mkdir -p): bash: > ~/.local/share/"
+                    "bash-completion/completions/sparkcluster; zsh: > ~/.zfunc/_sparkcluster, with "
+                    "fpath=(~/.zfunc $fpath) before compinit in ~/.zshrc; fish: > "
+                    "~/.config/fish/completions/sparkcluster.fish (the README has the lines to paste)")
     p.add_argument("shell", choices=SHELLS)
     p.set_defaults(func=cmd_completion)
