@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import time
 from collections.abc import Callable
 from contextlib import nullcontext
 from pathlib import Path
@@ -15,7 +16,7 @@ from ..engine.errors import EXIT_OK, UsageError
 from ..engine.report import print_json
 from . import render as sim_render
 from .cluster import DEFAULT_DRIVER, DEFAULT_LAN_RATE, DEFAULT_NAME, DEFAULT_USER, SimCluster, UpOptions
-from .hardware import SETTINGS
+from .hardware import SETTINGS, kernel_log_entry
 from .state import existing_names
 from .topology import MISCABLES, TOPOLOGIES
 
@@ -95,10 +96,17 @@ def cmd_sim_hardware(args: argparse.Namespace) -> int:
                 raise UsageError(f"--pcie-width {pair!r} is not NETDEV=WIDTH", "e.g. --pcie-width enP2p1s0f1np1=2")
             widths[netdev] = width
         settings["pcie_width"] = widths
-    if args.clear:
-        settings = dict.fromkeys(SETTINGS)
-    SimCluster.load(args.name).set_hardware(args.host, settings)
-    console.print(f"{args.host}: {', '.join(f'{k}={v}' for k, v in settings.items()) or 'unchanged'}", highlight=False)
+    now = time.time()
+    planted = [kernel_log_entry(message, now) for message in args.kernel_log or []]
+    cluster = SimCluster.load(args.name)
+    if planted:  # appended to what the host's kernel already logged (nothing, after --clear)
+        logged = [] if args.clear else cluster.state.hardware.get(args.host, {}).get("kernel_log", [])
+        settings["kernel_log"] = [*logged, *planted]
+    if args.clear:  # every default back, then what this command gives
+        settings = {**dict.fromkeys(SETTINGS), **settings}
+    cluster.set_hardware(args.host, settings)
+    shown = {k: (f"{len(planted)} line(s) more" if k == "kernel_log" and planted else v) for k, v in settings.items()}
+    console.print(f"{args.host}: {', '.join(f'{k}={v}' for k, v in shown.items()) or 'unchanged'}", highlight=False)
     return EXIT_OK
 
 
@@ -196,7 +204,8 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser], app:
     deg.set_defaults(func=cmd_sim_degrade)
 
     hw = named(sim_cmds.add_parser("hardware", help="give one host another driver, kernel, BIOS, CMA pool, "
-                                                     "ConnectX firmware or twin PCIe width (what nodes differ in)"))
+                                                     "ConnectX firmware or twin PCIe width (what nodes differ in), "
+                                                     "or lines in its kernel log"))
     hw.add_argument("host", help="host name, e.g. spark-2")
     hw.add_argument("--driver", help="NVIDIA driver version, e.g. 580.95.05")
     hw.add_argument("--kernel", help="what `uname -r` prints, e.g. 7.0.0-1019-nvidia")
@@ -206,7 +215,12 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser], app:
     hw.add_argument("--firmware", help="ConnectX firmware `ethtool -i` reports")
     hw.add_argument("--pcie-width", action="append", metavar="NETDEV=WIDTH",
                     help="the PCIe width a twin negotiated (of x4), e.g. enP2p1s0f1np1=2")
-    hw.add_argument("--clear", action="store_true", help="put every simulated default back")
+    hw.add_argument("--kernel-log", action="append", metavar="LINE",
+                    help="append a line to the kernel log the host's journalctl -k and dmesg print, as the kernel "
+                         "wrote it, e.g. 'NVRM: Xid (PCI:000f:01:00): 79, pid=2113, name=python3, GPU has fallen off "
+                         "the bus.' (repeatable; --clear empties the log)")
+    hw.add_argument("--clear", action="store_true",
+                    help="put every simulated default back (and the kernel log empty) before the other flags apply")
     hw.set_defaults(func=cmd_sim_hardware)
 
     ssh = named(sim_cmds.add_parser("ssh", help="ssh into a host with the cluster's key and known_hosts"))

@@ -1,7 +1,7 @@
 """What cannot exist on a CPU machine, emulated at the hardware boundary for one simulated Spark.
 
-The emulators themselves (nvidia-smi, ibdev2netdev, ethtool, the NVIDIA container hook) are small scripts in
-host/; this module renders the data they read: /etc/sparkcluster-sim/hardware.json and a
+The emulators themselves (nvidia-smi, ibdev2netdev, ethtool, the NVIDIA container hook, the kernel log's journalctl
+and dmesg) are small scripts in host/; this module renders the data they read: /etc/sparkcluster-sim/hardware.json and a
 /sys/class/infiniband tree shaped like the mlx5 driver's on a real Spark
 (tests/fixtures/probe-spark.txt holds one such Spark's outputs).
 """
@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from ..engine.errors import UsageError
 from .topology import HostSpec, Nic
 
 GPU_NAME = "NVIDIA GB10"
@@ -23,12 +24,13 @@ HARDWARE_JSON = "etc/sparkcluster-sim/hardware.json"
 SPEEDS = "etc/sparkcluster-sim/speeds"
 PCIE_SPEED, PCIE_WIDTH = "32.0 GT/s PCIe", "4"
 DEGRADED_PCIE = ("8.0 GT/s PCIe", "2")
-EMULATORS = ("nvidia-smi", "ibdev2netdev", "ethtool", "nvidia-container-runtime-hook", "sim-gid-cache", "uname")
+EMULATORS = ("nvidia-smi", "ibdev2netdev", "ethtool", "nvidia-container-runtime-hook", "sim-gid-cache", "uname",
+             "sim-kernel-log", "journalctl", "dmesg")
 KERNEL_FILE = "etc/sparkcluster-sim/kernel"  # what the emulated `uname -r` prints; absent: the real kernel's
 FIRMWARE_FILE = "etc/sparkcluster-sim/firmware"  # the ConnectX firmware the emulated `ethtool -i` reports
 DEFAULT_FIRMWARE = "28.45.1200 (NVD0000000033)"
 # What `sim hardware` may set on one host (the rest of a Spark's hardware is the same on every simulated one).
-SETTINGS = ("driver", "kernel", "bios_version", "bios_date", "cma_total_kb", "firmware", "pcie_width")
+SETTINGS = ("driver", "kernel", "bios_version", "bios_date", "cma_total_kb", "firmware", "pcie_width", "kernel_log")
 DEFAULT_DMI = {"sys_vendor": "NVIDIA", "product_name": "DGX Spark", "bios_vendor": "NVIDIA",
                "bios_version": "sim-5.36", "bios_date": "04/20/2026"}
 
@@ -47,10 +49,21 @@ def hardware_doc(cluster: str, host: HostSpec, settings: Mapping[str, Any] | Non
             "uuid": gpu_uuid(cluster, host.name),
             "pci_bus_id": "0000000F:01:00.0",
         },
+        # What the emulated `journalctl -k` and `dmesg` print after the boot's own lines: {"at": unix time, "message"}
+        "kernel_log": list((settings or {}).get("kernel_log", [])),
         "nics": [
             {"netdev": n.netdev, "hca": n.hca, "cabled": n.cabled, "speed_mbps": n.speed_mbps} for n in host.nics
         ],
     }
+
+
+def kernel_log_entry(message: str, at: float) -> dict[str, Any]:
+    """One line `sim hardware --kernel-log` plants, as the kernel printed it at `at` (unix time)."""
+    if not message.strip() or any(c in message for c in "\n\r\0"):
+        raise UsageError(f"--kernel-log {message!r} is not one line of text",
+                         "give the message as the kernel prints it, e.g. --kernel-log 'NVRM: Xid (PCI:000f:01:00): "
+                         "79, pid=2113, name=python3, GPU has fallen off the bus.'")
+    return {"at": round(at, 6), "message": message}
 
 
 def hardware_json(cluster: str, host: HostSpec, settings: Mapping[str, Any] | None = None) -> str:
