@@ -24,6 +24,7 @@ from ..engine.locks import held
 from ..engine.report import print_json
 from ..engine.session import Session
 from ..engine.transport import openssh_argv, ssh_destination
+from ..nccl import thresholds
 from ..staging.images import held_layers
 from . import recipes_cli, render, top
 from .image import check_images, sync_image
@@ -280,7 +281,9 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser], app:
                    help="skip the NCCL probe before vLLM starts")
     s.add_argument("--allow-fallback", action="store_true",
                    help="serve even when the probe finds NCCL off RDMA (socket or management network)")
-    s.add_argument("--min-busbw", type=flags.bandwidth, help="bus bandwidth the probe needs, GB/s")
+    s.add_argument("--min-busbw", type=flags.bandwidth,
+                   help="bus bandwidth the probe needs on GPUs, GB/s. Default per topology, as verify's: "
+                        f"{thresholds.help_text()}. On CPU (gloo, the simulator) no speed is held")
     s.add_argument("--check", action="store_true",
                    help="show the image copies and every node's command lines; start nothing")
     cache_flag(s)
