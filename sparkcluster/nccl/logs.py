@@ -60,6 +60,7 @@ _IB_INIT_FAILED = re.compile(r"Failed to initialize NET plugin IB\b")
 _IB_TRIED = re.compile(r"NET/IB|NET plugin IB|NCCL_IB_")
 _PLUGINS_LOGGED = re.compile(r"(?:Initialized|Assigned) NET plugin ")
 # nccl-tests starts a run with these; between them and the next run's lines, unprefixed NCCL lines are another run.
+_NCCL_FRAME = "ncclTransport"  # a plain substring: every non-NCCL line of a 20,000-file bundle is tested for it
 _TESTS_START = re.compile(r"^(?:\S*\s)?# (?:nThread \d+|Collective test starting)")
 _ERRORS = re.compile(r"unhandled (?:system|cuda) error|ibv_\w+ failed|Got completion .*status=|IBV_WC_\w+_ERR"
                      r"|remote process exited|\bNCCL error\b|\bnccl(?:System|Remote|Internal)Error\b")
@@ -115,6 +116,12 @@ class RankLog:
             # over the network NCCL chose.
             return (f"NET/{self.network}",)
         return tuple(dict.fromkeys(c.transport for c in self.channels))
+
+    @property
+    def sockets_only(self) -> bool:
+        """The only network line is NET/Socket listing its interfaces: NCCL initialises its Socket plugin only when
+        IB found no device, so it chose sockets even where the log stops before saying so."""
+        return bool(self.socket_interfaces) and not self.ib_devices and self.network is None
 
     @property
     def inter_node(self) -> tuple[str, ...]:
@@ -277,14 +284,20 @@ def read_log(text: Lines, source: str = "log") -> list[RankLog]:
             whole.nccl(m["level"], m["msg"], line_no)
         elif _ERRORS.search(line):
             # A Python traceback ("NCCL error in: ...") belongs to the process Ray names, when it names one.
-            ray = _RAY_PID.search(line)
-            owner = next((b for (_, pid), b in by_process.items() if ray and pid == ray[1]), whole)
-            owner.error(line.strip(), line_no)
+            _owner(line, by_process, whole).error(line.strip(), line_no)
+        elif _NCCL_FRAME in line:
+            # A native frame of the traceback ("ncclTransportTreeConnect(ncclComm*)") names where init failed.
+            _owner(line, by_process, whole).ring.read_error(line, line_no)
     ranks = [*earlier, *(b.freeze() for b in by_process.values())]
     # Unprefixed lines next to prefixed ones are mostly tracebacks that follow the ranks' own WARN lines.
     if (not by_process and not earlier) or whole.nccl_lines or whole.errors:
         ranks.append(whole.freeze())
     return ranks
+
+
+def _owner(line: str, by_process: dict[tuple[str, str], _Builder], whole: _Builder) -> _Builder:
+    ray = _RAY_PID.search(line)
+    return next((b for (_, pid), b in by_process.items() if ray and pid == ray[1]), whole)
 
 
 # ---- the probe's output ------------------------------------------------------------------------------------

@@ -134,7 +134,7 @@ def _error_finding(line: str) -> _Finding:
 
 def _socket_findings(rank: RankLog, expected_hcas: Sequence[str], management: Sequence[str], qsfp_hint: str,
                      require_network: bool, rows: Sequence[BandwidthRow]) -> list[_Finding]:
-    uses_socket = (rank.network == "Socket" or rank.no_ib_device or rank.ib_disabled
+    uses_socket = (rank.network == "Socket" or rank.sockets_only or rank.no_ib_device or rank.ib_disabled
                    or "NET/Socket" in rank.transports)
     if not uses_socket:
         return []
@@ -148,8 +148,13 @@ def _socket_findings(rank: RankLog, expected_hcas: Sequence[str], management: Se
     why, fix = _socket_reason(rank, expected_hcas)
     on_management = [i for i in rank.socket_interfaces if i in management]
     if on_management:
+        both_twins = ",".join(expected_hcas) or "rocep1s0f1,roceP2p1s0f1"
+        unconnected = "" if rank.channels or rank.rings_connected else "; no channel connected yet"
         return [_Finding(VerdictStatus.FAIL, f"socket fallback on the management interface {on_management[0]} (10 GbE, about "
-                                 f"1 GB/s): {why}{_measured(rows)}", f"{fix}; and set NCCL_SOCKET_IFNAME={qsfp_hint}")]
+                                 f"1 GB/s): {why}{unconnected}{_measured(rows)}",
+                         f"bind NCCL to the QSFP link: NCCL_SOCKET_IFNAME={qsfp_hint} NCCL_IB_HCA={both_twins} where "
+                         "NCCL runs (`sparkcluster bootstrap` writes both into every node's comm env: run it and start "
+                         f"NCCL in that env); then {fix}")]
     over = f" over {','.join(rank.socket_interfaces)}" if rank.socket_interfaces else ""
     return [_Finding(VerdictStatus.FAIL, f"socket fallback{over}: {why}{_measured(rows)}", fix)]
 
