@@ -91,7 +91,7 @@ def find_inventory(explicit: str | None, *, env: Mapping[str, str] | None = None
     gone = f"; the last one used, {recorded}, no longer exists" if recorded else ""
     raise InventoryError(f"no inventory: no -i, no ${ENV_VAR}, no ./{DEFAULT_FILE}{gone}",
                          f"pass one with `-i FILE`, set {ENV_VAR}=FILE, or create ./{DEFAULT_FILE} ({EXAMPLE}); "
-                         "once a command has used an inventory, later commands find it on their own")
+                         "once bootstrap has succeeded with an inventory, later commands find it on their own")
 
 
 def record_last_used(path: Path, config_dir: Path | None = None) -> None:
