@@ -1,6 +1,7 @@
 """What `doctor` reads on a node beyond its facts, in the same single round trip: BIOS, CUDA, DGX OS release,
-ConnectX firmware, the host's NCCL, /etc/nccl.conf and NCCL_* set outside sparkcluster's comm env, CmaTotal,
-the memlock limit, and the serving image's ID with the NCCL and vLLM versions inside it.
+ConnectX firmware, the host's NCCL, /etc/nccl.conf and NCCL_* set outside sparkcluster's comm env, CmaTotal and
+CmaFree, the kernel command line, the memlock limit, the serving image's ID with the NCCL and vLLM versions inside
+it, and the kernel log of this boot (node/kernellog.py, bounded in lines and bytes).
 
 One SSH exec per node runs the whole script (after the session's facts probe, engine/facts.py, whose section
 format it shares). The parsers are pure and tested on outputs in the formats real nodes print.
@@ -15,6 +16,7 @@ from typing import Any
 
 from ..engine.command import Command
 from ..engine.facts import split_sections
+from .kernellog import KERNEL_LOG_SCRIPT, KernelLog, parse_kernel_log
 
 # Inside the image, with no Python started (an import of vllm takes many seconds): the package folders'
 # names carry the versions, and NCCL's library carries its own in its file name.
@@ -64,6 +66,8 @@ grep -H -E '^[[:space:]]*(export[[:space:]]+)?NCCL_[A-Z0-9_]*=' /etc/environment
   /etc/bash.bashrc "$HOME/.bashrc" "$HOME/.profile" "$HOME/.bash_profile" 2>/dev/null | sed 's/^/rc /'
 sec d-meminfo
 grep -E '^(MemTotal|CmaTotal|CmaFree):' /proc/meminfo
+sec d-cmdline
+cat /proc/cmdline 2>/dev/null
 sec d-memlock
 ulimit -l
 sec d-image
@@ -78,7 +82,8 @@ else
     $d image inspect --format '{{range .Config.Env}}{{println .}}{{end}}' "$img" 2>/dev/null \
       | grep -E '^(NCCL_VERSION|CUDA_VERSION|VLLM_VERSION)=' | sed 's/^/env /'
     timeout 60 $d run --rm --network none --entrypoint sh "$img" -c @SCAN@ 2>&1 | tail -n 60
-  else echo "absent $id" | head -n 1; fi
+  # docker's error may begin with an empty line ("\nCannot connect to the Docker daemon..."): its first words
+  else echo "absent $(printf '%s\n' "$id" | grep -m 1 .)"; fi
 fi
 """
 
@@ -90,6 +95,7 @@ class ImageProbe:
     name: str
     id: str | None = None
     error: str | None = None  # docker missing, image absent, or the scan inside could not run
+    absent: bool = False  # docker answered, and this node holds no such image (serve or `image sync` sends it)
     nccl: str | None = None
     vllm: str | None = None
     torch: str | None = None
@@ -120,6 +126,13 @@ class NodeHealth:
     mem_total_kb: int | None
     memlock: str | None  # "unlimited" or KiB, as `ulimit -l` prints it
     image: ImageProbe
+    cma_free_kb: int | None = None  # above CmaTotal only on a kernel whose CMA accounting kho broke
+    cmdline: str = ""  # /proc/cmdline: whether kho=off is in effect
+    kernel_log: KernelLog = field(default_factory=KernelLog)
+
+    @property
+    def kho_off(self) -> bool:
+        return "kho=off" in self.cmdline.split()
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -128,7 +141,7 @@ class NodeHealth:
 def health_command(image: str) -> Command:
     """Every doctor section in one remote command; `image` empty: no image is looked at (a host runtime)."""
     script = (HEALTH_SCRIPT.replace("@IMAGE@", shlex.quote(image))
-              .replace("@SCAN@", shlex.quote(IMAGE_SCAN)))
+              .replace("@SCAN@", shlex.quote(IMAGE_SCAN)).replace("@KERNEL_LOG@", KERNEL_LOG_SCRIPT))
     return Command(script, timeout=120)
 
 
@@ -231,7 +244,9 @@ def parse_image(name: str, lines: list[str]) -> ImageProbe:
         if "permission denied" in why:
             return ImageProbe(name, error="the login user cannot use Docker (not in group docker, no passwordless "
                                           "sudo): `sparkcluster bootstrap` adds it")
-        return ImageProbe(name, error=f"no image {name!r}" + ("" if "No such image" in why else f": {why}"))
+        if "No such image" in why:
+            return ImageProbe(name, error=f"no image {name!r}", absent=True)
+        return ImageProbe(name, error=f"no image {name!r}: {why or 'docker gave no reason'}")
     if not first.startswith("id "):
         return ImageProbe(name, error=first)
     image_id = first[3:].strip()
@@ -285,4 +300,7 @@ def parse_health(text: str, image: str) -> NodeHealth:
         mem_total_kb=mem.get("MemTotal"),
         memlock=memlock,
         image=parse_image(image, s.get("d-image", [])),
+        cma_free_kb=mem.get("CmaFree"),
+        cmdline=" ".join(l.strip() for l in s.get("d-cmdline", []) if l.strip()),
+        kernel_log=parse_kernel_log(s.get("d-kernel-log", [])),
     )

@@ -2,38 +2,24 @@
 and the fix (pure: facts and NodeHealth in, findings out).
 
 A cluster serves only as well as its least alike node: an image rebuilt on one node with another NCCL breaks a
-ring that worked; a BIOS from before April 2026 wires the second ConnectX at PCIe Gen5 x2; kernel
-7.0.0-1019-nvidia boots with `CmaTotal: 0 kB`, and then `ibv_reg_mr` fails for any size.
+ring that worked. The known-bad platform values (a kernel that boots with `CmaTotal: 0 kB`, a BIOS that wires the
+second ConnectX at x2, ...) are the table in platform_known.py, read here with the symptom each shows.
 """
 
 from __future__ import annotations
 
-import enum
 import re
 from collections import Counter
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import date
 
 from ..engine.facts import HostFacts
+from .finding import Finding, Severity
 from .health import NodeHealth
+from .platform_known import GRUB_KHO_OFF, KNOWN_BAD, Component, KnownBad, Symptom, matches
 
-
-class Severity(enum.Enum):
-    OK = "ok"
-    WARN = "warn"
-    FAIL = "fail"
-
-
-@dataclass(frozen=True)
-class Finding:
-    group: str  # "preflight", "parity", "known issues"
-    check: str
-    severity: Severity
-    summary: str
-    fix: str = ""
-    nodes: tuple[str, ...] = ()  # the nodes named (those that differ, or carry the bad value)
-    values: dict[str, str] = field(default_factory=dict)  # node -> its value, where comparing says something
+__all__ = ["Finding", "Node", "Severity", "bios_date", "known_issues", "parity"]
 
 
 @dataclass(frozen=True)
@@ -42,8 +28,6 @@ class Node:
     health: NodeHealth
 
 
-BAD_CMA_KERNEL = "7.0.0-1019-nvidia"
-BIOS_X4_FIXED = date(2026, 4, 1)  # BIOS releases from April 2026 wire the second ConnectX at Gen5 x4
 UPGRADE = "sudo apt update && sudo apt full-upgrade, then reboot"
 FWUPD = "sudo fwupdmgr refresh && sudo fwupdmgr update, then reboot (DGX OS delivers BIOS and ConnectX firmware so)"
 
@@ -117,12 +101,15 @@ IMAGE_CHECKS = ("image ID", "NCCL in the image", "vLLM in the image")
 
 def parity(nodes: Mapping[str, Node]) -> list[Finding]:
     findings = []
-    no_image = all(not n.health.image.name for n in nodes.values())
+    # A node without the image yet is told apart (the doctor warns how it gets there): the image checks compare
+    # the nodes that hold one, and are left out where none does.
+    holding = {name: n for name, n in nodes.items() if n.health.image.name and not n.health.image.absent}
     for check, read, severity, fix in PARITY:
-        if no_image and check in IMAGE_CHECKS:
+        compared = holding if check in IMAGE_CHECKS else nodes
+        if not compared:
             continue
-        values = {name: read(n) or "unknown" for name, n in nodes.items()}
-        if len(nodes) < 2 or len(set(values.values())) == 1:
+        values = {name: read(n) or "unknown" for name, n in compared.items()}
+        if len(compared) < 2 or len(set(values.values())) == 1:
             findings.append(Finding("parity", check, Severity.OK, f"same on every node: {next(iter(values.values()))}",
                                     values=values))
             continue
@@ -144,33 +131,70 @@ def bios_date(text: str | None) -> date | None:
     return date(int(m[3]), int(m[1]), int(m[2])) if m else None
 
 
+def _cma_read(name: str, n: Node) -> list[Finding]:
+    """CMA read against the kernel: CmaTotal 0, or CmaFree above CmaTotal (what kho breaks), names kho=off."""
+    h, kernel = n.health, n.facts.kernel or None
+    known = [k for k in matches(Component.KERNEL, kernel) if k.shows is Symptom.CMA_ZERO]
+    source = known[0].source if known else ""
+    free = "" if h.cma_free_kb is None else f", CmaFree: {h.cma_free_kb} kB"
+    broken = h.cma_total_kb == 0 or (h.cma_total_kb is not None and (h.cma_free_kb or 0) > h.cma_total_kb)
+    if broken:
+        giveaway = (" (CmaFree > CmaTotal is the whole giveaway)"
+                    if h.cma_free_kb is not None and h.cma_total_kb is not None and h.cma_free_kb > h.cma_total_kb
+                    else "")
+        cause = f"kernel {kernel} " if kernel else ""
+        listed = "" if known or not kernel else f" (kernel {kernel} is not yet in the known-bad table)"
+        fix = (GRUB_KHO_OFF if not h.kho_off else
+               "kho=off is already on the kernel command line and CMA is still broken: boot 6.17.0-1032-nvidia from "
+               f"GRUB's advanced options, or {UPGRADE} to a kernel after it")
+        return [Finding(
+            "known issues", "CMA", Severity.FAIL,
+            f"{name}: {cause}booted with CmaTotal: {h.cma_total_kb} kB{free}{giveaway}: ibv_reg_mr fails even for "
+            f"1 KB, so NCCL cannot register memory for RDMA (init fails with ENOMEM or falls back to sockets){listed}",
+            fix, (name,), {name: f"CmaTotal {h.cma_total_kb} kB{free}"}, source)]
+    if known and h.cma_total_kb is None:
+        return [Finding("known issues", "CMA", Severity.WARN,
+                        f"{name}: kernel {kernel} is known to boot with CmaTotal: 0 kB, and /proc/meminfo shows no "
+                        "CmaTotal here", f"check `grep Cma /proc/meminfo`; if CmaTotal is 0: {GRUB_KHO_OFF}",
+                        (name,), source=source)]
+    return []  # CMA as it should be: a listed kernel booted with kho=off (or a build without the fault) is fine
+
+
+def _version_only(name: str, n: Node) -> list[Finding]:
+    """Entries of the table that a version alone is enough for (no symptom to wait for)."""
+    values: dict[Component, list[str | None]] = {
+        Component.KERNEL: [n.facts.kernel], Component.DRIVER: [n.facts.gpu.driver_version if n.facts.gpu else None],
+        Component.FIRMWARE: [*sorted(set(n.health.firmware.values()))], Component.BIOS: [n.health.bios_version]}
+    found = []
+    for component, seen in values.items():
+        for value in seen:
+            for k in matches(component, value, bios_date(n.health.bios_date)):
+                if k.shows is None:
+                    found.append(Finding("known issues", f"known-bad {component.value}", k.severity,
+                                         f"{name}: {component.value} {value}: {k.symptom}", k.fix, (name,),
+                                         {name: str(value)}, k.source))
+    return found
+
+
+def _bios_narrow(h: NodeHealth) -> KnownBad | None:
+    """The table's BIOS entry that explains a twin at x2, where the node's BIOS is older than its fix."""
+    return next((k for k in KNOWN_BAD if k.component is Component.BIOS and k.shows is Symptom.TWIN_NARROW
+                 and (k.matches(h.bios_version, bios_date(h.bios_date)) or bios_date(h.bios_date) is None)), None)
+
+
 def known_issues(name: str, n: Node, host_runtime: bool = False) -> list[Finding]:
     """`host_runtime`: Ray and vLLM run from a Python environment on the host (no container sets their limits)."""
-    found = []
+    found = _cma_read(name, n) + _version_only(name, n)
     h = n.health
-    if h.cma_total_kb == 0:
-        cause = f"kernel {n.facts.kernel} " if n.facts.kernel else ""
-        found.append(Finding(
-            "known issues", "CMA", Severity.FAIL,
-            f"{name}: {cause}booted with CmaTotal: 0 kB: ibv_reg_mr fails even for 1 KB, so NCCL cannot register "
-            "memory for RDMA (init fails or falls back to sockets)",
-            f"boot a kernel with CMA: pick the previous DGX OS kernel in GRUB's advanced options, or {UPGRADE} to a "
-            "kernel after 7.0.0-1019-nvidia; `grep CmaTotal /proc/meminfo` must be above 0", (name,)))
-    elif n.facts.kernel == BAD_CMA_KERNEL and h.cma_total_kb is None:
-        found.append(Finding("known issues", "CMA", Severity.WARN,
-                             f"{name}: kernel {BAD_CMA_KERNEL} is known to boot with CmaTotal: 0 kB, and "
-                             "/proc/meminfo shows no CmaTotal here", f"check `grep Cma /proc/meminfo`; {UPGRADE}",
-                             (name,)))
-    released = bios_date(h.bios_date)
     narrow = [l for l in n.facts.pcie_links if l.degraded]
     if narrow:
         links = ", ".join(f"{l.netdev} at {l.speed.replace('_', ' ')} x{l.width} of x{l.max_width}" for l in narrow)
-        if released is None or released < BIOS_X4_FIXED:
+        if old := _bios_narrow(h):
             bios = f"BIOS {h.bios_version or '?'} of {h.bios_date or 'unknown date'}"
             found.append(Finding(
                 "known issues", "PCIe", Severity.FAIL,
                 f"{name}: {links}: a {bios} (before April 2026) wires the second ConnectX at PCIe Gen5 x2, so "
-                "that twin runs at a fraction of its speed", f"update the BIOS: {FWUPD}", (name,)))
+                "that twin runs at a fraction of its speed", old.fix, (name,), source=old.source))
         else:
             found.append(Finding(
                 "known issues", "PCIe", Severity.FAIL,
@@ -202,7 +226,7 @@ def known_issues(name: str, n: Node, host_runtime: bool = False) -> list[Finding
             f"{name}: the login shell may lock only {h.memlock} KiB (ulimit -l): NCCL in vLLM run from the host "
             "may fail to register memory for RDMA",
             "`* - memlock unlimited` in /etc/security/limits.d/rdma.conf, then log in again", (name,)))
-    if h.image.error:
+    if h.image.error and not h.image.absent:  # an image not there yet is the doctor's to judge, knowing the head's
         found.append(Finding("known issues", "image", Severity.WARN if h.image.id else Severity.FAIL,
                              f"{name}: {h.image.error}",
                              "build or pull it on the head, then `sparkcluster image sync` (or name it with --image)",
