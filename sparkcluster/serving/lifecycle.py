@@ -17,9 +17,12 @@ from ..engine.transport import Unreachable
 from .caches import NODE_CACHE_DIR, parse_size, purge_command
 from .launch import CONTAINER, Launcher, Node, ServeArgs, ray_start_argv, vllm_serve_argv
 from .nodes import node_env
+from .readiness import Diagnosis
+from .rootcause import LogRead, root_cause
 from .runtime import RuntimeChoice, stop_all_serving
 
-LOG_TAIL_LINES = 15
+LOG_TAIL_LINES = 15  # shown where the logs name no error
+DIAGNOSIS_LINES = 1000  # a failed start logs a few hundred lines: its first exception is among the last thousand
 
 
 def ray_commands(session: Session, runtime: RuntimeChoice, nodes: Mapping[str, Node],
@@ -81,22 +84,45 @@ def gone(session: Session, runtime: RuntimeChoice, launcher: Launcher) -> str | 
     return None
 
 
-def diagnosis(session: Session, runtime: RuntimeChoice, launcher: Launcher) -> str:
-    """The last lines of the head's vLLM log and what they show."""
-    role = "vllm" if launcher == "ray" else "main"
-    head = session.head
-    try:
-        logs = runtime.on(head).logs(role, 200, False)
-        lines = session.run(head, replace(logs, timeout=30)).stdout.strip().splitlines()
-    except Unreachable as e:
-        return f"{head.name} is unreachable: {e.message}"
-    hints = []
-    waiting = [line for line in lines if "placement group" in line.lower()]
+def diagnosis(session: Session, runtime: RuntimeChoice, launcher: Launcher) -> Diagnosis:
+    """vLLM's first error in the logs of this launch (the head's vLLM beside Ray, each node's Ray or vLLM rank),
+    what else they show, and where to read them whole."""
+    def read(host: Host) -> list[LogRead | str]:
+        roles = (["vllm"] if launcher == "ray" and host.name == session.head.name else []) + ["main"]
+        reads: list[LogRead | str] = []
+        for role in roles:
+            try:
+                logs = runtime.on(host).logs(role, DIAGNOSIS_LINES, False)
+                lines = session.run(host, replace(logs, timeout=30)).stdout.splitlines()
+            except Unreachable as e:
+                reads.append(f"{host.name} is unreachable: {e.message}")
+                continue
+            reads.append(LogRead(host.name, "Ray log" if role == "main" and launcher == "ray" else "vLLM log",
+                                 tuple(lines)))
+        return reads
+    found = [item for items in session.each(read) for item in items]
+    logs = [item for item in found if isinstance(item, LogRead)]
+    hints = [item for item in found if isinstance(item, str)]
+    head_vllm = next((log.lines for log in logs if log.log == "vLLM log"), ())
+    waiting = [line for line in head_vllm if "placement group" in line.lower()]
     if waiting:
         hints.append("Ray is waiting for a placement group: a node lacks a GPU in Ray, or joined on an address "
                      "vLLM does not use (check `sparkcluster status`): " + waiting[-1].strip())
-    tail = "\n    ".join(lines[-LOG_TAIL_LINES:]) or "(empty)"
-    return "; ".join(hints + [f"last lines of the vLLM log on {head.name}:\n    {tail}"])
+    cause = root_cause(logs)
+    if cause is None:
+        tail = "\n    ".join(head_vllm[-LOG_TAIL_LINES:]) or "(empty)"
+        hints.append(f"last lines of the vLLM log on {session.head.name}:\n    {tail}")
+    hints.append(whole_log(runtime, cause.node if cause else session.head.name))
+    return Diagnosis(cause.describe() if cause else "", "; ".join(hints))
+
+
+def whole_log(runtime: RuntimeChoice, node: str) -> str:
+    """Where the rest of a failed start's log is: the host runtime's stay on the node until the next serve; a
+    container's go with it when the failed serve stops it."""
+    if runtime.name == "host":
+        return f"the whole log: `sparkcluster logs --runtime host --node {node} -n {DIAGNOSIS_LINES}`"
+    return ("the container's log went with it when serve stopped it: to read it whole, serve again and follow it "
+            f"with `sparkcluster logs --node {node} -f` meanwhile")
 
 
 class StopState(StrEnum):

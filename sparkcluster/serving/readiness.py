@@ -21,7 +21,16 @@ COMPLETION_TIMEOUT_S = 120.0
 
 
 class NotReady(SparkclusterError):
-    """vLLM did not become ready; the message says at which step, the fix carries the diagnosis."""
+    """vLLM did not become ready; the message says at which step and vLLM's own reason, the fix the rest."""
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    """What the logs say of a server that is not ready: its first error ("" where they show none) and what to do,
+    with where to read the logs whole."""
+
+    cause: str
+    fix: str
 
 
 @dataclass(frozen=True)
@@ -55,15 +64,17 @@ def served_models(text: str) -> list[str]:
 
 
 def wait_ready(base_url: str, served_name: str, deadline_s: float, still_running: Callable[[], str | None],
-               diagnose: Callable[[], str], api_key: str | None = None) -> Readiness:
+               diagnose: Callable[[], Diagnosis], api_key: str | None = None) -> Readiness:
     """Wait for the three checks in turn. `still_running` returns why the server is gone (or None while it
-    runs); `diagnose` gives the log tail and what it shows, for the error. `api_key`: the key vLLM was given,
+    runs); `diagnose` reads the logs for the error. `api_key`: the key vLLM was given,
     sent with every request (/health is not guarded; /v1 is)."""
     start = time.monotonic()
     deadline = start + deadline_s
 
     def fail(step: str) -> NotReady:
-        return NotReady(f"vLLM at {base_url} {step}", diagnose())
+        found = diagnose()
+        cause = f"\n  vLLM's error: {found.cause}" if found.cause else ""
+        return NotReady(f"vLLM at {base_url} {step}{cause}", found.fix)
 
     last_check = 0.0
     while True:

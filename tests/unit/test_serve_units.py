@@ -15,7 +15,7 @@ from sparkcluster.engine.errors import SparkclusterError, UsageError
 from sparkcluster.engine.inventory import load_inventory
 from sparkcluster.serving.launch import Node, ServeArgs, container_command, docker_run_line, ray_start_argv, vllm_serve_argv
 from sparkcluster.serving.membership import Member, judge_members, parse_members
-from sparkcluster.serving.readiness import NotReady, wait_ready
+from sparkcluster.serving.readiness import Diagnosis, NotReady, wait_ready
 from sparkcluster.recipes.load import bundled_names, load_recipe, merged_flags, parse_flags
 from sparkcluster.serving.parallel import check_parallel
 from sparkcluster.recipes.types import Recipe
@@ -202,7 +202,7 @@ class _Server:
 
 def test_readiness_passes_all_three_checks():
     server = _Server()
-    ready = wait_ready(server.url, "m", 5, lambda: None, lambda: "log")
+    ready = wait_ready(server.url, "m", 5, lambda: None, lambda: Diagnosis("", "log"))
     assert ready.completion_text == " ok" and ready.health_s <= ready.models_s <= ready.completion_s
 
 
@@ -213,13 +213,13 @@ def test_readiness_passes_all_three_checks():
 ])
 def test_readiness_failures_name_the_step_and_carry_the_diagnosis(server, served, message):
     with pytest.raises(NotReady, match=message) as e:
-        wait_ready(_Server(**server).url, served, 1, lambda: None, lambda: "the log tail")
+        wait_ready(_Server(**server).url, served, 1, lambda: None, lambda: Diagnosis("", "the log tail"))
     assert e.value.fix == "the log tail"
 
 
 def test_readiness_stops_waiting_when_the_server_died():
     with pytest.raises(NotReady, match="stopped before it answered /health: vLLM on spark-1 exited"):
-        wait_ready("http://127.0.0.1:9", "m", 30, lambda: "vLLM on spark-1 exited", lambda: "tail")
+        wait_ready("http://127.0.0.1:9", "m", 30, lambda: "vLLM on spark-1 exited", lambda: Diagnosis("", "tail"))
 
 
 @pytest.mark.parametrize("rows, message", [
