@@ -96,7 +96,7 @@ def link_local_batch(host: HostSpec) -> list[str]:
     """NVIDIA's link-local netplan state on the cabled twins (given once, at creation: it then persists across
     boots as netplan's would, until bootstrap replaces it)."""
     twins = [nic for nic in host.nics if nic.cabled and nic.hca]
-    return [f"addr add {link_local_address(i % 2, FIRST_HOST_OCTET + host.index - 1)} dev {nic.netdev} scope link"
+    return [f"addr add {link_local_address(i, FIRST_HOST_OCTET + host.index - 1)} dev {nic.netdev} scope link"
             for i, nic in enumerate(twins)]
 
 

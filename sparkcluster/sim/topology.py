@@ -30,9 +30,10 @@ def qsfp_twins(port: int, rdma_names: str = "roce") -> tuple[tuple[str, str], tu
     return ((f"enp1s0f{port}np{port}", f"rocep1s0f{port}"), (f"enP2p1s0f{port}np{port}", f"roceP2p1s0f{port}"))
 
 
-def link_local_address(twin: int, octet: int) -> ipaddress.IPv4Interface:
-    """The address NVIDIA's "Connect two Sparks" netplan leaves on a twin: 169.254.0.0/16 (one /16 for both)."""
-    return ipaddress.IPv4Interface(f"169.254.{(20, 201)[twin]}.{octet}/16")
+def link_local_address(i: int, octet: int) -> ipaddress.IPv4Interface:
+    """The address NVIDIA's "Connect two Sparks" netplan leaves on a node's i-th cabled twin: 169.254.0.0/16 (one
+    /16 for every twin). IPv4 link-local picks one address per interface, so a ring node's four twins hold four."""
+    return ipaddress.IPv4Interface(f"169.254.{(20, 201, 21, 202)[i]}.{octet}/16")
 
 
 @dataclass(frozen=True)
