@@ -130,6 +130,12 @@ class Duplicate:
     holders: tuple[tuple[str, str, IPv4Interface], ...]  # (node, netdev, address/prefix), the likelier stray first
     twins: tuple[tuple[str, str], ...] = ()  # every (node, netdev) on its subnet: what answers there is muddled
 
+    @property
+    def per_link(self) -> bool:
+        """A link-local address (169.254/16) is unique on its own link only: IPv4 link-local defends it by ARP
+        there, and the same one on two cables is no conflict. Its answers still name neither holder."""
+        return self.holders[0][2].ip.is_link_local
+
     def problem(self) -> Problem:
         names = " and ".join(f"{node} ({netdev})" for node, netdev, _ in self.holders)
         removals = ", or ".join(f"on {node}: `sudo ip addr del {held} dev {shlex.quote(netdev)}`"
@@ -207,7 +213,7 @@ def check_cabling(inventory: Inventory, fabric: Fabric, facts: Mapping[str, Host
     """The cabling's problems, a duplicate address first: it is what muddles every answer on its subnet."""
     expected = expected_topology(inventory.vars)
     pinned = {h.name: pinned_netdevs(h, facts.get(h.name)) for h in inventory.hosts}
-    duplicates = duplicate_addresses(facts)
+    duplicates = tuple(d for d in duplicate_addresses(facts) if not d.per_link)
     problems = [d.problem() for d in duplicates] + cabling_problems(fabric, expected, pinned)
     return Checked(fabric, expected, tuple(problems), duplicates)
 

@@ -238,7 +238,8 @@ def _shared_subnet(facts: Mapping[str, HostFacts], a: End, b: End) -> IPv4Networ
 
 def build_fabric(nodes: Sequence[str], facts: Mapping[str, HostFacts], sightings: Sightings) -> Fabric:
     """The graph from each node's facts and what answered on each of its Up twins. A twin on which two or more
-    others answer sits on a shared segment: a switch. One answer from a node is a direct cable to it."""
+    devices answer sits on a shared segment: a switch. One device answering (a node, from however many of its
+    addresses: see _far_ends) is a direct cable to it."""
     owners = _owners(facts)
     links: list[Link] = []
     seen: set[tuple[End, End]] = set()
@@ -250,7 +251,7 @@ def build_fabric(nodes: Sequence[str], facts: Mapping[str, HostFacts], sightings
         for netdev in up_twins(f):
             mine = End(node, qsfp_port(netdev), netdev)
             answered = {_canonical(a) for a in sightings[node].get(netdev, ())}
-            peers = {owners[a] for a in answered if a in owners and owners[a] != (node, netdev)}
+            peers = _far_ends(answered, owners, mine)
             strangers = {a for a in answered if a not in owners}
             if len(peers) + len(strangers) >= 2:
                 links.append(Link(mine, End(SWITCH, None, f"twin{mine.twin}"), _speed(facts, mine),
@@ -272,6 +273,30 @@ def build_fabric(nodes: Sequence[str], facts: Mapping[str, HostFacts], sightings
                 silent.append(mine)
     unprobed = tuple(n for n in nodes if n not in facts or n not in sightings)
     return Fabric(tuple(nodes), tuple(links), tuple(silent), unprobed)
+
+
+def _far_ends(answered: Iterable[str], owners: Mapping[str, tuple[str, str]], mine: End) -> set[tuple[str, str]]:
+    """The (node, netdev) of each device of the inventory that answered on `mine`'s wire, once each. An IPv6
+    link-local answer names its interface: a reply to the all-nodes group leaves the interface on the wire, from
+    that interface's own fe80 address. An IPv4 answer names only its node: Linux answers an ARP for any of its
+    addresses on any of its wires, so where a peer's twins share one subnet (169.254/16 on every twin, as NVIDIA's
+    link-local playbook leaves them) its other twin's address answers on this cable too. Such a node is one device
+    here: heard by IPv6 already, or else taken on the twin of `mine`'s index (a cable joins twin t to twin t)."""
+    by_interface: set[tuple[str, str]] = set()
+    by_node: dict[str, set[str]] = {}
+    for address in answered:
+        owner = owners.get(address)
+        if owner is None or owner == (mine.node, mine.netdev):
+            continue
+        if ":" in address:  # IPv6: an IPv4 address has no colon
+            by_interface.add(owner)
+        else:
+            by_node.setdefault(owner[0], set()).add(owner[1])
+    heard = {node for node, _ in by_interface}
+    for node, netdevs in by_node.items():
+        if node not in heard:
+            by_interface.add((node, min(netdevs, key=lambda n: (twin_index(n) != mine.twin, n))))
+    return by_interface
 
 
 def _position(nodes: Sequence[str], node: str) -> int:
