@@ -85,6 +85,8 @@ else
   # docker's error may begin with an empty line ("\nCannot connect to the Docker daemon..."): its first words
   else echo "absent $(printf '%s\n' "$id" | grep -m 1 .)"; fi
 fi
+sec d-kernel-log
+@KERNEL_LOG@
 """
 
 KNOWN_NCCL_ENV_KEYS = ("NCCL_VERSION", "CUDA_VERSION", "VLLM_VERSION")

@@ -5,7 +5,7 @@ OOM killer taking vLLM.
 On the node (KERNEL_LOG_SCRIPT): `journalctl -k -b` (the journal, ISO times), else `dmesg`, each as the login
 user and then through passwordless sudo (Ubuntu restricts dmesg, and the journal wants group adm); only the
 lines that can mean one of the above come back, the last MAX_LINES of them, each cut at MAX_LINE_BYTES, the whole
-at most MAX_BYTES. Here (pure): `parse_kernel_log` reads those lines into events, `kernel_log_findings` names
+at most MAX_BYTES; each reader gets 10 s. Here (pure): `parse_kernel_log` reads those lines into events, `kernel_log_findings` names
 each kind once per node, with the count, the last time, the meaning and the fix.
 """
 
@@ -33,7 +33,7 @@ READERS = (  # (source, command): the first that reads any line wins
 KERNEL_LOG_SCRIPT = rf"""
 klog_src=
 for klog_try in {' '.join(f"'{src}|{cmd}'" for src, cmd in READERS)}; do
-  klog_out=$(timeout 20 ${{klog_try#*|}} 2>/dev/null | awk -v pat='{WORTH}' \
+  klog_out=$(timeout 10 ${{klog_try#*|}} 2>/dev/null | awk -v pat='{WORTH}' \
     '{{ n++ }} $0 ~ pat {{ print "line " substr($0, 1, {MAX_LINE_BYTES}) }} END {{ print "read " n+0 }}' \
     | tail -n {MAX_LINES + 1} | tail -c {MAX_BYTES})
   case "$klog_out" in *"read 0") continue ;; esac
