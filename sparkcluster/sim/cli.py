@@ -16,7 +16,7 @@ from ..engine.errors import EXIT_OK, UsageError
 from ..engine.report import print_json
 from . import render as sim_render
 from .cluster import DEFAULT_DRIVER, DEFAULT_LAN_RATE, DEFAULT_NAME, DEFAULT_USER, SimCluster, UpOptions
-from .hardware import SETTINGS, kernel_log_entry
+from .hardware import CLOCK_EVENTS, SETTINGS, kernel_log_entry
 from .state import existing_names
 from .topology import MISCABLES, TOPOLOGIES
 
@@ -87,7 +87,15 @@ def cmd_sim_degrade(args: argparse.Namespace) -> int:
 
 def cmd_sim_hardware(args: argparse.Namespace) -> int:
     settings: dict[str, object] = {k: getattr(args, k) for k in ("driver", "kernel", "bios_version", "bios_date",
-                                                                 "cma_total_kb", "firmware") if getattr(args, k) is not None}
+                                                                 "cma_total_kb", "firmware", "gpu_temp_c", "power_w",
+                                                                 "sm_clock_mhz") if getattr(args, k) is not None}
+    for flag, value, low, high in (("--gpu-temp", args.gpu_temp_c, 0, 150), ("--power-w", args.power_w, 0, 1000),
+                                   ("--sm-clock", args.sm_clock_mhz, 1, 5000)):
+        if value is not None and not low <= value <= high:
+            raise UsageError(f"{flag} {value:g} is outside what a GB10 reports ({low} to {high})",
+                             "e.g. --gpu-temp 92 --power-w 95 --sm-clock 1534")
+    if args.throttle:
+        settings["throttle"] = list(dict.fromkeys(args.throttle))
     if args.pcie_width:
         widths = {}
         for pair in args.pcie_width:
@@ -205,7 +213,8 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser], app:
 
     hw = named(sim_cmds.add_parser("hardware", help="give one host another driver, kernel, BIOS, CMA pool, "
                                                      "ConnectX firmware or twin PCIe width (what nodes differ in), "
-                                                     "or lines in its kernel log"))
+                                                     "its GPU's temperature, power, clock and throttling, or lines "
+                                                     "in its kernel log"))
     hw.add_argument("host", help="host name, e.g. spark-2")
     hw.add_argument("--driver", help="NVIDIA driver version, e.g. 580.95.05")
     hw.add_argument("--kernel", help="what `uname -r` prints, e.g. 7.0.0-1019-nvidia")
@@ -215,6 +224,14 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser], app:
     hw.add_argument("--firmware", help="ConnectX firmware `ethtool -i` reports")
     hw.add_argument("--pcie-width", action="append", metavar="NETDEV=WIDTH",
                     help="the PCIe width a twin negotiated (of x4), e.g. enP2p1s0f1np1=2")
+    hw.add_argument("--gpu-temp", dest="gpu_temp_c", type=int, metavar="C",
+                    help="the GPU temperature nvidia-smi reports, in C (idle: 41)")
+    hw.add_argument("--power-w", type=float, metavar="W", help="the GPU power draw nvidia-smi reports (idle: 4.52)")
+    hw.add_argument("--sm-clock", dest="sm_clock_mhz", type=int, metavar="MHZ",
+                    help="the SM clock nvidia-smi reports, in MHz (idle: 208; under load about 2400)")
+    hw.add_argument("--throttle", action="append", choices=tuple(CLOCK_EVENTS), metavar="REASON",
+                    help="a clocks-event reason nvidia-smi reports active (repeatable; replaces gpu_idle), one of "
+                         f"{', '.join(CLOCK_EVENTS)}")
     hw.add_argument("--kernel-log", action="append", metavar="LINE",
                     help="append a line to the kernel log the host's journalctl -k and dmesg print, as the kernel "
                          "wrote it, e.g. 'NVRM: Xid (PCI:000f:01:00): 79, pid=2113, name=python3, GPU has fallen off "

@@ -30,7 +30,15 @@ KERNEL_FILE = "etc/sparkcluster-sim/kernel"  # what the emulated `uname -r` prin
 FIRMWARE_FILE = "etc/sparkcluster-sim/firmware"  # the ConnectX firmware the emulated `ethtool -i` reports
 DEFAULT_FIRMWARE = "28.45.1200 (NVD0000000033)"
 # What `sim hardware` may set on one host (the rest of a Spark's hardware is the same on every simulated one).
-SETTINGS = ("driver", "kernel", "bios_version", "bios_date", "cma_total_kb", "firmware", "pcie_width", "kernel_log")
+SETTINGS = ("driver", "kernel", "bios_version", "bios_date", "cma_total_kb", "firmware", "pcie_width", "kernel_log",
+            "gpu_temp_c", "power_w", "sm_clock_mhz", "throttle")
+# An idle GB10 as nvidia-smi reports it (P8, 208 MHz, ~4.5 W; its memory clock is not exposed): what the emulated
+# nvidia-smi prints where `sim hardware --gpu-temp/--power-w/--sm-clock/--throttle` gave nothing else.
+IDLE_GPU = {"gpu_temp_c": 41, "power_w": 4.52, "sm_clock_mhz": 208, "throttle": ["gpu_idle"]}
+# nvidia-smi's names of the clocks-event reasons (`clocks_event_reasons.<name>`), by NVML bit.
+CLOCK_EVENTS = {"gpu_idle": 0x1, "applications_clocks_setting": 0x2, "sw_power_cap": 0x4, "hw_slowdown": 0x8,
+                "sync_boost": 0x10, "sw_thermal_slowdown": 0x20, "hw_thermal_slowdown": 0x40,
+                "hw_power_brake_slowdown": 0x80, "display_clock_setting": 0x100}
 DEFAULT_DMI = {"sys_vendor": "NVIDIA", "product_name": "DGX Spark", "bios_vendor": "NVIDIA",
                "bios_version": "sim-5.36", "bios_date": "04/20/2026"}
 
@@ -48,6 +56,7 @@ def hardware_doc(cluster: str, host: HostSpec, settings: Mapping[str, Any] | Non
             "compute_cap": GB10_COMPUTE_CAP,
             "uuid": gpu_uuid(cluster, host.name),
             "pci_bus_id": "0000000F:01:00.0",
+            "telemetry": gpu_telemetry(settings or {}),
         },
         # What the emulated `journalctl -k` and `dmesg` print after the boot's own lines: {"at": unix time, "message"}
         "kernel_log": list((settings or {}).get("kernel_log", [])),
@@ -55,6 +64,16 @@ def hardware_doc(cluster: str, host: HostSpec, settings: Mapping[str, Any] | Non
             {"netdev": n.netdev, "hca": n.hca, "cabled": n.cabled, "speed_mbps": n.speed_mbps} for n in host.nics
         ],
     }
+
+
+def gpu_telemetry(settings: Mapping[str, Any]) -> dict[str, Any]:
+    """The live figures the emulated nvidia-smi reports: those given, else an idle GB10's."""
+    given = {key: settings.get(key, idle) for key, idle in IDLE_GPU.items()}
+    active = set(given["throttle"])
+    return {"temperature_c": given["gpu_temp_c"], "power_w": given["power_w"], "sm_clock_mhz": given["sm_clock_mhz"],
+            "pstate": "P8" if active == {"gpu_idle"} else "P0",
+            "clock_events": {name: name in active for name in CLOCK_EVENTS},
+            "clock_events_active": f"0x{sum(CLOCK_EVENTS[name] for name in active):016x}"}
 
 
 def kernel_log_entry(message: str, at: float) -> dict[str, Any]:
