@@ -1,6 +1,7 @@
-"""The doctor's output: findings grouped (preflight, parity, known issues), each failure and warning with its fix,
-then the compared values side by side, one column per node. A finding's words and values carry node text (driver
-versions, interface names, nvidia-smi's errors): each is printed as text (`as_markup`), never as escapes or markup."""
+"""The doctor's output: findings grouped (preflight, parity, known issues, kernel log), each failure and warning
+with its fix (and where owners reported it), then the compared values side by side, one column per node. A finding's
+words and values carry node text (driver versions, interface names, nvidia-smi's errors): each is printed as text
+(`as_markup`), never as escapes or markup."""
 
 from __future__ import annotations
 
@@ -12,13 +13,16 @@ from ..node.parity import Finding, Severity
 from .run import DoctorReport
 
 MARK = {Severity.OK: "[green]ok[/green]  ", Severity.WARN: "[yellow]warn[/yellow]", Severity.FAIL: "[red]FAIL[/red]"}
-GROUPS = ("preflight", "parity", "known issues")
+GROUPS = ("preflight", "parity", "known issues", "kernel log")
+PER_NODE = ("preflight", "kernel log")  # groups whose passing checks are listed by node
 
 
 def _line(console: Console, f: Finding) -> None:
     console.print(f"  {MARK[f.severity]} {f.check}: {as_markup(f.summary)}", highlight=False)
     if f.fix and f.severity is not Severity.OK:
         console.print(f"         fix: {as_markup(f.fix)}", highlight=False)
+    if f.source and f.severity is not Severity.OK:  # where owners reported it, and the fix that worked
+        console.print(f"         reported: {as_markup(f.source)}", highlight=False)
 
 
 def render(console: Console, report: DoctorReport) -> None:
@@ -30,7 +34,7 @@ def render(console: Console, report: DoctorReport) -> None:
             continue
         console.print(f"[bold]{group}[/bold]")
         passed = [f for f in found if f.severity is Severity.OK]
-        if group == "preflight":  # one line per check for the nodes that pass it; the others in full
+        if group in PER_NODE:  # one line per check for the nodes that pass it; the others in full
             for check in dict.fromkeys(f.check for f in passed):
                 names = ", ".join(n for f in passed if f.check == check for n in f.nodes)
                 console.print(f"  {MARK[Severity.OK]} {check}: {names}", highlight=False)
