@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ..engine.errors import SparkclusterError
 from ..engine.facts import HostFacts
 from ..node.fabric import SWITCH, End, Fabric, Link
+from ..node.platform_known import DRIVER_RELOAD
 from .logs import BandwidthRow
 from .twins import MAX_RATIO, best_at_largest
 from .verdict import Verdict, VerdictStatus
@@ -149,6 +150,75 @@ def judge_links(measures: Sequence[LinkMeasure], floor_gbps: float | None) -> Ve
                                            f"{MAX_RATIO:g}x under it; fastest {fast.busbw_gbps:.3f} on "
                                            f"{fast.probe.label})", _fix(slow.probe), details, (), False)
     return None
+
+
+# A ConnectX-7 can come up "degraded": link at 200G and PCIe Gen5 x4, yet a small fraction of that over TCP and RDMA
+# (13 Gb/s in the field). Nothing but the measure shows it; a driver reload or a power cycle with AC removed clears it.
+DEGRADED_INIT_FRACTION = 0.25
+ONE_TWIN_RATE_GBPS = 12.5  # 100 Gb/s: the most one twin's link carries on a real Spark
+FULL_SPEED_MBPS = 200000
+
+
+@dataclass(frozen=True)
+class Measured:
+    """A twin's or a link's measure as the degraded-initialisation rule reads it."""
+
+    label: str
+    busbw_gbps: float | None
+    ends: tuple[tuple[str, str], ...]  # (node, netdev) at each end
+
+    @classmethod
+    def of_link(cls, m: LinkMeasure) -> Measured:
+        return cls(m.probe.label, m.busbw_gbps, tuple((e.node, e.netdev) for e in m.probe.ends))
+
+
+def _full_rate(facts: Mapping[str, HostFacts], node: str, netdev: str) -> str | None:
+    """"200G, PCIe 32.0 GT/s x4 of x4" where the end reports its full link and PCIe width; None otherwise (or unknown)."""
+    f = facts.get(node)
+    interface = f.interface(netdev) if f else None
+    pcie = next((p for p in (f.pcie_links if f else ()) if p.netdev == netdev), None)
+    if interface is None or interface.speed_mbps != FULL_SPEED_MBPS or pcie is None or "-" in (pcie.width, pcie.max_width):
+        return None
+    if pcie.degraded:
+        return None
+    return f"200G, {pcie.speed.replace('_', ' ')} x{pcie.width} of x{pcie.max_width}"
+
+
+def degraded_init(measured: Sequence[Measured], facts: Mapping[str, HostFacts], rate_gbps: float | None) -> Verdict | None:
+    """The slowest twin or link, where it carries under DEGRADED_INIT_FRACTION of its peers' median (or of one twin's
+    link rate, `rate_gbps`, on real Sparks) while every end reports 200G and its full PCIe width: a ConnectX that
+    initialised degraded. None where the measure is not that (a PCIe x2 twin, a link at another speed, one that
+    carried nothing, no peer and no rate to hold it against)."""
+    carried = [m for m in measured if m.busbw_gbps]
+    if not carried:
+        return None
+    slow = min(carried, key=lambda m: m.busbw_gbps or 0.0)
+    assert slow.busbw_gbps is not None
+    peers = [m.busbw_gbps for m in carried if m is not slow and m.busbw_gbps]
+    against = [(statistics.median(peers), f"its peers' median {statistics.median(peers):.2f} GB/s")] if peers else []
+    against += [(rate_gbps, f"the {rate_gbps:g} GB/s one twin carries")] if rate_gbps else []
+    under = next(((ref, words) for ref, words in against if slow.busbw_gbps < DEGRADED_INIT_FRACTION * ref), None)
+    rates = [_full_rate(facts, node, netdev) for node, netdev in slow.ends]
+    if under is None or not rates or any(r is None for r in rates):
+        return None
+    ref, words = under
+    ends = ", ".join(f"{node} {netdev}" for node, netdev in slow.ends)
+    nodes = " or ".join(dict.fromkeys(node for node, _ in slow.ends))
+    return Verdict(VerdictStatus.FAIL,
+                   f"{slow.label} initialised degraded: both ends report {rates[0]} ({ends}), yet it carries "
+                   f"{slow.busbw_gbps:.2f} GB/s alone, {100 * slow.busbw_gbps / ref:.0f}% of {words}",
+                   f"reload the ConnectX driver on the node whose end came up degraded ({nodes}): `{DRIVER_RELOAD}`, "
+                   "or power-cycle that node with AC removed (a reboot can keep the state); then `sparkcluster verify` "
+                   "again", (), (), False)
+
+
+def named_degraded(verdict: Verdict | None, measured: Sequence[Measured], facts: Mapping[str, HostFacts],
+                   backend: str) -> Verdict | None:
+    """A slow twin's or link's verdict, told as a degraded ConnectX initialisation where the ends say it is one."""
+    if verdict is None or verdict.status is not VerdictStatus.FAIL or any(not m.busbw_gbps for m in measured):
+        return verdict  # a twin or link that carried nothing is named as that, before any slow one
+    found = degraded_init(measured, facts, ONE_TWIN_RATE_GBPS if backend == "nccl" else None)
+    return verdict if found is None else replace(verdict, cause=found.cause, fix=found.fix)
 
 
 def _fix(probe: LinkProbe) -> str:

@@ -33,7 +33,16 @@ from . import controlplane
 from .binding import Misbinding, misbindings, parse_env
 from .controlplane import ControlAddress
 from .lastlog import keep_log
-from .links import LinkMeasure, LinkProbe, judge_links, link_env, link_probes, measure_links
+from .links import (
+    LinkMeasure,
+    LinkProbe,
+    Measured,
+    judge_links,
+    link_env,
+    link_probes,
+    measure_links,
+    named_degraded,
+)
 from .logs import BandwidthRow, read_log, read_probe_output
 from .rings import Endpoint
 from .thresholds import TWIN, floor_for
@@ -116,6 +125,7 @@ def record_verdict(session: Session, result: VerifyResult) -> None:
     best = max((r.best_busbw_gbps for r in result.rows if r.size_bytes == largest), default=None)
     doc = json.dumps({"status": str(result.verdict.status), "cause": result.verdict.cause, "backend": result.backend,
                       "busbw_gbps": best, "size_bytes": largest or None, "twins": result.twins,
+                      "links": {m.probe.label: m.busbw_gbps for m in result.links},  # each alone, for baselines
                       "at": datetime.now(timezone.utc).isoformat(timespec="seconds")})
     target = shell_path(LAST_VERIFY_PATH)
     command = Command(f"mkdir -p {shell_path(LAST_VERIFY_PATH.rsplit('/', 1)[0])} && cat > {target}.tmp && "
@@ -234,6 +244,7 @@ def _with_links(session: Session, result: VerifyResult, fabric: Fabric, env_file
     floor = TWIN.min_busbw_gbps if backend == "nccl" else None
     measures, verdict = judged_twice(measure_links(probes, run), lambda ms: judge_links(ms, floor),
                                      lambda m: run(m.probe))
+    verdict = named_degraded(verdict, [Measured.of_link(m) for m in measures], session.facts, backend)
     result = replace(result, links=measures, skipped_links=skipped)
     if verdict is None or result.verdict.status is VerdictStatus.FAIL:
         details = (*result.verdict.details, *(verdict.details if verdict else ()), *skipped)
@@ -272,6 +283,8 @@ def _with_twins(session: Session, result: VerifyResult, choices: Mapping[str, Qs
 
     measures, verdict = judged_twice(measure(twins_of(choices, session.facts), run),
                                      lambda ms: judge_twins(ms, head), lambda m: run(m.twin))
+    verdict = named_degraded(verdict, [Measured(m.twin.label, m.busbw_gbps, tuple(m.twin.netdevs.items()))
+                                       for m in measures], session.facts, backend)
     twins = {m.twin.label: m.busbw_gbps for m in measures}
     result = replace(result, links=_pair_links(fabric, session.facts, measures))
     if verdict is None or result.verdict.status is VerdictStatus.FAIL:
