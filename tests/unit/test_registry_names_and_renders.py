@@ -18,20 +18,10 @@ from sparkcluster.recipes.load import load_recipe
 from sparkcluster.serving.phases import ServeOptions, hub_model
 
 from .test_recipe_formats import git, no_connection, private_home, show  # noqa: F401 (fixtures)
+from .test_recipe_paths import repo
 
 SHA = "0123456789abcdef0123456789abcdef01234567"
 V2 = "recipe_version: '2'\nmodel: a/b\n"
-
-
-def repo(root: Path, files: dict[str, str]) -> Path:
-    """A git repository holding `files` (path -> text)."""
-    for rel, text in files.items():
-        (root / rel).parent.mkdir(parents=True, exist_ok=True)
-        (root / rel).write_text(text)
-    git("init", "-q", "-b", "main", cwd=root)
-    git("add", ".", cwd=root)
-    git("commit", "-q", "-m", "files", cwd=root)
-    return root
 
 
 def recipe(tmp_path: Path, text: str) -> Path:
