@@ -26,6 +26,7 @@ TELEMETRY_FIELDS = ("temperature.gpu", "power.draw", "clocks.sm", "clocks.mem", 
 TELEMETRY_FORMAT = "csv,noheader,nounits"
 TELEMETRY_DEADLINE_S = 5  # nvidia-smi hangs with a wedged driver: the query ends there, on the node
 TELEMETRY_OUTPUT_LIMIT = 4096  # a broken nvidia-smi's flood is cut here
+HOT_C = 90  # a GPU at or above this is named hot (doctor fails it, top shows it red)
 UNKNOWN = ("[N/A]", "N/A", "[Not Supported]", "Not Supported", "[Unknown Error]", "[Insufficient Permissions]", "")
 
 

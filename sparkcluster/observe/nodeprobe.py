@@ -1,5 +1,6 @@
-"""One node's live view for `top`: GPU utilisation and memory, the serving processes. One read-only shell line
-per node per sample, over the connection the session already holds.
+"""One node's live view for `top`: GPU utilisation and memory, its telemetry (temperature, power, clocks, throttle
+reasons: node/gputelemetry.py), the serving processes. One read-only shell line per node per sample, over the
+connection the session already holds.
 
 A probe never leaks processes on a node: the whole line runs under its own deadline there (`timeout`, inside the
 transport's), and nvidia-smi, which hangs with a wedged GPU driver, runs under a lock that its hung process keeps
@@ -25,14 +26,15 @@ from ..engine.command import Command
 from ..engine.inventory import Host
 from ..engine.session import Session
 from ..engine.transport import Unreachable
+from ..node.gputelemetry import TELEMETRY_FIELDS, TELEMETRY_FORMAT, GpuTelemetry, from_values, parse_number
 
 PROBE_TIMEOUT_S = 10.0  # the transport's bound on one probe
 NODE_DEADLINE_S = 8  # the probe's own deadline on the node: it ends there before the transport gives up
 GPU_DEADLINE_S = 5  # nvidia-smi's, inside it
 GPU_OUTPUT_LIMIT = 65536  # a broken nvidia-smi's flood is cut here
 GPU_BUSY_RC = 75  # the lock is held: the last probe's nvidia-smi still runs
-GPU_QUERY = "nvidia-smi --query-gpu=utilization.gpu,memory.used,memory.total --format=csv,noheader,nounits"
-NOT_A_NUMBER = ("[N/A]", "N/A", "Not Supported", "[Not Supported]", "")
+GPU_FIELDS = ("utilization.gpu", "memory.used", "memory.total", *TELEMETRY_FIELDS)
+GPU_QUERY = f"nvidia-smi --query-gpu={','.join(GPU_FIELDS)} --format={TELEMETRY_FORMAT}"
 
 
 class MemorySource(StrEnum):
@@ -50,6 +52,7 @@ class NodeSample:
     memory_total_bytes: int | None = None
     memory_source: MemorySource | None = None
     gpu_error: str | None = None  # nvidia-smi failed (driver gone, not installed)
+    gpu: GpuTelemetry | None = None  # temperature, power, clocks, throttle reasons (None: nvidia-smi failed)
     processes: dict[str, bool] = field(default_factory=dict)  # role (main, vllm) -> running
 
     def to_json(self) -> dict[str, Any]:
@@ -58,7 +61,7 @@ class NodeSample:
         return {"answered": True, "gpu_util_pct": self.gpu_util_pct, "memory_used_bytes": self.memory_used_bytes,
                 "memory_total_bytes": self.memory_total_bytes,
                 "memory_source": None if self.memory_source is None else str(self.memory_source),
-                "gpu_error": self.gpu_error,
+                "gpu_error": self.gpu_error, "gpu": None if self.gpu is None else self.gpu.to_json(),
                 "processes": {role: "running" if up else "stopped" for role, up in self.processes.items()}}
 
 
@@ -100,7 +103,7 @@ def parse_probe(name: str, text: str, nonce: str, roles: Collection[str] = ()) -
             current = sections.setdefault(line[len(mark):].strip(), [])
         elif current is not None:
             current.append(line.strip())
-    util, gpu_used, gpu_total, gpu_error = _gpu(sections.get("gpu", []))
+    util, gpu_used, gpu_total, gpu_error, telemetry = _gpu(sections.get("gpu", []))
     mem = dict(_meminfo(line) for line in sections.get("mem", []) if ":" in line)
     used, total, source = None, None, None
     if gpu_used is not None and gpu_total is not None:
@@ -110,35 +113,26 @@ def parse_probe(name: str, text: str, nonce: str, roles: Collection[str] = ()) -
         used, total, source = (total_kib - available_kib) * 1024, total_kib * 1024, MemorySource.UNIFIED
     processes = {role: sections.get(role, [])[:1] == ["running"] for role in roles}
     return NodeSample(name, gpu_util_pct=util, memory_used_bytes=used, memory_total_bytes=total,
-                      memory_source=source, gpu_error=gpu_error, processes=processes)
+                      memory_source=source, gpu_error=gpu_error, gpu=telemetry, processes=processes)
 
 
-def _gpu(lines: list[str]) -> tuple[float | None, int | None, int | None, str | None]:
-    """(utilisation %, used bytes, total bytes, error) from the query's row and exit code."""
+def _gpu(lines: list[str]) -> tuple[float | None, int | None, int | None, str | None, GpuTelemetry | None]:
+    """(utilisation %, used bytes, total bytes, error, telemetry) from the query's row and exit code."""
     rc = next((line[3:] for line in reversed(lines) if line.startswith("rc=")), "")
     rows = [line for line in lines if line and not line.startswith("rc=")]
     if rc == str(GPU_BUSY_RC):
-        return None, None, None, "the last nvidia-smi on this node still runs (a hung GPU driver?): not asked again"
+        return None, None, None, "the last nvidia-smi on this node still runs (a hung GPU driver?): not asked again", None
     if rc in ("124", "137"):
-        return None, None, None, f"nvidia-smi gave no answer within {GPU_DEADLINE_S} s (stopped)"
+        return None, None, None, f"nvidia-smi gave no answer within {GPU_DEADLINE_S} s (stopped)", None
     if rc != "0" or not rows:
-        return None, None, None, (" ".join(rows).strip()[:200] or f"nvidia-smi exited {rc or '?'}")
+        return None, None, None, (" ".join(rows).strip()[:200] or f"nvidia-smi exited {rc or '?'}"), None
     words = [w.strip() for w in rows[0].split(",")]
-    if len(words) != 3:
-        return None, None, None, f"nvidia-smi printed {rows[0][:100]!r}"
-    util, used, total = (_number(w) for w in words)
+    if len(words) != len(GPU_FIELDS):
+        return None, None, None, f"nvidia-smi printed {rows[0][:100]!r}", None
+    util, used, total = (parse_number(w) for w in words[:3])
     mib = 1024 * 1024
-    return util, None if used is None else int(used * mib), None if total is None else int(total * mib), None
-
-
-def _number(word: str) -> float | None:
-    if word in NOT_A_NUMBER:
-        return None
-    try:
-        value = float(word.split()[0])
-    except (ValueError, IndexError):
-        return None
-    return value if value == value and abs(value) != float("inf") else None
+    return (util, None if used is None else int(used * mib), None if total is None else int(total * mib), None,
+            from_values(dict(zip(GPU_FIELDS, words))))
 
 
 def _meminfo(line: str) -> tuple[str, int | None]:

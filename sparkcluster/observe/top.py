@@ -1,4 +1,5 @@
-"""What `sparkcluster top` shows: the served cluster, live. Per node: GPU utilisation and memory, Ray and vLLM; for the
+"""What `sparkcluster top` shows: the served cluster, live. Per node: GPU utilisation and memory, its temperature, power,
+SM clock and throttle reasons, Ray and vLLM; for the
 endpoint, vLLM's own figures from /metrics over the last interval. Full-screen on a terminal (rich), one line per
 interval into a pipe, or one sample as a JSON document (`--once --json`).
 
@@ -20,6 +21,7 @@ from rich.text import Text
 
 from ..engine.errors import EXIT_FAILED, EXIT_OK, UsageError
 from ..engine.report import print_json
+from ..node.gputelemetry import HOT_C, GpuTelemetry
 from .nodeprobe import MemorySource, NodeSample, NodeSampler
 from .scrape import EndpointFigures, Reading, fetch, figures, metrics_url
 
@@ -104,11 +106,28 @@ def _state(processes: dict[str, bool], role: str) -> Text:
     return Text("running", style="green") if processes[role] else Text("stopped", style="bold red")
 
 
+def _throttle(gpu: GpuTelemetry | None) -> Text:
+    if gpu is None or gpu.clock_events is None:
+        return Text("-")
+    if gpu.throttles:
+        return Text(", ".join(gpu.throttles), style="bold red")
+    return Text("none", style="green")
+
+
+def _telemetry_cells(gpu: GpuTelemetry | None) -> tuple[Text, str, str, Text]:
+    """temperature (red from HOT_C), power, SM clock, throttle reasons; `-` for what the GPU does not report."""
+    temp = None if gpu is None else gpu.temperature_c
+    return (Text(_num(temp, "{:.0f} C"), style="bold red" if temp is not None and temp >= HOT_C else ""),
+            _num(None if gpu is None else gpu.power_w, "{:.1f} W"),
+            _num(None if gpu is None else gpu.sm_clock_mhz, "{:.0f} MHz"), _throttle(gpu))
+
+
 def nodes_table(sample: TopSample) -> Table:
-    table = Table("node", "GPU util", "memory used / total", "Ray", "vLLM", title="nodes", title_justify="left")
+    table = Table("node", "GPU util", "memory used / total", "temp", "power", "SM clock", "throttle", "Ray", "vLLM",
+                  title="nodes", title_justify="left")
     for n in sample.nodes:
         if not n.answered:
-            table.add_row(n.name, Text(f"not answering: {n.error}", style="bold red"), "", "", "")
+            table.add_row(n.name, Text(f"not answering: {n.error}", style="bold red"), "", "", "", "", "", "", "")
             continue
         util = Text(f"nvidia-smi: {n.gpu_error}", style="yellow") if n.gpu_error else Text(_num(n.gpu_util_pct, "{:.0f} %"))
         memory = f"{_bytes(n.memory_used_bytes)} / {_bytes(n.memory_total_bytes)}"
@@ -116,7 +135,7 @@ def nodes_table(sample: TopSample) -> Table:
             memory += " (unified)"
         ray = _state(n.processes, "main") if sample.launcher == "ray" else Text("-")
         vllm = _state(n.processes, "vllm" if sample.launcher == "ray" else "main")
-        table.add_row(n.name, util, memory, ray, vllm)
+        table.add_row(n.name, util, memory, *_telemetry_cells(n.gpu), ray, vllm)
     return table
 
 
@@ -158,7 +177,8 @@ def line(sample: TopSample) -> str:
         if not n.answered:
             parts.append(f"{n.name}: not answering ({n.error})")
         else:
-            parts.append(f"{n.name}: GPU {_num(n.gpu_util_pct, '{:.0f} %')}, memory {_bytes(n.memory_used_bytes)}")
+            gpu = f", {n.gpu.summary()}" if n.gpu is not None else ""
+            parts.append(f"{n.name}: GPU {_num(n.gpu_util_pct, '{:.0f} %')}{gpu}, memory {_bytes(n.memory_used_bytes)}")
     return " | ".join(parts)
 
 

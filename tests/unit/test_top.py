@@ -17,6 +17,7 @@ from rich.console import Console
 
 from sparkcluster.engine.errors import UsageError
 from sparkcluster.engine.inventory import Host
+from sparkcluster.node.gputelemetry import ClockEvent, GpuTelemetry
 from sparkcluster.observe.nodeprobe import MemorySource, NodeSample, parse_probe, probe_command
 from sparkcluster.observe.prometheus import parse
 from sparkcluster.observe.scrape import Reading, figures
@@ -59,16 +60,23 @@ def test_on_a_gb10_the_memory_is_the_nodes_unified_memory(gb10_path, tmp_path: P
     assert sample.memory_total_bytes == int(meminfo["MemTotal"].split()[0]) * 1024
     assert sample.memory_used_bytes is not None and 0 < sample.memory_used_bytes < sample.memory_total_bytes
     assert sample.processes == {"main": True, "vllm": False}
+    # the same one nvidia-smi line reads the GB10's telemetry: its memory clock is not exposed
+    assert sample.gpu == GpuTelemetry(41.0, 4.52, 208.0, None, (ClockEvent.GPU_IDLE,))
+    assert sample.to_json()["gpu"] == {"temperature_c": 41.0, "power_w": 4.52, "sm_clock_mhz": 208.0,
+                                       "mem_clock_mhz": None, "clock_events": ["gpu_idle"], "throttled_by": []}
 
 
 def test_a_gpu_with_its_own_memory_and_a_missing_driver():
-    own = parse_probe("n", "@x:gpu\n37, 1024, 81559\n@x:rc=0\n@x:mem\nMemTotal: 100 kB\nMemAvailable: 50 kB\n", "x")
+    own = parse_probe("n", "@x:gpu\n37, 1024, 81559, 55, 250.31, 1980, 2619, 0x0000000000000004\n@x:rc=0\n@x:mem\n"
+                           "MemTotal: 100 kB\nMemAvailable: 50 kB\n", "x")
     assert own.memory_source is MemorySource.GPU and own.memory_used_bytes == 1024 * 2**20 and own.gpu_util_pct == 37
+    assert own.gpu == GpuTelemetry(55.0, 250.31, 1980.0, 2619.0, (ClockEvent.SW_POWER_CAP,))
     gone = parse_probe("n", "@x:gpu\nsh: 1: nvidia-smi: not found\n@x:rc=127\n@x:mem\nMemTotal: 100 kB\n"
                             "MemAvailable: 40 kB\n", "x")
     assert gone.gpu_error == "sh: 1: nvidia-smi: not found" and gone.memory_used_bytes == 60 * 1024
     junk = parse_probe("n", "@x:gpu\n\x00garbage\n@x:rc=0\n@x:main\n", "x", ["main"])
     assert junk.gpu_error and junk.memory_used_bytes is None and junk.processes == {"main": False}
+    assert gone.gpu is None and junk.gpu is None and gone.to_json()["gpu"] is None
 
 
 def sample(nodes: list[NodeSample]) -> TopSample:
@@ -79,7 +87,8 @@ def sample(nodes: list[NodeSample]) -> TopSample:
 
 def test_a_node_that_stops_answering_is_shown_as_such():
     nodes = [NodeSample("spark-1", gpu_util_pct=12, memory_used_bytes=40 * 2**30, memory_total_bytes=119 * 2**30,
-                        memory_source=MemorySource.UNIFIED, processes={"main": True, "vllm": True}),
+                        memory_source=MemorySource.UNIFIED, processes={"main": True, "vllm": True},
+                        gpu=GpuTelemetry(92, 95.03, 1534, None, (ClockEvent.HW_THERMAL_SLOWDOWN,))),
              NodeSample("spark-2", answered=False, error="no answer within 10 s")]
     top = sample(nodes)
     console = Console(width=160, record=True, color_system=None)
@@ -87,6 +96,9 @@ def test_a_node_that_stops_answering_is_shown_as_such():
     text = console.export_text()
     assert "not answering: no answer within 10 s" in text and "40.0 GiB / 119.0 GiB (unified)" in text
     assert "1,424.0" in text and "running" in text  # generation tok/s over the interval, Ray and vLLM state
+    row = next(r for r in text.splitlines() if "spark-1" in r)
+    assert all(cell in row for cell in ("92 C", "95.0 W", "1534 MHz", "hw_thermal_slowdown")), row
+    assert "spark-1: GPU 12 %, 92 C, 95.0 W, SM 1534 MHz, throttled: hw_thermal_slowdown, memory 40.0 GiB" in line(top)
     doc = top.to_json()
     assert doc["nodes"]["spark-2"] == {"answered": False, "error": "no answer within 10 s"}
     assert doc["endpoint"]["figures"]["running"] == 8 and not top.complete
