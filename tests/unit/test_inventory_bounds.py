@@ -9,21 +9,15 @@ import pytest
 
 from sparkcluster import cli
 from sparkcluster.engine import session as session_module
-from sparkcluster.engine.inventory import InventoryError, load_inventory
+from sparkcluster.engine.inventory import load_inventory
+
+from .test_inventory_problems import problems
 
 HOSTS = """\
 hosts:
   spark-1: {address: 192.168.1.50, role: head}
   spark-2: {address: 192.168.1.51}
 """
-
-
-def problems(tmp_path: Path, text: str) -> list[str]:
-    path = tmp_path / "inv.yml"
-    path.write_text(text)
-    with pytest.raises(InventoryError) as raised:
-        load_inventory(path, check_files=False)
-    return [e.message.removeprefix(f"{path}:") for e in raised.value.problems]
 
 
 def fabric(*lines: str) -> str:

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import io
 import os
-import subprocess
-import sys
 import tarfile
 import zlib
 from pathlib import Path
@@ -18,6 +16,8 @@ import pytest
 from sparkcluster import cli
 from sparkcluster.engine.errors import EXIT_USAGE
 from sparkcluster.nccl.report import report
+
+from .test_hardening import report_child  # a child with its address space capped, printing its peak
 
 IB = "{node}:1:1 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/RoCE [RO]; OOB enp1s0f0np0:192.168.100.{n}<0>\n"
 SOCKET = "{node}:2:2 [0] NCCL INFO NET/Socket : Using [0]enP7s7:192.168.1.{n}<0>\n"
@@ -83,24 +83,6 @@ def test_a_member_named_on_the_command_line_is_read_in_one_pass(tmp_path: Path, 
     code, text = report([f"{path}::b/nodes/n7/logs.txt"], json_output=False, min_busbw=None)
     assert code == 1
     assert text.startswith("FAIL  truncated") and f"{path}::b/nodes/n7/logs.txt n7:1: network IB" in text
-
-
-# Runs the report in a child with its address space capped (as test_hardening's huge line does), printing its peak.
-REPORT_CHILD = """
-import resource, sys
-resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
-from sparkcluster import cli
-code = cli.main(["nccl-report", *sys.argv[1:]])
-print("peak_kb", next(l.split()[1] for l in open("/proc/self/status") if l.startswith("VmHWM:")), file=sys.stderr)
-sys.exit(code)
-"""
-
-
-def report_child(*paths: str) -> tuple[int, str, str, int]:
-    done = subprocess.run([sys.executable, "-c", REPORT_CHILD, *paths], capture_output=True, text=True, timeout=60,
-                          env={**os.environ, "COLUMNS": "1000"})
-    peak = [int(line.split()[1]) // 1024 for line in done.stderr.splitlines() if line.startswith("peak_kb")]
-    return done.returncode, done.stdout, done.stderr, peak[0] if peak else -1
 
 
 class Zeros(io.RawIOBase):
