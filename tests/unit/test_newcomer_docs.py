@@ -40,6 +40,8 @@ def test_the_no_inventory_fix_says_only_a_successful_bootstrap_is_remembered(tmp
         find_inventory(None, env={"HOME": str(tmp_path)}, cwd=tmp_path, config_dir=tmp_path / "config")
     fix = " ".join(error.value.fix.split())
     assert "once bootstrap has succeeded with an inventory, later commands find it on their own" in fix
+    # An installed user has no inventories/ folder at hand: the README's quick start holds the example too.
+    assert "Quick start (real Sparks)" in fix and "Quick start (real Sparks)" in README.read_text()
 
 
 README = ROOT / "README.md"

@@ -25,7 +25,7 @@ __all__ = ["DEFAULT_FILE", "ENV_VAR", "EXAMPLE", "HEAD", "LAST_USED_FILE", "WORK
 ENV_VAR = "SPARKCLUSTER_INVENTORY"
 DEFAULT_FILE = "inventory.yml"
 LAST_USED_FILE = "last-inventory"
-EXAMPLE = "see inventories/two-sparks.yml"
+EXAMPLE = "see the README's \"Quick start (real Sparks)\", or inventories/two-sparks.yml in a clone"
 
 
 # ---- loading ---------------------------------------------------------------------------------------------
