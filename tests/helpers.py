@@ -52,3 +52,17 @@ def bootstrapped(cluster: SimCluster, config_dir: Path) -> SimCluster:
     result = run_cli("bootstrap", str(cluster.inventory_path), env={"XDG_CONFIG_HOME": str(config_dir)})
     assert result.returncode == 0, result.stdout + result.stderr
     return cluster
+
+
+def git_repo(root: Path, files: dict[str, str], links: dict[str, Path] | None = None) -> Path:
+    """A local git repository holding `files` (path -> text) and symlinks, as a registry's author publishes one."""
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    for rel, target in (links or {}).items():
+        (root / rel).symlink_to(target)
+    env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t",
+           "HOME": str(root), "PATH": "/usr/bin:/bin"}
+    for args in (["init", "-q", "-b", "main"], ["add", "."], ["commit", "-q", "-m", "files"]):
+        subprocess.run(["git", *args], cwd=root, check=True, capture_output=True, env=env)
+    return root

@@ -21,7 +21,7 @@ import yaml
 
 from sparkcluster.serving.readiness import http
 from sparkcluster.sim import SimCluster
-from tests.helpers import run_cli, ssh
+from tests.helpers import git_repo, run_cli, ssh
 from tests.integration.rings import (
     bootstrap,
     comm_env_is_the_rings,
@@ -243,19 +243,6 @@ def test_choosing_the_lan_retires_the_routed_plane_and_routed_brings_it_back(c3,
 
 CANARY = '#!/bin/sh\ntouch "$HOME/pwned-by-mod"\n'
 V2 = "recipe_version: '2'\nmodel: /nowhere/tiny\n"  # a path: nothing to stage, so a mod would run at once
-
-
-def git_repo(root: Path, files: dict[str, str], links: dict[str, Path] | None = None) -> Path:
-    for rel, text in files.items():
-        (root / rel).parent.mkdir(parents=True, exist_ok=True)
-        (root / rel).write_text(text)
-    for rel, target in (links or {}).items():
-        (root / rel).symlink_to(target)
-    env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t",
-           "HOME": str(root), "PATH": "/usr/bin:/bin"}
-    for args in (["init", "-q", "-b", "main"], ["add", "."], ["commit", "-q", "-m", "files"]):
-        subprocess.run(["git", *args], cwd=root, check=True, capture_output=True, env=env)
-    return root
 
 
 def test_no_route_into_an_untrusted_registry_runs_its_mod_on_a_node(c3, tmp_path):

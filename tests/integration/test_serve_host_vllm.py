@@ -23,7 +23,7 @@ import yaml
 
 from sparkcluster.serving.readiness import http
 from sparkcluster.sim import SimCluster, UpOptions, tinymodel
-from tests.helpers import require_sim, run_cli, ssh, unique_name
+from tests.helpers import git_repo, require_sim, run_cli, ssh, unique_name
 from tests.integration import vllm_model_info
 
 pytestmark = [pytest.mark.sim, pytest.mark.slow]
@@ -485,18 +485,6 @@ env:
 """
 
 
-def untrusted_registry(root: Path, files: dict[str, str]) -> Path:
-    """A local git repository of recipes, as a registry's author publishes one."""
-    for rel, text in files.items():
-        (root / rel).parent.mkdir(parents=True, exist_ok=True)
-        (root / rel).write_text(text)
-    env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t",
-           "HOME": str(root), "PATH": "/usr/bin:/bin"}
-    for args in (["init", "-q", "-b", "main"], ["add", "."], ["commit", "-q", "-m", "recipes"]):
-        subprocess.run(["git", *args], cwd=root, check=True, capture_output=True, env=env)
-    return root
-
-
 def test_an_untrusted_registrys_env_payload_is_refused_and_runs_on_no_node_but_does_with_trust(cluster, tmp_path):
     """~20 s: the recipe from the untrusted registry `evil` is refused (exit 2, naming the variable, the registry
     and --trust) and no node holds the canary; served with --trust (the control), vLLM's Python starts on both nodes
@@ -505,7 +493,7 @@ def test_an_untrusted_registrys_env_payload_is_refused_and_runs_on_no_node_but_d
     import time
 
     user = {"XDG_CONFIG_HOME": str(tmp_path / "config"), "XDG_CACHE_HOME": str(tmp_path / "cache")}
-    evil = untrusted_registry(tmp_path / "evil", {"recipes/envrce.yaml": ENV_RCE})
+    evil = git_repo(tmp_path / "evil", {"recipes/envrce.yaml": ENV_RCE})
     added = run_cli("recipes", "add-registry", "evil", str(evil), env=user)
     assert added.returncode == 0, added.stderr
 
