@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from .engine.events import RunFinished
     from .engine.inventory import Inventory
     from .engine.playbook import Playbook
+    from .serving.launch import RuntimeName
 
 
 def cmd_facts(args: argparse.Namespace, connect_selected: Connect) -> int:
@@ -104,10 +105,21 @@ def cmd_bootstrap(args: argparse.Namespace, connect_selected: Connect) -> int:
     if args.runtime:
         extra["runtime"] = args.runtime
     inventory = selected_inventory(args)
+    if args.runtime and not args.check:  # the cluster's from now on: every later command reads it there
+        _remember_runtime(inventory, args.runtime, quiet=args.json)
     result = run_playbook(playbook, inventory, args, extra)
     if result.exit_code == 0 and not args.check and not args.limit:
         record_last_used(Path(inventory.path))  # what `serve` falls back to when no inventory is named
     return result.exit_code
+
+
+def _remember_runtime(inventory: Inventory, runtime: RuntimeName, quiet: bool) -> None:
+    from .engine.console import err
+    from .serving.runtime import remember_runtime
+
+    if remember_runtime(inventory, runtime) and not quiet:
+        err.print(f"runtime: {runtime}, recorded in {inventory.path} (vars: runtime: {runtime}); later commands "
+                  "follow it, --runtime overrides", highlight=False)
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser], app: App) -> None:
@@ -121,8 +133,9 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser], app:
     boot.add_argument("--driver-policy", choices=("fail", "warn"), help="what an older driver does (default fail)")
     boot.add_argument("--allow-other-gpu", action="store_true", help="go on when a node's GPU is not a GB10")
     boot.add_argument("--runtime", choices=("docker", "host"),
-                      help="host: Ray and vLLM will run from a Python environment, so Docker is not checked "
-                           "(default docker, or runtime: in the inventory)")
+                      help="host: Ray and vLLM will run from a Python environment, so Docker is not checked; "
+                           "recorded as `runtime:` in the inventory's vars, which serve, status, logs, down, top "
+                           "and doctor follow (default: the inventory's runtime, else docker)")
     app.wire(boot, cmd_bootstrap)
 
     run = app.changing(app.connecting(commands.add_parser("run", help="run a playbook"), inventory_positional=False))

@@ -35,7 +35,7 @@ from .phases import Phases, ServeOptions, hub_model, plan, serve, up
 from .progress import Emit, ignore
 from .recipes_cli import add_recipe_flags, chosen, load_for
 from .record import clear_record
-from .runtime import RuntimeChoice
+from .runtime import RuntimeChoice, cluster_launcher, cluster_runtime
 from .status import logs_command, recorded, status
 
 
@@ -45,8 +45,8 @@ def options(args: argparse.Namespace) -> ServeOptions:
     tp = chosen(getattr(args, "tp", None), recipe.tp, "tensor_parallel", args)
     pp = chosen(getattr(args, "pp", None), recipe.pp, "pipeline_parallel", args)
     return ServeOptions(
-        runtime=args.runtime, launcher=choose_launcher(getattr(args, "launcher", None), recipe,
-                                                       tp * (pp or 1) if tp else None, args.runtime),
+        runtime=args.runtime or "docker", launcher=choose_launcher(getattr(args, "launcher", None), recipe,
+                                                                   tp * (pp or 1) if tp else None, args.runtime),
         image=args.image or recipe.container or DEFAULT_IMAGE, tp=tp, pp=pp, model=getattr(args, "model", None),
         recipe=recipe, port=chosen(getattr(args, "port", None), recipe.port, "port", args),
         served_name=chosen(getattr(args, "served_model_name", None), recipe.served_model_name, "served_model_name", args),
@@ -62,8 +62,21 @@ def _emit(args: argparse.Namespace) -> Emit:
     return ignore if args.json else render.progress_printer(err_console)
 
 
-def _chosen(args: argparse.Namespace) -> RuntimeChoice:
-    return RuntimeChoice(args.runtime, args.image or DEFAULT_IMAGE, tuple(args.docker_arg or ()))
+def _chosen(args: argparse.Namespace, inventory: Inventory) -> RuntimeChoice:
+    """The runtime the flags and the inventory choose (a serve that runs follows its own record, read later)."""
+    return RuntimeChoice(cluster_runtime(inventory, args.runtime).name, args.image or DEFAULT_IMAGE,
+                         tuple(args.docker_arg or ()))
+
+
+def _on_cluster(opts: ServeOptions, args: argparse.Namespace, inventory: Inventory) -> ServeOptions:
+    """The options with the cluster's runtime (--runtime, else the inventory's) and launcher: --launcher, else the
+    recipe's rule, where the inventory's `launcher` stands in for a recipe that names none."""
+    runtime = cluster_runtime(inventory, args.runtime).name
+    nodes = (opts.tp or len(inventory.hosts)) * (opts.pp or 1)
+    given = getattr(args, "launcher", None)
+    if given is None and opts.recipe.launcher is None and nodes > 1 and not (runtime == "docker" and opts.recipe.mods):
+        given = cluster_launcher(inventory)
+    return dataclasses.replace(opts, runtime=runtime, launcher=choose_launcher(given, opts.recipe, nodes, runtime))
 
 
 def one_at_a_time(session: Session) -> AbstractContextManager[None]:
@@ -77,6 +90,7 @@ def cmd_up(args: argparse.Namespace, connect: Connect) -> int:
     opts = options(args)
     phases = Phases()
     with connect(args, _runtime_set_up(args)) as session, one_at_a_time(session):
+        opts = _on_cluster(opts, args, session.inventory)
         _, _, members, reused = up(session, opts, phases, _emit(args))
     if args.json:
         print_json({"reused": reused, "phases": phases.seconds, "members": [dataclasses.asdict(m) for m in members]})
@@ -89,20 +103,21 @@ def cmd_up(args: argparse.Namespace, connect: Connect) -> int:
 def cmd_serve(args: argparse.Namespace, connect: Connect) -> int:
     opts = options(args)
     hub_model(opts.serve_args())  # a bad model or revision, or a recipe without a model, fails before any connection
-    if opts.recipe.mods and opts.runtime == "docker" and opts.launcher == "native":
-        raise UsageError(f"recipe {opts.recipe.name} brings mods, which the docker runtime runs only beside Ray "
-                         "(the native launcher's containers start vLLM at once)",
-                         "serve with --launcher ray, or with --runtime host")
 
-    def sized(inventory: Inventory) -> ServeOptions:
-        """TP x PP for the selected nodes, and the launcher that node count takes (one node: no Ray); and what
-        the runtime needs of the inventory (the host runtime: python_env), before anything is staged."""
-        _runtime_set_up(args)(inventory)
+    def sized(inventory: Inventory, show: bool = False) -> ServeOptions:
+        """TP x PP for the selected nodes, the cluster's runtime and the launcher that node count takes (one node:
+        no Ray); and what the runtime needs of the inventory (the host runtime: python_env), before anything is
+        staged."""
+        _runtime_set_up(args, show)(inventory)
         tp, pp = check_parallel(opts.tp, opts.pp, inventory, opts.recipe)
-        return dataclasses.replace(opts, tp=tp, pp=pp, launcher=choose_launcher(
-            getattr(args, "launcher", None), opts.recipe, tp * pp, opts.runtime))
+        chosen = _on_cluster(dataclasses.replace(opts, tp=tp, pp=pp), args, inventory)
+        if chosen.recipe.mods and chosen.runtime == "docker" and chosen.launcher == "native":
+            raise UsageError(f"recipe {chosen.recipe.name} brings mods, which the docker runtime runs only beside Ray "
+                             "(the native launcher's containers start vLLM at once)",
+                             "serve with --launcher ray, or with --runtime host")
+        return chosen
 
-    with connect(args, sized) as session:
+    with connect(args, lambda inventory: sized(inventory, show=True)) as session:
         opts = sized(session.inventory)  # checked before connecting
         if args.check:
             doc = plan(session, opts)
@@ -120,19 +135,21 @@ def cmd_serve(args: argparse.Namespace, connect: Connect) -> int:
     return EXIT_OK
 
 
-def _runtime_set_up(args: argparse.Namespace) -> Callable[[Inventory], None]:
-    """Before connecting: every node has what the chosen runtime needs of the inventory (the host runtime: its
-    python_env), or the command is bad input (exit 2)."""
+def _runtime_set_up(args: argparse.Namespace, show: bool = True) -> Callable[[Inventory], None]:
+    """Before connecting: the cluster's runtime, said under the inventory's line (`show`, unless --json), and every
+    node has what it needs of the inventory (the host runtime: its python_env), or the command is bad input (exit 2)."""
     def check(inventory: Inventory) -> None:
+        if show and not args.json:
+            err_console.print(cluster_runtime(inventory, args.runtime).shown(), highlight=False)
         for host in inventory.hosts:
-            _chosen(args).on(host)
+            _chosen(args, inventory).on(host)
     return check
 
 
 def cmd_status(args: argparse.Namespace, connect: Connect) -> int:
     try:
         with connect(args, _runtime_set_up(args)) as session:
-            state = status(session, _chosen(args))
+            state = status(session, _chosen(args, session.inventory))
     except UsageError as e:
         if not args.json:
             raise
@@ -150,9 +167,10 @@ def cmd_logs(args: argparse.Namespace, connect: Connect) -> int:
     def check_node(inventory: Inventory) -> None:
         if args.node and args.node not in {h.name for h in inventory.hosts}:
             raise UsageError(f"no node named {args.node!r}", "choose from: " + ", ".join(h.name for h in inventory.hosts))
+        _runtime_set_up(args)(inventory)
 
     with connect(args, check_node) as session:
-        record, runtime = recorded(session, _chosen(args))
+        record, runtime = recorded(session, _chosen(args, session.inventory))
         hosts = [h for h in session.hosts if not args.node or h.name == args.node]
         commands = {h.name: logs_command(record, runtime, h, session.head, args.lines, args.follow) for h in hosts}
         if not args.follow:
@@ -241,9 +259,10 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser], app:
     connecting, wire = app.connecting, app.wire
 
     def common(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
-        p.add_argument("--runtime", choices=RUNTIMES, default="docker",
-                       help="docker: the vllm_node container per node (eugr's setup, default); host: processes "
-                            "from the inventory's python_env")
+        p.add_argument("--runtime", choices=RUNTIMES,
+                       help="docker: the vllm_node container per node (eugr's setup); host: processes from the "
+                            "inventory's python_env. Default: the inventory's `runtime` (which `bootstrap --runtime` "
+                            "records), else docker; a running serve is read with the runtime it started with")
         p.add_argument("--image", type=flags.image,
                        help="container image (default: the recipe's container, else vllm-node)")
         p.add_argument("--docker-arg", action="append", metavar="ARG",
@@ -271,7 +290,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser], app:
                                     "or a recipe file (sparkcluster's, eugr's v1 or sparkrun's v2)")
     s.add_argument("--launcher", choices=LAUNCHERS,
                    help="ray (eugr's setup) or native (vLLM's own --nnodes multi-node mode); default: the "
-                        "recipe's, else ray")
+                        "recipe's, else the inventory's `launcher`, else ray")
     add_recipe_flags(s)
     s.add_argument("--port", type=flags.port, help="API port (default 8000)")
     s.add_argument("--served-model-name", help="the name clients ask for (default: the model)")

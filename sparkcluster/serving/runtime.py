@@ -15,12 +15,13 @@ from dataclasses import dataclass, field, replace
 
 from ..engine.command import Command, env_on_stdin, exports, read_env_from_stdin, shell_path
 from ..engine.errors import UsageError
-from ..engine.inventory import Host
+from ..engine.inventory import Host, Inventory
+from ..engine.inventory.writeback import set_shared_var
 from ..engine.remote import source_env
 from ..staging.images import ImageInfo
 from .apikey import API_KEY_ENV
 from .caches import host_exports, make_dir_line
-from .launch import CONTAINER, DEFAULT_IMAGE, RuntimeName, docker_run_line
+from .launch import CONTAINER, DEFAULT_IMAGE, LAUNCHERS, RUNTIMES, Launcher, RuntimeName, docker_run_line
 
 HOST_STATE_DIR = "~/.cache/sparkcluster/serve"  # host runtime: <role>.pid and <role>.log
 CONTAINER_VLLM_LOG = "/tmp/sparkcluster-vllm.log"
@@ -253,3 +254,52 @@ def stop_all_serving(host: Host) -> Command:
     env = host.vars.get("python_env")
     return Command(f"if command -v docker >/dev/null 2>&1; then {docker}; fi; "
                    + HostRuntime(str(env) if env else "/nonexistent").stop_all().script)
+
+
+FROM_FLAG = "from --runtime"
+
+
+@dataclass(frozen=True)
+class ClusterRuntime:
+    """The runtime a command works with, and where that came from (shown beside the inventory's line)."""
+
+    name: RuntimeName
+    source: str
+
+    def shown(self) -> str:
+        return f"runtime: {self.name} ({self.source})"
+
+
+def cluster_runtime(inventory: Inventory, given: RuntimeName | None) -> ClusterRuntime:
+    """--runtime, else the inventory's `runtime` (which `bootstrap --runtime` records there), else docker. One
+    cluster runs one runtime: hosts told different ones are bad input, before anything connects."""
+    if given is not None:
+        return ClusterRuntime(given, FROM_FLAG)
+    told = {h.name: h.vars.get("runtime") for h in inventory.hosts}
+    names = {str(v or "docker") for v in told.values()}
+    if len(names) > 1:
+        listing = ", ".join(f"{n}: {v or 'docker (unset)'}" for n, v in told.items())
+        raise UsageError(f"{inventory.path}: the hosts are given different runtimes ({listing})",
+                         "set `runtime:` once, in the inventory's vars, or pass --runtime")
+    name = next(iter(names))
+    if any(told.values()):
+        return ClusterRuntime(_runtime_name(name), f"the inventory's runtime, in {inventory.path}")
+    return ClusterRuntime("docker", "the default; `bootstrap --runtime host` records another in the inventory")
+
+
+def cluster_launcher(inventory: Inventory) -> Launcher | None:
+    """The inventory's `launcher` (ray or native, checked when it loaded), else None: serve's own choice."""
+    told = inventory.head.vars.get("launcher")
+    return next((name for name in LAUNCHERS if name == told), None)
+
+
+def remember_runtime(inventory: Inventory, name: RuntimeName) -> bool:
+    """Records the runtime bootstrap was told in the inventory's vars, so that every later command follows it;
+    False when the inventory already runs it (docker: unset is docker, and stays unset)."""
+    if cluster_runtime(inventory, None).name == name:
+        return False
+    return set_shared_var(inventory, "runtime", name)
+
+
+def _runtime_name(text: str) -> RuntimeName:
+    return next(name for name in RUNTIMES if name == text)  # checked when the inventory loaded

@@ -17,8 +17,8 @@ from ..engine.transport import Unreachable
 from ..observe.nodeprobe import AliveChecks, NodeSampler
 from ..observe.scrape import metrics_url
 from ..observe.top import MAX_INTERVAL_S, MIN_INTERVAL_S, Source, url_of, watch
-from .launch import Launcher
-from .runtime import RuntimeChoice
+from .launch import RUNTIMES, Launcher
+from .runtime import RuntimeChoice, cluster_runtime
 from .status import recorded
 
 
@@ -49,7 +49,8 @@ def _source(args: argparse.Namespace, connect: Connect) -> Iterator[Source]:
         yield Source(url, None, "ray", None)
         return
     with connect(args, no_check, require_all=False) as session:
-        launcher, serving_url, note, runtime = _served(session)
+        launcher, serving_url, note, runtime = _served(session, RuntimeChoice(cluster_runtime(
+            session.inventory, getattr(args, "runtime", None)).name))
         head = session.head.name
 
         def checks(host: Host) -> AliveChecks:
@@ -62,12 +63,13 @@ def _source(args: argparse.Namespace, connect: Connect) -> Iterator[Source]:
             sampler.close()
 
 
-def _served(session: Session) -> tuple[Launcher, str | None, str, RuntimeChoice]:
-    """(launcher, the endpoint's /metrics, a note when nothing is served, runtime) from the head's record."""
+def _served(session: Session, chosen: RuntimeChoice) -> tuple[Launcher, str | None, str, RuntimeChoice]:
+    """(launcher, the endpoint's /metrics, a note when nothing is served, runtime) from the head's record; `chosen`
+    (--runtime, else the inventory's) where none is recorded."""
     try:
-        record, runtime = recorded(session, RuntimeChoice("docker"))
+        record, runtime = recorded(session, chosen)
     except (Unreachable, SparkclusterError) as e:
-        return "ray", None, f"the head's serve record cannot be read: {e.message}", RuntimeChoice("docker")
+        return "ray", None, f"the head's serve record cannot be read: {e.message}", chosen
     if record is None or record.serving is None:
         return (record.launcher if record else "ray"), None, "nothing is served (no `sparkcluster serve` recorded)", runtime
     return record.launcher, metrics_url(record.serving.endpoint), "", runtime
@@ -83,6 +85,9 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser], app:
         "top", help="live view: per node GPU and memory, Ray and vLLM; the endpoint's /metrics"),
         inventory_positional=False)
     p.add_argument("--url", help="an endpoint's address (http://HOST:PORT[/v1]); alone, no node is contacted")
+    p.add_argument("--runtime", choices=RUNTIMES,
+                   help="how to look for Ray and vLLM when no serve is recorded (default: the inventory's "
+                        "`runtime`, which `bootstrap --runtime` records, else docker)")
     p.add_argument("--interval", type=interval, default=1.0, help="seconds between samples (default 1)")
     p.add_argument("--once", action="store_true",
                    help="one sample (two scrapes an interval apart, for the rates), then exit; with --json a document")

@@ -45,6 +45,9 @@ def inventory_doc(state: ClusterState, topology: Topology, client_key: Path, kno
         # A CPU build of vLLM stands in for a Spark's: a small KV cache, and one core per
         # host, since with automatic binding every host's rank picks core 0.
         doc["vars"]["python_env"] = state.vllm_env
+        # The CPU vLLM runs from that environment, so the cluster's runtime is the host's: every command (bootstrap,
+        # serve, status, logs, down, doctor) follows it without --runtime.
+        doc["vars"]["runtime"] = "host"
         doc["vars"]["serve_env"] = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_NO_USAGE_STATS": "1"}
         cores = os.cpu_count() or 1
         for h in topology.hosts:

@@ -95,6 +95,15 @@ def _check_node_path(key: str, example: str) -> Callable[[Any, int, Source], Non
     return check
 
 
+def _check_choice(key: str, choices: tuple[str, ...], what: str) -> Callable[[Any, int, Source], None]:
+    """A word from a fixed set (`runtime`, `launcher`): a typo fails here with its line, not as a Docker error later."""
+    def check(value: Any, line: int, src: Source) -> None:
+        if value not in choices:
+            raise src.error(line, f"{key} must be {' or '.join(choices)}, not {describe(value)}"
+                            f"{did_you_mean(str(value), choices)}", f"e.g. `{key}: {choices[-1]}` ({what})")
+    return check
+
+
 def _check_min_driver(value: Any, line: int, src: Source) -> None:
     """`min_driver` is preflight's floor, compared number by number with the node's driver (590.44 < 590.48.01)."""
     wanted = 'min_driver must be an NVIDIA driver version such as "590.44"'
@@ -120,6 +129,9 @@ HOST_VAR_CHECKS: dict[str, Callable[[Any, int, Source], None]] = {
     "comm_env_path": _check_node_path("comm_env_path", "~/.config/sparkcluster/comm.env"),
     "fabric": check_fabric,
     "min_driver": _check_min_driver,
+    # the cluster's serving runtime and launcher: what `bootstrap --runtime` records and every later command reads
+    "runtime": _check_choice("runtime", ("docker", "host"), "Ray and vLLM from python_env, without Docker"),
+    "launcher": _check_choice("launcher", ("ray", "native"), "vLLM's own multi-node mode, without Ray"),
 }
 
 
