@@ -9,30 +9,34 @@ from pathlib import Path
 
 from ..engine import flags
 from ..engine.cliapp import App, Connect
+from ..engine.console import err as err_console
 from ..engine.console import out as console
 from ..engine.errors import EXIT_FAILED, EXIT_OK, SparkclusterError, UsageError
 from ..engine.report import print_json
 from ..engine.session import Session
-from ..serving.launch import DEFAULT_IMAGE
+from ..serving.launch import DEFAULT_IMAGE, RUNTIMES
 from ..serving.record import read_record
+from ..serving.runtime import FROM_FLAG, ClusterRuntime, cluster_runtime
 from . import bundle
 from .render import render
 from .run import run_doctor
 from .scrub import Scrubber
 
 
-def image_to_check(session: Session, given: str | None) -> str:
-    """--image, else the image the last serve ran, else the default one; none where the inventory runs Ray and
-    vLLM from a Python environment (runtime: host)."""
+def image_to_check(session: Session, given: str | None, runtime: ClusterRuntime) -> str:
+    """--image; else none where Ray and vLLM run from a Python environment (the host runtime: --runtime, else the
+    last serve's, else the inventory's); else the image the last serve ran, else the default one."""
     if given:
         return given
     try:
         record = read_record(session) if session.head.name in session.facts else None
     except SparkclusterError:
         record = None  # an unreadable record is serve's to report; the doctor checks the default image then
-    if record is not None:
+    if record is not None and runtime.source != FROM_FLAG:
         return record.image if record.runtime == "docker" else ""
-    return "" if str(session.inventory.vars.get("runtime", "docker")) == "host" else DEFAULT_IMAGE
+    if runtime.name == "host":
+        return ""
+    return record.image if record is not None and record.runtime == "docker" else DEFAULT_IMAGE
 
 
 def bundle_path(text: str) -> Path:
@@ -57,7 +61,13 @@ def cmd_doctor(args: argparse.Namespace, connect: Connect) -> int:
     target = bundle_path(args.bundle) if args.bundle else None  # bad input fails before anything connects
     collected: bundle.Bundle | None = None
     with connect(args, require_all=False) as session:
-        report = run_doctor(session, image_to_check(session, args.image))
+        runtime = cluster_runtime(session.inventory, getattr(args, "runtime", None))
+        image = image_to_check(session, args.image, runtime)
+        if not args.image and (runtime.name == "host") != (not image):  # the last serve ran the other one
+            runtime = ClusterRuntime("docker" if image else "host", "the last serve's, recorded on the head")
+        if not args.json:
+            err_console.print(runtime.shown(), highlight=False)
+        report = run_doctor(session, image, image_named=bool(args.image), runtime=runtime.name)
         if target is not None:
             collected = bundle.collect(session, report)
             scrubber = Scrubber(bundle.known_secrets(session))
@@ -87,8 +97,12 @@ def cmd_doctor(args: argparse.Namespace, connect: Connect) -> int:
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser], app: App) -> None:
     doc = app.connecting(commands.add_parser(
         "doctor", help="every check that needs no serving: preflight, nodes compared, known-bad values"))
+    doc.add_argument("--runtime", choices=RUNTIMES,
+                     help="host: no Docker or image checks (default: the inventory's `runtime`, which `bootstrap "
+                          "--runtime` records, else the last serve's, else docker)")
     doc.add_argument("--image", type=flags.image,
-                     help="the container image to compare across nodes (default: the last serve's, else vllm-node)")
+                     help="the container image to compare across nodes, which must then be on every node (default: "
+                          "the last serve's, else vllm-node; one not there yet is a warning: serve sends it)")
     doc.add_argument("--bundle", metavar="FILE.tar.gz",
                      help="also write a support bundle: every node's facts, comm env, netplan, RDMA and ethtool "
                           "views, kernel mlx5 lines, nvidia-smi -q, versions, last verify, serve record and log tails; "

@@ -35,6 +35,7 @@ class DoctorReport:
     nodes: dict[str, Node]
     unreachable: dict[str, str]  # node -> why
     findings: tuple[Finding, ...]
+    runtime: str = "docker"  # the runtime the checks followed (host: no Docker, no image)
 
     @property
     def failed(self) -> bool:
@@ -43,6 +44,7 @@ class DoctorReport:
     def to_json(self) -> dict[str, Any]:
         return {
             "ok": not self.failed,
+            "runtime": self.runtime,
             "image": self.image,
             "unreachable": self.unreachable,
             "findings": [{"group": f.group, "check": f.check, "severity": f.severity.value, "summary": f.summary,
@@ -88,8 +90,31 @@ def preflight(session: Session, image: str) -> list[Finding]:
     return findings
 
 
-def run_doctor(session: Session, image: str) -> DoctorReport:
-    """`image`: the serving image to compare across nodes, or "" where none is used (a host runtime)."""
+def missing_image(nodes: Mapping[str, Node], head: str, image: str, named: bool) -> list[Finding]:
+    """Nodes that hold no `image` yet: how it gets there (a warning), unless --image named it (then it must be there).
+    Serve copies the head's image to every node that lacks it, so only a head without it needs the user first."""
+    lacking = tuple(name for name, n in nodes.items() if n.health.image.absent)
+    if not lacking:
+        return []
+    where = ", ".join(lacking)
+    sync = f"`sparkcluster image sync {image}`"
+    if named:
+        return [Finding("known issues", "image", Severity.FAIL, f"{where}: no image {image!r}, which --image names",
+                        f"build or pull it on {head}, then {sync} copies it to every node", lacking)]
+    if head in nodes and head not in lacking:
+        return [Finding("known issues", "image", Severity.WARN,
+                        f"{where}: no image {image!r} yet; serve copies the head's over the fabric before it starts",
+                        f"nothing to do, or copy it now: {sync}", lacking)]
+    return [Finding("known issues", "image", Severity.WARN,
+                    f"{where}: no image {image!r} yet; serve copies the head's ({head}) to every node, so it needs to be "
+                    f"on {head} first (not needed with --runtime host)",
+                    f"build it on {head} (eugr's spark-vllm-docker: `./build-and-copy.sh -t {image}`) or pull it there; "
+                    f"serve (or {sync}) then sends it to the others", lacking)]
+
+
+def run_doctor(session: Session, image: str, image_named: bool = False, runtime: str = "docker") -> DoctorReport:
+    """`image`: the serving image to compare across nodes, or "" where none is used (a host runtime); `image_named`:
+    --image named it, so a node without it fails."""
     unreachable = {n: e.message for n, e in session.unreachable.items()}
     hosts = [h for h in session.hosts if h.name in session.facts]
 
@@ -108,4 +133,5 @@ def run_doctor(session: Session, image: str) -> DoctorReport:
     findings = preflight(session, image) + parity(nodes)
     for name, node in nodes.items():
         findings += known_issues(name, node, host_runtime=not image)
-    return DoctorReport(image, nodes, unreachable, tuple(findings))
+    findings += missing_image(nodes, session.inventory.head.name, image, image_named)
+    return DoctorReport(image, nodes, unreachable, tuple(findings), runtime)

@@ -281,10 +281,12 @@ def test_a_bundle_that_fails_at_the_end_still_prints_the_doctors_table(tmp_path,
     import contextlib
 
     from sparkcluster.doctor.run import DoctorReport
+    from sparkcluster.serving.runtime import ClusterRuntime
 
     shown: list[str] = []
-    monkeypatch.setattr(doctor_cli, "image_to_check", lambda session, given: "")
-    monkeypatch.setattr(doctor_cli, "run_doctor", lambda session, image: DoctorReport("", {}, {}, ()))
+    monkeypatch.setattr(doctor_cli, "cluster_runtime", lambda inventory, given: ClusterRuntime("host", "test"))
+    monkeypatch.setattr(doctor_cli, "image_to_check", lambda session, given, runtime: "")
+    monkeypatch.setattr(doctor_cli, "run_doctor", lambda session, image, **_: DoctorReport("", {}, {}, ()))
     monkeypatch.setattr(doctor_cli.bundle, "collect", lambda session, report: Bundle(files={"doctor.json": "{}\n"}))
     monkeypatch.setattr(doctor_cli.bundle, "known_secrets", lambda session: [])
     monkeypatch.setattr(doctor_cli, "render", lambda console, report: shown.append("table"))
@@ -295,5 +297,5 @@ def test_a_bundle_that_fails_at_the_end_still_prints_the_doctors_table(tmp_path,
     monkeypatch.setattr(doctor_cli.bundle, "write", disk_full)
     args = argparse.Namespace(bundle=str(tmp_path / "b.tar.gz"), image=None, json=False)
     with pytest.raises(UsageError, match=r"the bundle could not be written \(No space left on device\)") as failed:
-        doctor_cli.cmd_doctor(args, lambda args, require_all: contextlib.nullcontext(object()))
+        doctor_cli.cmd_doctor(args, lambda args, require_all: contextlib.nullcontext(argparse.Namespace(inventory=None)))
     assert shown == ["write", "table"] and failed.value.exit_code == 2 and "folder you can write" in failed.value.fix
