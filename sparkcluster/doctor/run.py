@@ -1,5 +1,5 @@
 """One doctor run: every node's health in one round trip each (in parallel), the preflight's checks on the facts
-already gathered, the fabric's reachability, then the nodes compared and known-bad values named."""
+already gathered, the fabric's reachability, then the nodes compared, known-bad values named and the kernel log read."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from ..engine.inventory import Host
 from ..engine.session import Session
 from ..engine.steps.base import HostContext, NoArgs, Step, StepFailed
 from ..node.health import NodeHealth, health_command, parse_health
+from ..node.kernellog import kernel_log_findings
 from ..node.parity import Finding, Node, Severity, known_issues, parity
 from ..node.steps.preflight import (
     DEFAULT_MIN_DRIVER,
@@ -48,7 +49,8 @@ class DoctorReport:
             "image": self.image,
             "unreachable": self.unreachable,
             "findings": [{"group": f.group, "check": f.check, "severity": f.severity.value, "summary": f.summary,
-                          "fix": f.fix, "nodes": list(f.nodes), "values": f.values} for f in self.findings],
+                          "fix": f.fix, "nodes": list(f.nodes), "values": f.values, "source": f.source}
+                         for f in self.findings],
             "nodes": {name: {"facts": n.facts.to_json(), "health": n.health.to_json()} for name, n in self.nodes.items()},
         }
 
@@ -133,5 +135,7 @@ def run_doctor(session: Session, image: str, image_named: bool = False, runtime:
     findings = preflight(session, image) + parity(nodes)
     for name, node in nodes.items():
         findings += known_issues(name, node, host_runtime=not image)
+        findings += kernel_log_findings(name, node.health.kernel_log,
+                                        node.facts.gpu.driver_version if node.facts.gpu else None)
     findings += missing_image(nodes, session.inventory.head.name, image, image_named)
     return DoctorReport(image, nodes, unreachable, tuple(findings), runtime)
