@@ -22,8 +22,9 @@ from ..engine.cliapp import App, Connect
 from ..engine.console import err as err_console
 from ..engine.console import out as console
 from ..engine.console import print_error
-from ..engine.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, UsageError
+from ..engine.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, SparkclusterError, UsageError
 from ..engine.report import print_json
+from ..node.gputelemetry import GpuTelemetry, read_all
 from ..recipes.load import Reference
 from . import benchy_cli, ceiling, compare, head_tokenizer, plot, published, table
 from .sweep import (
@@ -121,6 +122,16 @@ def _progress(enabled: bool) -> tuple[Progress | None, Emit]:
     return bar, show
 
 
+def gpus_at_end(args: argparse.Namespace, connect: Connect) -> dict[str, GpuTelemetry | str]:
+    """Each node's GPU temperature, power, clock and throttle reasons as the run ends (a throttled node explains a
+    slow row); none where the nodes cannot be reached again."""
+    try:
+        with connect(args, lambda inventory: None, require_all=False) as session:
+            return read_all(session, [h for h in session.hosts if h.name in session.facts])
+    except SparkclusterError:
+        return {}
+
+
 def find_target(args: argparse.Namespace, connect: Connect, tokenizer: bool = False) -> tuple[Target, Path | None]:
     """The endpoint (and, for `tokenizer`, the served model's tokenizer.json from the head when this machine
     has none and --tokenizer gave none)."""
@@ -203,6 +214,9 @@ def cmd_bench(args: argparse.Namespace, connect: Connect) -> int:
         doc["speedup"] = ceiling.speedups(levels, baseline)
     if failure:
         doc["error"] = {"message": failure.message, "fix": failure.fix}
+    gpus = gpus_at_end(args, connect) if code != EXIT_INTERRUPTED and not args.url else {}
+    if gpus:
+        doc["gpu_at_end"] = {name: got if isinstance(got, str) else got.to_json() for name, got in gpus.items()}
     if args.json:
         print_json(doc)
     elif levels:
@@ -216,6 +230,9 @@ def cmd_bench(args: argparse.Namespace, connect: Connect) -> int:
             console.print(ceiling.speedup_lines(levels, baseline), highlight=False)
         if reference:
             console.print(compare.render(found, reference))
+    if gpus and not args.json:
+        console.print("GPUs at the end: " + "; ".join(f"{name} {got if isinstance(got, str) else got.summary()}"
+                                                      for name, got in gpus.items()), highlight=False, markup=False)
     if levels and args.csv:
         table.save_csv(levels, Path(args.csv))
     if levels and args.plot:

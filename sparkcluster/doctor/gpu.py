@@ -1,16 +1,14 @@
 """The doctor's GPU findings: each node's telemetry (node/gputelemetry.py) read once, judged against what owners hit on
 GB10 and the fixes that worked. A GPU at HOT_C or slowed by its hardware (thermal or not) fails, with the clock cap,
 airflow and container shm size that stopped the hard power-offs; a power brake names the power brick; a software
-thermal slowdown or power cap warns. Each node is read in its own bounded query, in parallel."""
+thermal slowdown or power cap warns."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
-from ..engine.inventory import Host
-from ..engine.session import Session
 from ..node.finding import Finding, Severity
-from ..node.gputelemetry import HOT_C, ClockEvent, GpuTelemetry, parse_output, telemetry_command
+from ..node.gputelemetry import HOT_C, ClockEvent, GpuTelemetry
 
 GROUP = "gpu"
 THERMAL_FIX = ("cap the GPU clock: `sudo nvidia-smi -lgc 0,2000` (about 10 C cooler at no speed loss; lifted by "
@@ -24,18 +22,6 @@ POWER_FIX = ("disconnect the power brick from the wall and from the Spark, wait 
 POWER_SOURCE = ("hoesing/spark-gpu-throttle-check: a GB10 held near 500-850 MHz in P0 by its power delivery, "
                 "cleared by a power-brick cycle")
 HW_SLOWING = (ClockEvent.HW_THERMAL_SLOWDOWN, ClockEvent.HW_SLOWDOWN)
-
-
-def read(session: Session, host: Host) -> GpuTelemetry | str:
-    """One node's telemetry, or why there is none."""
-    result = session.run(host, telemetry_command())
-    if result.timed_out:
-        return f"the GPU telemetry query timed out after {result.command.timeout:g} s"
-    return parse_output(result.stdout)
-
-
-def read_all(session: Session, hosts: list[Host]) -> dict[str, GpuTelemetry | str]:
-    return {host.name: got for host, got in zip(hosts, session.each(lambda h: read(session, h), hosts))}
 
 
 def findings(telemetry: Mapping[str, GpuTelemetry | str]) -> list[Finding]:

@@ -21,6 +21,9 @@ from enum import StrEnum
 from typing import Any
 
 from ..engine.command import Command
+from ..engine.inventory import Host
+from ..engine.session import Session
+from ..engine.transport import Unreachable
 
 TELEMETRY_FIELDS = ("temperature.gpu", "power.draw", "clocks.sm", "clocks.mem", "clocks_event_reasons.active")
 TELEMETRY_FORMAT = "csv,noheader,nounits"
@@ -158,3 +161,19 @@ def parse_output(text: str) -> GpuTelemetry | str:
     if rc != "0" or not rows:
         return " ".join(rows)[:200] or f"nvidia-smi exited {rc or '?'}"
     return parse_row(rows[0]) or f"nvidia-smi printed {rows[0][:100]!r}"
+
+
+def read(session: Session, host: Host) -> GpuTelemetry | str:
+    """One node's telemetry, or why there is none (a node gone since it was connected among the reasons)."""
+    try:
+        result = session.run(host, telemetry_command())
+    except Unreachable as e:
+        return e.message
+    if result.timed_out:
+        return f"the GPU telemetry query timed out after {result.command.timeout:g} s"
+    return parse_output(result.stdout)
+
+
+def read_all(session: Session, hosts: Sequence[Host]) -> dict[str, GpuTelemetry | str]:
+    """Every node's telemetry, read in parallel, each in its own bounded query."""
+    return {host.name: got for host, got in zip(hosts, session.each(lambda h: read(session, h), list(hosts)))}
