@@ -20,7 +20,7 @@ import yaml
 from ..engine.errors import SparkclusterError, UsageError
 from ..engine.remote import STRICT_SSH
 from . import hardware, hostproc, machine, netns, prerequisites
-from .inventory import inventory_doc
+from .inventory import CPU_RAY_PLUGIN, has_cpu_ray_plugin, inventory_doc
 from .state import ClusterState, HostState, existing_names, locked, sim_root
 from .topology import HostSpec, Subnets, Topology, build_topology
 
@@ -444,6 +444,10 @@ def _validate(opts: UpOptions) -> None:
         raise UsageError(f"invalid LAN rate {opts.lan_rate!r}", "give a tc rate such as 750mbit or 1gbit")
     if opts.vllm_env and not os.access(os.path.join(opts.vllm_env, "bin", "vllm"), os.X_OK):
         raise UsageError(f"{opts.vllm_env} holds no vllm (bin/vllm)", "build it with scripts/setup-vllm.sh")
+    if opts.vllm_env and not has_cpu_ray_plugin(opts.vllm_env):
+        raise UsageError(f"{opts.vllm_env} holds no {CPU_RAY_PLUGIN}: without it the CPU vLLM cannot run under "
+                         "Ray, serve's default launcher, across the simulated hosts",
+                         "build the environment with scripts/setup-vllm.sh, which installs it")
     try:
         build_topology(opts.name, opts.count, Subnets(100), list(opts.drivers), opts.port0_hosts, opts.rdma_names,
                        opts.topology, opts.miscable)

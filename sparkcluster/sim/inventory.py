@@ -11,6 +11,17 @@ from typing import Any
 from .state import ClusterState
 from .topology import Topology
 
+# The simulator's own vLLM platform plugin (tests/vllm_cpu_plugin, which scripts/setup-vllm.sh installs in the CPU
+# vLLM's environment) turns on with this variable, in every vLLM process, Ray's workers included: with it vLLM's CPU
+# build runs under Ray (the default launcher) across the simulated hosts. Never on a real Spark: its GPU needs none.
+CPU_RAY_SWITCH = "SPARKCLUSTER_TEST_CPU_RAY"
+CPU_RAY_PLUGIN = "sparkcluster_test_vllm_cpu_plugin"  # its distribution, as installed
+
+
+def has_cpu_ray_plugin(vllm_env: str) -> bool:
+    """Whether the CPU vLLM environment holds the plugin (its dist-info in site-packages)."""
+    return any(Path(vllm_env).glob(f"lib/python3*/site-packages/{CPU_RAY_PLUGIN}-*.dist-info"))
+
 
 def inventory_doc(state: ClusterState, topology: Topology, client_key: Path, known_hosts: Path) -> dict[str, Any]:
     doc: dict[str, Any] = {
@@ -48,7 +59,7 @@ def inventory_doc(state: ClusterState, topology: Topology, client_key: Path, kno
         # The CPU vLLM runs from that environment, so the cluster's runtime is the host's: every command (bootstrap,
         # serve, status, logs, down, doctor) follows it without --runtime.
         doc["vars"]["runtime"] = "host"
-        doc["vars"]["serve_env"] = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_NO_USAGE_STATS": "1"}
+        doc["vars"]["serve_env"] = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_NO_USAGE_STATS": "1", CPU_RAY_SWITCH: "1"}
         cores = os.cpu_count() or 1
         for h in topology.hosts:
             doc["hosts"][h.name]["vars"] = {"serve_env": {"VLLM_CPU_OMP_THREADS_BIND": str((h.index - 1) % cores)}}
