@@ -20,8 +20,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from rich.console import Console
+
 from ..engine.errors import UsageError
 from ..engine.inventory import Host
+from ..engine.nodetext import as_markup
 from ..engine.session import Session
 from ..nccl.verify import LAST_VERIFY_COMMAND
 from ..node.parity import Node, bios_date
@@ -284,3 +287,38 @@ def write(baseline: Baseline, path: Path) -> None:
         raise
 
 
+
+
+# ---- said ---------------------------------------------------------------------------------------------------------
+def json_of(saved: Baseline | None, where: str | None, changes: list[Change], saved_to: Path | None) -> dict[str, Any]:
+    """What --json adds: the comparison (where --baseline was given) and where the new baseline went."""
+    out: dict[str, Any] = {}
+    if saved is not None:
+        out["baseline"] = {"file": where, "saved_at": saved.saved_at, "ok": not any(c.bad for c in changes),
+                           "changes": [c.to_json() for c in changes]}
+    if saved_to is not None:
+        out["saved_baseline"] = str(saved_to)
+    return out
+
+
+def render(console: Console, saved: Baseline | None, where: str | None, changes: list[Change],
+           current: Baseline | None, saved_to: Path | None) -> None:
+    """After the doctor's table: each change per node, old -> new, a failing one with why and its fix."""
+    nodes = len(current.nodes) if current else 0
+    if saved is not None:
+        console.print(f"[bold]since the baseline[/bold] {as_markup(where or '')} (saved {as_markup(saved.saved_at)})",
+                      highlight=False)
+        for c in changes:
+            mark = "[red]FAIL[/red]" if c.bad else "    "
+            console.print(f"  {mark} {as_markup(c.node)} {as_markup(c.what)}: {as_markup(c.old)} -> {as_markup(c.new)}"
+                          + (f": {as_markup(c.bad)}" if c.bad else ""), highlight=False)
+            if c.fix:
+                console.print(f"         fix: {as_markup(c.fix)}", highlight=False)
+            if c.source:
+                console.print(f"         reported: {as_markup(c.source)}", highlight=False)
+        failing = sum(bool(c.bad) for c in changes)
+        console.print(f"baseline: {len(changes)} changes on {len({c.node for c in changes})} nodes, {failing} failing"
+                      if changes else f"baseline: nothing changed on {nodes} nodes", highlight=False)
+    if saved_to is not None:
+        console.print(f"baseline: saved {nodes} nodes to {as_markup(str(saved_to))}; after the next `apt upgrade` and "
+                      f"reboot: sparkcluster doctor --baseline {as_markup(str(saved_to))}", highlight=False)

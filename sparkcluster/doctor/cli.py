@@ -17,7 +17,7 @@ from ..engine.session import Session
 from ..serving.launch import DEFAULT_IMAGE, RUNTIMES
 from ..serving.record import read_record
 from ..serving.runtime import FROM_FLAG, ClusterRuntime, cluster_runtime
-from . import bundle
+from . import baseline, bundle
 from .render import render
 from .run import run_doctor
 from .scrub import Scrubber
@@ -59,7 +59,11 @@ def bundle_path(text: str) -> Path:
 
 def cmd_doctor(args: argparse.Namespace, connect: Connect) -> int:
     target = bundle_path(args.bundle) if args.bundle else None  # bad input fails before anything connects
+    compare_with, save_as = getattr(args, "baseline", None), getattr(args, "save_baseline", None)
+    saved = baseline.read(compare_with) if compare_with else None
+    save_to = baseline.writable(save_as) if save_as else None
     collected: bundle.Bundle | None = None
+    current: baseline.Baseline | None = None
     with connect(args, require_all=False) as session:
         runtime = cluster_runtime(session.inventory, getattr(args, "runtime", None))
         image = image_to_check(session, args.image, runtime)
@@ -68,6 +72,8 @@ def cmd_doctor(args: argparse.Namespace, connect: Connect) -> int:
         if not args.json:
             err_console.print(runtime.shown(), highlight=False)
         report = run_doctor(session, image, image_named=bool(args.image), runtime=runtime.name)
+        if saved is not None or save_to is not None:
+            current = baseline.baseline_of(report.nodes, baseline.last_verify_records(session, list(report.nodes)))
         if target is not None:
             collected = bundle.collect(session, report)
             scrubber = Scrubber(bundle.known_secrets(session))
@@ -80,10 +86,21 @@ def cmd_doctor(args: argparse.Namespace, connect: Connect) -> int:
                                    "doctor's report above is complete", "free space there or name a file in a folder "
                                    "you can write, and run the doctor again")
     written = target is not None and collected is not None and unwritten is None
+    changes = baseline.compare(saved, current) if saved is not None and current is not None else []
+    if save_to is not None and current is not None and unwritten is None:
+        try:  # compared first: the same FILE for both flags is compared with, then replaced
+            baseline.write(current, save_to)
+        except OSError as e:
+            unwritten = UsageError(f"--save-baseline {save_to}: the baseline could not be written ({e.strerror or e}); "
+                                   "the doctor's report above is complete", "free space there or name a file in a "
+                                   "folder you can write, and run the doctor again")
+    saved_to = save_to if save_to is not None and current is not None and unwritten is None else None
     if args.json:
-        print_json(report.to_json() | ({"bundle": str(target)} if written else {}))
+        print_json(report.to_json() | ({"bundle": str(target)} if written else {})
+                   | baseline.json_of(saved, compare_with, changes, saved_to))
     else:
         render(console, report)
+        baseline.render(console, saved, compare_with, changes, current, saved_to)
         if written and collected is not None:
             absent = sum(v != "present" for items in collected.items.values() for v in items.values())
             scrubbed = sum(n for kinds in collected.scrubbed.values() for n in kinds.values())
@@ -91,7 +108,7 @@ def cmd_doctor(args: argparse.Namespace, connect: Connect) -> int:
                           f"{absent} items absent, {scrubbed} secrets scrubbed; see MANIFEST.json)", highlight=False)
     if unwritten is not None:
         raise unwritten  # after the table: the report is never lost to the bundle
-    return EXIT_FAILED if report.failed else EXIT_OK
+    return EXIT_FAILED if report.failed or any(c.bad for c in changes) else EXIT_OK
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser], app: App) -> None:
@@ -107,6 +124,13 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser], app:
                      help="also write a support bundle: every node's facts, comm env, netplan, RDMA and ethtool "
                           "views, kernel mlx5 lines, nvidia-smi -q, versions, last verify, serve record and log tails; "
                           "secrets scrubbed (MANIFEST.json says what)")
+    doc.add_argument("--save-baseline", metavar="FILE.json",
+                     help="also save each node's versions (kernel, driver, BIOS, ConnectX firmware, NCCL, CUDA, DGX OS), "
+                          "limits (memlock, CMA) and figures (memory, the last verify's busbw) to FILE.json")
+    doc.add_argument("--baseline", metavar="FILE.json",
+                     help="name what changed on each node since --save-baseline wrote FILE.json (run it after every "
+                          "apt upgrade and reboot); fails where a change lands on a known-bad value or a figure fell "
+                          "(busbw down more than 10%%, CMA to 0)")
     doc.add_argument("--ask-become-pass", "-K", action="store_true",
                      help="ask once for the sudo password (the bundle reads the netplan file and the kernel log as root)")
     app.wire(doc, cmd_doctor)

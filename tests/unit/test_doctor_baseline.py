@@ -129,3 +129,21 @@ def test_a_folder_or_missing_folder_is_refused_for_saving(tmp_path):
 def test_an_unknown_field_of_this_version_is_ignored():
     doc = {"version": 1, "saved_at": "x", "nodes": {"spark-1": {"driver": "580.95.05", "fan_rpm": 1200}}}
     assert baseline.from_json(doc, "b.json").nodes["spark-1"] == NodeBaseline(driver="580.95.05")
+
+
+@pytest.mark.parametrize("content, said", [
+    (None, "--baseline {path}: no such file"),
+    ("{\n  broken", "{path}:2: not JSON"),
+    ('{"version": 2, "nodes": {}}', "{path}: baseline version 2; this sparkcluster reads version 1"),
+])
+def test_the_cli_refuses_a_bad_baseline_with_exit_2_before_connecting(tmp_path, capsys, content, said):
+    from sparkcluster.cli import main
+
+    inventory = tmp_path / "inventory.yml"  # nothing listens there: a connection would fail otherwise (exit 1)
+    inventory.write_text("hosts:\n  spark-1: {address: 127.0.0.1, port: 1, role: head}\n")
+    path = tmp_path / "baseline.json"
+    if content is not None:
+        path.write_text(content)
+    assert main(["doctor", "-i", str(inventory), "--baseline", str(path)]) == EXIT_USAGE
+    err = " ".join(capsys.readouterr().err.split())
+    assert said.format(path=path) in err and "--save-baseline" in err, err
