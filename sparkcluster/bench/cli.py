@@ -24,7 +24,7 @@ from ..engine.console import out as console
 from ..engine.console import print_error
 from ..engine.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, SparkclusterError, UsageError
 from ..engine.report import print_json
-from ..node.gputelemetry import GpuTelemetry, read_all
+from ..node.gputelemetry import GpuTelemetry, read_all, telemetry_json
 from ..recipes.load import Reference
 from . import benchy_cli, ceiling, compare, head_tokenizer, plot, published, table
 from .sweep import (
@@ -216,7 +216,7 @@ def cmd_bench(args: argparse.Namespace, connect: Connect) -> int:
         doc["error"] = {"message": failure.message, "fix": failure.fix}
     gpus = gpus_at_end(args, connect) if code != EXIT_INTERRUPTED and not args.url else {}
     if gpus:
-        doc["gpu_at_end"] = {name: got if isinstance(got, str) else got.to_json() for name, got in gpus.items()}
+        doc["gpu_at_end"] = {name: telemetry_json(got) for name, got in gpus.items()}
     if args.json:
         print_json(doc)
     elif levels:

@@ -1,4 +1,4 @@
-"""The doctor's output: findings grouped (preflight, parity, known issues, kernel log), each failure and warning
+"""The doctor's output: findings grouped (preflight, parity, known issues, kernel log, gpu), each failure and warning
 with its fix (and where owners reported it), then the compared values side by side, one column per node. A finding's
 words and values carry node text (driver versions, interface names, nvidia-smi's errors): each is printed as text
 (`as_markup`), never as escapes or markup."""
@@ -13,8 +13,9 @@ from ..node.parity import Finding, Severity
 from .run import DoctorReport
 
 MARK = {Severity.OK: "[green]ok[/green]  ", Severity.WARN: "[yellow]warn[/yellow]", Severity.FAIL: "[red]FAIL[/red]"}
-GROUPS = ("preflight", "parity", "known issues", "kernel log")
+GROUPS = ("preflight", "parity", "known issues", "kernel log", "gpu")
 PER_NODE = ("preflight", "kernel log")  # groups whose passing checks are listed by node
+IN_FULL = ("gpu",)  # groups whose passing checks each carry a node's figures (temperature, power, clock)
 
 
 def _line(console: Console, f: Finding) -> None:
@@ -34,7 +35,10 @@ def render(console: Console, report: DoctorReport) -> None:
             continue
         console.print(f"[bold]{group}[/bold]")
         passed = [f for f in found if f.severity is Severity.OK]
-        if group in PER_NODE:  # one line per check for the nodes that pass it; the others in full
+        if group in IN_FULL:
+            for f in passed:
+                _line(console, f)
+        elif group in PER_NODE:  # one line per check for the nodes that pass it; the others in full
             for check in dict.fromkeys(f.check for f in passed):
                 names = ", ".join(n for f in passed if f.check == check for n in f.nodes)
                 console.print(f"  {MARK[Severity.OK]} {check}: {names}", highlight=False)

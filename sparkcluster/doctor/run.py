@@ -1,16 +1,17 @@
 """One doctor run: every node's health in one round trip each (in parallel), the preflight's checks on the facts
-already gathered, the fabric's reachability, then the nodes compared, known-bad values named and the kernel log read."""
+already gathered, the fabric's reachability, then the nodes compared, known-bad values named, the kernel log read and each GPU's telemetry judged."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..engine.errors import SparkclusterError
 from ..engine.inventory import Host
 from ..engine.session import Session
 from ..engine.steps.base import HostContext, NoArgs, Step, StepFailed
+from ..node.gputelemetry import GpuTelemetry, read_all, telemetry_json
 from ..node.health import NodeHealth, health_command, parse_health
 from ..node.kernellog import kernel_log_findings
 from ..node.parity import Finding, Node, Severity, known_issues, parity
@@ -28,6 +29,7 @@ from ..node.steps.preflight import (
     PreflightGpu,
     PreflightQsfp,
 )
+from .gpu import findings as gpu_findings
 
 
 @dataclass(frozen=True)
@@ -37,6 +39,7 @@ class DoctorReport:
     unreachable: dict[str, str]  # node -> why
     findings: tuple[Finding, ...]
     runtime: str = "docker"  # the runtime the checks followed (host: no Docker, no image)
+    gpu: dict[str, GpuTelemetry | str] = field(default_factory=dict)  # node -> its GPU's telemetry, or why none
 
     @property
     def failed(self) -> bool:
@@ -51,7 +54,9 @@ class DoctorReport:
             "findings": [{"group": f.group, "check": f.check, "severity": f.severity.value, "summary": f.summary,
                           "fix": f.fix, "nodes": list(f.nodes), "values": f.values, "source": f.source}
                          for f in self.findings],
-            "nodes": {name: {"facts": n.facts.to_json(), "health": n.health.to_json()} for name, n in self.nodes.items()},
+            "nodes": {name: {"facts": n.facts.to_json(), "health": n.health.to_json(),
+                             "gpu": telemetry_json(self.gpu[name]) if name in self.gpu else None}
+                      for name, n in self.nodes.items()},
         }
 
 
@@ -138,4 +143,6 @@ def run_doctor(session: Session, image: str, image_named: bool = False, runtime:
         findings += kernel_log_findings(name, node.health.kernel_log,
                                         node.facts.gpu.driver_version if node.facts.gpu else None)
     findings += missing_image(nodes, session.inventory.head.name, image, image_named)
-    return DoctorReport(image, nodes, unreachable, tuple(findings), runtime)
+    telemetry = read_all(session, [h for h in hosts if h.name in nodes])
+    findings += gpu_findings(telemetry)
+    return DoctorReport(image, nodes, unreachable, tuple(findings), runtime, telemetry)

@@ -88,6 +88,11 @@ class GpuTelemetry:
         return ", ".join(parts)
 
 
+def telemetry_json(got: GpuTelemetry | str) -> dict[str, Any]:
+    """A node's telemetry in a JSON document, or `{"error": why}` where nvidia-smi gave none."""
+    return {"error": got} if isinstance(got, str) else got.to_json()
+
+
 def _figure(value: float | None, fmt: str) -> str:
     return "?" if value is None else fmt.format(value)
 

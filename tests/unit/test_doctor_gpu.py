@@ -50,3 +50,21 @@ def test_unknown_figures_are_not_judged_and_a_failed_query_warns():
     gone = findings({"n": read("driver-gone.txt")})
     assert [(f.check, f.severity) for f in gone] == [("telemetry", Severity.WARN)]
     assert "NVIDIA-SMI has failed" in gone[0].summary
+
+
+def test_the_gpu_group_shows_every_nodes_figures_and_the_fix_where_one_fails():
+    from rich.console import Console
+
+    from sparkcluster.doctor.render import render
+    from sparkcluster.doctor.run import DoctorReport
+
+    telemetry = {"spark-1": read("gb10-idle.csv"), "spark-2": read("gb10-hw-thermal.csv")}
+    console = Console(width=400, record=True, color_system=None)
+    render(console, DoctorReport("", {}, {}, tuple(findings(telemetry)), gpu=telemetry))
+    lines = console.export_text().splitlines()
+    at = lines.index("gpu")
+    assert lines[at + 1] == "  ok   telemetry: spark-1: 41 C, 4.5 W, SM 208 MHz, not throttled"
+    assert lines[at + 2].startswith("  FAIL thermal: spark-2: GPU at 92 C (>= 90 C) and clocks cut by hw_thermal_slowdown")
+    assert lines[at + 3].startswith("         fix: cap the GPU clock: `sudo nvidia-smi -lgc 0,2000`")
+    assert lines[at + 4].startswith("         reported: MiaAI-Lab/DeepSeek-v4-Flash-DSpark-2x-DGX-Spark#146")
+    assert lines[-1] == "doctor: problems found: 1 failed, 0 warnings, 0 nodes checked"
