@@ -69,6 +69,29 @@ def running_anywhere(c: SimCluster) -> list[str]:
             and ssh(c, h.name, "docker ps -q --filter name=vllm_node", check=False).stdout.strip()]
 
 
+def test_doctor_passes_the_fresh_cluster_and_says_how_the_image_gets_to_each_node(two):
+    """Issue 43: on a freshly bootstrapped Docker cluster doctor FAILed "no image 'vllm-node': " (an empty reason),
+    though serve sends the image itself. With no image anywhere (the head's tag moved aside) and with the head's
+    alone, doctor warns how it gets there and exits 0; an image --image names must be there (exit 1)."""
+    def doctor(*args: str) -> tuple[int, list[dict]]:
+        out = sc(two, "doctor", "--json", *args)
+        assert "Traceback" not in out.stderr, out.stderr
+        return out.returncode, [f for f in json.loads(out.stdout)["findings"] if f["check"] == "image"]
+
+    ssh(two, "spark-1", f"docker tag {TAG} {TAG}:aside && docker rmi {TAG} >/dev/null")
+    try:
+        code, image = doctor()
+    finally:
+        ssh(two, "spark-1", f"docker tag {TAG}:aside {TAG} && docker rmi {TAG}:aside >/dev/null")
+    assert code == 0 and [(f["severity"], f["nodes"]) for f in image] == [("warn", ["spark-1", "spark-2"])], image
+    assert "needs to be on spark-1 first" in image[0]["summary"] and "build-and-copy.sh" in image[0]["fix"], image
+    code, image = doctor()
+    assert code == 0 and [(f["severity"], f["nodes"]) for f in image] == [("warn", ["spark-2"])], image
+    assert "serve copies the head's over the fabric" in image[0]["summary"], image
+    code, image = doctor("--image", f"{TAG}:nowhere")
+    assert code == 1 and {f["severity"] for f in image} == {"fail"} and "which --image names" in image[0]["summary"]
+
+
 def test_check_shows_the_plan_and_starts_nothing(two):
     result = serve(two, "--check", "--json")
     assert result.returncode == 0, result.stderr
