@@ -8,6 +8,7 @@ every node (copied with docker save | load), and one node's is rebuilt with anot
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import tarfile
 from collections.abc import Iterator
@@ -228,3 +229,43 @@ def test_a_bundle_of_every_shape_of_secret_holds_none_of_them(sim, tmp_path):
     assert inventory_kinds["a password in a URL"] == 1 and inventory_kinds["the value of password"] == 1
     total = sum(n for kinds in scrubbed.values() for n in kinds.values())
     assert f"{total} secrets scrubbed" in result.stdout
+
+
+XID_79 = "NVRM: Xid (PCI:000f:01:00): 79, pid=2113, name=python3, GPU has fallen off the bus."
+
+
+def sim_hardware(cluster: SimCluster, host: str, *flags: str) -> None:
+    result = run_cli("sim", "hardware", host, "--name", cluster.state.name, *flags, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_a_cma_kernel_names_kho_off_and_a_planted_xid_is_named_with_its_meaning(sim):
+    """Issue 42's proof: kernel 7.0.0-1019-nvidia with CMA 0 on spark-2 is named there with kho=off (how to set it,
+    how to check it, where owners reported it); an NVRM Xid line in spark-2's kernel log is named there with its
+    time and meaning; the others' kernel logs are read and clean."""
+    sim_hardware(sim, "spark-2", "--kernel", "7.0.0-1019-nvidia", "--cma-total-kb", "0", "--kernel-log", XID_79)
+    try:
+        code, report = doctor(sim)
+        text = run_cli("doctor", "-i", str(sim.inventory_path), timeout=300).stdout
+    finally:
+        sim_hardware(sim, "spark-2", "--clear")
+    assert code == 1 and not report["ok"]
+    cma = named(report, "CMA")
+    assert len(cma) == 1 and cma[0]["nodes"] == ["spark-2"] and cma[0]["severity"] == "fail"
+    assert "7.0.0-1019-nvidia" in cma[0]["summary"] and "CmaTotal: 0 kB" in cma[0]["summary"]
+    for step in ("kho=off", "GRUB_CMDLINE_LINUX_DEFAULT", "sudo update-grub", "cat /proc/cmdline",
+                 "grep Cma /proc/meminfo"):
+        assert step in cma[0]["fix"], step
+    assert "MiaAI-Lab/DeepSeek-v4-Flash-DSpark-2x-DGX-Spark#259" in cma[0]["source"]
+    xid = named(report, "Xid 79")
+    assert len(xid) == 1 and xid[0]["nodes"] == ["spark-2"] and xid[0]["severity"] == "fail", xid
+    assert "fallen off the bus" in xid[0]["summary"] and "power-cycle" in xid[0]["fix"]
+    assert re.search(r"at \d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[+-]\d\d:\d\d", xid[0]["summary"]), xid[0]["summary"]
+    assert report["nodes"]["spark-2"]["health"]["kernel_log"]["source"] == "journalctl"
+    clean = [f for f in report["findings"] if f["group"] == "kernel log" and f["severity"] == "ok"]
+    assert sorted(n for f in clean for n in f["nodes"]) == ["spark-1", "spark-3"]
+    assert "spark-2: NVRM Xid 79" in text and "kho=off" in text and "reported: MiaAI-Lab" in text
+    # --clear put the defaults back: the kernel log is empty again, CMA is there
+    _, after = doctor(sim)
+    assert not named(after, "Xid 79") and not named(after, "CMA"), [f["summary"] for f in after["findings"]
+                                                                    if f["severity"] != "ok"]
