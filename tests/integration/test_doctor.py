@@ -269,3 +269,36 @@ def test_a_cma_kernel_names_kho_off_and_a_planted_xid_is_named_with_its_meaning(
     _, after = doctor(sim)
     assert not named(after, "Xid 79") and not named(after, "CMA"), [f["summary"] for f in after["findings"]
                                                                     if f["severity"] != "ok"]
+
+
+def test_a_hot_throttled_gpu_is_named_on_its_node_and_top_gives_every_nodes_telemetry(sim):
+    """Issue 42's proof: a GPU at 92 C throttled by hw_thermal_slowdown on spark-2 is named there by doctor with the
+    fixes owners found (clock cap, airflow, a 10 GB shm_size); the others pass with their figures; `top --once
+    --json` gives each node's temperature, power and SM clock (the memory clock a GB10 does not report: null)."""
+    sim_hardware(sim, "spark-2", "--gpu-temp", "92", "--power-w", "95", "--sm-clock", "1534",
+                 "--throttle", "hw_thermal_slowdown")
+    try:
+        code, report = doctor(sim)
+        top = run_cli("top", "-i", str(sim.inventory_path), "--once", "--json", timeout=120)
+    finally:
+        sim_hardware(sim, "spark-2", "--clear")
+    assert code == 1 and not report["ok"]
+    thermal = named(report, "thermal")
+    assert len(thermal) == 1 and thermal[0]["nodes"] == ["spark-2"] and thermal[0]["severity"] == "fail", thermal
+    assert thermal[0]["summary"].startswith("spark-2: GPU at 92 C (>= 90 C) and clocks cut by hw_thermal_slowdown")
+    assert "`sudo nvidia-smi -lgc 0,2000`" in thermal[0]["fix"] and "10 GB" in thermal[0]["fix"]
+    assert "air" in thermal[0]["fix"] and "#146" in thermal[0]["source"]
+    passing = [f for f in report["findings"] if f["group"] == "gpu" and f["severity"] == "ok"]
+    assert sorted(n for f in passing for n in f["nodes"]) == ["spark-1", "spark-3"]
+    assert report["nodes"]["spark-2"]["gpu"]["throttled_by"] == ["hw_thermal_slowdown"]
+    assert top.returncode == 0, top.stderr[-2000:]
+    nodes = json.loads(top.stdout)["nodes"]
+    figures = {name: (n["gpu"]["temperature_c"], n["gpu"]["power_w"], n["gpu"]["sm_clock_mhz"], n["gpu"]["mem_clock_mhz"])
+               for name, n in nodes.items()}
+    assert figures == {"spark-1": (41, 4.52, 208, None), "spark-2": (92, 95, 1534, None),
+                       "spark-3": (41, 4.52, 208, None)}, figures
+    assert nodes["spark-2"]["gpu"]["throttled_by"] == ["hw_thermal_slowdown"]
+    assert nodes["spark-1"]["gpu"]["clock_events"] == ["gpu_idle"]
+    # --clear put the idle GPU back
+    query = "nvidia-smi --query-gpu=temperature.gpu,clocks_event_reasons.active --format=csv,noheader"
+    assert ssh(sim, "spark-2", query).stdout.strip() == "41, 0x0000000000000001"
