@@ -317,8 +317,13 @@ def render(console: Console, saved: Baseline | None, where: str | None, changes:
             if c.source:
                 console.print(f"         reported: {as_markup(c.source)}", highlight=False)
         failing = sum(bool(c.bad) for c in changes)
-        console.print(f"baseline: {len(changes)} changes on {len({c.node for c in changes})} nodes, {failing} failing"
-                      if changes else f"baseline: nothing changed on {nodes} nodes", highlight=False)
+        touched = len({c.node for c in changes})
+        console.print(f"baseline: {_count(len(changes), 'change')} on {_count(touched, 'node')}, {failing} failing"
+                      if changes else f"baseline: nothing changed on {_count(nodes, 'node')}", highlight=False)
     if saved_to is not None:
-        console.print(f"baseline: saved {nodes} nodes to {as_markup(str(saved_to))}; after the next `apt upgrade` and "
+        console.print(f"baseline: saved {_count(nodes, 'node')} to {as_markup(str(saved_to))}; after the next `apt upgrade` and "
                       f"reboot: sparkcluster doctor --baseline {as_markup(str(saved_to))}", highlight=False)
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"

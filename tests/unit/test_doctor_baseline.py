@@ -147,3 +147,22 @@ def test_the_cli_refuses_a_bad_baseline_with_exit_2_before_connecting(tmp_path, 
     assert main(["doctor", "-i", str(inventory), "--baseline", str(path)]) == EXIT_USAGE
     err = " ".join(capsys.readouterr().err.split())
     assert said.format(path=path) in err and "--save-baseline" in err, err
+
+
+def test_the_changes_are_printed_per_node_old_to_new_with_why_and_fix(tmp_path):
+    import io
+
+    from rich.console import Console
+
+    before = saved(**{"spark-1": node(), "spark-2": node()})
+    after = saved(**{"spark-1": node(), "spark-2": node(driver="590.48.01", kernel="7.0.0-1019-nvidia")})
+    out = io.StringIO()
+    baseline.render(Console(file=out, width=300, soft_wrap=True), before, "b.json", compare(before, after), after, tmp_path / "n.json")
+    lines = out.getvalue().splitlines()
+    assert lines[0].startswith("since the baseline b.json (saved ")
+    assert lines[1].startswith("  FAIL spark-2 kernel: 6.17.0-1032-nvidia -> 7.0.0-1019-nvidia: lands on a known-bad")
+    assert lines[2].startswith("         fix: add `kho=off`") and lines[3].startswith("         reported: ")
+    assert "       spark-2 driver: 580.95.05 -> 590.48.01" in lines
+    assert "baseline: 2 changes on 1 node, 1 failing" in lines
+    assert lines[-1] == f"baseline: saved 2 nodes to {tmp_path / 'n.json'}; after the next `apt upgrade` and reboot: " \
+                        f"sparkcluster doctor --baseline {tmp_path / 'n.json'}"
