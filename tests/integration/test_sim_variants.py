@@ -1,10 +1,12 @@
 """What strangers' Sparks show, end to end on one simulated pair: RDMA devices named mlx5_N (`sim up --rdma-names
-mlx5`) and twins holding only NVIDIA's link-local 169.254/16 addresses at MTU 1500 (`sim up --link-local`).
-bootstrap replaces the link-local addresses with the fabric subnets and binds NCCL to the mlx5 names as they are,
-verify passes, and a twin held down by `sim degrade` fails verify. The real CPU vLLM serves on such a pair in
-test_serve_host_vllm.py, whose cluster is one: what a serve of its own here asserted (serve exits 0, its verify
-passes, a completion is answered, down exits 0) is asserted there, and it cost ~2 minutes of CI. One cluster
-(no Docker) serves every test here."""
+mlx5`) and twins holding only NVIDIA's link-local 169.254/16 addresses at MTU 1500 (`sim up --link-local`), on one
+direct cable as NVIDIA's "Connect two Sparks" playbook leaves them (`--topology pair`; issue 43: discovery read twin
+0 as a switch, and bootstrap refused the pair). `topology` reads the pair; bootstrap replaces the link-local
+addresses with the fabric subnets and binds NCCL to the mlx5 names as they are, verify passes, and a twin held down
+by `sim degrade` fails verify. The real CPU vLLM serves on the same two nodes in test_serve_host_vllm.py (mlx5,
+link-local, on the switch): what a serve of its own here asserted (serve exits 0, its verify passes, a completion is
+answered, down exits 0) is asserted there, and it cost ~2 minutes of CI. One cluster (no Docker) serves every test
+here."""
 
 from __future__ import annotations
 
@@ -23,7 +25,7 @@ def strangers(tmp_path_factory):
     pytest.importorskip("torch")
     require_sim(docker=False)
     c = SimCluster.up(UpOptions(count=2, name=unique_name("vary"), docker=False, ssh_mesh=False,
-                                rdma_names="mlx5", link_local=True))
+                                rdma_names="mlx5", link_local=True, topology="pair"))
     try:
         yield c, tmp_path_factory.mktemp("cfg")
     finally:
@@ -46,6 +48,18 @@ def test_the_simulator_shows_mlx5_names_and_link_local_twins(strangers):
     assert ssh(c, "spark-1", "ls /sys/class/infiniband/mlx5_3/device/net").stdout.split() == ["enP2p1s0f1np1"]
     assert addresses(c, "spark-2", "enp1s0f1np1") == (["169.254.20.12/16"], 1500)
     assert addresses(c, "spark-2", "enP2p1s0f1np1") == (["169.254.201.12/16"], 1500)
+
+
+def test_topology_reads_the_link_local_pair_as_one_cable_twin_to_twin(strangers):
+    """Each node's twins share 169.254/16, so the peer answers on twin 0's cable for its twin 1's address too: one
+    device on the wire, not a switch."""
+    c, _ = strangers
+    out = run_cli("topology", str(c.inventory_path), "--json")
+    assert out.returncode == 0, out.stdout + out.stderr
+    doc = json.loads(out.stdout)
+    assert doc["kind"] == "pair" and doc["problems"] == [] and doc["silent"] == []
+    assert [(l["a"]["node"], l["a"]["netdev"], l["b"]["node"], l["b"]["netdev"]) for l in doc["links"]] == [
+        ("spark-1", "enp1s0f1np1", "spark-2", "enp1s0f1np1"), ("spark-1", "enP2p1s0f1np1", "spark-2", "enP2p1s0f1np1")]
 
 
 def test_bootstrap_replaces_link_local_binds_mlx5_names_and_verify_passes(strangers):
