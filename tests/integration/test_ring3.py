@@ -1,6 +1,7 @@
 """A 3-ring of simulated Sparks from unaddressed cables, one cluster for the whole file (no Docker; the real CPU
 vLLM): `topology` finds every cable before anything is addressed; bootstrap gives each cable its own subnets and a
-second run changes nothing; `verify` measures the whole collective and each of the six twin links alone (a matrix),
+second run changes nothing; the runtime `bootstrap --runtime host` is given is recorded in the user's inventory, and
+doctor, status, logs and down follow it with no --runtime; `verify` measures the whole collective and each of the six twin links alone (a matrix),
 names a link held down by `sim degrade`, and refuses a control-plane address some node cannot reach (a re-run of
 bootstrap puts a lost route back); no node forwards, so a management-LAN host routed through one reaches no cable
 subnet; the management LAN chosen retires the routed plane, the default restores it; no
@@ -78,6 +79,38 @@ def test_bootstrap_gives_each_cable_its_own_subnets_then_changes_nothing(ring3):
 def test_neighbours_answer_over_each_link_and_the_comm_env_is_the_rings(ring3):
     c, _, _, first, _ = ring3
     comm_env_is_the_rings(c, first)
+
+
+# ---- the runtime bootstrap was given -------------------------------------------------------------------------
+
+def test_the_runtime_bootstrap_was_given_is_what_every_later_command_follows(c3, tmp_path):
+    """Issue 43: after `bootstrap --runtime host` on an inventory naming no runtime, `logs` said "permission denied
+    ... docker.sock" and doctor failed four Docker and image checks. bootstrap records `runtime: host` in the user's
+    file (its comment kept); doctor (exit 0), status, logs and down follow it with no --runtime and no Docker error."""
+    doc = yaml.safe_load(c3.inventory_path.read_text())
+    del doc["vars"]["runtime"]  # `sim up --vllm-env` writes it; a newcomer's own inventory does not
+    inventory = tmp_path / "inventory.yml"
+    inventory.write_text("# the newcomer's own file\n" + yaml.safe_dump(doc, sort_keys=False))
+    user = {"XDG_CONFIG_HOME": str(tmp_path)}
+    boot = run_cli("bootstrap", str(inventory), "--runtime", "host", env=user)
+    assert boot.returncode == 0, boot.stdout + boot.stderr
+    assert f"runtime: host, recorded in {inventory}" in boot.stderr, boot.stderr
+    text = inventory.read_text()
+    assert text.startswith("# the newcomer's own file\n") and yaml.safe_load(text)["vars"]["runtime"] == "host"
+
+    doctor = run_cli("doctor", "-i", str(inventory), "--json", env=user, timeout=300)
+    report = json.loads(doctor.stdout)
+    failed = [f["summary"] for f in report["findings"] if f["severity"] == "fail"]
+    assert doctor.returncode == 0 and report["ok"] and not failed, failed
+    assert (report["runtime"], report["image"]) == ("host", "")
+    docker = [f["summary"] for f in report["findings"] if f["severity"] != "ok" and "docker" in f["summary"].lower()]
+    assert not docker, docker
+    for command, code in (("status", 1), ("logs", 0), ("down", 0)):  # status: nothing is served yet
+        out = run_cli(command, "-i", str(inventory), env=user, timeout=120)
+        said = out.stdout + out.stderr
+        assert out.returncode == code and "Traceback" not in said, (command, said)
+        assert "docker" not in said.lower(), (command, said)
+        assert f"runtime: host (the inventory's runtime, in {inventory})" in out.stderr or command == "down", said
 
 
 # ---- verify --------------------------------------------------------------------------------------------------
