@@ -302,3 +302,29 @@ def test_a_hot_throttled_gpu_is_named_on_its_node_and_top_gives_every_nodes_tele
     # --clear put the idle GPU back
     query = "nvidia-smi --query-gpu=temperature.gpu,clocks_event_reasons.active --format=csv,noheader"
     assert ssh(sim, "spark-2", query).stdout.strip() == "41, 0x0000000000000001"
+
+
+def test_a_baseline_names_the_driver_changed_since_on_its_node(sim, tmp_path):
+    """Issue 42's proof: `doctor --save-baseline` on the cluster as it is, then another driver on spark-2: `doctor
+    --baseline` exits 1 naming spark-2 with the old and the new driver; put back, nothing changed since."""
+    path = tmp_path / "baseline.json"
+    inventory = str(sim.inventory_path)
+    saved = run_cli("doctor", "-i", inventory, "--save-baseline", str(path), timeout=300)
+    assert f"baseline: saved 3 nodes to {path}" in " ".join(saved.stdout.split()), saved.stdout + saved.stderr
+    doc = json.loads(path.read_text())
+    assert doc["version"] == 1 and sorted(doc["nodes"]) == ["spark-1", "spark-2", "spark-3"]
+    old = doc["nodes"]["spark-2"]["driver"]
+    assert old and old != "580.95.05"
+    sim_hardware(sim, "spark-2", "--driver", "580.95.05")
+    try:
+        compared = run_cli("doctor", "-i", inventory, "--baseline", str(path), "--json", timeout=300)
+        text = run_cli("doctor", "-i", inventory, "--baseline", str(path), timeout=300).stdout
+    finally:
+        sim_hardware(sim, "spark-2", "--clear")
+    assert compared.returncode == 1, compared.stderr
+    changes = json.loads(compared.stdout)["baseline"]["changes"]
+    assert ("spark-2", "driver", old, "580.95.05") in [(c["node"], c["what"], c["old"], c["new"]) for c in changes]
+    assert {c["node"] for c in changes} == {"spark-2"}  # and the CUDA version that follows the driver, there too
+    assert f"spark-2 driver: {old} -> 580.95.05" in text and "on 1 node, 0 failing" in text
+    again = run_cli("doctor", "-i", inventory, "--baseline", str(path), "--json", timeout=300)
+    assert json.loads(again.stdout)["baseline"]["changes"] == []
