@@ -40,6 +40,8 @@ class StubOptions:
     prefill_tps: float = 0.0  # prompt tokens per second before the first token (0: ttft alone)
     answer: str = "Paris."  # what a chat request that is not streamed answers
     api_key: str = ""  # as vLLM's --api-key: /v1 answers 401 without `Authorization: Bearer KEY` ("": no key)
+    max_model_len: int = 0  # as vLLM's --max-model-len: listed by /v1/models, a prompt that fills it refused (0: none)
+    refuse: str = ""  # answer every completion HTTP 400 with this message, in vLLM's error document ("": never)
 
 
 @dataclass
@@ -81,7 +83,8 @@ class Stub:
                 elif method == "POST" and path in ("/v1/completions", "/v1/chat/completions"):
                     await self.complete(json.loads(body), writer, chat=path.endswith("chat/completions"))
                 elif path == "/v1/models":
-                    self.send_json(writer, 200, {"object": "list", "data": [{"id": self.options.model}]})
+                    context = {"max_model_len": self.options.max_model_len} if self.options.max_model_len else {}
+                    self.send_json(writer, 200, {"object": "list", "data": [{"id": self.options.model, **context}]})
                 elif path == "/health":  # never guarded, as in vLLM
                     self.send(writer, 200, b"", "application/json")
                 elif path == "/version":
@@ -113,8 +116,15 @@ class Stub:
             return
         prompt = " ".join(m["content"] for m in request["messages"]) if chat else request["prompt"]
         prompt_tokens = len(prompt.split())
+        refusal = o.refuse or self.too_long(prompt_tokens)
+        if refusal:  # vLLM's error document (tests/fixtures/vllm/cpu-0.32-400-*.json)
+            self.send_json(writer, 400, {"error": {"message": refusal, "type": "BadRequestError", "param": None,
+                                                   "code": 400}})
+            return
         ttft = o.ttft + (prompt_tokens / o.prefill_tps if o.prefill_tps > 0 else 0.0)
         tokens = int(request.get("max_tokens") or 16)
+        if o.max_model_len:  # vLLM cuts the output to what the context leaves
+            tokens = min(tokens, o.max_model_len - prompt_tokens)
         s.prompt_tokens += prompt_tokens
         s.running += 1
         s.peak_running = max(s.peak_running, s.running)
@@ -151,6 +161,16 @@ class Stub:
             writer.write(b"%x\r\n%s\r\n0\r\n\r\n" % (len(data), data))
         finally:
             s.running -= 1
+
+    def too_long(self, prompt_tokens: int) -> str:
+        """vLLM's refusal of a prompt that leaves no room for output in --max-model-len, in its words (it counts no
+        further than one token past the limit)."""
+        limit = self.options.max_model_len
+        if not limit or prompt_tokens < limit:
+            return ""
+        return (f"This model's maximum context length is {limit} tokens. However, your prompt contains at least "
+                f"{limit + 1} input tokens, which exceeds this limit even without any output tokens. Please reduce the "
+                f"length of the input prompt. (parameter=input_tokens, value={limit + 1})")
 
     @staticmethod
     def usage(prompt_tokens: int, completion_tokens: int) -> dict:

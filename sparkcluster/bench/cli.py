@@ -22,11 +22,12 @@ from ..engine.cliapp import App, Connect
 from ..engine.console import err as err_console
 from ..engine.console import out as console
 from ..engine.console import print_error
-from ..engine.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, SparkclusterError, UsageError
+from ..engine.errors import EXIT_INTERRUPTED, EXIT_OK, SparkclusterError, UsageError
 from ..engine.report import print_json
 from ..node.gputelemetry import GpuTelemetry, read_all, telemetry_json
 from ..recipes.load import Reference
 from . import benchy_cli, ceiling, compare, head_tokenizer, plot, published, table
+from .context import DoesNotFit
 from .sweep import (
     BenchEvent,
     BenchFailed,
@@ -63,7 +64,11 @@ def concurrency_list(text: str) -> tuple[int, ...]:
 
 
 def sweep_options(args: argparse.Namespace) -> SweepOptions:
-    for flag, value, least in (("--prompt-tokens", args.prompt_tokens, 1), ("--output-tokens", args.output_tokens, 1),
+    """The flags as the sweep's options; a prompt or output size not given is the default, which the sweep fits to
+    the served context."""
+    prompt_tokens = DEFAULT_PROMPT_TOKENS if args.prompt_tokens is None else args.prompt_tokens
+    output_tokens = DEFAULT_OUTPUT_TOKENS if args.output_tokens is None else args.output_tokens
+    for flag, value, least in (("--prompt-tokens", prompt_tokens, 1), ("--output-tokens", output_tokens, 1),
                                ("--runs", 3 if args.runs is None else args.runs, 1), ("--warmup", args.warmup, 0),
                                ("--requests-per-stream", args.requests_per_stream, 1)):
         if value < least:
@@ -72,8 +77,9 @@ def sweep_options(args: argparse.Namespace) -> SweepOptions:
         raise UsageError(f"--timeout {args.timeout:g} is not a duration", "give seconds, e.g. --timeout 600")
     concurrency = ",".join(args.concurrency) if args.concurrency else "1,2,4,8,16,32,64"
     runs = 3 if args.runs is None else args.runs
-    return SweepOptions(concurrency_list(concurrency), args.prompt_tokens, args.output_tokens, runs,
-                        args.warmup, args.requests_per_stream, args.prefix_cache, args.timeout)
+    return SweepOptions(concurrency_list(concurrency), prompt_tokens, output_tokens, runs,
+                        args.warmup, args.requests_per_stream, args.prefix_cache, args.timeout,
+                        prompt_given=args.prompt_tokens is not None, output_given=args.output_tokens is not None)
 
 
 def check_outputs(args: argparse.Namespace) -> None:
@@ -94,7 +100,8 @@ def document(target: Target, opts: SweepOptions, prepared: Prepared, levels: lis
         "method": {
             "api": "/v1/completions, streamed", "concurrency": list(opts.concurrency),
             "prompt_tokens": opts.prompt_tokens, "prompt_tokens_measured": prepared.prompt_tokens or None,
-            "output_tokens": opts.output_tokens, "runs": opts.runs, "warmup": opts.warmup,
+            "output_tokens": opts.output_tokens, "max_model_len": prepared.max_model_len,
+            "runs": opts.runs, "warmup": opts.warmup,
             "requests_per_stream": opts.requests_per_stream, "prefix_cache": opts.prefix_cache,
             "token_counts": "server usage" if prepared.usage else "stream chunks (the server sent no usage)",
         },
@@ -150,7 +157,8 @@ def find_target(args: argparse.Namespace, connect: Connect, tokenizer: bool = Fa
 
 
 # Each method's own flags, with their defaults: a flag of the other method would be silently ignored.
-SUSTAINED_DEFAULTS: dict[str, object] = {"prompt_tokens": 512, "output_tokens": 128, "warmup": 1,
+DEFAULT_PROMPT_TOKENS, DEFAULT_OUTPUT_TOKENS = 512, 128  # fitted to a smaller served context; a size given is kept
+SUSTAINED_DEFAULTS: dict[str, object] = {"prompt_tokens": None, "output_tokens": None, "warmup": 1,
                                          "requests_per_stream": 4, "prefix_cache": False}
 BENCHY_DEFAULTS: dict[str, object] = {"pp": None, "tg": None, "depth": None, "latency_mode": "api",
                                       "enable_prefix_caching": False, "no_cache": False, "skip_coherence": False,
@@ -192,19 +200,20 @@ def cmd_bench(args: argparse.Namespace, connect: Connect) -> int:
     levels: list[Level] = []
     prepared = Prepared()
     bar, emit = _progress(not args.json)
-    failure: BenchFailed | None = None
+    failure: BenchFailed | DoesNotFit | None = None
     code = EXIT_OK
     try:
         if bar:
             bar.start()
         asyncio.run(sweep(target.base_url, target.model, opts, levels, prepared, emit, target.api_key))
-    except BenchFailed as e:
-        failure, code = e, EXIT_FAILED
+    except (BenchFailed, DoesNotFit) as e:
+        failure, code = e, e.exit_code
     except KeyboardInterrupt:
         code = EXIT_INTERRUPTED
     finally:
         if bar:
             bar.stop()
+    opts = prepared.options or opts  # what was measured: the default sizes fitted to the served context
     doc = document(target, opts, prepared, levels, started)
     found = compare.ratios([level.row for level in levels], reference) if reference else []
     if reference:
@@ -258,10 +267,11 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser], app:
     p.add_argument("--model", help="the served model name (default: the one `serve` recorded, or the server's)")
     p.add_argument("--concurrency", nargs="+", metavar="C",
                    help="requests in flight, space- or comma-separated (default 1,2,4,8,16,32,64; llama-benchy: 1)")
-    p.add_argument("--prompt-tokens", type=flags.count, default=SUSTAINED_DEFAULTS["prompt_tokens"],
-                   help="prompt length in tokens (default 512)")
-    p.add_argument("--output-tokens", type=flags.count, default=SUSTAINED_DEFAULTS["output_tokens"],
-                   help="tokens each request generates (default 128)")
+    p.add_argument("--prompt-tokens", type=flags.count, default=None,
+                   help=f"prompt length in tokens (default {DEFAULT_PROMPT_TOKENS}, halved with --output-tokens' "
+                        "default until both fit the served context)")
+    p.add_argument("--output-tokens", type=flags.count, default=None,
+                   help=f"tokens each request generates (default {DEFAULT_OUTPUT_TOKENS}, halved likewise)")
     p.add_argument("--runs", type=flags.count, default=None,
                    help="runs per concurrency (llama-benchy: per cell); rows are their median (mean ± std) (default 3)")
     p.add_argument("--warmup", type=flags.non_negative, default=SUSTAINED_DEFAULTS["warmup"],

@@ -22,7 +22,7 @@ from typing import Any
 import aiohttp
 
 from ..serving.apikey import bearer, request_error
-from .sse import BadResponse, Usage, data_lines, parse_event
+from .sse import BadResponse, Usage, data_lines, error_message, parse_event
 from .timeline import RequestTimeline, RunTimeline
 
 
@@ -76,9 +76,9 @@ async def stream_completion(client: aiohttp.ClientSession, endpoint: Endpoint, p
     try:
         async with client.post(url, json=request_body(endpoint.model, prompt, max_tokens)) as response:
             if response.status != 200:
-                text = (await response.content.read(300)).decode(errors="replace").strip()
-                return RequestTimeline(start, time.perf_counter(),
-                                       error=request_error(response.status, text, sends_key(client)))
+                text = error_message((await response.content.read(2000)).decode(errors="replace").strip())
+                return RequestTimeline(start, time.perf_counter(), status=response.status,
+                                       error=request_error(response.status, text[:600], sends_key(client)))
             async for now, payload in data_lines(response.content):
                 event = parse_event(payload)
                 if event.error is not None:

@@ -83,6 +83,21 @@ def _count(usage: Mapping[str, Any], key: str) -> int:
     return value
 
 
+def error_message(body: str) -> str:
+    """What a refusing server says: the `message` of an OpenAI error document (vLLM's `{"error": {"message":
+    ...}}`, or its older top-level `message`), else the body as it came."""
+    try:
+        doc = json.loads(body)
+    except (ValueError, RecursionError):
+        return body
+    error = doc.get("error") if isinstance(doc, dict) else None
+    for holder in (error, doc):
+        message = holder.get("message") if isinstance(holder, dict) else None
+        if isinstance(message, str) and message.strip():
+            return message.strip()
+    return body
+
+
 def parse_event(payload: bytes) -> StreamEvent:
     """One `data:` payload (not [DONE]) as a checked event; BadResponse says what was wrong with it."""
     try:

@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import aiohttp
 
 from ..engine.errors import EXIT_FAILED, SparkclusterError
 from ..serving.apikey import unauthorized
 from . import prompts
+from .context import Sizes, fit, max_model_len
 from .load import Endpoint, describe_error, run_concurrency, sends_key, session, stream_completion
 from .metrics import Sampler, ServerSide, summarize
 from .sse import BadResponse, model_ids, read_document
@@ -38,6 +39,8 @@ class SweepOptions:
     requests_per_stream: int = 4
     prefix_cache: bool = False
     timeout_s: float = 600.0
+    prompt_given: bool = True  # False: prompt_tokens is the default, which the sweep fits to the served context
+    output_given: bool = True
 
 
 @dataclass(frozen=True)
@@ -55,6 +58,8 @@ class Prepared:
     prompt_words: int = 0
     prompt_tokens: int = 0  # what the calibrated prompt measured, by the server's count
     usage: bool = True  # False when the server sent no usage (token counts are then chunk counts)
+    max_model_len: int | None = None  # the served context, as /v1/models lists it
+    options: SweepOptions | None = None  # what was measured: the options, their default sizes fitted to the context
 
 
 @dataclass(frozen=True)
@@ -102,7 +107,8 @@ async def get_json(client: aiohttp.ClientSession, url: str) -> tuple[int, object
         raise BenchFailed(describe_error(e, url), FIX) from None
 
 
-async def resolve_model(client: aiohttp.ClientSession, base_url: str, wanted: str | None) -> str:
+async def resolve_model(client: aiohttp.ClientSession, base_url: str, wanted: str | None) -> tuple[str, int | None]:
+    """The model to measure and its served context (None where the server does not list it)."""
     url = f"{base_url}/models"
     status, doc = await get_json(client, url)
     if status == 401:
@@ -115,22 +121,47 @@ async def resolve_model(client: aiohttp.ClientSession, base_url: str, wanted: st
         raise BenchFailed(f"{url} is not an OpenAI model list: {e}", FIX) from None
     if not served:
         raise BenchFailed(f"{url} lists no model", FIX)
-    if wanted is None:
-        return served[0]
-    if wanted not in served:
+    if wanted is not None and wanted not in served:
         shown = ", ".join(served[:10]) + (f" and {len(served) - 10} more" if len(served) > 10 else "")
         raise BenchFailed(f"{base_url} serves {shown}, not {wanted!r}", "give --model with a served name")
-    return wanted
+    model = served[0] if wanted is None else wanted
+    return model, max_model_len(doc, model)
+
+
+def fitted(opts: SweepOptions, context: int | None, emit: Emit) -> SweepOptions:
+    """The options with their default sizes fitted to the served context (said when changed); DoesNotFit names the
+    numbers when the sizes given cannot fit."""
+    sizes = fit(Sizes(opts.prompt_tokens, opts.output_tokens, opts.prompt_given, opts.output_given), context)
+    if (sizes.prompt_tokens, sizes.output_tokens) == (opts.prompt_tokens, opts.output_tokens):
+        return opts
+    emit(Note(f"the served context is {context} tokens (max_model_len): prompt {sizes.prompt_tokens} and output "
+              f"{sizes.output_tokens} tokens, the defaults {opts.prompt_tokens} and {opts.output_tokens} halved to "
+              "fit; --prompt-tokens and --output-tokens set them"))
+    return replace(opts, prompt_tokens=sizes.prompt_tokens, output_tokens=sizes.output_tokens)
+
+
+TOKENS_PER_WORD_AT_MOST = 4  # of the prompt's words, by any tokenizer bench is likely to meet
+REFUSED_FIX = ("the server refused the request as sent, for the reason it gives: a prompt and output within its "
+               "context (--prompt-tokens, --output-tokens) and a served --model; its log tells more "
+               "(`sparkcluster logs`)")
+
+
+def fix_for(result: RequestTimeline) -> str:
+    """A request the server refused (HTTP 4xx) is not a server that is down: its own message says why."""
+    return REFUSED_FIX if 400 <= result.status < 500 and result.status != 401 else FIX
 
 
 def _failed(result: RequestTimeline, what: str) -> BenchFailed:
-    return BenchFailed(f"{what} failed: {result.error}", FIX)
+    return BenchFailed(f"{what} failed: {result.error}", fix_for(result))
 
 
-async def calibrate(client: aiohttp.ClientSession, endpoint: Endpoint, target: int) -> tuple[int, int]:
-    """(words, tokens): the word count whose prompt the server counts as `target` tokens (or the closest seen)."""
+async def calibrate(client: aiohttp.ClientSession, endpoint: Endpoint, target: int,
+                    context: int | None = None) -> tuple[int, int]:
+    """(words, tokens): the word count whose prompt the server counts as `target` tokens (or the closest seen). In a
+    known `context` the first probe is short enough to fit even at several tokens a word (the simulator's tiny
+    model counts 2.3), and the next ones follow the ratio it measured."""
     samples: list[tuple[int, int]] = []
-    words = target
+    words = target if context is None else min(target, max(1, context // TOKENS_PER_WORD_AT_MOST))
     for _ in range(prompts.MAX_PROBES):
         result = await stream_completion(client, endpoint, prompts.prompt(words, prompts.SHARED_SEED), 1)
         if not result.ok:
@@ -147,13 +178,15 @@ async def calibrate(client: aiohttp.ClientSession, endpoint: Endpoint, target: i
 async def sweep(base_url: str, model: str | None, opts: SweepOptions, levels: list[Level],
                 prepared: Prepared, emit: Emit = ignore, api_key: str | None = None) -> None:
     async with session(max(opts.concurrency), opts.timeout_s, api_key) as client:
-        prepared.model = await resolve_model(client, base_url, model)
+        prepared.model, prepared.max_model_len = await resolve_model(client, base_url, model)
+        opts = prepared.options = fitted(opts, prepared.max_model_len, emit)
         _, version = await get_json(client, f"{root_of(base_url)}/version")
         served_version = version.get("version") if isinstance(version, dict) else None
         prepared.server_version = served_version if isinstance(served_version, str) else None
         endpoint = Endpoint(base_url, prepared.model)
         emit(Note(f"calibrating a {opts.prompt_tokens}-token prompt from the server's usage ..."))
-        prepared.prompt_words, prepared.prompt_tokens = await calibrate(client, endpoint, opts.prompt_tokens)
+        prepared.prompt_words, prepared.prompt_tokens = await calibrate(client, endpoint, opts.prompt_tokens,
+                                                                        prepared.max_model_len)
         prepared.usage = prepared.prompt_tokens > 0
         for i in range(opts.warmup):
             emit(Note(f"warm-up request {i + 1}/{opts.warmup} ..."))
@@ -178,10 +211,10 @@ async def sweep(base_url: str, model: str | None, opts: SweepOptions, levels: li
                 windows.append(await sampler.stop())
                 rows.append(summarize_run(timeline))
                 prepared.usage = prepared.usage and all(r.usage for r in timeline.requests if r.ok)
-                first_error = next((r.error for r in timeline.requests if not r.ok), None)
-                if first_error:
+                first_failed = next((r for r in timeline.requests if not r.ok), None)
+                if first_failed:
                     levels.append(Level(combine(rows), summarize(windows)))
                     raise BenchFailed(f"at concurrency {concurrency}, run {run + 1}: "
                                       f"{rows[-1].errors} of {rows[-1].requests} requests failed; "
-                                      f"the first: {first_error}", FIX)
+                                      f"the first: {first_failed.error}", fix_for(first_failed))
             levels.append(Level(combine(rows), summarize(windows)))

@@ -17,6 +17,7 @@ class RequestTimeline:
     completion_tokens: int = 0  # the server's usage; chunks are not tokens when a server batches its stream
     usage: bool = True  # False: the server sent no usage, completion_tokens counts chunks instead
     error: str | None = None
+    status: int = 0  # the HTTP status of a request the server refused (0: none, or it failed otherwise)
 
     @property
     def ok(self) -> bool:
