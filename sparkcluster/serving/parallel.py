@@ -8,6 +8,27 @@ from ..engine.errors import UsageError
 from ..engine.inventory import Inventory
 from ..recipes.types import Recipe
 from .launch import Launcher, RuntimeName
+from .layout import Layout, choose_layout
+
+
+def check_layout(replicas: int | None, tp: int | None, pp: int | None, inventory: Inventory,
+                 recipe: Recipe) -> Layout:
+    """The layout for the selected nodes: one engine as check_parallel says, or replicas that divide the nodes
+    (serving/layout.py); refused with the fix when it cannot serve this recipe."""
+    if not replicas or replicas == 1:
+        return Layout(1, *check_parallel(tp, pp, inventory, recipe))
+    layout = choose_layout(len(inventory.hosts), replicas, tp, pp)
+    # A recipe's node bounds are an engine's: each replica is one (solo_only serves one replica per node).
+    per = layout.nodes_per_replica
+    if recipe.min_nodes and per < recipe.min_nodes:
+        raise UsageError(f"recipe {recipe.name} needs at least {recipe.min_nodes} nodes per engine, and "
+                         f"{layout.describe()} gives each replica {per}",
+                         f"give --replicas {len(inventory.hosts) // recipe.min_nodes} or fewer")
+    if recipe.max_nodes and per > recipe.max_nodes:
+        raise UsageError(f"recipe {recipe.name} runs an engine on at most {recipe.max_nodes} node(s), and "
+                         f"{layout.describe()} gives each replica {per}",
+                         f"give --replicas {len(inventory.hosts) // recipe.max_nodes}")
+    return layout
 
 
 def check_parallel(tp: int | None, pp: int | None, inventory: Inventory, recipe: Recipe) -> tuple[int, int]:
