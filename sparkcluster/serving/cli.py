@@ -100,25 +100,26 @@ def cmd_up(args: argparse.Namespace, connect: Connect) -> int:
     return EXIT_OK
 
 
+def sized(args: argparse.Namespace, opts: ServeOptions, inventory: Inventory, show: bool = False) -> ServeOptions:
+    """TP x PP for the selected nodes, the cluster's runtime and the launcher that node count takes (one node: no
+    Ray); and what the runtime needs of the inventory (the host runtime: python_env), before anything is staged.
+    `bench --layouts` sizes each layout it serves here too."""
+    _runtime_set_up(args, show)(inventory)
+    tp, pp = check_parallel(opts.tp, opts.pp, inventory, opts.recipe)
+    chosen = _on_cluster(dataclasses.replace(opts, tp=tp, pp=pp), args, inventory)
+    if chosen.recipe.mods and chosen.runtime == "docker" and chosen.launcher == "native":
+        raise UsageError(f"recipe {chosen.recipe.name} brings mods, which the docker runtime runs only beside Ray "
+                         "(the native launcher's containers start vLLM at once)",
+                         "serve with --launcher ray, or with --runtime host")
+    return chosen
+
+
 def cmd_serve(args: argparse.Namespace, connect: Connect) -> int:
     opts = options(args)
     hub_model(opts.serve_args())  # a bad model or revision, or a recipe without a model, fails before any connection
 
-    def sized(inventory: Inventory, show: bool = False) -> ServeOptions:
-        """TP x PP for the selected nodes, the cluster's runtime and the launcher that node count takes (one node:
-        no Ray); and what the runtime needs of the inventory (the host runtime: python_env), before anything is
-        staged."""
-        _runtime_set_up(args, show)(inventory)
-        tp, pp = check_parallel(opts.tp, opts.pp, inventory, opts.recipe)
-        chosen = _on_cluster(dataclasses.replace(opts, tp=tp, pp=pp), args, inventory)
-        if chosen.recipe.mods and chosen.runtime == "docker" and chosen.launcher == "native":
-            raise UsageError(f"recipe {chosen.recipe.name} brings mods, which the docker runtime runs only beside Ray "
-                             "(the native launcher's containers start vLLM at once)",
-                             "serve with --launcher ray, or with --runtime host")
-        return chosen
-
-    with connect(args, lambda inventory: sized(inventory, show=True)) as session:
-        opts = sized(session.inventory)  # checked before connecting
+    with connect(args, lambda inventory: sized(args, opts, inventory, show=True)) as session:
+        opts = sized(args, opts, session.inventory)  # checked before connecting
         if args.check:
             doc = plan(session, opts)
             if args.json:
