@@ -16,6 +16,8 @@ from collections.abc import Iterable
 from ..engine.errors import SparkclusterError
 from .topology import FIRST_HOST_OCTET, MGMT_NETDEV, HostSpec, Topology, link_local_address
 
+SWITCH_LINK_LOCAL = "fe80::1/64"  # the runner's on each switch bridge: unique on its own wire, as link-local needs
+
 # tbf needs a bucket of at least rate/HZ; 256 KiB holds bursts at any rate we use without shaping jitter.
 TBF_BURST = "256kb"
 TBF_LATENCY = "50ms"
@@ -30,6 +32,12 @@ def root_batch(topo: Topology) -> list[str]:
         # A cable's bridge is only the wire: no address of its own, not even IPv6 link-local, so that the two
         # nodes on it see each other alone (discovery would take a third voice for a switch).
         lines.append(f"addr add {address} dev {bridge}" if address else f"link set {bridge} addrgenmode none")
+        if address and not bridge.endswith("lan"):
+            # A switch's own voice, which discovery hears as its third: its IPv6 link-local address answers from
+            # the start, as a real switch's long-configured one does. Generated, it would stay tentative (silent)
+            # a second or two after `sim up` while its duplicate address detection runs, and two nodes alone on
+            # the switch would then read as cabled to each other on the twin whose probe ended first.
+            lines += [f"link set {bridge} addrgenmode none", f"addr add {SWITCH_LINK_LOCAL} dev {bridge} nodad"]
         lines.append(f"link set {bridge} up")
     for host in topo.hosts:
         lines.append(f"netns add {host.netns}")
@@ -100,9 +108,27 @@ def link_local_batch(host: HostSpec) -> list[str]:
             for i, nic in enumerate(twins)]
 
 
+def settled_twins(host: HostSpec) -> list[str]:
+    """sysctl settings that let the cabled twins' IPv6 link-local addresses answer as soon as the twins are up, as
+    a real Spark's long-up twins do. With duplicate address detection they stay tentative a second or two after
+    `sim up`: a multicast probe sent then leaves without a source and hears nothing, and discovery, reading the
+    unicast answers alone, misses the switch's voice on that twin. Set before the twins come up (host_batch)."""
+    return [f"net.ipv6.conf.{nic.netdev}.accept_dad=0" for nic in host.nics if nic.cabled and nic.hca]
+
+
+def run_sysctl(settings: list[str], netns: str) -> None:
+    argv = ["ip", "netns", "exec", netns, "sysctl", "-q", "-w", *settings]
+    result = subprocess.run(argv, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise SparkclusterError(f"`{' '.join(argv)}` failed: {result.stderr.strip()}",
+                                "remove leftovers of an earlier run with `sparkcluster sim down --all`")
+
+
 def create(topo: Topology, lan_rate: str, address_fabric: bool = True, link_local: bool = False) -> None:
     run_batch("ip", root_batch(topo))
     for host in topo.hosts:
+        if settings := settled_twins(host):
+            run_sysctl(settings, host.netns)
         run_batch("ip", host_batch(host, address_fabric) + ([] if address_fabric else fresh_fabric_batch(host))
                   + (link_local_batch(host) if link_local else []), host.netns)
     root_lines, host_lines = lan_shaping(topo, lan_rate)

@@ -150,3 +150,30 @@ def test_the_simulators_link_local_ring_node_holds_one_address_per_twin():
     assert link_local_batch(host) == [f"addr add 169.254.{third}.11/16 dev {netdev} scope link" for third, netdev in
                                       zip((20, 201, 21, 202), ("enp1s0f0np0", "enP2p1s0f0np0", "enp1s0f1np1",
                                                                "enP2p1s0f1np1"))]
+
+
+def test_the_simulated_switch_answers_on_its_wires_from_the_start():
+    """Two nodes alone on a link-local switch: twin 0's probe ends about a second in (both unicast answers in),
+    when a generated link-local address of the switch's bridge is still tentative, and the switch unheard there
+    read as a cable (`sim up 2 --link-local`, then `topology`: mixed). The bridge's address skips that wait."""
+    from sparkcluster.sim.netns import root_batch
+    from sparkcluster.sim.topology import Subnets, build_topology
+    lines = root_batch(build_topology("t", 2, Subnets(150), ["590.48.01"]))
+    for bridge in ("sc150fa", "sc150fb"):
+        assert lines.index(f"link set {bridge} addrgenmode none") < lines.index(f"link set {bridge} up")
+        assert f"addr add fe80::1/64 dev {bridge} nodad" in lines
+    assert not any("fe80" in line for line in root_batch(build_topology("t", 2, Subnets(150), ["590.48.01"],
+                                                                        kind="pair")))
+
+
+def test_the_simulated_twins_skip_duplicate_address_detection():
+    """The nodes' own twins likewise: a tentative fe80 address right after `sim up` sends a multicast probe with no
+    source, so that twin hears only the unicast answers (and no switch)."""
+    from sparkcluster.sim.netns import settled_twins
+    from sparkcluster.sim.topology import Subnets, build_topology
+    host = build_topology("t", 3, Subnets(150), ["590.48.01"], kind="ring").hosts[0]
+    assert settled_twins(host) == [f"net.ipv6.conf.{netdev}.accept_dad=0" for netdev in
+                                   ("enp1s0f0np0", "enP2p1s0f0np0", "enp1s0f1np1", "enP2p1s0f1np1")]
+    switch = build_topology("t", 2, Subnets(150), ["590.48.01"]).hosts[0]
+    assert settled_twins(switch) == ["net.ipv6.conf.enp1s0f1np1.accept_dad=0",
+                                     "net.ipv6.conf.enP2p1s0f1np1.accept_dad=0"]
