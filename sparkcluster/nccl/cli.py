@@ -12,6 +12,7 @@ from ..engine.console import out as console
 from ..engine.errors import EXIT_FAILED, EXIT_OK
 from ..engine.report import print_json
 from . import report, thresholds
+from .latency import Latency
 from .verdict import VerdictStatus
 from .verify import run_verify
 
@@ -25,10 +26,12 @@ def cmd_verify(args: argparse.Namespace, connect: Connect) -> int:
                     "rows": [dataclasses.asdict(r) for r in result.rows], "carried_by": result.carried_by,
                     "twins": result.twins, "topology": result.topology,
                     "links": [m.to_json() for m in result.links], "skipped_links": result.skipped_links,
-                    "control_plane": [a.to_json() for a in result.control_plane]})
+                    "control_plane": [a.to_json() for a in result.control_plane],
+                    **(result.latency or Latency(())).to_json()})
     else:
         report.render_verify(console, result)
-    return EXIT_FAILED if result.verdict.status is VerdictStatus.FAIL else EXIT_OK
+    failing = (VerdictStatus.FAIL, VerdictStatus.WARN) if args.strict else (VerdictStatus.FAIL,)
+    return EXIT_FAILED if result.verdict.status in failing else EXIT_OK
 
 
 def cmd_nccl_report(args: argparse.Namespace) -> int:
@@ -50,6 +53,8 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser], app:
                      help="also measure each link of the fabric alone (each twin of each cable; on a switch, each "
                           "node's link), shown as a matrix and naming a slow or dead link (default: on; --no-links: "
                           "one run)")
+    ver.add_argument("--strict", action="store_true",
+                     help="exit 1 on a WARN too (e.g. a link much slower than its peers for small messages)")
     app.wire(ver, cmd_verify)
 
     rep = commands.add_parser("nccl-report", help="read NCCL_DEBUG=INFO logs: transports, devices, a verdict")

@@ -19,6 +19,7 @@ from ..engine.errors import SparkclusterError
 from ..engine.facts import HostFacts
 from ..node.fabric import SWITCH, End, Fabric, Link
 from ..node.platform_known import DRIVER_RELOAD
+from .latency import Latency, size_words
 from .logs import BandwidthRow
 from .twins import MAX_RATIO, best_at_largest
 from .verdict import Verdict, VerdictStatus
@@ -48,11 +49,13 @@ class LinkMeasure:
     probe: LinkProbe
     busbw_gbps: float | None  # at the largest size; None: the run over it failed
     error: str = ""
+    latency: Latency | None = None  # per call at decode sizes; None: not timed (the run failed, an older probe)
 
     def to_json(self) -> dict[str, Any]:
         a, b = self.probe.ends
         return {"cable": self.probe.cable, "twin": self.probe.twin, "a": a.to_json(), "b": b.to_json(),
-                "ips": list(self.probe.ips), "busbw_gbps": self.busbw_gbps, "error": self.error}
+                "ips": list(self.probe.ips), "busbw_gbps": self.busbw_gbps, "error": self.error,
+                **(self.latency or Latency(())).to_json()}
 
 
 def _cable_label(link: Link) -> str:
@@ -245,3 +248,19 @@ def _cell(m: LinkMeasure | None) -> str:
     if m is None:
         return "-"
     return f"{m.busbw_gbps:.3f}" if m.busbw_gbps else "dead"
+
+
+def latency_matrix(measures: Sequence[LinkMeasure]) -> list[str]:
+    """Beside the busbw matrix: one line per twin link, its all_reduce median per call at each decode size."""
+    timed = [m for m in measures if m.latency]
+    sizes = sorted({s for m in timed if m.latency for s in m.latency.median_us()})
+    if not sizes:
+        return []
+    width = max(len(m.probe.cable) for m in timed)
+    lines = [f"{'LINK':<{width}}  {'TWIN':>4}  " + "  ".join(f"{size_words(s):>8}" for s in sizes)
+             + "  (all_reduce median per call, us)"]
+    for m in timed:
+        medians = m.latency.median_us() if m.latency else {}
+        cells = "  ".join(f"{medians[s]:>8.0f}" if s in medians else f"{'-':>8}" for s in sizes)
+        lines.append(f"{m.probe.cable:<{width}}  {m.probe.twin:>4}  {cells}")
+    return lines

@@ -6,8 +6,14 @@ standard library and torch (imported when the probe runs, so the helpers can be 
     NCCL_DEBUG=INFO torchrun --standalone --nproc-per-node=2 nccl_probe.py
     NCCL_DEBUG=INFO python3 nccl_probe.py --rank 0 --world 2 --master-addr 192.168.177.11 --master-port 29500
 
-Rank 0 prints an nccl-tests-like table and, last, `SPARKCLUSTER_PROBE_RESULT {json}`; every rank prints
-`SPARKCLUSTER_PROBE_RANK {json}`. `sparkcluster nccl-report` reads both together with NCCL's own INFO lines.
+Rank 0 prints an nccl-tests-like table, the per-call latency at decode sizes (median and p99) and, last,
+`SPARKCLUSTER_PROBE_RESULT {json}`; every rank prints `SPARKCLUSTER_PROBE_RANK {json}`. `sparkcluster nccl-report`
+reads both together with NCCL's own INFO lines.
+
+Latency is timed call by call (a median and a p99 need each call's time, which nccl-tests' one average over a loop
+does not give): on a GPU with a pair of CUDA events around each call, enqueued back to back as nccl-tests launches
+them, so that neither the host's launch cost nor a synchronize per call is counted; on the CPU (gloo, whose calls
+return when done) with perf_counter around each call. Each call's time is the slowest rank's, as nccl-tests counts.
 """
 
 from __future__ import annotations
@@ -15,9 +21,11 @@ from __future__ import annotations
 import argparse
 import ipaddress
 import json
+import math
 import os
 import re
 import socket
+import statistics
 import sys
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -26,6 +34,12 @@ from pathlib import Path
 from typing import Any
 
 DEFAULT_SIZES = "1M,16M,64M,256M,1G"
+# A decode step's all-reduces carry tens to hundreds of KB (hidden size x batch x dtype): latency, not bandwidth.
+DEFAULT_LATENCY_SIZES = "8K,32K,128K,512K,2M"
+# Enough calls for a p99 that is not the single worst one on a GPU (a few ms per size); gloo's CPU calls take
+# 0.1-10 ms each on the simulator, where 50 keep a link's run to about a second.
+LATENCY_ITERS = {"cuda": 200, "cpu": 50}
+LATENCY_WARMUP = 10
 # A 16 GB nccl-tests buffer (about 32 GB per node of unified memory) froze Sparks (docs/failure-modes.md F4).
 DEFAULT_MAX_BYTES = 1 << 30
 OPS = ("all_reduce", "all_gather", "reduce_scatter")
@@ -124,14 +138,21 @@ def parse_args(argv: Sequence[str], environ: Mapping[str, str]) -> argparse.Name
     parser.add_argument("--iters", type=int, default=10)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--ops", default="all_reduce,all_gather", help=f"comma-separated, of {', '.join(OPS)}")
+    parser.add_argument("--latency-sizes", default=DEFAULT_LATENCY_SIZES,
+                        help=f"sizes timed call by call, median and p99 (default {DEFAULT_LATENCY_SIZES}; "
+                             "'none' skips them)")
+    parser.add_argument("--latency-iters", type=int,
+                        help="calls timed per latency size (default 200 on a GPU, 50 on the CPU)")
     parser.add_argument("--timeout", type=int, default=300, help="seconds to wait for the other ranks")
     args = parser.parse_args(argv)
     try:
         args.sizes = [parse_size(s) for s in args.sizes.split(",")]
         args.max_bytes = parse_size(args.max_bytes)
+        args.latency_sizes = [] if args.latency_sizes.strip().lower() in ("", "none") else [
+            parse_size(s) for s in args.latency_sizes.split(",")]
     except ValueError as e:
         parser.error(str(e))
-    too_big = [s for s in args.sizes if s > args.max_bytes]
+    too_big = [s for s in (*args.sizes, *args.latency_sizes) if s > args.max_bytes]
     if too_big:
         parser.error(f"size {too_big[0]} is above --max-bytes {args.max_bytes}: large buffers exhaust a Spark's "
                      "unified memory (a 16 GB nccl-tests run froze nodes)")
@@ -146,7 +167,30 @@ def parse_args(argv: Sequence[str], environ: Mapping[str, str]) -> argparse.Name
         parser.error(f"--rank {args.rank} is outside --world {args.world}")
     if args.iters < 1 or args.warmup < 0:
         parser.error("--iters must be at least 1 and --warmup at least 0")
+    args.latency_iters = args.latency_iters or LATENCY_ITERS[args.device]
+    if args.latency_iters < 1:
+        parser.error("--latency-iters must be at least 1")
     return args
+
+
+def percentile(samples: Sequence[float], fraction: float) -> float:
+    """The nearest-rank percentile (no interpolation: a p99 is a time one call really took)."""
+    ordered = sorted(samples)
+    return ordered[max(0, math.ceil(fraction * len(ordered)) - 1)]
+
+
+def latency_row(op: str, size_bytes: int, seconds: Sequence[float]) -> dict[str, Any]:
+    """One size's calls (the slowest rank's time each) as its median and p99, in microseconds."""
+    return {"op": op, "size_bytes": size_bytes, "median_us": round(statistics.median(seconds) * 1e6, 2),
+            "p99_us": round(percentile(seconds, 0.99) * 1e6, 2), "iters": len(seconds)}
+
+
+def format_latency(rows: Sequence[Mapping[str, Any]]) -> str:
+    """Per collective, its median and p99 per call at each size (the decode sizes)."""
+    lines = [f"# latency per call{'':>3}{'size':>10} {'median(us)':>11} {'p99(us)':>11} {'calls':>6}"]
+    lines += [f"  {r['op']:<18}{r['size_bytes']:>10} {r['median_us']:>11.1f} {r['p99_us']:>11.1f} {r['iters']:>6}"
+              for r in rows]
+    return "\n".join(lines)
 
 
 # ---- running -------------------------------------------------------------------------------------------------
@@ -214,6 +258,37 @@ def _measure(dist: Any, torch: Any, args: argparse.Namespace, device: Any, op: s
             "busbw_gbps": round(busbw, 4)}
 
 
+def _time_calls(dist: Any, torch: Any, args: argparse.Namespace, device: Any, op: str, size: int
+                ) -> dict[str, Any]:
+    """`op` at `size`, call by call: the slowest rank's time of each call, as its median and p99."""
+    count = max(args.world, size // FLOAT_BYTES // args.world * args.world)
+    call = _collective(dist, torch, op, count, args.world, device, args.backend)
+    for _ in range(LATENCY_WARMUP):
+        call()
+    on_gpu = device.type == "cuda"
+    if on_gpu:
+        torch.cuda.synchronize(device)
+    _barrier(dist, args)
+    if on_gpu:
+        events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+                  for _ in range(args.latency_iters)]
+        for start, end in events:
+            start.record()
+            call()
+            end.record()
+        torch.cuda.synchronize(device)
+        seconds = [start.elapsed_time(end) / 1e3 for start, end in events]  # elapsed_time is in ms
+    else:
+        seconds = []
+        for _ in range(args.latency_iters):
+            began = time.perf_counter()
+            call()
+            seconds.append(time.perf_counter() - began)
+    slowest = torch.tensor(seconds, dtype=torch.float64, device=device)
+    dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
+    return latency_row(op, count * FLOAT_BYTES, slowest.tolist())
+
+
 def _barrier(dist: Any, args: argparse.Namespace) -> None:
     if args.backend == "nccl":
         dist.barrier(device_ids=[args.local_rank])
@@ -240,6 +315,7 @@ def run(args: argparse.Namespace) -> int:
                             timeout=timedelta(seconds=args.timeout))
     try:
         rows = [_measure(dist, torch, args, device, op, size) for op in args.ops for size in args.sizes]
+        latency = [_time_calls(dist, torch, args, device, op, size) for op in args.ops for size in args.latency_sizes]
         me = {"rank": args.rank, "local_rank": args.local_rank, "hostname": socket.gethostname(),
               "backend": args.backend, "device": str(device), "tcp": tcp_peers()}
         print(f"{PROBE_RANK} {json.dumps(me)}", flush=True)
@@ -247,9 +323,11 @@ def run(args: argparse.Namespace) -> int:
         if args.rank == 0:
             result = {"backend": args.backend, "world": args.world, "torch": torch.__version__,
                       "nccl_version": _nccl_version(torch) if args.backend == "nccl" else None,
-                      "hostnames": [r["hostname"] for r in everyone], "rows": rows,
+                      "hostnames": [r["hostname"] for r in everyone], "rows": rows, "latency": latency,
                       "peers": [{"rank": r["rank"], "hostname": r["hostname"], "tcp": r["tcp"]} for r in everyone]}
             print(format_table(rows), flush=True)
+            if latency:
+                print(format_latency(latency), flush=True)
             print(f"{PROBE_RESULT} {json.dumps(result)}", flush=True)
     finally:
         dist.destroy_process_group()

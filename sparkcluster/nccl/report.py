@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from ..engine.errors import EXIT_FAILED, EXIT_OK, UsageError
-from . import bundles, controlplane, links
+from . import bundles, controlplane, latency, links
 from .bundles import Opener, bundle_ref
 from .logs import RankLog, format_table, read_capped_lines, read_log, read_probe_output
 from .runs import FileLog, Run, group_runs
@@ -122,12 +122,14 @@ def render_verify(console: Console, result: VerifyResult) -> None:
     style = {VerdictStatus.PASS: "bold green", VerdictStatus.WARN: "bold yellow", VerdictStatus.FAIL: "bold red"}[result.verdict.status]
     if result.rows:
         console.print(format_table(result.rows), markup=False, highlight=False)
+    if result.latency:
+        console.print(f"latency per call, all_reduce median/p99: {latency.summary(result.latency)}", highlight=False)
     for node, lines in result.carried_by.items():
         for line in lines:
             console.print(f"{node}: {line}", highlight=False)
     if result.links:
         console.print(f"links of the {result.topology or 'fabric'}, each alone:", highlight=False)
-        for line in links.matrix(result.links):
+        for line in [*links.matrix(result.links), *links.latency_matrix(result.links)]:
             console.print(f"  {line}", markup=False, highlight=False)
     for line in result.skipped_links:
         console.print(f"  not measured: {line}", markup=False, highlight=False)

@@ -26,6 +26,14 @@ SWITCH = Floor("switch", 14.0, "8 nodes through a switch: all_reduce about 17.6 
 TWIN = Floor("twin", 9.0, "one twin alone: about 12.3 GB/s, at most 12.5 (100 Gb/s)")
 FLOORS = (PAIR, RING, SWITCH, TWIN)
 
+# Small-message latency on a direct pair, as owners measured it inside vLLM's containers: NCCL all_reduce median per
+# call by message bytes (41 us at 8 KB, 105-127 us at 64 KB, about 2,100 us at 1 MB, i.e. 0.45 GB/s), and the wire's
+# own floor (`ib_write_lat`: 8.8 us for 48 KB). The whole group's all_reduce is held to LATENCY_CEILING_RATIO times
+# the field's figure, interpolated between them; sizes outside 8 KB-1 MB are shown, not judged.
+LATENCY_FIELD = ((8 << 10, 41.0), (64 << 10, 127.0), (1 << 20, 2100.0))
+LATENCY_WIRE_FLOOR = (48 << 10, 8.8)
+LATENCY_CEILING_RATIO = 2.0
+
 
 def floor_for(topology: str | None, nodes: int | None) -> Floor:
     """The whole collective's floor: any two nodes are a pair (one link, both twins); more are a ring or a switch.

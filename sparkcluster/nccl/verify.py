@@ -33,6 +33,7 @@ from . import controlplane
 from .binding import Misbinding, misbindings, parse_env
 from .controlplane import ControlAddress
 from .lastlog import keep_log
+from .latency import Latency, Timed, over_field, read_latency, slow_link, with_latency
 from .links import (
     LinkMeasure,
     LinkProbe,
@@ -79,6 +80,7 @@ class VerifyResult:
     control_plane: list[ControlAddress] = field(default_factory=list)  # what each node advertises, judged
     topology: str | None = None  # the fabric graph's kind, as discovery found it
     skipped_links: list[str] = field(default_factory=list)  # links that could not be measured, and why
+    latency: Latency | None = None  # the whole group's, per call at decode sizes (each link's: LinkMeasure.latency)
 
 
 def interface_of(facts: HostFacts, ip: str) -> str | None:
@@ -126,6 +128,10 @@ def record_verdict(session: Session, result: VerifyResult) -> None:
     doc = json.dumps({"status": str(result.verdict.status), "cause": result.verdict.cause, "backend": result.backend,
                       "busbw_gbps": best, "size_bytes": largest or None, "twins": result.twins,
                       "links": {m.probe.label: m.busbw_gbps for m in result.links},  # each alone, for baselines
+                      # bench's decode budget reads these: message bytes -> all_reduce's median microseconds
+                      **(result.latency or Latency(())).to_json(),
+                      "links_latency_us": {m.probe.label: m.latency.to_json()["latency_us"] for m in result.links
+                                           if m.latency},
                       "at": datetime.now(timezone.utc).isoformat(timespec="seconds")})
     target = shell_path(LAST_VERIFY_PATH)
     command = Command(f"mkdir -p {shell_path(LAST_VERIFY_PATH.rsplit('/', 1)[0])} && cat > {target}.tmp && "
@@ -234,28 +240,36 @@ def _with_links(session: Session, result: VerifyResult, fabric: Fabric, env_file
     probes, skipped = link_probes(fabric, session.facts)
     probes = [p for p in probes if all(n in session.facts for n in p.nodes)]
 
+    latencies: dict[str, Latency | None] = {}  # by link label, from its last run
+
     def run(probe: LinkProbe) -> list[BandwidthRow]:
         pair = session.only(probe.nodes)
         sizes = GLOO_LINK_SIZES if backend == "gloo" else NCCL_LINK_SIZES
         commands = probe_commands(pair, probe.ips[0], backend, sizes, env_files, script, timeout, in_serving_env,
                                   extra_env=link_env(probe, backend), port=MASTER_PORT + 3)
-        return read_probe_output("\n".join(run_probe(pair, commands).values()))[0]
+        output = "\n".join(run_probe(pair, commands).values())
+        latencies[probe.label] = read_latency(output)
+        return read_probe_output(output)[0]
 
     floor = TWIN.min_busbw_gbps if backend == "nccl" else None
     measures, verdict = judged_twice(measure_links(probes, run), lambda ms: judge_links(ms, floor),
                                      lambda m: run(m.probe))
+    measures = [replace(m, latency=latencies.get(m.probe.label)) for m in measures]
     verdict = named_degraded(verdict, [Measured.of_link(m) for m in measures], session.facts, backend)
+    slow = slow_link([Timed(m.probe.label, m.latency, tuple((e.node, e.netdev) for e in m.probe.ends))
+                      for m in measures if m.latency])
     result = replace(result, links=measures, skipped_links=skipped)
     if verdict is None or result.verdict.status is VerdictStatus.FAIL:
         details = (*result.verdict.details, *(verdict.details if verdict else ()), *skipped)
-        return replace(result, verdict=replace(result.verdict, details=tuple(details)))
-    return replace(result, verdict=replace(verdict, details=(*verdict.details, *result.verdict.details)))
+        return replace(result, verdict=with_latency(replace(result.verdict, details=tuple(details)), slow))
+    return replace(result, verdict=with_latency(replace(verdict, details=(*verdict.details, *result.verdict.details)),
+                                                slow))
 
 
-def _pair_links(fabric: Fabric | None, facts: Mapping[str, HostFacts], measures: Sequence[TwinMeasure]
-                ) -> list[LinkMeasure]:
-    """On a pair (or two nodes on a switch) each twin's run is its link's: the matrix from the twin measures, with
-    no run more."""
+def _pair_links(fabric: Fabric | None, facts: Mapping[str, HostFacts], measures: Sequence[TwinMeasure],
+                latencies: Mapping[str, Latency | None]) -> list[LinkMeasure]:
+    """On a pair (or two nodes on a switch) each twin's run is its link's: the matrix from the twin measures (and
+    their latency, by twin label), with no run more."""
     if fabric is None or fabric.kind not in (Kind.PAIR, Kind.SWITCH):
         return []
     probes, _ = link_probes(fabric, facts)
@@ -264,7 +278,7 @@ def _pair_links(fabric: Fabric | None, facts: Mapping[str, HostFacts], measures:
     for probe in probes:
         found = by_netdevs.get(frozenset((e.node, e.netdev) for e in probe.ends))
         if found is not None:
-            out.append(LinkMeasure(probe, found.busbw_gbps, found.error))
+            out.append(LinkMeasure(probe, found.busbw_gbps, found.error, latencies.get(found.twin.label)))
     return out
 
 
@@ -274,24 +288,31 @@ def _with_twins(session: Session, result: VerifyResult, choices: Mapping[str, Qs
     """The probe again over each twin alone; a dead or degraded twin outranks anything but a FAIL."""
     backend = result.backend
     head = session.head.name
+    latencies: dict[str, Latency | None] = {}  # by twin label, from its last run
 
     def run(twin: Twin) -> list[BandwidthRow]:
         sizes = GLOO_TWIN_SIZES if backend == "gloo" else NCCL_TWIN_SIZES
         commands = probe_commands(session, twin.ips[head], backend, sizes, env_files, script, timeout, in_serving_env,
                                   extra_env=twin_env(twin, backend), port=MASTER_PORT + 1 + twin.index)
-        return read_probe_output("\n".join(run_probe(session, commands).values()))[0]
+        output = "\n".join(run_probe(session, commands).values())
+        latencies[twin.label] = read_latency(output)
+        return read_probe_output(output)[0]
 
     measures, verdict = judged_twice(measure(twins_of(choices, session.facts), run),
                                      lambda ms: judge_twins(ms, head), lambda m: run(m.twin))
     verdict = named_degraded(verdict, [Measured(m.twin.label, m.busbw_gbps, tuple(m.twin.netdevs.items()))
                                        for m in measures], session.facts, backend)
     twins = {m.twin.label: m.busbw_gbps for m in measures}
-    result = replace(result, links=_pair_links(fabric, session.facts, measures))
+    slow = slow_link([Timed(m.twin.label, timed, tuple(m.twin.netdevs.items())) for m in measures
+                      if (timed := latencies.get(m.twin.label))])
+    result = replace(result, links=_pair_links(fabric, session.facts, measures, latencies))
     if verdict is None or result.verdict.status is VerdictStatus.FAIL:
         details = (*result.verdict.details, *(verdict.details if verdict else
                                              (f"{k}: busbw {v:.3f} GB/s alone" for k, v in twins.items() if v)))
-        return replace(result, verdict=replace(result.verdict, details=tuple(details)), twins=twins)
-    return replace(result, verdict=replace(verdict, details=(*verdict.details, *result.verdict.details)), twins=twins)
+        return replace(result, verdict=with_latency(replace(result.verdict, details=tuple(details)), slow),
+                       twins=twins)
+    return replace(result, verdict=with_latency(replace(verdict, details=(*verdict.details, *result.verdict.details)),
+                                                slow), twins=twins)
 
 
 def _rendezvous(session: Session, choices: Mapping[str, QsfpChoice], ring: bool) -> str:
@@ -408,7 +429,9 @@ def judge_probe(session: Session, backend: str, outputs: Mapping[str, str], choi
                 min_busbw: float | None, topology: str | None = None, control_netdevs: set[str] | None = None
                 ) -> VerifyResult:
     """The verdict from the ranks' outputs: NCCL's own log lines on GPUs, the connections each rank held on CPU."""
-    rows, ranks = read_probe_output("\n".join(outputs.values()))
+    text = "\n".join(outputs.values())
+    rows, ranks = read_probe_output(text)
+    latency = read_latency(text)
     carried = _carried_by(ranks, session.hosts, session.facts)
     # Real Sparks: the floor of this topology (thresholds.py); gloo on CPU has no link speed to hold.
     nodes = len(session.hosts)
@@ -420,9 +443,11 @@ def judge_probe(session: Session, backend: str, outputs: Mapping[str, str], choi
         verdict = judge(logs, expected_hcas=hcas, qsfp_interfaces=tuple({c.netdev for c in choices.values()}),
                         rows=rows, min_busbw_gbps=threshold, endpoints=endpoints(session.facts),
                         topology=topology)
+        # Real Sparks have field figures to hold the group's latency to; the simulator's CPU gloo has none.
+        verdict = with_latency(verdict, over_field(latency) if latency else None)
     else:
         verdict = _judge_connections(carried, choices, control_netdevs or set())
-    return VerifyResult(backend, verdict, rows, carried)
+    return VerifyResult(backend, verdict, rows, carried, latency=latency)
 
 
 def _carried_by(ranks: list[dict[str, Any]], hosts: Sequence[Host], facts: Mapping[str, HostFacts]
