@@ -5,7 +5,8 @@ across the nodes, each reading its share from its own memory at once). A GB10 ha
 Parameters come from the model's config.json (dense and MoE layouts; the experts a token is routed to count,
 the others do not), bytes per parameter from its dtype or quantisation; the safetensors index, where the head
 has one, gives the stored size. The estimate is rough where it says so (`caveats`): it leaves out KV-cache reads
-(they grow with depth), activations and TP's all-reduces, and takes MoE routing as k experts of E per layer."""
+(they grow with depth), activations and TP's all-reduces (decode_budget.py counts those), and takes MoE routing as
+k experts of E per layer."""
 
 from __future__ import annotations
 
@@ -65,7 +66,7 @@ def text_config(config: Mapping[str, Any]) -> Mapping[str, Any]:
     return {**config, **inner} if isinstance(inner, Mapping) else config
 
 
-def _int(config: Mapping[str, Any], *names: str, default: int = 0) -> int:
+def config_int(config: Mapping[str, Any], *names: str, default: int = 0) -> int:
     for name in names:
         value = config.get(name)
         if isinstance(value, int) and not isinstance(value, bool):
@@ -76,24 +77,24 @@ def _int(config: Mapping[str, Any], *names: str, default: int = 0) -> int:
 def count_params(config: Mapping[str, Any]) -> Params:
     """Weights of a decoder-only transformer from its config.json (norms and biases left out: under 0.1%)."""
     c = text_config(config)
-    hidden = _int(c, "hidden_size", "d_model", "n_embd")
-    layers = _int(c, "num_hidden_layers", "n_layer", "num_layers")
-    heads = _int(c, "num_attention_heads", "n_head")
+    hidden = config_int(c, "hidden_size", "d_model", "n_embd")
+    layers = config_int(c, "num_hidden_layers", "n_layer", "num_layers")
+    heads = config_int(c, "num_attention_heads", "n_head")
     if not (hidden and layers and heads):
         raise ValueError("config.json names no hidden_size, num_hidden_layers and num_attention_heads")
-    kv_heads = _int(c, "num_key_value_heads", default=heads)
-    head_dim = _int(c, "head_dim", default=hidden // heads)
-    vocab = _int(c, "vocab_size")
-    inter = _int(c, "intermediate_size", "ffn_dim")
+    kv_heads = config_int(c, "num_key_value_heads", default=heads)
+    head_dim = config_int(c, "head_dim", default=hidden // heads)
+    vocab = config_int(c, "vocab_size")
+    inter = config_int(c, "intermediate_size", "ffn_dim")
     attention = hidden * heads * head_dim * 2 + hidden * kv_heads * head_dim * 2
-    experts = _int(c, "num_local_experts", "num_experts", "n_routed_experts")
-    per_token = _int(c, "num_experts_per_tok", "experts_per_token", "num_experts_per_token", "moe_topk")
-    expert_inter = _int(c, "moe_intermediate_size", default=inter)
-    shared = (_int(c, "shared_expert_intermediate_size")
-              or _int(c, "n_shared_experts") * expert_inter)
+    experts = config_int(c, "num_local_experts", "num_experts", "n_routed_experts")
+    per_token = config_int(c, "num_experts_per_tok", "experts_per_token", "num_experts_per_token", "moe_topk")
+    expert_inter = config_int(c, "moe_intermediate_size", default=inter)
+    shared = (config_int(c, "shared_expert_intermediate_size")
+              or config_int(c, "n_shared_experts") * expert_inter)
     dense_layers = layers
     if experts and per_token:
-        first_dense = _int(c, "first_k_dense_replace")
+        first_dense = config_int(c, "first_k_dense_replace")
         only_mlp = c.get("mlp_only_layers") or []
         dense_layers = min(layers, first_dense + (len(only_mlp) if isinstance(only_mlp, list) else 0))
     moe_layers = layers - dense_layers if experts and per_token else 0
@@ -136,7 +137,7 @@ def ceiling(model: str, config: Mapping[str, Any], nodes: int, bandwidth_gbps: f
     expert_b, other_b, fmt = weight_bytes(config)
     per_token = params.expert_active * expert_b + (params.active - params.expert_active) * other_b
     caveats = ["an upper bound: KV-cache reads (which grow with the context depth), activations and TP's all-reduce "
-               "latency are left out, so long contexts land further below it"]
+               "latency are left out (bench's decode budget counts those), so long contexts land further below it"]
     if params.experts:
         caveats.append(f"MoE: {params.experts_per_token} of {params.experts} experts per token and layer, as routed "
                        "at concurrency 1; at higher concurrency tokens route to different experts and each step reads "
@@ -194,16 +195,29 @@ def per_stream_decode(generation_tps: float, concurrency: int, itl_p50_s: float 
     return generation_tps / max(1, concurrency)
 
 
-def for_served(session: Session, config: Mapping[str, Any], bandwidth_gbps: float) -> Ceiling | None:
-    """The ceiling of the model `serve` recorded (config: bench's target config), read from the head's snapshot."""
+@dataclass(frozen=True)
+class ServedModel:
+    """The served model's files on the head, read once for the ceiling and the decode budget."""
+
+    name: str
+    config: dict[str, Any]  # its config.json
+    stored_bytes: int | None  # the safetensors index's total size
+
+
+def served_model(session: Session, config: Mapping[str, Any]) -> ServedModel | None:
+    """The model `serve` recorded (config: bench's target config), read from the head's snapshot."""
     model = config.get("hf_model")
     if not isinstance(model, str):
         return None
     found = read_from_head(session, model)
-    if found is None:
-        return None
+    return None if found is None else ServedModel(model, found[0], found[1])
+
+
+def for_served(served: ServedModel, config: Mapping[str, Any], bandwidth_gbps: float) -> Ceiling | None:
+    """The ceiling of the served model on the nodes bench's target config names."""
     try:
-        return ceiling(model, found[0], effective_nodes(config), bandwidth_gbps, stored_bytes=found[1])
+        return ceiling(served.name, served.config, effective_nodes(config), bandwidth_gbps,
+                       stored_bytes=served.stored_bytes)
     except ValueError:
         return None  # a config of a shape this does not know: no ceiling rather than a wrong one
 

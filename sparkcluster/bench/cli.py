@@ -24,9 +24,10 @@ from ..engine.console import out as console
 from ..engine.console import print_error
 from ..engine.errors import EXIT_INTERRUPTED, EXIT_OK, SparkclusterError, UsageError
 from ..engine.report import print_json
+from ..engine.session import Session
 from ..node.gputelemetry import GpuTelemetry, read_all, telemetry_json
 from ..recipes.load import Reference
-from . import benchy_cli, ceiling, compare, head_tokenizer, plot, published, table
+from . import benchy_cli, ceiling, compare, decode_budget, head_tokenizer, plot, published, table
 from .context import DoesNotFit
 from .sweep import (
     BenchEvent,
@@ -139,6 +140,18 @@ def gpus_at_end(args: argparse.Namespace, connect: Connect) -> dict[str, GpuTele
         return {}
 
 
+def served_figures(session: Session, target: Target, args: argparse.Namespace) -> dict[str, Any]:
+    """The served model's decode ceiling and its decode budget's inputs (verify's latency among them), read from
+    the head once; they ride in the config, where the JSON document and the table both read them."""
+    served = ceiling.served_model(session, target.config)
+    if served is None:
+        return {}
+    found = ceiling.for_served(served, target.config, args.bandwidth)
+    step = decode_budget.for_served(served, target.config, decode_budget.last_verify_record(session))
+    return {**({"decode_ceiling": found.to_json()} if found else {}),
+            **({"decode_step": step.to_json()} if step else {})}
+
+
 def find_target(args: argparse.Namespace, connect: Connect, tokenizer: bool = False) -> tuple[Target, Path | None]:
     """The endpoint (and, for `tokenizer`, the served model's tokenizer.json from the head when this machine
     has none and --tokenizer gave none)."""
@@ -147,9 +160,7 @@ def find_target(args: argparse.Namespace, connect: Connect, tokenizer: bool = Fa
     fetched = None
     with connect(args, lambda inventory: None) as session:
         target = from_cluster(session)
-        found = ceiling.for_served(session, target.config, args.bandwidth)
-        if found is not None:  # rides in the config: the JSON document and the table both read it there
-            target = dataclasses.replace(target, config={**target.config, "decode_ceiling": found.to_json()})
+        target = dataclasses.replace(target, config={**target.config, **served_figures(session, target, args)})
         hf_model = target.config.get("hf_model")
         if tokenizer and not args.tokenizer and isinstance(hf_model, str):
             fetched = head_tokenizer.fetch(session, hf_model)
@@ -221,6 +232,9 @@ def cmd_bench(args: argparse.Namespace, connect: Connect) -> int:
             {**dataclasses.asdict(r), "ratio": r.ratio} for r in found]}
     if baseline:
         doc["speedup"] = ceiling.speedups(levels, baseline)
+    budget = decode_budget.for_run(target.config, [level.row for level in levels])
+    if budget:
+        doc["decode_budget"] = budget.to_json()
     if failure:
         doc["error"] = {"message": failure.message, "fix": failure.fix}
     gpus = gpus_at_end(args, connect) if code != EXIT_INTERRUPTED and not args.url else {}
@@ -235,6 +249,8 @@ def cmd_bench(args: argparse.Namespace, connect: Connect) -> int:
         console.print(table.render(levels, escape(title), limit["tokens_per_s"] if limit else None))
         if limit:
             console.print(ceiling.describe(limit), highlight=False)
+        if budget:
+            console.print(decode_budget.describe(budget), highlight=False, markup=False)
         if baseline:
             console.print(ceiling.speedup_lines(levels, baseline), highlight=False)
         if reference:
