@@ -23,6 +23,7 @@ from sparkcluster.engine.inventory import InventoryError, load_inventory
 from sparkcluster.engine.inventory.writeback import edited, set_shared_var
 from sparkcluster.node.health import health_command, parse_health, parse_image
 from sparkcluster.node.parity import Node, Severity, parity
+from sparkcluster.recipes.types import Recipe
 from sparkcluster.serving.launch import DEFAULT_IMAGE
 from sparkcluster.serving.record import ServeRecord
 from sparkcluster.serving.runtime import ClusterRuntime, cluster_launcher, cluster_runtime, remember_runtime
@@ -251,3 +252,24 @@ def test_a_docker_error_that_begins_with_an_empty_line_still_gives_its_reason(tm
     assert image.error == "no image 'vllm-node': Cannot connect to the Docker daemon at unix:///var/run/docker.sock."
     assert not image.absent
     assert parse_image("x", ["absent"]).error == "no image 'x': docker gave no reason"
+
+
+# ---- serve: the cluster's runtime and launcher --------------------------------------------------------------------
+
+@pytest.mark.parametrize(("vars_text", "flags", "recipe", "runtime", "launcher"), [
+    ("  runtime: host\n  launcher: native\n", {}, Recipe("default"), "host", "native"),  # both from the inventory
+    ("  runtime: host\n  launcher: native\n", {"runtime": "docker", "launcher": "ray"}, Recipe("default"),
+     "docker", "ray"),  # the flags override both
+    ("  launcher: native\n", {}, Recipe("r", launcher="ray"), "docker", "ray"),  # a recipe's own launcher wins
+    ("", {}, Recipe("default"), "docker", "ray"),  # nothing said: docker and Ray, as eugr's
+])
+def test_serve_takes_the_cluster_runtime_and_launcher_where_no_flag_says(tmp_path, vars_text, flags, recipe, runtime,
+                                                                        launcher):
+    from sparkcluster.serving import cli as serving_cli
+    from sparkcluster.serving.phases import ServeOptions
+
+    inventory = load_inventory(written(tmp_path, INVENTORY.replace("  user: spark", vars_text + "  user: spark")),
+                               check_files=False)
+    args = argparse.Namespace(runtime=flags.get("runtime"), launcher=flags.get("launcher"))
+    chosen = serving_cli._on_cluster(ServeOptions(tp=2, recipe=recipe), args, inventory)
+    assert (chosen.runtime, chosen.launcher) == (runtime, launcher)
