@@ -29,7 +29,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-import yaml  # noqa: E402
 
 from sparkcluster.sim import SimCluster, UpOptions, image, tinymodel  # noqa: E402
 from sparkcluster.sim.fakemodel import generate  # noqa: E402
@@ -79,10 +78,7 @@ def host_runs(config: str) -> None:
     cluster = SimCluster.up(UpOptions(count=2, name="bench-serve-h", docker=False, vllm_env=str(VLLM_ENV)))
     try:
         assert cli(cluster.inventory_path, "bootstrap", "--runtime", "host", config=config).returncode == 0
-        # The Ray launcher needs the test-only platform plugin (tests/vllm_cpu_plugin) on a CPU vLLM.
-        doc = yaml.safe_load(cluster.inventory_path.read_text())
-        doc["vars"]["serve_env"]["SPARKCLUSTER_TEST_CPU_RAY"] = "1"
-        cluster.inventory_path.write_text(yaml.safe_dump(doc, sort_keys=False))
+        # The Ray launcher runs the CPU vLLM with the simulator's plugin, which the inventory of `sim up` turns on.
         tinymodel.generate_on(cluster, "spark-1", str(VLLM_ENV / "bin" / "python"))
         for launcher in ("ray", "native"):
             wall, result = timed_serve(cluster.inventory_path, [

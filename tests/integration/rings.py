@@ -17,7 +17,7 @@ import yaml
 from sparkcluster.sim import SimCluster, UpOptions, tinymodel
 from tests.helpers import require_sim, run_cli, ssh, unique_name
 from tests.integration import vllm_model_info
-from tests.integration.test_serve_host_vllm import PLUGIN_SWITCH, VLLM_ENV
+from tests.integration.test_serve_host_vllm import VLLM_ENV
 
 COMM_ENV = "/home/spark/.config/sparkcluster/comm.env"
 SYSCTL_FILE = "/etc/sysctl.d/60-sparkcluster-fabric.conf"
@@ -36,11 +36,8 @@ def bootstrap(c: SimCluster, cfg: Path) -> subprocess.CompletedProcess:
 
 
 def ready_to_serve(c: SimCluster) -> None:
-    """The test plugin's eager helper (no g++ at the first request), and the tiny Llama on the head: serve stages it
-    node to node along the cables."""
-    doc = yaml.safe_load(c.inventory_path.read_text())
-    doc["vars"].setdefault("serve_env", {})[PLUGIN_SWITCH] = "1"
-    c.inventory_path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    """The tiny Llama on the head: serve stages it node to node along the cables. (The inventory `sim up --vllm-env`
+    wrote turns on the simulator's CPU plugin, whose eager helper spares g++ at the first request.)"""
     tinymodel.generate_on(c, "spark-1", str(VLLM_ENV / "bin" / "python"))
     vllm_model_info.lay_on(c, VLLM_ENV)  # each node's first vLLM start skips its model-class inspection
 

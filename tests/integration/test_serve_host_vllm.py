@@ -30,7 +30,6 @@ pytestmark = [pytest.mark.sim, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]
 VLLM_ENV = ROOT / ".venv-vllm"
 MODEL = "local/tiny-llama"
-PLUGIN_SWITCH = "SPARKCLUSTER_TEST_CPU_RAY"  # turns on the test-only platform plugin (tests/vllm_cpu_plugin)
 VLLM_FLAGS = ["--", "--max-model-len", "512", "--enforce-eager"]
 CANARY = "hf_SERVEENV" + "CANARY42"  # split: the test's own argv never holds it whole
 API_KEY = "sk-" + "APIKEY" + "CANARY39"  # vLLM's --api-key (issue 39, S5), split the same way
@@ -42,14 +41,14 @@ def cluster(tmp_path_factory) -> Iterator[SimCluster]:
     require_sim(docker=False)
     if not (VLLM_ENV / "bin" / "vllm").exists():
         pytest.fail(f"{VLLM_ENV} is missing: run scripts/setup-vllm.sh")
-    # Sparks without Docker; the inventory names the vLLM environment (python_env) and its CPU settings. The
-    # twins hold link-local addresses until bootstrap gives them the fabric's, and the RDMA devices are mlx5_N.
+    # Sparks without Docker; the inventory names the vLLM environment (python_env), the host runtime and the CPU
+    # vLLM's settings, the simulator's Ray plugin among them (tests/vllm_cpu_plugin). The twins hold link-local
+    # addresses until bootstrap gives them the fabric's, and the RDMA devices are mlx5_N.
     c = SimCluster.up(UpOptions(count=2, name=unique_name("vllm"), docker=False, vllm_env=str(VLLM_ENV),
                                 rdma_names="mlx5", link_local=True))
     try:
         host_bootstrap(c, tmp_path_factory.mktemp("cfg"))
         doc = yaml.safe_load(c.inventory_path.read_text())
-        doc["vars"]["serve_env"][PLUGIN_SWITCH] = "1"
         doc["vars"]["serve_env"]["HF_TOKEN"] = CANARY  # a secret: never in a command line on a node (issue 28)
         c.inventory_path.write_text(yaml.safe_dump(doc, sort_keys=False))
         # The model exists on the head only; serve stages it to the worker.
@@ -170,23 +169,28 @@ def never_seen(seen: dict[str, list[str]]) -> None:
 
 
 def test_real_vllm_serves_with_tp2_across_two_nodes_over_ray(cluster, tmp_path):
-    """The Ray launcher; the native one serves the same way in test_an_eugr_recipe_with_a_mod_serves_tp2_... The
-    inventory's HF_TOKEN reaches the serving processes but no command line on a node, nor --check's output. Then a
-    sparkrun recipe serves TP 1 x PP 2 over the same Ray (one Ray start and one `down` fewer than a test of its own)."""
-    check = sc(cluster, "serve", "--runtime", "host", "--launcher", "ray", "--tp", "2", "--model", MODEL,
-               "--check", "--json", *VLLM_FLAGS)
+    """The default launcher, Ray (eugr's), with no --runtime or --launcher: what the simulator's inventory sets is
+    all the CPU vLLM needs (issue 43: failed before with `current platform cpu does not support ray`); the native
+    launcher serves the same way in test_an_eugr_recipe_with_a_mod_serves_tp2_... The inventory's HF_TOKEN reaches
+    the serving processes but no command line on a node, nor --check's output. `bench` with its default prompt and
+    output fits them to the served 512 tokens. Then a sparkrun recipe serves TP 1 x PP 2 over the same Ray (one Ray
+    start and one `down` fewer than a test of its own)."""
+    check = sc(cluster, "serve", "--tp", "2", "--model", MODEL, "--check", "--json", *VLLM_FLAGS)
     assert check.returncode == 0 and "ray start" in check.stdout, check.stderr[-2000:]
     assert CANARY not in check.stdout + check.stderr  # failed before: twice, in the start lines
     try:
         with argv_watched(cluster, ["spark-2"], [CANARY]) as seen:
-            result = sc(cluster, "serve", "--runtime", "host", "--launcher", "ray", "--tp", "2", "--model", MODEL,
-                        "--ready-timeout", "300", "--json", *VLLM_FLAGS)
+            result = sc(cluster, "serve", "--tp", "2", "--model", MODEL, "--ready-timeout", "300", "--json",
+                        *VLLM_FLAGS)
             assert result.returncode == 0, result.stderr[-3000:]
             assert CANARY not in result.stdout + result.stderr
-            serves_tp2_on_the_fabric(cluster, json.loads(result.stdout), "RayWorkerProc")
+            served = json.loads(result.stdout)
+            assert served["launcher"] == "ray" and served["runtime"] == "host", served
+            serves_tp2_on_the_fabric(cluster, served, "RayWorkerProc")
             raylet = ssh(cluster, "spark-2", "pgrep -o -f raylet").stdout.strip()
             environ = ssh(cluster, "spark-2", f"cat /proc/{raylet}/environ", user="root").stdout
             assert f"HF_TOKEN={CANARY}" in environ.split("\0")  # it did reach the node, through stdin
+            bench_fits_the_served_context(cluster)
             a_sparkrun_recipe_serves_tp1_x_pp2_over_ray(cluster, tmp_path)  # on the Ray cluster up now
     finally:
         down_leaves_nothing(cluster)
@@ -208,6 +212,23 @@ def test_serve_refuses_a_fallback_onto_the_management_network(cluster, tmp_path)
             assert "vllm serve" not in processes(cluster, host)
     finally:
         host_bootstrap(cluster, tmp_path)  # rewrites the comm env
+
+
+def bench_fits_the_served_context(cluster: SimCluster) -> None:
+    """~15 s: vLLM serves 512 tokens (--max-model-len); bench's default prompt and output (512 and 128: a 400
+    before, "maximum context length is 512 tokens", told as "check that the server runs") are halved to fit and
+    measured; sizes given that cannot fit are refused up front with the numbers. One request each: sizes are the
+    point, not load (the server's own 400 message: tests/unit/test_bench_context.py)."""
+    once = ["--concurrency", "1", "--runs", "1", "--requests-per-stream", "1", "--warmup", "0"]
+    result = sc(cluster, "bench", *once, "--json")
+    assert result.returncode == 0, result.stderr[-3000:]
+    method = json.loads(result.stdout)["config"]["method"]
+    assert (method["prompt_tokens"], method["output_tokens"], method["max_model_len"]) == (256, 64, 512), method
+    assert json.loads(result.stdout)["rows"][0]["completion_tokens"] == 64  # all asked for: nothing cut to fit
+    refused = sc(cluster, "bench", *once, "--prompt-tokens", "600")
+    err = " ".join(refused.stderr.split())
+    assert refused.returncode == 2, err
+    assert "--prompt-tokens 600 cannot fit the served context: the server's max_model_len is 512 tokens" in err, err
 
 
 def vllm_counters(endpoint: str) -> dict[str, float]:
@@ -437,6 +458,21 @@ def test_a_registry_recipe_by_file_serves_on_one_node_with_its_mod_and_no_ray(cl
     finally:
         down = sc(cluster, "down", "--limit", "spark-1", "--json")
     assert down.returncode == 0, down.stderr
+
+
+def test_a_vllm_that_fails_at_start_is_told_by_its_own_reason(cluster):
+    """~30 s, the cheapest vLLM start (one node, no probe): vLLM refuses --max-model-len 99999999 for the tiny model
+    at its config check. serve gives vLLM's own reason, its first exception with its message, and where to read the
+    rest (issue 43: serve printed the log's last 15 lines); nothing is left running."""
+    result = sc(cluster, "serve", "--limit", "spark-1", "--model", MODEL, "--no-verify", "--ready-timeout", "300",
+                "--", "--max-model-len", "99999999", "--enforce-eager")
+    err = " ".join(result.stderr.split())
+    assert result.returncode == 1, err
+    assert ("vLLM's error: pydantic_core._pydantic_core.ValidationError: 1 validation error for ModelConfig Value "
+            "error, User-specified max_model_len (99999999) is greater than the derived max_model_len") in err, err
+    assert "(spark-1's vLLM log)" in err and "last lines of the vLLM log" not in err, err
+    assert "the whole log: `sparkcluster logs --runtime host --node spark-1 -n 1000`" in err, err
+    assert "vllm serve" not in processes(cluster, "spark-1")
 
 
 RAY_PP_RECIPE = """\
