@@ -114,10 +114,21 @@ def cmd_bootstrap(args: argparse.Namespace, connect_selected: Connect) -> int:
 
 
 def _remember_runtime(inventory: Inventory, runtime: RuntimeName, quiet: bool) -> None:
+    """The runtime given is the cluster's from now on. An inventory that cannot take it (a read-only file, a host
+    that sets its own) does not stop the bootstrap: the warning says what later commands then need."""
+    from rich.markup import escape
+
     from .engine.console import err
+    from .engine.inventory import InventoryError
     from .serving.runtime import remember_runtime
 
-    if remember_runtime(inventory, runtime) and not quiet:
+    try:
+        recorded = remember_runtime(inventory, runtime)
+    except InventoryError as e:
+        err.print(f"[bold yellow]warning:[/] runtime {runtime} not recorded: {escape(e.message)}\n  [bold]fix:[/] "
+                  f"{escape(e.fix)}; until then, give later commands --runtime {runtime}", highlight=False)
+        return
+    if recorded and not quiet:
         err.print(f"runtime: {runtime}, recorded in {inventory.path} (vars: runtime: {runtime}); later commands "
                   "follow it, --runtime overrides", highlight=False)
 

@@ -273,3 +273,14 @@ def test_serve_takes_the_cluster_runtime_and_launcher_where_no_flag_says(tmp_pat
     args = argparse.Namespace(runtime=flags.get("runtime"), launcher=flags.get("launcher"))
     chosen = serving_cli._on_cluster(ServeOptions(tp=2, recipe=recipe), args, inventory)
     assert (chosen.runtime, chosen.launcher) == (runtime, launcher)
+
+
+def test_an_inventory_that_cannot_take_the_record_warns_and_bootstrap_goes_on(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(bootstrap_cli, "run_playbook",
+                        lambda playbook, inventory, args, extra: SimpleNamespace(exit_code=0))
+    text = INVENTORY.replace("{address: 127.0.0.2, port: 9}", "{address: 127.0.0.2, port: 9, vars: {runtime: docker}}")
+    path = written(tmp_path, text)
+    assert bootstrap_cli.cmd_bootstrap(bootstrap_args(path, limit="spark-1"), lambda: None) == 0
+    said = " ".join(capsys.readouterr().err.split())
+    assert "warning: runtime host not recorded:" in said and "spark-2 sets `runtime`" in said, said
+    assert "give later commands --runtime host" in said and path.read_text() == text
