@@ -1,0 +1,195 @@
+"""`bench --layouts tp,pp,replicas`: serve's own options (--model/--recipe, --runtime, --launcher, vLLM flags after
+--), every layout sized on the selected nodes and the state of an earlier run read before anything connects; then
+the run (run.py) and one table of the layouts side by side (report.py), or --json. The results and the resume state
+lie in --out DIR."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import json
+from collections.abc import Callable
+from importlib.metadata import version
+from pathlib import Path
+from typing import Any
+
+from rich.progress import Progress
+
+from ... import __version__
+from ...engine import flags
+from ...engine.cliapp import Connect
+from ...engine.console import err as err_console
+from ...engine.console import out as console
+from ...engine.console import print_error
+from ...engine.errors import EXIT_INTERRUPTED, EXIT_OK, SparkclusterError, UsageError
+from ...engine.inventory import Inventory
+from ...engine.report import print_json
+from ...serving import render
+from ...serving.cli import one_at_a_time, options, sized
+from ...serving.launch import LAUNCHERS, RUNTIMES
+from ...serving.layout import Layout
+from ...serving.progress import ignore as serve_quietly
+from ...serving.recipes_cli import add_recipe_flags
+from ..sweep import Emit, SweepOptions
+from . import choice, report, state
+from .run import Planned, measure_layouts, serve_on, stage_once, sweep_on
+
+# serve's flags that bench takes for --layouts, with their defaults: given without --layouts they would do nothing.
+SERVE_DEFAULTS: dict[str, object] = {"recipe": None, "runtime": None, "launcher": None, "image": None,
+                                     "docker_arg": None, "up_timeout": 180.0, "ready_timeout": 1800.0,
+                                     "verify": True, "sets": [], "trust": False}
+# bench's flags that measure one served endpoint, which --layouts serves and measures itself.
+ONE_SERVE_ONLY: dict[str, object] = {"url": None, "compare": None, "csv": None, "plot": None, "profile": None,
+                                     "method": "sustained"}
+DEFAULT_OUT = "bench-layouts"
+RESULTS_FILE = "layouts.json"
+Progressing = Callable[[bool], tuple[Progress | None, Emit]]
+
+
+def add_flags(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("--layouts: serve each layout in turn and measure it the same way")
+    g.add_argument("--layouts", nargs="+", metavar="KIND",
+                   help="tp, pp and/or replicas (space- or comma-separated): serve each on the selected nodes (TP = "
+                        "the nodes, PP = the nodes, one replica per node behind the router), measure it with the "
+                        "sweep's flags, and print them side by side with the best layout per concurrency marked. "
+                        "--model is then the model to serve; extra vLLM flags go after --")
+    g.add_argument("--recipe", help="with --layouts: the recipe to serve, as serve's --recipe")
+    g.add_argument("--runtime", choices=RUNTIMES, help="with --layouts: as serve's --runtime")
+    g.add_argument("--launcher", choices=LAUNCHERS, help="with --layouts: as serve's --launcher")
+    g.add_argument("--image", type=flags.image, help="with --layouts: as serve's --image")
+    g.add_argument("--docker-arg", action="append", metavar="ARG", help="with --layouts: as serve's --docker-arg")
+    g.add_argument("--up-timeout", type=flags.seconds, default=SERVE_DEFAULTS["up_timeout"],
+                   help="with --layouts: as serve's --up-timeout (default 180)")
+    g.add_argument("--ready-timeout", type=flags.seconds, default=SERVE_DEFAULTS["ready_timeout"],
+                   help="with --layouts: as serve's --ready-timeout (default 1800)")
+    g.add_argument("--no-verify", dest="verify", action="store_false",
+                   help="with --layouts: skip the NCCL probe before each layout's vLLM starts")
+    add_recipe_flags(p)
+
+
+def given(args: argparse.Namespace, defaults: dict[str, object]) -> list[str]:
+    return ["--" + name.replace("_", "-") for name, default in defaults.items() if getattr(args, name) != default]
+
+
+def check_flags(args: argparse.Namespace) -> None:
+    """Without --layouts, serve's flags would be ignored; with it, the flags of a one-endpoint measurement."""
+    if not args.layouts:
+        if serve_flags := given(args, SERVE_DEFAULTS):
+            raise UsageError(f"{', '.join(serve_flags).replace('--sets', '--set').replace('--verify', '--no-verify')}"
+                             ": serve's flags, which bench reads only with --layouts (it measures what is served)",
+                             "add --layouts KIND,... to serve and measure each layout, or serve first and bench then")
+        return
+    if others := given(args, ONE_SERVE_ONLY):
+        raise UsageError(f"{', '.join(others)} with --layouts: --layouts serves each layout itself and measures it "
+                         "with the sustained sweep", "leave them out, or bench one served layout without --layouts")
+
+
+def _one_layout(args: argparse.Namespace, layout: Layout) -> argparse.Namespace:
+    """The flags as `serve` would be given them for this layout (the recipe rendered with its TP and PP)."""
+    return argparse.Namespace(**{**vars(args), "tp": layout.tp, "pp": layout.pp, "replicas": layout.replicas})
+
+
+def inputs(args: argparse.Namespace, inventory: Inventory, sweep: SweepOptions) -> dict[str, Any]:
+    """What the figures depend on: a state measured otherwise is refused rather than resumed."""
+    return {"inventory": str(inventory.path), "nodes": [h.name for h in inventory.hosts], "model": args.model,
+            "recipe": args.recipe, "sets": [list(s) for s in args.sets], "vllm_flags": list(args.remote),
+            "runtime": args.runtime, "launcher": args.launcher, "image": args.image,
+            "concurrency": list(sweep.concurrency), "prompt_tokens": sweep.prompt_tokens if sweep.prompt_given
+            else None, "output_tokens": sweep.output_tokens if sweep.output_given else None, "runs": sweep.runs,
+            "warmup": sweep.warmup, "requests_per_stream": sweep.requests_per_stream,
+            "prefix_cache": sweep.prefix_cache}
+
+
+def serve_hint(layout: Layout) -> str:
+    words = [f"--tp {layout.tp}"] + ([f"--pp {layout.pp}"] if layout.pp > 1 else [])
+    return "sparkcluster serve " + " ".join(words + ([f"--replicas {layout.replicas}"] if layout.routed else []))
+
+
+def cmd(args: argparse.Namespace, connect: Connect, sweep: SweepOptions, progressing: Progressing) -> int:
+    kinds = choice.parse_kinds(args.layouts)
+    out = Path(args.out or DEFAULT_OUT)
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"--out {out} is a file", "give a directory for the results and the resume state")
+    base = options(_one_layout(args, Layout()))
+    base.serve_args()  # a recipe without a model fails here, before any connection
+    planned: list[Planned] = []
+    states: list[state.LayoutState] = []
+
+    def check(inventory: Inventory) -> None:
+        """Every layout sized as serve sizes it, and the state read, before anything connects."""
+        for index, layout in enumerate(choice.layouts_for(kinds, inventory, base.recipe)):
+            flags_ = _one_layout(args, layout)
+            planned.append(Planned(kinds[index], layout, sized(flags_, options(flags_), inventory, show=index == 0)))
+        states.append(state.load(out / state.STATE_FILE, inputs(args, inventory, sweep)))
+
+    started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    serve_emit = serve_quietly if args.json else render.progress_printer(err_console)
+    bar, sweep_emit = progressing(not args.json)
+    code, stage_s, failure = EXIT_OK, 0.0, None
+    say: Callable[[str], None] = (lambda text: None) if args.json else (
+        lambda text: err_console.print(text, highlight=False, markup=False))
+    try:
+        with connect(args, check) as session, one_at_a_time(session):
+            layout_state = states[0]
+            if any(item.kind not in layout_state.done for item in planned):
+                stage_s = stage_once(session, planned[0].options, serve_emit)
+            if bar:
+                bar.start()
+            measure_layouts(planned, layout_state, serve_on(session, serve_emit), sweep_on(session, sweep, sweep_emit),
+                            say)
+    except SparkclusterError as e:
+        if not states:  # refused before anything connected: nothing measured to show
+            raise
+        failure, code = e, e.exit_code
+    except KeyboardInterrupt:
+        code = EXIT_INTERRUPTED
+    finally:
+        if bar:
+            bar.stop()
+    measured = [states[0].done[item.kind] for item in planned if states and item.kind in states[0].done]
+    doc = report.document(measured, config(args, planned, sweep, started), stage_s)
+    if measured:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / RESULTS_FILE).write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
+    if failure:
+        doc["error"] = {"message": failure.message, "fix": failure.fix}
+    if args.json:
+        print_json(doc)
+    elif measured:
+        show(measured, planned, sweep, doc, out)
+    if failure:
+        print_error(failure.message, f"{failure.fix}; the layouts measured are kept in {out}: run the same command "
+                                     "again to measure the rest")
+    elif code == EXIT_INTERRUPTED:
+        err_console.print(f"interrupted: {len(measured)} of {len(planned)} layouts measured (kept in {out}: run the "
+                          "same command again to measure the rest)", highlight=False)
+    return code
+
+
+def config(args: argparse.Namespace, planned: list[Planned], sweep: SweepOptions, started: str) -> dict[str, Any]:
+    first = planned[0].options if planned else None
+    return {"model": first.serve_args().model if first else args.model, "recipe": first.recipe.name if first else None,
+            "runtime": first.runtime if first else None,
+            "launchers": {item.kind: item.options.launcher for item in planned},
+            "method": {**dataclasses.asdict(sweep), "concurrency": list(sweep.concurrency)},
+            "client": f"sparkcluster {__version__}, aiohttp {version('aiohttp')}", "started": started}
+
+
+def show(measured: list[state.Measured], planned: list[Planned], sweep: SweepOptions, doc: dict[str, Any],
+         out: Path) -> None:
+    console.print(report.render(measured, sweep.concurrency, f"{doc['config']['model']}: each layout measured the "
+                                                             "same way (generation tok/s is all streams' output)"))
+    for m in measured:
+        console.print(f"{m.layout} ({m.shape.describe()}): served in {m.serve_s:.0f} s, measured in {m.measure_s:.0f} s",
+                      highlight=False, markup=False)
+    if doc["cpu_vllm"]:
+        console.print(f"[bold yellow]note:[/] {doc['cpu_vllm']}", highlight=False)
+    best = doc["best"]
+    if best:
+        layouts = {item.kind: item.layout for item in planned}
+        winners = dict.fromkeys(best.values())
+        console.print("serve the best: " + "; ".join(
+            f"{kind} at c={','.join(c for c, k in best.items() if k == kind)}: `{serve_hint(layouts[kind])}`"
+            for kind in winners if kind in layouts), highlight=False, markup=False)
+    console.print(f"results and the resume state: {out}/", highlight=False, markup=False)

@@ -1,0 +1,69 @@
+"""The layouts side by side: one table of concurrency by layout (generation tokens/s, TTFT and ITL at p50) with the
+best layout at each concurrency marked, and the same as one JSON document (`layouts`: a list of {layout, rows};
+`best`: concurrency -> layout). Best is the most generation tokens/s, the aggregate a user's clients receive; a
+row with failed requests never wins. Figures from a CPU build of vLLM (the simulator's) are said to be so."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from rich import box
+from rich.table import Table
+
+from ..table import _ms, _tps
+from .state import Measured
+
+BEST_MARK = "<- best"
+
+
+def best_per_concurrency(measured: Sequence[Measured]) -> dict[int, str]:
+    """concurrency -> the layout with the most generation tokens/s there (the first one given wins a tie)."""
+    best: dict[int, tuple[float, str]] = {}
+    for layout in measured:
+        for row in layout.rows:
+            if row.errors or row.generation_tps <= 0:
+                continue
+            if row.concurrency not in best or row.generation_tps > best[row.concurrency][0]:
+                best[row.concurrency] = (row.generation_tps, layout.layout)
+    return {c: name for c, (_, name) in sorted(best.items())}
+
+
+def cpu_note(measured: Sequence[Measured]) -> str | None:
+    """Said plainly where any figure comes from a CPU build of vLLM: it proves the layouts serve and measure end to
+    end, not which is fastest on Sparks."""
+    versions = sorted({m.server_version for m in measured if m.server_version and "+cpu" in m.server_version})
+    if not versions:
+        return None
+    return (f"these figures are a CPU build of vLLM's (vLLM {', '.join(versions)}, as the simulator runs it): they "
+            "show that each layout serves and is measured end to end, not which layout is fastest on DGX Sparks; "
+            "measure on the Sparks for that")
+
+
+def render(measured: Sequence[Measured], concurrency: Sequence[int], title: str = "") -> Table:
+    """A block of rows per concurrency (in the order measured), a row per layout inside it."""
+    best = best_per_concurrency(measured)
+    table = Table("c", "layout", "generation\ntok/s", "TTFT\np50", "ITL\np50", "errors", "", title=title or None,
+                  box=box.SIMPLE_HEAD)
+    for column in table.columns[2:]:
+        column.justify, column.no_wrap = "right", True
+    for c in concurrency:
+        rows = [(m, row) for m in measured for row in m.rows if row.concurrency == c]
+        for index, (m, row) in enumerate(rows):
+            table.add_row(str(c) if index == 0 else "", f"{m.layout} ({m.shape.name})", _tps(row.generation_tps),
+                          _ms(row.ttft_s.p50), _ms(row.itl_s.p50), str(row.errors),
+                          BEST_MARK if best.get(c) == m.layout else "", end_section=index == len(rows) - 1)
+    return table
+
+
+def document(measured: Sequence[Measured], config: dict[str, Any], stage_s: float) -> dict[str, Any]:
+    """`layouts` and `best` as the issue names them, what produced them, and the wall time split into staging, the
+    serves and the measurements (benchmarks/bench_layouts_wall.py reads it)."""
+    return {
+        "config": config,
+        "layouts": [m.to_json() for m in measured],
+        "best": {str(c): name for c, name in best_per_concurrency(measured).items()},
+        "wall_s": {"stage": round(stage_s, 3), "serve": round(sum(m.serve_s for m in measured), 3),
+                   "measure": round(sum(m.measure_s for m in measured), 3)},
+        "cpu_vllm": cpu_note(measured),
+    }

@@ -1,0 +1,80 @@
+"""A `bench --layouts` run on a connected cluster: the model staged once, then each layout not measured yet served
+through serve's own phases (serving/phases.py: the same staging check, Ray, probe, launch and readiness; the
+compile caches stay warm between layouts) and measured by bench's own sweep against the endpoint serve recorded.
+Each layout measured is written to the state at once, so a run cut short (a failure, Ctrl-C) resumes at the next
+layout without serving a measured one again."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from ...engine.session import Session
+from ...serving.layout import Layout, LayoutKind
+from ...serving.phases import ServeOptions, hub_model, serve, stage_model
+from ...serving.progress import Emit as ServeEmit
+from ..sweep import Emit as SweepEmit
+from ..sweep import Level, Prepared, SweepOptions, sweep
+from ..target import from_cluster
+from .state import LayoutState, Measured
+
+
+@dataclass(frozen=True)
+class Planned:
+    """A layout to measure, with serve's options for it, sized on the selected nodes before anything connected."""
+
+    kind: LayoutKind
+    layout: Layout
+    options: ServeOptions
+
+
+# What serves a layout (its phases' seconds) and what measures the endpoint then served (rows and what the sweep
+# learnt): serve's phases and bench's sweep on a cluster, fakes in the unit tests.
+ServeLayout = Callable[[Planned], dict[str, float]]
+Measure = Callable[[], tuple[list[Level], Prepared]]
+Say = Callable[[str], None]
+
+
+def measure_layouts(planned: Sequence[Planned], state: LayoutState, serve_layout: ServeLayout, measure: Measure,
+                    say: Say) -> None:
+    """Each planned layout the state does not hold yet, served then measured, recorded as soon as measured."""
+    for item in planned:
+        if item.kind in state.done:
+            say(f"{item.kind} ({item.layout.describe()}): measured before, kept from {state.path}")
+            continue
+        say(f"{item.kind}: serving {item.layout.describe()} ...")
+        began = time.monotonic()
+        phases = serve_layout(item)
+        served = time.monotonic()
+        say(f"{item.kind}: measuring ...")
+        levels, prepared = measure()
+        state.record(Measured(item.kind, item.layout, tuple(level.row for level in levels),
+                              tuple(level.server for level in levels), prepared.server_version,
+                              round(served - began, 3), round(time.monotonic() - served, 3), phases))
+
+
+def stage_once(session: Session, options: ServeOptions, emit: ServeEmit) -> float:
+    """The model on every node before the first layout, as serve stages it (each serve after finds it there); the
+    seconds it took."""
+    began = time.monotonic()
+    model = hub_model(options.serve_args())
+    if model is not None:
+        stage_model(session, model, emit)
+    return round(time.monotonic() - began, 3)
+
+
+def serve_on(session: Session, emit: ServeEmit) -> ServeLayout:
+    return lambda item: serve(session, item.options, emit).phases
+
+
+def sweep_on(session: Session, options: SweepOptions, emit: SweepEmit) -> Measure:
+    """Bench's sweep against the endpoint serve recorded on the head (the router's, for replicas)."""
+    def measure() -> tuple[list[Level], Prepared]:
+        target = from_cluster(session)
+        levels: list[Level] = []
+        prepared = Prepared()
+        asyncio.run(sweep(target.base_url, target.model, options, levels, prepared, emit, target.api_key))
+        return levels, prepared
+    return measure

@@ -1,0 +1,101 @@
+"""What a `bench --layouts` run keeps beside its results so that a run cut short resumes: the inputs the figures
+depend on, and each layout measured so far with its rows and timings. Written after every layout (atomically: a
+Ctrl-C mid-write never leaves half a file that a resume would trust); read before anything connects, so a state of
+other inputs is refused up front rather than mixed with new figures."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ...engine.errors import UsageError
+from ...serving.layout import LAYOUT_KINDS, Layout, LayoutKind
+from ..metrics import ServerSide
+from ..stats import Distribution, Row
+from ..table import DISTRIBUTIONS
+
+STATE_VERSION = 1
+STATE_FILE = "layouts-state.json"
+
+
+@dataclass(frozen=True)
+class Measured:
+    """One layout's figures: a row per concurrency (with vLLM's own counters beside it) and where its time went."""
+
+    layout: LayoutKind  # as --layouts names it: tp, pp, replicas
+    shape: Layout  # what it served on these nodes: TP 2, or 2 replicas of TP 1
+    rows: tuple[Row, ...]
+    server: tuple[ServerSide | None, ...]
+    server_version: str | None
+    serve_s: float  # the serve phases, staging included (a no-op check once the first layout staged)
+    measure_s: float  # the sweep: calibration, warm-up and every concurrency
+    phases: dict[str, float] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"layout": self.layout, "shape": self.shape.to_json(), "rows": [r.to_json() for r in self.rows],
+                "server": [asdict(s) if s else None for s in self.server], "server_version": self.server_version,
+                "serve_s": self.serve_s, "measure_s": self.measure_s, "phases": self.phases}
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> Measured:
+        return cls(kind(doc["layout"]), Layout.from_json(doc["shape"]), tuple(row_from_json(r) for r in doc["rows"]),
+                   tuple(ServerSide(**s) if s else None for s in doc["server"]), doc["server_version"],
+                   float(doc["serve_s"]), float(doc["measure_s"]),
+                   {str(k): float(v) for k, v in doc["phases"].items()})
+
+
+def kind(text: object) -> LayoutKind:
+    found = next((k for k in LAYOUT_KINDS if k == text), None)
+    if found is None:
+        raise ValueError(f"{text!r} is not a layout ({', '.join(LAYOUT_KINDS)})")
+    return found
+
+
+def row_from_json(doc: dict[str, Any]) -> Row:
+    """The inverse of Row.to_json."""
+    return Row(**{**doc, **{name: Distribution(**doc[name]) for name in DISTRIBUTIONS}})
+
+
+@dataclass
+class LayoutState:
+    """The file's contents: `inputs` must equal this run's for its layouts to count as measured."""
+
+    path: Path
+    inputs: dict[str, Any]
+    done: dict[LayoutKind, Measured] = field(default_factory=dict)  # layout name -> its figures, in the order measured
+
+    def record(self, measured: Measured) -> None:
+        self.done[measured.layout] = measured
+        self.save()
+
+    def save(self) -> None:
+        doc = {"version": STATE_VERSION, "inputs": self.inputs, "done": [m.to_json() for m in self.done.values()]}
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        temporary = self.path.with_name(self.path.name + ".partial")
+        temporary.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
+        os.replace(temporary, self.path)
+
+
+def load(path: Path, inputs: dict[str, Any]) -> LayoutState:
+    """The state in `path` (none yet: an empty one). A file that does not parse, or was measured with other inputs,
+    is refused (exit 2) naming what differs: its figures are not comparable with this run's."""
+    if not path.exists():
+        return LayoutState(path, inputs)
+    start_afresh = f"give another --out, or delete {path} to measure every layout afresh"
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+        if doc.get("version") != STATE_VERSION:
+            raise ValueError(f"version {doc.get('version')!r}, not {STATE_VERSION}")
+        recorded: dict[str, Any] = doc["inputs"]
+        done = [Measured.from_json(m) for m in doc["done"]]
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+        raise UsageError(f"{path} is not a bench --layouts state file ({e})", start_afresh) from None
+    differs = [f"{key} {recorded.get(key)!r}, now {value!r}" for key, value in inputs.items()
+               if recorded.get(key) != value]
+    if differs:
+        raise UsageError(f"{path} holds layouts measured with other settings ({'; '.join(differs)}), whose figures "
+                         "do not compare with this run's", f"run with the same settings to resume, or {start_afresh}")
+    return LayoutState(path, inputs, {m.layout: m for m in done})
