@@ -178,12 +178,13 @@ class DecodeBudget:
             return ("verify's all-reduce latency is unknown (no verify has measured it on the head): run "
                     "`sparkcluster verify`, then bench again")
         check = "check the link's latency: `sparkcluster verify` times every link alone and names a slow one"
+        where = "at " + ", ".join(f"c={s.concurrency}" for s in self.steps if s.verdict is self.verdict)
         if self.verdict is Share.DOMINANT:
             fewer = f"TP {tp // 2}" if tp > 2 else "one node per engine"
-            return (f"the all-reduces dominate decode: serve fewer TP ranks ({fewer}) if the model fits, or "
-                    f"{tp} replicas behind the router (`serve --replicas {tp}`) for throughput; {check}")
+            return (f"the all-reduces dominate decode {where}: serve fewer TP ranks ({fewer}) if the model fits, "
+                    f"or {tp} replicas behind the router (`serve --replicas {tp}`) for throughput; {check}")
         if self.verdict is Share.LARGE:
-            return f"the all-reduces take a large share of decode (healthy links: about 10%); {check}"
+            return f"the all-reduces take a large share of decode {where} (healthy links: about 10%); {check}"
         return None
 
     def caveats(self) -> list[str]:
