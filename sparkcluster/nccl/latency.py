@@ -94,6 +94,8 @@ def _rows(docs: object) -> Latency | None:
 def at_size(latency_us: Mapping[int, float], size_bytes: int) -> float | None:
     """The median at `size_bytes`, interpolated on log-log axes between the measured sizes (latency grows about
     linearly with size once past the fixed cost); None outside them: an extrapolation would be a guess."""
+    if size_bytes in latency_us:
+        return latency_us[size_bytes]
     points = sorted(latency_us.items())
     for (s0, t0), (s1, t1) in zip(points, points[1:], strict=False):
         if s0 <= size_bytes <= s1:
@@ -101,7 +103,7 @@ def at_size(latency_us: Mapping[int, float], size_bytes: int) -> float | None:
                 return t0
             share = math.log(size_bytes / s0) / math.log(s1 / s0)
             return math.exp(math.log(t0) + share * math.log(t1 / t0))
-    return next((t for s, t in points if s == size_bytes), None)
+    return None
 
 
 def size_words(size_bytes: int) -> str:

@@ -167,7 +167,8 @@ def parse_args(argv: Sequence[str], environ: Mapping[str, str]) -> argparse.Name
         parser.error(f"--rank {args.rank} is outside --world {args.world}")
     if args.iters < 1 or args.warmup < 0:
         parser.error("--iters must be at least 1 and --warmup at least 0")
-    args.latency_iters = args.latency_iters or LATENCY_ITERS[args.device]
+    if args.latency_iters is None:
+        args.latency_iters = LATENCY_ITERS[args.device]
     if args.latency_iters < 1:
         parser.error("--latency-iters must be at least 1")
     return args

@@ -121,18 +121,22 @@ def run_verify(session: Session, *, backend: str = "auto", sizes: str | None = N
     return result
 
 
-def record_verdict(session: Session, result: VerifyResult) -> None:
-    """Best effort: a node that cannot take the record keeps the verdict it had; the verdict is printed anyway."""
+def record_doc(result: VerifyResult) -> dict[str, Any]:
+    """What every node keeps of a verify (LAST_VERIFY_PATH): `status` shows it, doctor's baselines read each link's
+    busbw, and bench's decode budget `latency_us` (message bytes -> all_reduce's median microseconds)."""
     largest = max((r.size_bytes for r in result.rows), default=0)
     best = max((r.best_busbw_gbps for r in result.rows if r.size_bytes == largest), default=None)
-    doc = json.dumps({"status": str(result.verdict.status), "cause": result.verdict.cause, "backend": result.backend,
-                      "busbw_gbps": best, "size_bytes": largest or None, "twins": result.twins,
-                      "links": {m.probe.label: m.busbw_gbps for m in result.links},  # each alone, for baselines
-                      # bench's decode budget reads these: message bytes -> all_reduce's median microseconds
-                      **(result.latency or Latency(())).to_json(),
-                      "links_latency_us": {m.probe.label: m.latency.to_json()["latency_us"] for m in result.links
-                                           if m.latency},
-                      "at": datetime.now(timezone.utc).isoformat(timespec="seconds")})
+    return {"status": str(result.verdict.status), "cause": result.verdict.cause, "backend": result.backend,
+            "busbw_gbps": best, "size_bytes": largest or None, "twins": result.twins,
+            "links": {m.probe.label: m.busbw_gbps for m in result.links},  # each alone, for baselines
+            **(result.latency or Latency(())).to_json(),
+            "links_latency_us": {m.probe.label: m.latency.to_json()["latency_us"] for m in result.links if m.latency},
+            "at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+
+
+def record_verdict(session: Session, result: VerifyResult) -> None:
+    """Best effort: a node that cannot take the record keeps the verdict it had; the verdict is printed anyway."""
+    doc = json.dumps(record_doc(result))
     target = shell_path(LAST_VERIFY_PATH)
     command = Command(f"mkdir -p {shell_path(LAST_VERIFY_PATH.rsplit('/', 1)[0])} && cat > {target}.tmp && "
                       f"mv {target}.tmp {target}", stdin=doc, timeout=30)
