@@ -29,17 +29,20 @@ from sparkcluster.engine.command import Command
 from sparkcluster.engine.inventory import Host, Inventory
 from sparkcluster.engine.session import Session
 from sparkcluster.engine.transport import Result
+from sparkcluster.nccl.finding import Verdict, VerdictStatus
 from sparkcluster.nccl.latency import Latency, LatencyRow
+from sparkcluster.nccl.verify import VerifyResult, record_doc
 from sparkcluster.serving.record import RECORD_FILE
 from tests.openai_stub import running_stub
 from tests.unit.test_bench_ceiling import LLAMA_8B
 
 # A direct pair's all-reduce medians, in the range of issue 40's field numbers (41 us at 8 KB, ~2,100 us at 1 MB).
 PAIR_US = {"8192": 41.0, "32768": 60.0, "131072": 120.0, "524288": 600.0, "2097152": 4200.0}
-# The last-verify record as verify writes it on every node (nccl/verify.py: record_verdict).
-RECORD = {"status": "PASS", "cause": "NET/IB on roceP2p1s0f1", "backend": "nccl", "busbw_gbps": 21.4,
-          "at": "2026-11-27T16:00:00+00:00", **Latency(tuple(LatencyRow("all_reduce", int(size), us, 1.5 * us, 50)
-                                                              for size, us in PAIR_US.items())).to_json()}
+# The last-verify record as verify writes it on every node (nccl/verify.py: record_doc), at a fixed time.
+RECORD = {**record_doc(VerifyResult(
+    "nccl", Verdict(VerdictStatus.PASS, "NET/IB on roceP2p1s0f1", "", (), ("IB",), False), [],
+    latency=Latency(tuple(LatencyRow("all_reduce", int(size), us, 1.5 * us, 50) for size, us in PAIR_US.items())))),
+    "at": "2026-11-27T16:00:00+00:00"}
 
 
 def llama_tp2(latency: Curve | None) -> Inputs:
