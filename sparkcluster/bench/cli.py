@@ -29,6 +29,7 @@ from ..node.gputelemetry import GpuTelemetry, read_all, telemetry_json
 from ..recipes.load import Reference
 from . import benchy_cli, ceiling, compare, decode_budget, head_tokenizer, plot, published, table
 from .context import DoesNotFit
+from .layouts import cli as layouts_cli
 from .sweep import (
     BenchEvent,
     BenchFailed,
@@ -177,10 +178,11 @@ BENCHY_DEFAULTS: dict[str, object] = {"pp": None, "tg": None, "depth": None, "la
                                       "book_url": None, "out": None}
 
 
-def check_method_flags(args: argparse.Namespace, benchy: bool) -> None:
-    """Refuse, before anything connects, a flag the chosen method does not read."""
+def check_method_flags(args: argparse.Namespace, benchy: bool, allowed: tuple[str, ...] = ()) -> None:
+    """Refuse, before anything connects, a flag the chosen method does not read (`allowed`: read elsewhere)."""
     others = SUSTAINED_DEFAULTS if benchy else BENCHY_DEFAULTS
-    given = ["--" + name.replace("_", "-") for name, default in others.items() if getattr(args, name) != default]
+    given = ["--" + name.replace("_", "-") for name, default in others.items()
+             if getattr(args, name) != default and name not in allowed]
     if given:
         method = "llama-benchy" if benchy else "sustained"
         raise UsageError(f"{', '.join(given)}: not a flag of --method {method}, which would ignore it",
@@ -188,6 +190,10 @@ def check_method_flags(args: argparse.Namespace, benchy: bool) -> None:
 
 
 def cmd_bench(args: argparse.Namespace, connect: Connect) -> int:
+    layouts_cli.check_flags(args)
+    if args.layouts:  # each layout served in turn and measured the same way; --out DIR holds its resume state
+        check_method_flags(args, benchy=False, allowed=("out",))
+        return layouts_cli.cmd(args, connect, sweep_options(args), _progress)
     benchy = args.method == "llama-benchy" or bool(args.profile)
     check_method_flags(args, benchy)
     if benchy:
@@ -280,7 +286,8 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser], app:
         formatter_class=argparse.RawDescriptionHelpFormatter), inventory_positional=False)
     p.add_argument("--url", help="any OpenAI-compatible endpoint, e.g. http://HOST:8000/v1 (then no inventory is "
                                  "needed); default: the endpoint `serve` recorded on the inventory's head")
-    p.add_argument("--model", help="the served model name (default: the one `serve` recorded, or the server's)")
+    p.add_argument("--model", help="the served model name (default: the one `serve` recorded, or the server's); "
+                                   "with --layouts, the model to serve, as serve's --model")
     p.add_argument("--concurrency", nargs="+", metavar="C",
                    help="requests in flight, space- or comma-separated (default 1,2,4,8,16,32,64; llama-benchy: 1)")
     p.add_argument("--prompt-tokens", type=flags.count, default=None,
@@ -308,4 +315,5 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser], app:
     p.add_argument("--bandwidth", type=flags.bandwidth, default=ceiling.GB10_BANDWIDTH_GBPS,
                    help="memory bandwidth per node in GB/s for the decode ceiling (default 273, a GB10's)")
     benchy_cli.add_flags(p)
+    layouts_cli.add_flags(p)
     app.wire(p, cmd_bench)

@@ -1,0 +1,223 @@
+"""Issue 40, `bench --layouts`: the layouts named and refused before anything connects, the best layout per
+concurrency, the table and --json shapes, and the state that lets a run cut short resume without serving a measured
+layout again."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from sparkcluster import cli
+from sparkcluster.bench.layouts import choice, report, state
+from sparkcluster.bench.layouts.cli import serve_hint
+from sparkcluster.bench.layouts.run import Planned, measure_layouts
+from sparkcluster.bench.metrics import ServerSide
+from sparkcluster.bench.stats import Distribution, Row
+from sparkcluster.bench.sweep import Level, Prepared
+from sparkcluster.engine.errors import SparkclusterError, UsageError
+from sparkcluster.engine.inventory import load_inventory
+from sparkcluster.recipes.types import Recipe
+from sparkcluster.serving.layout import Layout
+from sparkcluster.serving.phases import ServeOptions
+
+TP2, PP2, TWO_REPLICAS = Layout(1, 2, 1), Layout(1, 1, 2), Layout(2, 1, 1)
+
+
+def inventory_file(tmp_path: Path, count: int) -> Path:
+    hosts = "".join(f"  spark-{i}: {{address: 192.168.1.{10 + i}, role: {'head' if i == 1 else 'worker'}}}\n"
+                    for i in range(1, count + 1))
+    path = tmp_path / "inv.yml"
+    path.write_text(f"name: t\nvars: {{user: spark}}\nhosts:\n{hosts}")
+    return path
+
+
+def row(c: int, tps: float, ttft: float, itl: float, errors: int = 0) -> Row:
+    def d(v: float) -> Distribution:
+        return Distribution(v, v, v, v)
+    return Row(c, 100.0, tps, tps * 1.2, d(ttft), d(itl), d(ttft + 8 * itl), 4 * c, 64 * c, 32 * c, errors)
+
+
+def measured(kind: str, layout: Layout, rows: list[Row], version: str | None = "0.11.0") -> state.Measured:
+    return state.Measured(state.kind(kind), layout, tuple(rows), tuple(None for _ in rows), version, 60.0, 20.0,
+                          {"launch": 5.0, "ready": 50.0})
+
+
+# ---- naming and refusing layouts, before anything connects ------------------------------------------------------
+
+def test_the_kinds_are_read_each_once_in_the_order_given():
+    assert choice.parse_kinds(["tp,replicas", "pp", "tp"]) == ("tp", "replicas", "pp")
+
+
+def test_an_unknown_kind_is_refused_naming_it_and_the_kinds():
+    with pytest.raises(UsageError) as e:
+        choice.parse_kinds(["tp,tensor"])
+    assert e.value.exit_code == 2
+    assert e.value.message == "--layouts tp,tensor: 'tensor' is not one of tp, pp, replicas"
+    assert e.value.fix == "e.g. --layouts tp,replicas"
+
+
+def test_each_kind_is_the_layout_it_means_on_the_selected_nodes(tmp_path):
+    two = load_inventory(inventory_file(tmp_path, 2))
+    assert choice.layouts_for(("tp", "pp", "replicas"), two, Recipe("plain")) == (TP2, PP2, TWO_REPLICAS)
+
+
+def test_pp_and_replicas_on_one_node_are_refused_before_anything_connects(tmp_path, capsys):
+    inventory = inventory_file(tmp_path, 1)
+    code = cli.main(["bench", "-i", str(inventory), "--layouts", "tp,replicas", "--model", "org/m",
+                     "--out", str(tmp_path / "out")])
+    err = " ".join(capsys.readouterr().err.split())
+    assert code == 2, err
+    assert "--layouts tp,replicas on 1 node: replicas needs 2 nodes or more" in err, err
+    assert "select 2 or more nodes (inventory or --limit)" in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_layout_the_recipe_cannot_serve_is_refused_naming_the_layout_and_how_to_leave_it_out(tmp_path):
+    two = load_inventory(inventory_file(tmp_path, 2))
+    cluster_only = Recipe("big", min_nodes=2)  # eugr's cluster_only: too large for one Spark
+    assert choice.layouts_for(("tp",), two, cluster_only) == (TP2,)
+    with pytest.raises(UsageError) as e:
+        choice.layouts_for(("tp", "replicas"), two, cluster_only)
+    assert e.value.exit_code == 2
+    assert e.value.message.startswith("--layouts replicas (2 replicas of TP 1 x PP 1 behind a router): recipe big "
+                                      "needs at least 2 nodes per engine"), e.value.message
+    assert e.value.fix.endswith("or measure the other layouts (leave replicas out of --layouts)")
+
+
+@pytest.mark.parametrize("flags, named", [
+    (["--runtime", "host"], "--runtime: serve's flags, which bench reads only with --layouts"),
+    (["--recipe", "default", "--no-verify"], "--recipe, --no-verify: serve's flags"),
+    (["--layouts", "tp", "--url", "http://h:8000"], "--url with --layouts: --layouts serves each layout itself"),
+    (["--layouts", "tp", "--csv", "x.csv"], "--csv with --layouts"),
+    (["--layouts", "tp", "--pp", "512"], "--pp: not a flag of --method sustained"),
+])
+def test_flags_that_would_do_nothing_are_refused(tmp_path, capsys, flags, named):
+    code = cli.main(["bench", "-i", str(inventory_file(tmp_path, 2)), *flags])
+    err = " ".join(capsys.readouterr().err.split())
+    assert code == 2 and named in err, err
+
+
+# ---- the best layout per concurrency, the table and the document -------------------------------------------------
+
+def runs() -> list[state.Measured]:
+    # c=1: TP 2 decodes fastest per stream; c=8: two replicas give more in all; replicas' c=1 failed a request.
+    return [measured("tp", TP2, [row(1, 40.0, 0.050, 0.025), row(8, 200.0, 0.200, 0.040)]),
+            measured("replicas", TWO_REPLICAS, [row(1, 45.0, 0.040, 0.022, errors=1), row(8, 260.0, 0.150, 0.030)])]
+
+
+def test_the_best_layout_per_concurrency_is_the_most_generation_tokens_and_never_a_row_with_errors():
+    assert report.best_per_concurrency(runs()) == {1: "tp", 8: "replicas"}
+    tie = [measured("pp", PP2, [row(1, 40.0, 0.05, 0.02)]), measured("tp", TP2, [row(1, 40.0, 0.05, 0.02)])]
+    assert report.best_per_concurrency(tie) == {1: "pp"}  # the first given wins a tie
+
+
+def test_the_table_is_concurrency_by_layout_with_the_best_marked():
+    console = Console(width=120, record=True, color_system=None)
+    console.print(report.render(runs(), (1, 8)))
+    text = console.export_text()
+    lines = [" ".join(line.split()) for line in text.splitlines() if line.strip()]
+    body = [line for line in lines if line[:1].isdigit() or line.startswith(("tp", "replicas"))]
+    assert body == ["1 tp (tp2) 40.0 50 ms 25 ms 0 <- best",
+                    "replicas (2x tp1) 45.0 40 ms 22 ms 1",
+                    "8 tp (tp2) 200 200 ms 40 ms 0",
+                    "replicas (2x tp1) 260 150 ms 30 ms 0 <- best"], text
+
+
+def test_the_document_holds_layouts_with_rows_best_and_the_wall_time_split():
+    doc = report.document(runs(), {"model": "m"}, stage_s=12.5)
+    assert [(entry["layout"], [r["concurrency"] for r in entry["rows"]]) for entry in doc["layouts"]] == [
+        ("tp", [1, 8]), ("replicas", [1, 8])]
+    assert doc["layouts"][1]["shape"] == {"name": "2x tp1", "replicas": 2, "tp": 1, "pp": 1}
+    assert doc["best"] == {"1": "tp", "8": "replicas"}
+    assert doc["wall_s"] == {"stage": 12.5, "serve": 120.0, "measure": 40.0}
+    assert doc["cpu_vllm"] is None
+    json.dumps(doc)  # one JSON document
+
+
+def test_figures_of_a_cpu_vllm_are_said_to_be_so():
+    cpu = [measured("tp", TP2, [row(1, 4.0, 0.5, 0.2)], version="0.32.0+cpu")]
+    note = report.document(cpu, {}, 0.0)["cpu_vllm"]
+    assert note.startswith("these figures are a CPU build of vLLM's (vLLM 0.32.0+cpu, as the simulator runs it)")
+    assert "not which layout is fastest on DGX Sparks" in note
+
+
+def test_the_hint_serves_the_layout_that_won():
+    assert serve_hint(TP2) == "sparkcluster serve --tp 2"
+    assert serve_hint(PP2) == "sparkcluster serve --tp 1 --pp 2"
+    assert serve_hint(TWO_REPLICAS) == "sparkcluster serve --tp 1 --replicas 2"
+
+
+# ---- the resume state ----------------------------------------------------------------------------------------------
+
+INPUTS = {"nodes": ["spark-1", "spark-2"], "model": "org/m", "concurrency": [1, 8]}
+
+
+def planned(*kinds: str) -> list[Planned]:
+    layouts = {"tp": TP2, "pp": PP2, "replicas": TWO_REPLICAS}
+    return [Planned(state.kind(k), layouts[k], ServeOptions()) for k in kinds]
+
+
+class Cluster:
+    """serve and measure as the run calls them: which layouts were served, and a failure on demand."""
+
+    def __init__(self, fail_on: str | None = None) -> None:
+        self.served: list[str] = []
+        self.fail_on = fail_on
+
+    def serve(self, item: Planned) -> dict[str, float]:
+        if item.kind == self.fail_on:
+            raise SparkclusterError(f"{item.kind}: vLLM did not start", "read its log")
+        self.served.append(item.kind)
+        return {"launch": 1.0}
+
+    def measure(self) -> tuple[list[Level], Prepared]:
+        tps = 50.0 * len(self.served)
+        return ([Level(row(1, tps, 0.1, 0.02), ServerSide(0.1, None, 0, 32, 64))],
+                Prepared(server_version="0.32.0+cpu"))
+
+
+def test_a_run_cut_short_resumes_without_serving_a_measured_layout_again(tmp_path):
+    path = tmp_path / state.STATE_FILE
+    first = Cluster(fail_on="replicas")
+    layouts = planned("tp", "replicas")
+    with pytest.raises(SparkclusterError):
+        measure_layouts(layouts, state.load(path, INPUTS), first.serve, first.measure, lambda text: None)
+    assert first.served == ["tp"]  # then replicas failed to serve: the run stopped there
+    kept = json.loads(path.read_text())
+    assert [d["layout"] for d in kept["done"]] == ["tp"] and kept["inputs"] == INPUTS
+
+    said: list[str] = []
+    again = Cluster()
+    resumed = state.load(path, INPUTS)
+    measure_layouts(layouts, resumed, again.serve, again.measure, said.append)
+    assert again.served == ["replicas"]  # tp was not served again
+    assert said[0] == f"tp (TP 2 x PP 1): measured before, kept from {path}"
+    assert list(resumed.done) == ["tp", "replicas"]
+    tp = resumed.done["tp"]
+    assert tp.rows == (row(1, 50.0, 0.1, 0.02),) and tp.server == (ServerSide(0.1, None, 0, 32, 64),)
+    assert tp.server_version == "0.32.0+cpu" and tp.phases == {"launch": 1.0} and tp.shape == TP2
+    assert state.load(path, INPUTS).done == resumed.done  # what was written reads back the same
+
+
+def test_a_state_of_other_settings_is_refused_naming_what_differs(tmp_path):
+    path = tmp_path / state.STATE_FILE
+    state.load(path, INPUTS).record(measured("tp", TP2, [row(1, 40.0, 0.05, 0.02)]))
+    with pytest.raises(UsageError) as e:
+        state.load(path, {**INPUTS, "concurrency": [1, 2]})
+    assert e.value.exit_code == 2
+    assert f"{path} holds layouts measured with other settings (concurrency [1, 8], now [1, 2])" in e.value.message
+    assert e.value.fix == (f"run with the same settings to resume, or give another --out, or delete {path} to "
+                           "measure every layout afresh")
+
+
+@pytest.mark.parametrize("text", ["{not json", '{"version": 99, "inputs": {}, "done": []}',
+                                  '{"version": 1, "inputs": {}, "done": [{"layout": "tensor"}]}'])
+def test_a_state_file_that_does_not_read_is_refused(tmp_path, text):
+    path = tmp_path / state.STATE_FILE
+    path.write_text(text)
+    with pytest.raises(UsageError, match="is not a bench --layouts state file") as e:
+        state.load(path, {})
+    assert f"delete {path}" in e.value.fix
