@@ -29,7 +29,7 @@ from .yamlfile import load_last_wins
 __all__ = ["Inputs", "Mod", "Recipe", "Reference", "load_recipe", "merged_flags", "parse_flags", "bundled_names"]
 
 BUNDLED = resources.files("sparkcluster") / "recipes" / "bundled"
-KEYS = {"description", "model", "served_model_name", "port", "env", "flags", "reference"}
+KEYS = {"description", "model", "served_model_name", "port", "env", "flags", "reference", "replicas"}
 # Published figures a recipe may carry (`sparkcluster bench --compare`): per-concurrency rows, rates in tok/s,
 # latencies as means in seconds.
 REFERENCE_KEYS = {"source", "hardware", "nodes", "rows"}
@@ -283,7 +283,7 @@ def _recipe(name: str, shown: str, doc: object) -> Recipe:
     text = {key: recipe_values.text(doc, key, shown) for key in ("description", "model", "served_model_name")}
     return Recipe(name, text["description"] or "", text["model"], text["served_model_name"], port, env, flags,
                   _reference(shown, doc["reference"], _line(doc, "reference")) if "reference" in doc else None,
-                  source=shown)
+                  source=shown, replicas=recipe_values.replicas(doc, shown))
 
 
 def _line(doc: object, key: str) -> int:

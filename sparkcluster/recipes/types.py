@@ -77,6 +77,7 @@ class Recipe:
     mods: tuple[Mod, ...] = ()
     min_nodes: int | None = None
     max_nodes: int | None = None
+    replicas: int | None = None  # engines behind vLLM's router (our format's `replicas:`); None: one
     registry: str | None = None  # the registry it came from; None for a file or a bundled recipe
     trusted: bool = True
     warnings: tuple[str, ...] = ()

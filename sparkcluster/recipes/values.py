@@ -61,6 +61,17 @@ def port(doc: dict[str, Any], shown: str) -> int | None:
     return value
 
 
+def replicas(doc: dict[str, Any], shown: str) -> int | None:
+    """Engines behind vLLM's router (serve --replicas), a whole number of at least 1."""
+    value = doc.get("replicas")
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise error(shown, key_line(doc, "replicas"), f"replicas {describe(value)} is not a number of engines",
+                    "give a whole number of at least 1 (e.g. `replicas: 2`), which divides the nodes")
+    return value
+
+
 def env(doc: dict[str, Any], shown: str) -> dict[str, str]:
     values = _mapping(doc, "env", shown, "`env:` followed by indented `NAME: value` lines, e.g. `VLLM_LOGGING_LEVEL: INFO`")
     result: dict[str, str] = {}

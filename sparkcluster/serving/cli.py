@@ -30,7 +30,7 @@ from . import recipes_cli, render, top
 from .image import check_images, sync_image
 from .launch import DEFAULT_IMAGE, LAUNCHERS, RUNTIMES
 from .lifecycle import StopState, purge_caches, stop_everywhere
-from .parallel import check_parallel, choose_launcher
+from .parallel import check_layout, choose_launcher
 from .phases import Phases, ServeOptions, hub_model, plan, serve, up
 from .progress import Emit, ignore
 from .recipes_cli import add_recipe_flags, chosen, load_for
@@ -47,7 +47,9 @@ def options(args: argparse.Namespace) -> ServeOptions:
     return ServeOptions(
         runtime=args.runtime or "docker", launcher=choose_launcher(getattr(args, "launcher", None), recipe,
                                                                    tp * (pp or 1) if tp else None, args.runtime),
-        image=args.image or recipe.container or DEFAULT_IMAGE, tp=tp, pp=pp, model=getattr(args, "model", None),
+        image=args.image or recipe.container or DEFAULT_IMAGE, tp=tp, pp=pp,
+        replicas=chosen(getattr(args, "replicas", None), recipe.replicas, "replicas", args),
+        model=getattr(args, "model", None),
         recipe=recipe, port=chosen(getattr(args, "port", None), recipe.port, "port", args),
         served_name=chosen(getattr(args, "served_model_name", None), recipe.served_model_name, "served_model_name", args),
         extra=tuple(getattr(args, "remote", ())),
@@ -72,11 +74,23 @@ def _on_cluster(opts: ServeOptions, args: argparse.Namespace, inventory: Invento
     """The options with the cluster's runtime (--runtime, else the inventory's) and launcher: --launcher, else the
     recipe's rule, where the inventory's `launcher` stands in for a recipe that names none."""
     runtime = cluster_runtime(inventory, args.runtime).name
-    nodes = (opts.tp or len(inventory.hosts)) * (opts.pp or 1)
     given = getattr(args, "launcher", None)
+    if opts.layout.routed:  # each replica is its own engine: vLLM's own launcher, no Ray cluster across replicas
+        if given == "ray":
+            raise UsageError(f"--launcher ray with {opts.layout.describe()}: one Ray cluster cannot hold several "
+                             "engines' placement groups on the same nodes", "leave --launcher out with --replicas "
+                             "(each replica runs vLLM's own launcher), or serve one engine with --replicas 1")
+        return dataclasses.replace(opts, runtime=runtime, launcher="native")
+    nodes = (opts.tp or len(inventory.hosts)) * (opts.pp or 1)
     if given is None and opts.recipe.launcher is None and nodes > 1 and not (runtime == "docker" and opts.recipe.mods):
         given = cluster_launcher(inventory)
     return dataclasses.replace(opts, runtime=runtime, launcher=choose_launcher(given, opts.recipe, nodes, runtime))
+
+
+def inventory_replicas(inventory: Inventory) -> int | None:
+    """The inventory's `replicas` (its vars), what serve runs when neither --replicas nor the recipe says."""
+    value = inventory.vars.get("replicas")
+    return value if isinstance(value, int) else None  # checked when the inventory loaded
 
 
 def one_at_a_time(session: Session) -> AbstractContextManager[None]:
@@ -101,12 +115,13 @@ def cmd_up(args: argparse.Namespace, connect: Connect) -> int:
 
 
 def sized(args: argparse.Namespace, opts: ServeOptions, inventory: Inventory, show: bool = False) -> ServeOptions:
-    """TP x PP for the selected nodes, the cluster's runtime and the launcher that node count takes (one node: no
-    Ray); and what the runtime needs of the inventory (the host runtime: python_env), before anything is staged.
-    `bench --layouts` sizes each layout it serves here too."""
+    """The layout for the selected nodes (replicas x TP x PP: serving/layout.py), the cluster's runtime and the
+    launcher that takes (one node or replicas: no Ray); and what the runtime needs of the inventory (the host
+    runtime: python_env), before anything is staged. `bench --layouts` sizes each layout it serves here too."""
     _runtime_set_up(args, show)(inventory)
-    tp, pp = check_parallel(opts.tp, opts.pp, inventory, opts.recipe)
-    chosen = _on_cluster(dataclasses.replace(opts, tp=tp, pp=pp), args, inventory)
+    layout = check_layout(opts.replicas or inventory_replicas(inventory), opts.tp, opts.pp, inventory, opts.recipe)
+    chosen = _on_cluster(dataclasses.replace(opts, tp=layout.tp, pp=layout.pp, replicas=layout.replicas), args,
+                         inventory)
     if chosen.recipe.mods and chosen.runtime == "docker" and chosen.launcher == "native":
         raise UsageError(f"recipe {chosen.recipe.name} brings mods, which the docker runtime runs only beside Ray "
                          "(the native launcher's containers start vLLM at once)",
@@ -286,6 +301,10 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser], app:
     s.add_argument("--tp", type=flags.count, help="tensor parallel size; TP x PP = the nodes (one GPU each); "
                                                   "default: the recipe's, else the nodes / PP")
     s.add_argument("--pp", type=flags.count, help="pipeline parallel size across nodes (default: the recipe's, else 1)")
+    s.add_argument("--replicas", type=flags.count,
+                   help="engines behind vLLM's router (vllm-router) on the head at the endpoint's port, TP x PP each "
+                        "on nodes/N nodes; replicas x TP x PP = the nodes (default: the recipe's, else the "
+                        "inventory's `replicas`, else 1)")
     s.add_argument("--model", help="ORG/NAME[@REVISION] (staged on every node first), or a path on the nodes")
     s.add_argument("--recipe", help="a bundled recipe (default, gpt-oss-120b, nemotron-3-super), @REGISTRY/NAME, "
                                     "or a recipe file (sparkcluster's, eugr's v1 or sparkrun's v2)")

@@ -70,25 +70,27 @@ def running_current(runtime: RuntimeChoice, host: Host) -> Command:
                    timeout=30)
 
 
-def gone(session: Session, runtime: RuntimeChoice, launcher: Launcher) -> str | None:
-    """Why the server cannot answer any more, or None while its processes run."""
-    checks = [(h, "main") for h in session.hosts] + ([(session.head, "vllm")] if launcher == "ray" else [])
+def gone(session: Session, runtime: RuntimeChoice, launcher: Launcher, router: bool = False) -> str | None:
+    """Why the server cannot answer any more, or None while its processes run (`router`: the head's router too)."""
+    checks = ([(h, "main") for h in session.hosts] + ([(session.head, "vllm")] if launcher == "ray" else [])
+              + ([(session.head, "router")] if router else []))
     for host, role in checks:
         try:
             alive = runtime.on(host).alive(role)
             if not session.run(host, replace(alive, timeout=30)).ok:
-                what = "vLLM" if role == "vllm" or launcher == "native" else "Ray"
+                what = {"router": "the router", "vllm": "vLLM"}.get(role, "vLLM" if launcher == "native" else "Ray")
                 return f"{what} on {host.name} exited"
         except Unreachable as e:
             return f"{host.name} is unreachable ({e.message})"
     return None
 
 
-def diagnosis(session: Session, runtime: RuntimeChoice, launcher: Launcher) -> Diagnosis:
+def diagnosis(session: Session, runtime: RuntimeChoice, launcher: Launcher, router: bool = False) -> Diagnosis:
     """vLLM's first error in the logs of this launch (the head's vLLM beside Ray, each node's Ray or vLLM rank),
     what else they show, and where to read them whole."""
     def read(host: Host) -> list[LogRead | str]:
-        roles = (["vllm"] if launcher == "ray" and host.name == session.head.name else []) + ["main"]
+        head = host.name == session.head.name
+        roles = (["router"] if router and head else []) + (["vllm"] if launcher == "ray" and head else []) + ["main"]
         reads: list[LogRead | str] = []
         for role in roles:
             try:
@@ -97,8 +99,8 @@ def diagnosis(session: Session, runtime: RuntimeChoice, launcher: Launcher) -> D
             except Unreachable as e:
                 reads.append(f"{host.name} is unreachable: {e.message}")
                 continue
-            reads.append(LogRead(host.name, "Ray log" if role == "main" and launcher == "ray" else "vLLM log",
-                                 tuple(lines)))
+            log = {"router": "router log"}.get(role, "Ray log" if role == "main" and launcher == "ray" else "vLLM log")
+            reads.append(LogRead(host.name, log, tuple(lines)))
         return reads
     found = [item for items in session.each(read) for item in items]
     logs = [item for item in found if isinstance(item, LogRead)]

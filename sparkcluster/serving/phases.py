@@ -25,8 +25,10 @@ from ..recipes.types import Mod
 from ..staging.chain import StageResult
 from ..staging.stager import stage
 from .apikey import key_to_env
+from .fit import replica_fit
 from .image import MissingImage, check_images, sync_image
 from .launch import DEFAULT_IMAGE, DEFAULT_VLLM_PORT, Launcher, Node, RuntimeName, ServeArgs
+from .layout import Layout, Placement
 from .lifecycle import diagnosis, gone, ray_commands, running_current, start, stop_everywhere, vllm_commands
 from .membership import Member, wait_ray
 from .mods_nodes import copy_mods, mods_command, run_mods
@@ -35,6 +37,7 @@ from .progress import Emit, PhaseStarted, ProbeJudged
 from .readiness import Readiness, wait_ready
 from .record import ProbeSummary, ServeRecord, Serving, clear_record, endpoint, fabric_ips, read_record, write_record
 from .reuse import may_reuse, ray_fingerprint
+from .router import replica_commands, router_command
 from .runtime import RuntimeChoice
 
 # A placement group stays reserved a few seconds after its vLLM exits: a new one must wait.
@@ -49,6 +52,7 @@ class ServeOptions:
     image: str = DEFAULT_IMAGE
     tp: int | None = None
     pp: int | None = None  # pipeline stages across nodes: TP x PP = the nodes selected
+    replicas: int | None = None  # engines behind vLLM's router, TP x PP each: replicas x TP x PP = the nodes
     model: str | None = None
     recipe: Recipe = field(default_factory=lambda: Recipe("default"))
     port: int | None = None
@@ -61,6 +65,10 @@ class ServeOptions:
     min_busbw: float | None = None
     docker_args: tuple[str, ...] = ()
     caches: bool = True  # the node's compile/JIT caches mounted (docker) or exported (host); --no-cache-dirs
+
+    @property
+    def layout(self) -> Layout:
+        return Layout(self.replicas or 1, self.tp or 1, self.pp or 1)
 
     def runtime_choice(self) -> RuntimeChoice:
         return RuntimeChoice(self.runtime, self.image, self.docker_args, caches=self.caches)
@@ -105,6 +113,7 @@ class ServeResult:
     reused_ray: bool = False
     skipped: dict[str, str] = field(default_factory=dict)  # phase -> why it had nothing to do (what was reused)
     api_key: bool = False  # the endpoint wants an API key (never the key itself: this result is --json's output)
+    replicas: list[Placement] = field(default_factory=list)  # behind the router at the endpoint; empty: one engine
 
 
 def up(session: Session, opts: ServeOptions, phases: Phases,
@@ -160,6 +169,9 @@ def serve(session: Session, opts: ServeOptions, emit: Emit) -> ServeResult:
         for draft in draft_models(args.flags):  # a speculative decoder's draft model is loaded offline too
             draft_ref = ModelRef.parse(draft)
             phases.run("stage", lambda: stage_model(session, draft_ref, emit), emit)
+        layout = opts.layout
+        if layout.routed:  # before anything starts: a replica must hold the whole model
+            replica_fit(session, args.model, layout, args.flags)
         if opts.launcher == "ray":
             runtime, nodes, _, reused = up(session, opts, phases, emit)
             if reused:
@@ -175,14 +187,29 @@ def serve(session: Session, opts: ServeOptions, emit: Emit) -> ServeResult:
             verified = phases.run("verify", lambda: probe(session, runtime, opts, emit), emit)
         if opts.recipe.mods:
             phases.run("mods", lambda: apply_mods(session, runtime, opts.recipe.mods), emit)
-        phases.run("launch", lambda: start(session, vllm_commands(session, runtime, nodes, opts.launcher, args),
-                                           "vLLM", runtime.start_fix()), emit)
+        placements = layout.place(list(nodes), args.port) if layout.routed else ()
+        commands = (replica_commands(session, runtime, nodes, placements, args) if layout.routed
+                    else vllm_commands(session, runtime, nodes, opts.launcher, args))
+        phases.run("launch", lambda: start(session, commands, "vLLM", runtime.start_fix()), emit)
         base = endpoint(session.head, args.port).removesuffix("/v1")
-        ready: Readiness = phases.run(
-            "ready", lambda: wait_ready(base, args.served_name or args.model, opts.ready_timeout,
-                                        lambda: gone(session, runtime, opts.launcher),
-                                        lambda: diagnosis(session, runtime, opts.launcher), api_key),
-            emit)
+
+        def ready_at(url: str, router: bool = False) -> Readiness:
+            return wait_ready(url, args.served_name or args.model, opts.ready_timeout,
+                              lambda: gone(session, runtime, opts.launcher, router),
+                              lambda: diagnosis(session, runtime, opts.launcher, router), api_key)
+        if layout.routed:
+            heads = {h.name: h for h in session.hosts}
+            phases.run("ready", lambda: session.each(
+                lambda h: ready_at(f"http://{h.address}:{_port_of(placements, h.name)}"),
+                [heads[p.head] for p in placements]), emit)
+
+            def route() -> Readiness:
+                start(session, router_command(session, runtime, nodes, placements, args.port), "the router",
+                      runtime.start_fix())
+                return ready_at(base, router=True)
+            ready: Readiness = phases.run("router", route, emit)
+        else:
+            ready = phases.run("ready", lambda: ready_at(base), emit)
     except BaseException:
         stop_everywhere(session)
         clear_record(session)
@@ -190,7 +217,7 @@ def serve(session: Session, opts: ServeOptions, emit: Emit) -> ServeResult:
     served_name = args.served_name or args.model
     result = ServeResult(endpoint(session.head, args.port), args.model, served_name, opts.runtime, opts.launcher,
                          list(nodes.values()), phases.seconds, ready, verified, reused, phases.skipped,
-                         api_key is not None)
+                         api_key is not None, list(placements))
     fingerprint = (ray_fingerprint(session, ray_commands(session, runtime, nodes, opts.recipe.env), opts.recipe.mods)
                    if opts.launcher == "ray" else None)
     # What produced the numbers bench measures later: published figures compare only with their configuration.
@@ -198,7 +225,8 @@ def serve(session: Session, opts: ServeOptions, emit: Emit) -> ServeResult:
                                                                verified.verdict.cause)
     write_record(session, ServeRecord(opts.runtime, opts.launcher, opts.image, tuple(h.name for h in session.hosts),
                                       Serving(args.model, served_name, args.port, result.endpoint, args.tp,
-                                              opts.recipe.name, tuple(args.flags), probe_summary, args.pp),
+                                              opts.recipe.name, tuple(args.flags), probe_summary, args.pp,
+                                              tuple(placements)),
                                       ray_fingerprint=fingerprint))
     return result
 
@@ -222,10 +250,24 @@ def plan(session: Session, opts: ServeOptions) -> dict[str, Any]:
         doc["mods"] = [{"name": m.name, "from": str(m.path), "given": m.given} for m in opts.recipe.mods]
         for host in session.hosts:
             commands[host.name].append(mods_command(runtime, session, host, opts.recipe.mods).display())
-    for name, command in vllm_commands(session, runtime, nodes, opts.launcher, args).items():
-        commands[name].append(command.display())
+    layout = opts.layout
+    if layout.routed:
+        placements = layout.place(list(nodes), args.port)
+        doc["layout"] = layout.to_json()
+        doc["replicas"] = [{"index": p.index, "nodes": list(p.nodes), "port": p.port} for p in placements]
+        started = [replica_commands(session, runtime, nodes, placements, args),
+                   router_command(session, runtime, nodes, placements, args.port)]
+    else:
+        started = [vllm_commands(session, runtime, nodes, opts.launcher, args)]
+    for each in started:
+        for name, command in each.items():
+            commands[name].append(command.display())
     doc["commands"] = commands
     return doc
+
+
+def _port_of(placements: tuple[Placement, ...], head: str) -> int:
+    return next(p.port for p in placements if p.head == head)
 
 
 def apply_mods(session: Session, runtime: RuntimeChoice, mods: tuple[Mod, ...]) -> None:

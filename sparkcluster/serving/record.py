@@ -17,12 +17,14 @@ from ..nccl.verdict import VerdictStatus
 from ..node.addressing import routed_control_plane
 from ..node.network import control_address
 from .launch import LAUNCHERS, RUNTIMES, Launcher, RuntimeName
+from .layout import Layout, Placement
 
 RECORD_FILE = ".config/sparkcluster/serve.json"  # on the head, relative to the login user's home
 # Version 1 is the first typed record; files written before it carried no version and read as version 1.
 # Version 2 adds serving.pp (pipeline parallel); a version 1 record was written by a serve without it: pp 1.
-RECORD_VERSION = 2
-READABLE_VERSIONS = (1, 2)
+# Version 3 adds serving.replicas (each replica's nodes and port, behind the router); before it, one engine.
+RECORD_VERSION = 3
+READABLE_VERSIONS = (1, 2, 3)
 
 
 
@@ -46,6 +48,11 @@ class Serving:
     flags: tuple[str, ...] = ()
     verify: ProbeSummary | None = None
     pp: int = 1
+    replicas: tuple[Placement, ...] = ()  # behind the router at `port`; empty: one engine answers there itself
+
+    @property
+    def layout(self) -> Layout:
+        return Layout(max(1, len(self.replicas)), self.tp, self.pp)
 
 
 @dataclass(frozen=True)
@@ -66,6 +73,7 @@ class ServeRecord:
             "serving": None if serving is None else {
                 "model": serving.model, "served_name": serving.served_name, "port": serving.port,
                 "endpoint": serving.endpoint, "tp": serving.tp, "pp": serving.pp, "recipe": serving.recipe, "flags": list(serving.flags),
+                "replicas": [{"index": p.index, "nodes": list(p.nodes), "port": p.port} for p in serving.replicas],
                 "verify": None if serving.verify is None else {
                     "backend": serving.verify.backend, "status": str(serving.verify.status),
                     "cause": serving.verify.cause}},
@@ -96,7 +104,9 @@ def _serving(doc: dict[str, Any]) -> Serving:
                    int(doc["tp"]), doc.get("recipe"), tuple(str(f) for f in doc.get("flags") or ()),
                    None if not verify else ProbeSummary(str(verify["backend"]), VerdictStatus(verify["status"]),
                                                         str(verify["cause"])),
-                   int(doc.get("pp", 1)))  # absent from a version 1 record: serve ran no pipeline parallel then
+                   int(doc.get("pp", 1)),  # absent from a version 1 record: serve ran no pipeline parallel then
+                   tuple(Placement(int(p["index"]), tuple(str(n) for n in p["nodes"]), int(p["port"]))
+                         for p in doc.get("replicas") or ()))  # absent before version 3: one engine
 
 
 def write_record(session: Session, record: ServeRecord) -> None:

@@ -78,7 +78,8 @@ def status_table(console: Console, state: ClusterStatus) -> None:
     table = Table("node", "fabric ip", record.runtime if record else "process", "ray", "gpus", "caches")
     for name, node in state.nodes.items():
         main = f"unreachable: {node.unreachable}" if node.unreachable else str(node.processes.get("main", "?"))
-        process = main + (f", vLLM {node.processes['vllm']}" if "vllm" in node.processes else "")
+        process = main + (f", vLLM {node.processes['vllm']}" if "vllm" in node.processes else "") + (
+            f", router {node.processes['router']}" if "router" in node.processes else "")
         ray = node.ray
         table.add_row(name, node.fabric_ip or "?", escape(process),
                       (ray.address or "not a member") if ray else "-", f"{ray.gpus:g}" if ray else "-",
@@ -90,7 +91,19 @@ def status_table(console: Console, state: ClusterStatus) -> None:
     for problem in state.ray.problems if state.ray else ():
         console.print(f"[bold red]problem:[/] {escape(problem)}", highlight=False)
     server = state.server
-    if server:
+    if server and state.replicas:  # the endpoint is the router's: its /health is 503 while a replica is out
+        answer = {200: "[green]healthy[/]", 0: "[red]not answering[/]"}.get(
+            server.health, f"[yellow]answering, a replica out of rotation (HTTP {server.health})[/]")
+        console.print(f"router {answer} {escape(server.served_name)} ({escape(server.model)}) at {server.endpoint}",
+                      highlight=False)
+        for replica in state.replicas:
+            nodes = ",".join(replica.placement.nodes)
+            how = "[green]healthy[/]" if replica.healthy else (
+                f"[red]down[/]: vLLM not running on {', '.join(replica.down)}" if replica.down
+                else f"[red]not answering[/] (HTTP {replica.health or 'none'})")
+            console.print(f"  replica {replica.placement.index} on {nodes} at {replica.endpoint}: {how}",
+                          highlight=False)
+    elif server:
         console.print(f"vLLM {'[green]healthy[/]' if server.healthy else '[red]not answering[/]'} "
                       f"{escape(server.served_name)} ({escape(server.model)}) at {server.endpoint}", highlight=False)
         if server.figures is not None:

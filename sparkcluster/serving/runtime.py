@@ -21,11 +21,21 @@ from ..engine.remote import source_env
 from ..staging.images import ImageInfo
 from .apikey import API_KEY_ENV
 from .caches import host_exports, make_dir_line
-from .launch import CONTAINER, DEFAULT_IMAGE, LAUNCHERS, RUNTIMES, Launcher, RuntimeName, docker_run_line
+from .launch import (
+    CONTAINER,
+    DEFAULT_IMAGE,
+    LAUNCHERS,
+    RUNTIMES,
+    Launcher,
+    RuntimeName,
+    container_command,
+    docker_run_line,
+)
 
 HOST_STATE_DIR = "~/.cache/sparkcluster/serve"  # host runtime: <role>.pid and <role>.log
 CONTAINER_VLLM_LOG = "/tmp/sparkcluster-vllm.log"
 CONTAINER_VLLM_PID = "/tmp/sparkcluster-vllm.pid"
+ROUTER_CONTAINER = "vllm_router"  # docker: the router in a container of its own, from the same image
 STOP_GRACE_S = 10
 KILL_WAIT_S = 5  # after SIGKILL, how long down waits for the kernel to end the processes
 
@@ -69,13 +79,17 @@ class Runtime:
         """`vllm serve` beside the head's Ray (ray launcher)."""
         raise NotImplementedError
 
+    def start_router(self, argv: Sequence[str], env: NodeEnv) -> Command:
+        """The router in front of replicas (the head's, beside its replica's vLLM), detached like vLLM."""
+        raise NotImplementedError
+
     def run_in_env(self, argv: Sequence[str], env: NodeEnv, twin: bool = False) -> Command:
         """A foreground command in the environment the serving processes see (Ray queries, the probe).
         twin: where the main process is not running, a short-lived copy of its environment may stand in."""
         raise NotImplementedError
 
     def alive(self, role: str) -> Command:
-        """Exits 0 when `role` ("main" or "vllm") runs."""
+        """Exits 0 when `role` ("main", "vllm" or "router") runs."""
         raise NotImplementedError
 
     def logs(self, role: str, lines: int, follow: bool) -> Command:
@@ -112,6 +126,14 @@ class DockerRuntime(Runtime):
         by_name = [a for name in sorted(env.secrets) for a in ("-e", name)]
         return env.started(shlex.join(["docker", "exec", "-d", *by_name, CONTAINER, "sh", "-c", inner]))
 
+    def start_router(self, argv: Sequence[str], env: NodeEnv) -> Command:
+        # A container of its own (no GPU, the host's network), so that a replica's vllm_node stops and starts alone.
+        # The image must hold vllm-router (`pip install vllm-router` in its Dockerfile: README, "TP or replicas?").
+        options, command = container_command(argv, self.entrypoint)
+        line = shlex.join(["docker", "run", "-d", "--rm", "--network", "host", "--name", ROUTER_CONTAINER,
+                           *options, self.image, *command])
+        return env.started(line)
+
     def run_in_env(self, argv: Sequence[str], env: NodeEnv, twin: bool = False) -> Command:
         """In the running vllm_node; with `twin`, where it does not run, in a short-lived container with the
         same flags and env (the probe before the native launcher's containers exist)."""
@@ -123,14 +145,16 @@ class DockerRuntime(Runtime):
         return Command(f"if {self.alive('main').script}; then {exec_line}; else {fresh}; fi")
 
     def alive(self, role: str) -> Command:
-        if role == "main":
-            return Command(f"test \"$(docker inspect -f '{{{{.State.Running}}}}' {CONTAINER} 2>/dev/null)\" = true")
+        if role in ("main", "router"):
+            name = CONTAINER if role == "main" else ROUTER_CONTAINER
+            return Command(f"test \"$(docker inspect -f '{{{{.State.Running}}}}' {name} 2>/dev/null)\" = true")
         return Command(f"docker exec {CONTAINER} sh -c 'kill -0 $(cat {CONTAINER_VLLM_PID} 2>/dev/null) 2>/dev/null'")
 
     def logs(self, role: str, lines: int, follow: bool) -> Command:
         f = ["-f"] if follow else []
-        if role == "main":
-            return Command(shlex.join(["docker", "logs", "--tail", str(lines), *f, CONTAINER]) + " 2>&1")
+        if role in ("main", "router"):
+            name = CONTAINER if role == "main" else ROUTER_CONTAINER
+            return Command(shlex.join(["docker", "logs", "--tail", str(lines), *f, name]) + " 2>&1")
         return Command(shlex.join(["docker", "exec", CONTAINER, "tail", "-n", str(lines), *f, CONTAINER_VLLM_LOG]) + " 2>&1")
 
     def stop_vllm(self) -> Command:
@@ -149,7 +173,9 @@ class DockerRuntime(Runtime):
         # removal in progress, and a `docker run --name` at once would find the name still taken. Wait until gone.
         gone = (f"i=0; while docker inspect {CONTAINER} >/dev/null 2>&1 && [ $i -lt {STOP_GRACE_S * 5} ]; "
                 f"do sleep 0.2; i=$((i+1)); done")
-        return Command(f"if docker inspect {CONTAINER} >/dev/null 2>&1; then {vllm}docker stop -t {STOP_GRACE_S} {CONTAINER} "
+        router = (f"if docker inspect {ROUTER_CONTAINER} >/dev/null 2>&1; then docker rm -f {ROUTER_CONTAINER} "
+                  ">/dev/null 2>&1; echo router; fi; ")
+        return Command(f"{router}if docker inspect {CONTAINER} >/dev/null 2>&1; then {vllm}docker stop -t {STOP_GRACE_S} {CONTAINER} "
                        f">/dev/null 2>&1; docker rm -f {CONTAINER} >/dev/null 2>&1; echo container; fi; {gone}; "
                        f"! docker inspect {CONTAINER} >/dev/null 2>&1")
 
@@ -180,6 +206,9 @@ class HostRuntime(Runtime):
     def start_vllm_on_main(self, argv: Sequence[str], env: NodeEnv) -> Command:
         return self._start("vllm", argv, env)
 
+    def start_router(self, argv: Sequence[str], env: NodeEnv) -> Command:
+        return self._start("router", argv, env)
+
     def run_in_env(self, argv: Sequence[str], env: NodeEnv, twin: bool = False) -> Command:
         return Command(f"{self._enter(env)}exec {shlex.join(argv)}")
 
@@ -206,7 +235,7 @@ class HostRuntime(Runtime):
                     f"rm -f {d}/$r.pid")
         ray = f"{shell_path(self.python_env)}/bin/ray"
         raylet = "pgrep -u \"$(id -u)\" -f 'ray/core/src/ray/(raylet|gcs)' >/dev/null 2>&1"
-        return Command(f"for r in vllm main; do {stop_one}; done; "
+        return Command(f"for r in router vllm main; do {stop_one}; done; "
                        f"if [ -x {ray} ] && {raylet}; then {ray} stop --force >/dev/null 2>&1; "
                        f"{_wait_while(raylet, KILL_WAIT_S)}; echo ray; fi; true")
 

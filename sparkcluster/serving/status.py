@@ -16,6 +16,7 @@ from ..nccl.verify import LAST_VERIFY_COMMAND, last_verify
 from ..observe.scrape import EndpointFigures, fetch, figures
 from .apikey import unauthorized
 from .caches import parse_size, size_command
+from .layout import Placement
 from .membership import judge_members, ray_members
 from .nodes import client_api_key, read_nodes
 from .readiness import http, served_models
@@ -90,12 +91,32 @@ class ServerStatus:
 
 
 @dataclass(frozen=True)
+class ReplicaStatus:
+    """One engine behind the router: where it answers, whether it does (its own /health), and its nodes whose vLLM
+    does not run (the router's health checks take such a replica out of rotation)."""
+
+    placement: Placement
+    endpoint: str
+    health: int  # the HTTP status of the replica's /health; 0 when nothing answered
+    down: tuple[str, ...] = ()
+
+    @property
+    def healthy(self) -> bool:
+        return self.health == 200 and not self.down
+
+    def to_json(self) -> dict[str, Any]:
+        return {"index": self.placement.index, "nodes": list(self.placement.nodes), "endpoint": self.endpoint,
+                "health": self.health, "healthy": self.healthy, "down": list(self.down)}
+
+
+@dataclass(frozen=True)
 class ClusterStatus:
     record: ServeRecord | None
     nodes: dict[str, NodeStatus]
     ray: RayStatus | None = None  # None: no Ray to ask (native launcher, or its head is not running)
     server: ServerStatus | None = None
     error: str | None = None  # the nodes could not be read at all
+    replicas: tuple[ReplicaStatus, ...] = ()  # behind the router (server: the router's endpoint); empty: one engine
 
     @property
     def healthy(self) -> bool:
@@ -105,7 +126,8 @@ class ClusterStatus:
                 and not any(node.unreachable for node in self.nodes.values())
                 and not (self.ray and self.ray.problems)
                 and all(s is ProcessState.RUNNING for s in processes)
-                and (self.server is None or self.server.healthy))
+                and (self.server is None or self.server.healthy)
+                and all(r.healthy for r in self.replicas))
 
     def to_json(self) -> dict[str, Any]:
         doc: dict[str, Any] = {"state": self.record.to_json() if self.record else {}}
@@ -118,6 +140,8 @@ class ClusterStatus:
                 "health": self.server.health, "models": list(self.server.models),
                 "figures": None if self.server.figures is None else self.server.figures.to_json(),
                 "metrics_error": self.server.metrics_error, "models_error": self.server.models_error}
+            if self.replicas:
+                doc["replicas"] = [r.to_json() for r in self.replicas]
         doc["nodes"] = {name: node.to_json() for name, node in self.nodes.items()}
         return doc
 
@@ -143,7 +167,7 @@ def status(session: Session, chosen: RuntimeChoice) -> ClusterStatus:
     for host in session.hosts:
         entry = nodes[host.name]
         entry.fabric_ip = fabric[host.name].ip
-        roles = ["main"] + (["vllm"] if serving and launcher == "ray" and host.name == session.head.name else [])
+        roles = node_roles(serving, launcher, host.name == session.head.name)
         try:
             for role in roles:
                 alive = replace(runtime.on(host).alive(role), timeout=30)
@@ -166,7 +190,25 @@ def status(session: Session, chosen: RuntimeChoice) -> ClusterStatus:
                             tuple(judge_members(members, fabric_ips(session), other_ips(session))))
         except SparkclusterError as e:
             ray = RayStatus(error=e.message)
-    return ClusterStatus(record, nodes, ray, server_status(session, serving) if serving else None)
+    replicas = tuple(replica_status(session, p, nodes) for p in serving.replicas) if serving else ()
+    return ClusterStatus(record, nodes, ray, server_status(session, serving) if serving else None, replicas=replicas)
+
+
+def node_roles(serving: Serving | None, launcher: str, is_head: bool) -> list[str]:
+    """The processes a node runs: main (Ray, or its vLLM rank), vllm (the head's beside Ray), router (the head's, in
+    front of replicas)."""
+    return (["main"] + (["vllm"] if serving and launcher == "ray" and is_head else [])
+            + (["router"] if serving and serving.replicas and is_head else []))
+
+
+def replica_status(session: Session, placement: Placement, nodes: dict[str, NodeStatus]) -> ReplicaStatus:
+    """A replica's own /health (at its rank 0, as this machine reaches it) and its nodes whose vLLM is not running."""
+    head = next(h for h in session.hosts if h.name == placement.head)
+    url = f"http://{head.address}:{placement.port}"
+    health, _ = http(f"{url}/health")
+    down = tuple(n for n in placement.nodes if n in nodes and (
+        nodes[n].unreachable or nodes[n].processes.get("main") is not ProcessState.RUNNING))
+    return ReplicaStatus(placement, f"{url}/v1", health, down)
 
 
 def server_status(session: Session, serving: Serving) -> ServerStatus:
@@ -198,7 +240,9 @@ def logs_command(record: ServeRecord | None, runtime: RuntimeChoice, host: Host,
     """One node's logs: Ray's (or its vLLM rank's), and the head's vLLM beside Ray; followed in parallel with -f."""
     on = runtime.on(host)
     launcher = record.launcher if record else "ray"
-    roles = ["main"] + (["vllm"] if host.name == head.name and launcher == "ray" else [])
+    roles = node_roles(record.serving if record else None, launcher, host.name == head.name)
+    if record is None or record.serving is None:  # Ray alone (up), or nothing recorded: the head's vLLM log still
+        roles += ["vllm"] if host.name == head.name and launcher == "ray" else []
     parts = [on.logs(role, lines, follow).script for role in roles]
     if follow:
         return Command(" & ".join(parts) + "; wait", timeout=60)

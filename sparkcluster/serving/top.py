@@ -18,8 +18,9 @@ from ..observe.nodeprobe import AliveChecks, NodeSampler
 from ..observe.scrape import metrics_url
 from ..observe.top import MAX_INTERVAL_S, MIN_INTERVAL_S, Source, url_of, watch
 from .launch import RUNTIMES, Launcher
+from .record import Serving
 from .runtime import RuntimeChoice, cluster_runtime
-from .status import recorded
+from .status import node_roles, recorded
 
 
 def interval(text: str) -> float:
@@ -32,9 +33,10 @@ def interval(text: str) -> float:
     return value
 
 
-def roles(launcher: Launcher, serving: bool, is_head: bool) -> list[str]:
-    """main: Ray (ray launcher) or the vLLM rank (native); vllm: the `vllm serve` beside the head's Ray."""
-    return ["main"] + (["vllm"] if serving and launcher == "ray" and is_head else [])
+def roles(launcher: Launcher, serving: Serving | None, is_head: bool) -> list[str]:
+    """main: Ray (ray launcher) or the vLLM rank (native); vllm: the `vllm serve` beside the head's Ray; router: the
+    head's, in front of replicas."""
+    return node_roles(serving, launcher, is_head)
 
 
 def alive_checks(runtime: RuntimeChoice, host: Host, node_roles: list[str]) -> AliveChecks:
@@ -49,12 +51,13 @@ def _source(args: argparse.Namespace, connect: Connect) -> Iterator[Source]:
         yield Source(url, None, "ray", None)
         return
     with connect(args, no_check, require_all=False) as session:
-        launcher, serving_url, note, runtime = _served(session, RuntimeChoice(cluster_runtime(
+        launcher, serving, note, runtime = _served(session, RuntimeChoice(cluster_runtime(
             session.inventory, getattr(args, "runtime", None)).name))
+        serving_url = metrics_url(serving.endpoint) if serving else None
         head = session.head.name
 
         def checks(host: Host) -> AliveChecks:
-            return alive_checks(runtime, host, roles(launcher, serving_url is not None, host.name == head))
+            return alive_checks(runtime, host, roles(launcher, serving, host.name == head))
 
         sampler = NodeSampler(session, checks)
         try:
@@ -63,8 +66,8 @@ def _source(args: argparse.Namespace, connect: Connect) -> Iterator[Source]:
             sampler.close()
 
 
-def _served(session: Session, chosen: RuntimeChoice) -> tuple[Launcher, str | None, str, RuntimeChoice]:
-    """(launcher, the endpoint's /metrics, a note when nothing is served, runtime) from the head's record; `chosen`
+def _served(session: Session, chosen: RuntimeChoice) -> tuple[Launcher, Serving | None, str, RuntimeChoice]:
+    """(launcher, what is served, a note when nothing is, runtime) from the head's record; `chosen`
     (--runtime, else the inventory's) where none is recorded."""
     try:
         record, runtime = recorded(session, chosen)
@@ -72,7 +75,7 @@ def _served(session: Session, chosen: RuntimeChoice) -> tuple[Launcher, str | No
         return "ray", None, f"the head's serve record cannot be read: {e.message}", chosen
     if record is None or record.serving is None:
         return (record.launcher if record else "ray"), None, "nothing is served (no `sparkcluster serve` recorded)", runtime
-    return record.launcher, metrics_url(record.serving.endpoint), "", runtime
+    return record.launcher, record.serving, "", runtime
 
 
 def cmd_top(args: argparse.Namespace, connect: Connect) -> int:

@@ -2,15 +2,30 @@
 
 from __future__ import annotations
 
+import io
+import json
 from pathlib import Path
 
 import pytest
+from rich.console import Console
 
-from sparkcluster.engine.errors import UsageError
-from sparkcluster.engine.inventory import load_inventory
+from sparkcluster import cli
+from sparkcluster.engine import session as session_module
+from sparkcluster.engine.command import Command
+from sparkcluster.engine.errors import EXIT_USAGE, UsageError
+from sparkcluster.engine.inventory import Host, Inventory, load_inventory
+from sparkcluster.engine.session import Session
+from sparkcluster.recipes.load import load_recipe
 from sparkcluster.recipes.types import Recipe
+from sparkcluster.serving.fit import check_fit, parse_weights
+from sparkcluster.serving.launch import Node, ServeArgs
 from sparkcluster.serving.layout import Layout, Placement, choose_layout
 from sparkcluster.serving.parallel import check_layout
+from sparkcluster.serving.record import ServeRecord, Serving
+from sparkcluster.serving.render import status_table
+from sparkcluster.serving.router import replica_commands, replica_nodes, router_command
+from sparkcluster.serving.runtime import DockerRuntime, HostRuntime, NodeEnv, RuntimeChoice
+from sparkcluster.serving.status import ClusterStatus, NodeStatus, ProcessState, ReplicaStatus, ServerStatus, node_roles
 
 
 def _inventory(tmp_path: Path, count: int):
@@ -72,3 +87,157 @@ def test_check_layout_keeps_one_engines_rules_and_applies_a_recipes_bounds_per_r
     cluster = Recipe("c", min_nodes=2)  # eugr's cluster_only: too large for one Spark
     with pytest.raises(UsageError, match="at least 2 nodes per engine"):
         check_layout(2, None, None, two, cluster)
+
+
+def test_the_record_keeps_each_replica_and_reads_an_older_one_as_one_engine():
+    serving = Serving("org/m", "m", 8000, "http://10.0.0.1:8000/v1", 1,
+                      replicas=(Placement(0, ("spark-1",), 8001), Placement(1, ("spark-2",), 8002)))
+    record = ServeRecord("host", "native", "vllm-node", ("spark-1", "spark-2"), serving)
+    doc = json.loads(json.dumps(record.to_json()))
+    assert doc["version"] == 3
+    assert doc["serving"]["replicas"] == [{"index": 0, "nodes": ["spark-1"], "port": 8001},
+                                          {"index": 1, "nodes": ["spark-2"], "port": 8002}]
+    assert ServeRecord.from_json(doc) == record and serving.layout == Layout(2, 1, 1)
+    del doc["serving"]["replicas"]
+    old = ServeRecord.from_json({**doc, "version": 2})
+    assert old.serving is not None and old.serving.replicas == () and old.serving.layout == Layout(1, 1, 1)
+
+
+# --- the replicas' and the router's command lines, as values (no connection) ---
+
+ENV = NodeEnv("~/.config/sparkcluster/comm.env", {"HF_HUB_OFFLINE": "1"})
+NODES = {"spark-1": Node("spark-1", 0, "10.77.0.11", "10.77.0.11"),
+         "spark-2": Node("spark-2", 1, "10.77.0.12", "10.77.0.11")}
+
+
+def _cluster(**vars: object) -> Session:
+    hosts = (Host("spark-1", "192.168.1.11", role="head", vars=dict(vars)),
+             Host("spark-2", "192.168.1.12", role="worker", vars=dict(vars)))
+    return Session(Inventory(Path("inv.yml"), "t", hosts, {}), transports={})
+
+
+def test_each_replica_is_its_own_engine_on_its_port_and_the_router_fronts_them_on_the_head():
+    session = _cluster(python_env="/v")
+    runtime = RuntimeChoice("host", caches=False)
+    placements = Layout(2).place(list(NODES), 8000)
+    args = ServeArgs("org/m", tp=1, port=8000, served_name="m", flags=("--max-model-len", "512"))
+    commands = replica_commands(session, runtime, NODES, placements, args)
+    # vLLM alone on each node (no Ray, no --nnodes: a replica of one node), each at its own port
+    assert "setsid nohup vllm serve org/m --tensor-parallel-size 1 --host 0.0.0.0 --port 8001 --served-model-name m " \
+           "--max-model-len 512 > \"$HOME\"/.cache/sparkcluster/serve/main.log" in commands["spark-1"].script
+    assert "--port 8002" in commands["spark-2"].script and "--distributed-executor-backend" not in commands["spark-2"].script
+    router = router_command(session, runtime, NODES, placements, 8000)
+    assert list(router) == ["spark-1"]  # on the head only, at the endpoint's port, reaching replicas on the fabric
+    assert ("setsid nohup vllm-router --host 0.0.0.0 --port 8000 --worker-urls http://10.77.0.11:8001 "
+            "http://10.77.0.12:8002 --policy round_robin --health-check-interval-secs 5 --health-failure-threshold 2 "
+            "--worker-startup-check-interval 1 > \"$HOME\"/.cache/sparkcluster/serve/router.log") in router["spark-1"].script
+
+
+def test_replicas_of_two_nodes_rank_inside_each_replica():
+    nodes = {n: Node(n, i, f"10.0.0.{i + 1}", "10.0.0.1") for i, n in enumerate(["a", "b", "c", "d"])}
+    second = replica_nodes(nodes, Layout(2, 2).place(list(nodes), 8000)[1])
+    assert second == {"c": Node("c", 0, "10.0.0.3", "10.0.0.3"), "d": Node("d", 1, "10.0.0.4", "10.0.0.3")}
+
+
+def test_the_router_is_a_process_each_runtime_starts_watches_and_stops_like_vllm():
+    host = HostRuntime("/v")
+    assert host.start_router(["vllm-router", "--port", "8000"], ENV).script.endswith(
+        "setsid nohup vllm-router --port 8000 > \"$HOME\"/.cache/sparkcluster/serve/router.log 2>&1 < /dev/null &\n"
+        "echo $! > \"$HOME\"/.cache/sparkcluster/serve/router.pid")
+    assert host.alive("router") == Command("kill -0 $(cat \"$HOME\"/.cache/sparkcluster/serve/router.pid 2>/dev/null) 2>/dev/null")
+    assert "for r in router vllm main; do" in host.stop_all().script
+    docker = DockerRuntime("vllm-node", entrypoint=("vllm", "serve"))
+    # an image whose entrypoint is `vllm serve` gets the router's own as entrypoint
+    assert docker.start_router(["vllm-router", "--port", "8000"], ENV) == Command(
+        "docker run -d --rm --network host --name vllm_router --entrypoint vllm-router vllm-node --port 8000")
+    assert docker.alive("router").script == "test \"$(docker inspect -f '{{.State.Running}}' vllm_router 2>/dev/null)\" = true"
+    assert docker.logs("router", 20, follow=False) == Command("docker logs --tail 20 vllm_router 2>&1")
+    assert docker.stop_all().script.startswith("if docker inspect vllm_router >/dev/null 2>&1; then docker rm -f vllm_router")
+
+
+# --- a model that does not fit a replica ---
+
+def test_weights_come_from_the_index_else_the_files():
+    assert parse_weights('{"metadata": {"total_size": 240000000000}}\n@@files@@\n9\n') == 240_000_000_000
+    assert parse_weights("\n@@files@@\n6800000\n") == 6_800_000
+    assert parse_weights("\n@@files@@\n0\n") is None
+
+
+def test_a_model_that_does_not_fit_a_replica_is_refused_with_the_nodes_it_needs():
+    # gpt-oss-120b-like bf16 weights, 240 GB: a replica of one Spark gives vLLM 128 GB x 0.9 = 115.2 GB.
+    with pytest.raises(UsageError) as e:
+        check_fit("org/big", 240_000_000_000, Layout(2), ())
+    assert e.value.exit_code == 2
+    assert "240.0 GB" in e.value.message and "1 node(s): 115.2 GB for vLLM" in e.value.message
+    assert "at least 3 nodes" in e.value.fix
+    check_fit("org/big", 240_000_000_000, Layout(1, 3), ())  # TP 3 holds it
+    with pytest.raises(UsageError, match="gpu-memory-utilization 0.5"):
+        check_fit("org/m", 70_000_000_000, Layout(2), ("--gpu-memory-utilization", "0.5"))
+    check_fit("org/m", None, Layout(2), ())  # unknown size: vLLM's own check stands
+
+
+# --- status: the router and each replica ---
+
+def test_status_names_a_replica_whose_vllm_stopped_and_is_not_healthy():
+    placements = Layout(2).place(["spark-1", "spark-2"], 8000)
+    up = ReplicaStatus(placements[0], "http://192.168.1.11:8001/v1", 200)
+    down = ReplicaStatus(placements[1], "http://192.168.1.12:8002/v1", 0, ("spark-2",))
+    assert up.healthy and not down.healthy
+    assert down.to_json() == {"index": 1, "nodes": ["spark-2"], "endpoint": "http://192.168.1.12:8002/v1",
+                              "health": 0, "healthy": False, "down": ["spark-2"]}
+    record = ServeRecord("host", "native", "vllm-node", ("spark-1", "spark-2"),
+                         Serving("org/m", "m", 8000, "http://192.168.1.11:8000/v1", 1, replicas=placements))
+    server = ServerStatus("http://192.168.1.11:8000/v1", "org/m", "m", 503, ("m",))
+    state = ClusterStatus(record, {"spark-1": NodeStatus(processes={"main": ProcessState.RUNNING,
+                                                                     "router": ProcessState.RUNNING}),
+                                   "spark-2": NodeStatus(processes={"main": ProcessState.STOPPED})},
+                          server=server, replicas=(up, down))
+    assert not state.healthy and [r["nodes"] for r in state.to_json()["replicas"]] == [["spark-1"], ["spark-2"]]
+    out = io.StringIO()
+    status_table(Console(file=out, width=200), state)
+    text = out.getvalue()
+    assert "router answering, a replica out of rotation (HTTP 503)" in text
+    assert "replica 1 on spark-2 at http://192.168.1.12:8002/v1: down: vLLM not running on spark-2" in text
+    assert "spark-1" in text and "router running" in text
+
+
+def test_node_roles_add_the_router_on_the_head_of_a_replicated_serve():
+    replicated = Serving("m", "m", 8000, "e", 1, replicas=Layout(2).place(["a", "b"], 8000))
+    assert node_roles(replicated, "native", True) == ["main", "router"]
+    assert node_roles(replicated, "native", False) == ["main"]
+    assert node_roles(Serving("m", "m", 8000, "e", 2), "ray", True) == ["main", "vllm"]
+
+
+# --- refused before anything connects (exit 2) ---
+
+@pytest.fixture
+def no_connection(monkeypatch):
+    def refuse(*args, **kwargs):
+        raise AssertionError("connected although the input was invalid")
+    monkeypatch.setattr(session_module, "Transport", refuse)
+
+
+@pytest.mark.parametrize("extra, inventory_vars, message", [
+    (["--replicas", "3"], "", "3 replicas on 2 nodes"),
+    (["--replicas", "2", "--launcher", "ray"], "", "--launcher ray with 2 replicas of TP 1 x PP 1"),
+    (["--replicas", "2", "--tp", "2"], "", "2 replicas of TP 2 x PP 1 take 4 nodes"),
+    ([], ", replicas: 3", "3 replicas on 2 nodes"),  # the inventory asks for replicas too
+])
+def test_serve_refuses_replicas_the_nodes_cannot_hold_before_connecting(tmp_path, monkeypatch, capsys, no_connection,
+                                                                       extra, inventory_vars, message):
+    inv = tmp_path / "inv.yml"
+    inv.write_text(f"name: t\nvars: {{user: spark, python_env: /v{inventory_vars}}}\nhosts:\n"
+                   "  spark-1: {address: 10.0.0.1, role: head}\n  spark-2: {address: 10.0.0.2, role: worker}\n")
+    monkeypatch.setattr(cli.err_console, "width", 10_000)
+    code = cli.main(["serve", "-i", str(inv), "--runtime", "host", "--model", "org/m", *extra])
+    err = " ".join(capsys.readouterr().err.split())
+    assert code == EXIT_USAGE and message in err, err
+
+
+def test_a_recipe_asks_for_replicas(tmp_path):
+    path = tmp_path / "r.yml"
+    path.write_text("model: org/m\nreplicas: 2\nflags: {--max-model-len: 512}\n")
+    assert load_recipe(str(path)).replicas == 2
+    path.write_text("model: org/m\nreplicas: 0\n")
+    with pytest.raises(UsageError, match=r"r.yml:2: replicas 0 is not a number of engines"):
+        load_recipe(str(path))

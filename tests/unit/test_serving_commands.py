@@ -136,8 +136,10 @@ def test_logs_commands():
 
 def test_stop_all_serving_stops_both_runtimes():
     script = stop_all_serving(inventory(python_env="/v").hosts[0]).script
-    assert script.startswith("if command -v docker >/dev/null 2>&1; then if docker inspect vllm_node")
-    assert "for r in vllm main; do" in script and "/v/bin/ray stop --force" in script
+    assert script.startswith("if command -v docker >/dev/null 2>&1; then if docker inspect vllm_router")
+    assert "if docker inspect vllm_node" in script
+    # the router in front of replicas first (issue 40), then vLLM, then what it runs on
+    assert "for r in router vllm main; do" in script and "/v/bin/ray stop --force" in script
     # vLLM is stopped inside the container before the container: Ray, its main process, drains on SIGTERM while vLLM
     # holds its workers, and `docker stop` alone waited out the whole grace
     assert script.index("docker exec vllm_node sh -c 'p=$(cat /tmp/sparkcluster-vllm.pid") < script.index("docker stop")

@@ -87,6 +87,13 @@ def _check_gpu_count(value: Any, line: int, src: Source) -> None:
                         "e.g. `ray_num_gpus: 1` (a DGX Spark has one GPU)")
 
 
+def _check_replicas(value: Any, line: int, src: Source) -> None:
+    """`replicas` is serve's --replicas when not given: engines behind vLLM's router, which must divide the nodes."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value < 1024:
+        raise src.error(line, f"replicas must be a whole number of engines, not {describe(value)}",
+                        "e.g. `replicas: 2` (one engine per node of a pair, behind vLLM's router)")
+
+
 def _check_node_path(key: str, example: str) -> Callable[[Any, int, Source], None]:
     """A program or a path on the node (`python`, `python_env`, `comm_env_path`): one line of text."""
     def check(value: Any, line: int, src: Source) -> None:
@@ -124,6 +131,7 @@ def is_driver_version(text: str) -> bool:
 HOST_VAR_CHECKS: dict[str, Callable[[Any, int, Source], None]] = {
     "serve_env": check_serve_env,
     "ray_num_gpus": _check_gpu_count,
+    "replicas": _check_replicas,
     "python": _check_node_path("python", "/usr/bin/python3"),
     "python_env": _check_node_path("python_env", "/opt/vllm-env"),
     "comm_env_path": _check_node_path("comm_env_path", "~/.config/sparkcluster/comm.env"),
