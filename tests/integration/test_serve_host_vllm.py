@@ -560,3 +560,50 @@ def test_an_untrusted_registrys_env_payload_is_refused_and_runs_on_no_node_but_d
         for host in ("spark-1", "spark-2"):
             ssh(cluster, host, "rm -f ~/pwned-by-env-rce", check=False)
         run_cli("down", "-i", str(cluster.inventory_path), env=user)
+
+
+def test_two_replicas_answer_through_vllms_router_and_one_that_dies_is_named_while_the_endpoint_answers(cluster):
+    """Issue 40: `serve --replicas 2` puts one engine on each node (two 1-node vLLM starts at once) behind
+    vllm-router on the head at the endpoint's port; requests through it reach both replicas; `status --json` lists
+    both; killing spark-2's vLLM leaves the endpoint answering and `status` naming spark-2 (exit 1); `logs` shows
+    the router's; `down` leaves no vLLM or router on either node."""
+    head, worker = cluster.topology.hosts
+    try:
+        served = sc(cluster, "serve", "--replicas", "2", "--model", MODEL, "--no-verify", "--json", *VLLM_FLAGS)
+        assert served.returncode == 0, served.stderr[-3000:]
+        doc = json.loads(served.stdout)
+        assert doc["endpoint"] == f"http://{head.mgmt_ip}:8000/v1" and doc["launcher"] == "native"
+        assert [(r["nodes"], r["port"]) for r in doc["replicas"]] == [(["spark-1"], 8001), (["spark-2"], 8002)]
+        replicas = [f"http://{head.mgmt_ip}:8001/v1", f"http://{worker.mgmt_ip}:8002/v1"]
+        before = [vllm_counters(r)["generation"] for r in replicas]
+        body = {"model": MODEL, "prompt": "The cluster of sparks", "max_tokens": 4, "temperature": 0}
+        for _ in range(4):
+            code, text = http(f"{doc['endpoint']}/completions", body, timeout=60)
+            assert code == 200, text
+        after = [vllm_counters(r)["generation"] for r in replicas]
+        assert all(a > b for a, b in zip(after, before)), (before, after)  # round robin: both replicas served
+
+        status = sc(cluster, "status", "--json")
+        assert status.returncode == 0, status.stdout + status.stderr
+        state = json.loads(status.stdout)
+        assert [(r["nodes"], r["healthy"]) for r in state["replicas"]] == [(["spark-1"], True), (["spark-2"], True)]
+        assert state["nodes"]["spark-1"]["router"] == "running" and state["server"]["health"] == 200
+        logs = sc(cluster, "logs", "--node", "spark-1", "-n", "50")
+        assert logs.returncode == 0 and "== router ==" in logs.stdout and "Router ready" in logs.stdout, logs.stdout
+
+        ssh(cluster, "spark-2", 'kill -KILL -- -"$(cat ~/.cache/sparkcluster/serve/main.pid)"')
+        for _ in range(6):  # at once and while the router's health checks take it out: every request answered
+            code, text = http(f"{doc['endpoint']}/completions", body, timeout=60)
+            assert code == 200, text
+        status = sc(cluster, "status")
+        assert status.returncode == 1, status.stdout + status.stderr
+        assert "replica 1 on spark-2 at" in status.stdout and "vLLM not running on spark-2" in status.stdout, status.stdout
+        state = json.loads(sc(cluster, "status", "--json").stdout)
+        assert [r["down"] for r in state["replicas"]] == [[], ["spark-2"]]
+    finally:
+        down = sc(cluster, "down", "--json")
+    assert down.returncode == 0, down.stderr
+    assert "router" in json.loads(down.stdout)["stopped"]["spark-1"]
+    for host in ("spark-1", "spark-2"):
+        left = processes(cluster, host)
+        assert "vllm serve" not in left and "vllm-router" not in left and "vllm::router" not in left, left
