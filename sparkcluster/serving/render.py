@@ -46,8 +46,12 @@ def progress_printer(console: Console) -> Callable[[ServeEvent], None]:
 
 def serving(console: Console, result: ServeResult) -> None:
     timings = ", ".join(f"{k} {v:.1f} s" for k, v in result.phases.items())
-    console.print(f"[bold green]serving[/] {escape(result.served_name)} with TP {len(result.nodes)} "
+    shape = (f"{len(result.replicas)} replicas behind vLLM's router" if result.replicas
+             else f"TP {len(result.nodes)}")
+    console.print(f"[bold green]serving[/] {escape(result.served_name)} with {shape} "
                   f"({result.runtime}, {result.launcher}) at [bold]{result.endpoint}[/]", highlight=False)
+    for replica in result.replicas:
+        console.print(f"  replica {replica.index} on {', '.join(replica.nodes)}, port {replica.port}", highlight=False)
     console.print(f"  {timings}", highlight=False)
     for phase, why in result.skipped.items():
         console.print(f"  skipped {phase}: {escape(why)}", highlight=False)

@@ -21,8 +21,9 @@ from sparkcluster.serving.fit import check_fit, parse_weights
 from sparkcluster.serving.launch import Node, ServeArgs
 from sparkcluster.serving.layout import Layout, Placement, choose_layout
 from sparkcluster.serving.parallel import check_layout
+from sparkcluster.serving.phases import ServeResult
 from sparkcluster.serving.record import ServeRecord, Serving
-from sparkcluster.serving.render import status_table
+from sparkcluster.serving.render import serving, status_table
 from sparkcluster.serving.router import replica_commands, replica_nodes, router_command
 from sparkcluster.serving.runtime import DockerRuntime, HostRuntime, NodeEnv, RuntimeChoice
 from sparkcluster.serving.status import ClusterStatus, NodeStatus, ProcessState, ReplicaStatus, ServerStatus, node_roles
@@ -241,3 +242,13 @@ def test_a_recipe_asks_for_replicas(tmp_path):
     path.write_text("model: org/m\nreplicas: 0\n")
     with pytest.raises(UsageError, match=r"r.yml:2: replicas 0 is not a number of engines"):
         load_recipe(str(path))
+
+
+def test_serve_says_it_serves_replicas_behind_the_router_and_where_each_is():
+    result = ServeResult("http://10.0.0.1:8000/v1", "org/m", "m", "host", "native", [], {"router": 1.0},
+                         replicas=list(Layout(2).place(["spark-1", "spark-2"], 8000)))
+    out = io.StringIO()
+    serving(Console(file=out, width=200), result)
+    text = out.getvalue()
+    assert "serving m with 2 replicas behind vLLM's router (host, native) at http://10.0.0.1:8000/v1" in text
+    assert "replica 0 on spark-1, port 8001" in text and "replica 1 on spark-2, port 8002" in text
