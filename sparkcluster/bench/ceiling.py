@@ -181,11 +181,14 @@ def read_from_head(session: Session, model: str) -> tuple[dict[str, Any], int | 
 
 
 def effective_nodes(config: Mapping[str, Any]) -> int:
-    """Nodes whose memory a token's weights are read from at once: the TP group's (pipeline stages take turns)."""
+    """Nodes whose memory a token's weights are read from at once: one replica's TP group (pipeline stages take
+    turns; a stream runs on one replica)."""
     nodes = config.get("nodes")
     count = len(nodes) if isinstance(nodes, list) and nodes else 1
-    pp = config.get("pp")
-    return max(1, count // pp) if isinstance(pp, int) and pp > 0 else count
+    for split in ("replicas", "pp"):
+        value = config.get(split)
+        count = max(1, count // value) if isinstance(value, int) and value > 0 else count
+    return count
 
 
 def per_stream_decode(generation_tps: float, concurrency: int, itl_p50_s: float | None) -> float:

@@ -59,7 +59,7 @@ def from_record(record: ServeRecord | None, image_id: str | None, api_key: str |
     return Target(serving.endpoint, serving.served_name, {
         "endpoint": serving.endpoint, "source": "inventory", "hf_model": serving.model,
         "runtime": record.runtime, "launcher": record.launcher, "tp": serving.tp, "pp": serving.pp,
-        "nodes": list(record.nodes),
+        "nodes": list(record.nodes), "replicas": max(1, len(serving.replicas)),  # engines behind the router
         "image": record.image if docker else None, "image_id": image_id if docker else None,
         # Recorded by serve where it keeps them; null otherwise, so a reader sees what is not known.
         "recipe": serving.recipe, "recipe_flags": list(serving.flags),

@@ -10,6 +10,8 @@ import pytest
 from rich.console import Console
 
 from sparkcluster import cli
+from sparkcluster.bench.ceiling import effective_nodes
+from sparkcluster.bench.target import from_record
 from sparkcluster.engine import session as session_module
 from sparkcluster.engine.command import Command
 from sparkcluster.engine.errors import EXIT_USAGE, UsageError
@@ -252,3 +254,13 @@ def test_serve_says_it_serves_replicas_behind_the_router_and_where_each_is():
     text = out.getvalue()
     assert "serving m with 2 replicas behind vLLM's router (host, native) at http://10.0.0.1:8000/v1" in text
     assert "replica 0 on spark-1, port 8001" in text and "replica 1 on spark-2, port 8002" in text
+
+
+def test_bench_reads_the_replicas_and_takes_one_replicas_nodes_for_a_streams_ceiling():
+    placements = Layout(2).place(["spark-1", "spark-2"], 8000)
+    record = ServeRecord("host", "native", "vllm-node", ("spark-1", "spark-2"),
+                         Serving("org/m", "m", 8000, "http://10.0.0.1:8000/v1", 1, replicas=placements))
+    config = from_record(record, None).config
+    assert config["replicas"] == 2 and config["endpoint"] == "http://10.0.0.1:8000/v1"  # bench measures the router
+    assert effective_nodes(config) == 1  # a stream decodes on one replica's single node, not on both
+    assert effective_nodes({"nodes": ["a", "b"], "tp": 2, "pp": 1, "replicas": 1}) == 2
