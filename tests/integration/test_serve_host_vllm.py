@@ -568,6 +568,13 @@ def test_two_replicas_answer_through_vllms_router_and_one_that_dies_is_named_whi
     both; killing spark-2's vLLM leaves the endpoint answering and `status` naming spark-2 (exit 1); `logs` shows
     the router's; `down` leaves no vLLM or router on either node."""
     head, worker = cluster.topology.hosts
+    check = sc(cluster, "serve", "--replicas", "2", "--model", MODEL, "--check", "--json", *VLLM_FLAGS)
+    assert check.returncode == 0, check.stderr[-2000:]
+    lines = json.loads(check.stdout)["commands"]
+    assert "vllm serve local/tiny-llama --tensor-parallel-size 1 --host 0.0.0.0 --port 8001" in lines["spark-1"][0]
+    assert "--port 8002" in lines["spark-2"][0] and "ray start" not in check.stdout
+    assert f"vllm-router --host 0.0.0.0 --port 8000 --worker-urls http://{head.fabric_ips[0]}:8001 " \
+           f"http://{worker.fabric_ips[0]}:8002" in lines["spark-1"][1]
     try:
         served = sc(cluster, "serve", "--replicas", "2", "--model", MODEL, "--no-verify", "--json", *VLLM_FLAGS)
         assert served.returncode == 0, served.stderr[-3000:]
