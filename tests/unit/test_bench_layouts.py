@@ -13,13 +13,11 @@ from rich.console import Console
 from sparkcluster import cli
 from sparkcluster.bench.layouts import choice, report, state
 from sparkcluster.bench.layouts.cli import serve_hint
-from sparkcluster.bench.layouts.run import Planned, measure_layouts
+from sparkcluster.bench.layouts.run import Planned, Swept, measure_layouts
 from sparkcluster.bench.metrics import ServerSide
 from sparkcluster.bench.stats import Distribution, Row
 from sparkcluster.bench.sweep import Level, Prepared
 from sparkcluster.engine.errors import SparkclusterError, UsageError
-from sparkcluster.engine.inventory import load_inventory
-from sparkcluster.recipes.types import Recipe
 from sparkcluster.serving.layout import Layout
 from sparkcluster.serving.phases import ServeOptions
 
@@ -40,9 +38,9 @@ def row(c: int, tps: float, ttft: float, itl: float, errors: int = 0) -> Row:
     return Row(c, 100.0, tps, tps * 1.2, d(ttft), d(itl), d(ttft + 8 * itl), 4 * c, 64 * c, 32 * c, errors)
 
 
-def measured(kind: str, layout: Layout, rows: list[Row], version: str | None = "0.11.0") -> state.Measured:
-    return state.Measured(state.kind(kind), layout, tuple(rows), tuple(None for _ in rows), version, 60.0, 20.0,
-                          {"launch": 5.0, "ready": 50.0})
+def measured(kind: str, layout: Layout, rows: list[Row], build: str | None = "0.11.0+cu130") -> state.Measured:
+    return state.Measured(state.kind(kind), layout, tuple(rows), tuple(None for _ in rows), "0.11.0", 60.0, 20.0,
+                          {"launch": 5.0, "ready": 50.0}, build)
 
 
 # ---- naming and refusing layouts, before anything connects ------------------------------------------------------
@@ -59,9 +57,9 @@ def test_an_unknown_kind_is_refused_naming_it_and_the_kinds():
     assert e.value.fix == "e.g. --layouts tp,replicas"
 
 
-def test_each_kind_is_the_layout_it_means_on_the_selected_nodes(tmp_path):
-    two = load_inventory(inventory_file(tmp_path, 2))
-    assert choice.layouts_for(("tp", "pp", "replicas"), two, Recipe("plain")) == (TP2, PP2, TWO_REPLICAS)
+def test_each_kind_is_the_layout_it_means_on_the_selected_nodes():
+    assert choice.layouts_for(("tp", "pp", "replicas"), 2) == (TP2, PP2, TWO_REPLICAS)
+    assert choice.layouts_for(("tp",), 1) == (Layout(1, 1, 1),)
 
 
 def test_pp_and_replicas_on_one_node_are_refused_before_anything_connects(tmp_path, capsys):
@@ -75,16 +73,31 @@ def test_pp_and_replicas_on_one_node_are_refused_before_anything_connects(tmp_pa
     assert not (tmp_path / "out").exists()
 
 
-def test_a_layout_the_recipe_cannot_serve_is_refused_naming_the_layout_and_how_to_leave_it_out(tmp_path):
-    two = load_inventory(inventory_file(tmp_path, 2))
-    cluster_only = Recipe("big", min_nodes=2)  # eugr's cluster_only: too large for one Spark
-    assert choice.layouts_for(("tp",), two, cluster_only) == (TP2,)
-    with pytest.raises(UsageError) as e:
-        choice.layouts_for(("tp", "replicas"), two, cluster_only)
-    assert e.value.exit_code == 2
-    assert e.value.message.startswith("--layouts replicas (2 replicas of TP 1 x PP 1 behind a router): recipe big "
-                                      "needs at least 2 nodes per engine"), e.value.message
-    assert e.value.fix.endswith("or measure the other layouts (leave replicas out of --layouts)")
+CLUSTER_ONLY = """\
+recipe_version: "2"
+model: org/big
+min_nodes: 2
+"""
+
+
+def test_a_layout_the_recipe_cannot_serve_is_refused_naming_the_layout_and_how_to_leave_it_out(tmp_path, capsys):
+    recipe = tmp_path / "big.yaml"  # sparkrun's min_nodes 2: too large for one Spark, so not one replica per node
+    recipe.write_text(CLUSTER_ONLY)
+    code = cli.main(["bench", "-i", str(inventory_file(tmp_path, 2)), "--layouts", "tp,replicas", "--recipe",
+                     str(recipe), "--runtime", "docker", "--out", str(tmp_path / "out")])
+    err = " ".join(capsys.readouterr().err.split())
+    assert code == 2, err
+    assert ("--layouts replicas (2 replicas of TP 1 x PP 1 behind a router): recipe big needs at least 2 nodes per "
+            "engine") in err, err
+    assert "or measure the other layouts (leave replicas out of --layouts)" in err, err
+
+
+def test_a_launcher_one_layout_cannot_take_is_refused_naming_that_layout(tmp_path, capsys):
+    code = cli.main(["bench", "-i", str(inventory_file(tmp_path, 2)), "--layouts", "tp,replicas", "--model", "org/m",
+                     "--launcher", "ray", "--out", str(tmp_path / "out")])
+    err = " ".join(capsys.readouterr().err.split())
+    assert code == 2, err
+    assert "--layouts replicas (2 replicas of TP 1 x PP 1 behind a router): --launcher ray with 2 replicas" in err, err
 
 
 @pytest.mark.parametrize("flags, named", [
@@ -138,7 +151,7 @@ def test_the_document_holds_layouts_with_rows_best_and_the_wall_time_split():
 
 
 def test_figures_of_a_cpu_vllm_are_said_to_be_so():
-    cpu = [measured("tp", TP2, [row(1, 4.0, 0.5, 0.2)], version="0.32.0+cpu")]
+    cpu = [measured("tp", TP2, [row(1, 4.0, 0.5, 0.2)], build="0.32.0+cpu")]
     note = report.document(cpu, {}, 0.0)["cpu_vllm"]
     assert note.startswith("these figures are a CPU build of vLLM's (vLLM 0.32.0+cpu, as the simulator runs it)")
     assert "not which layout is fastest on DGX Sparks" in note
@@ -173,10 +186,11 @@ class Cluster:
         self.served.append(item.kind)
         return {"launch": 1.0}
 
-    def measure(self) -> tuple[list[Level], Prepared]:
+    def measure(self, item: Planned) -> Swept:
+        assert item.kind == self.served[-1]  # what was just served
         tps = 50.0 * len(self.served)
-        return ([Level(row(1, tps, 0.1, 0.02), ServerSide(0.1, None, 0, 32, 64))],
-                Prepared(server_version="0.32.0+cpu"))
+        return Swept([Level(row(1, tps, 0.1, 0.02), ServerSide(0.1, None, 0, 32, 64))],
+                     Prepared(server_version="0.32.0"), "0.32.0+cpu")
 
 
 def test_a_run_cut_short_resumes_without_serving_a_measured_layout_again(tmp_path):
@@ -198,7 +212,7 @@ def test_a_run_cut_short_resumes_without_serving_a_measured_layout_again(tmp_pat
     assert list(resumed.done) == ["tp", "replicas"]
     tp = resumed.done["tp"]
     assert tp.rows == (row(1, 50.0, 0.1, 0.02),) and tp.server == (ServerSide(0.1, None, 0, 32, 64),)
-    assert tp.server_version == "0.32.0+cpu" and tp.phases == {"launch": 1.0} and tp.shape == TP2
+    assert (tp.server_version, tp.vllm_build) == ("0.32.0", "0.32.0+cpu") and tp.phases == {"launch": 1.0} and tp.shape == TP2
     assert state.load(path, INPUTS).done == resumed.done  # what was written reads back the same
 
 

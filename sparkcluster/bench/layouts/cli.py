@@ -120,9 +120,10 @@ def cmd(args: argparse.Namespace, connect: Connect, sweep: SweepOptions, progres
 
     def check(inventory: Inventory) -> None:
         """Every layout sized as serve sizes it, and the state read, before anything connects."""
-        for index, layout in enumerate(choice.layouts_for(kinds, inventory, base.recipe)):
-            flags_ = _one_layout(args, layout)
-            planned.append(Planned(kinds[index], layout, sized(flags_, options(flags_), inventory, show=index == 0)))
+        for kind, layout in zip(kinds, choice.layouts_for(kinds, len(inventory.hosts)), strict=True):
+            with choice.refused_as(kind, layout):
+                flags_ = _one_layout(args, layout)
+                planned.append(Planned(kind, layout, sized(flags_, options(flags_), inventory, show=not planned)))
         states.append(state.load(out / state.STATE_FILE, inputs(args, inventory, sweep)))
 
     started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
@@ -134,8 +135,9 @@ def cmd(args: argparse.Namespace, connect: Connect, sweep: SweepOptions, progres
     try:
         with connect(args, check) as session, one_at_a_time(session):
             layout_state = states[0]
-            if any(item.kind not in layout_state.done for item in planned):
-                stage_s = stage_once(session, planned[0].options, serve_emit)
+            todo = [item for item in planned if item.kind not in layout_state.done]
+            if todo:
+                stage_s = stage_once(session, todo, serve_emit)
             if bar:
                 bar.start()
             measure_layouts(planned, layout_state, serve_on(session, serve_emit), sweep_on(session, sweep, sweep_emit),

@@ -12,6 +12,7 @@ from rich import box
 from rich.table import Table
 
 from ..table import _ms, _tps
+from .build import is_cpu_build
 from .state import Measured
 
 BEST_MARK = "<- best"
@@ -32,7 +33,7 @@ def best_per_concurrency(measured: Sequence[Measured]) -> dict[int, str]:
 def cpu_note(measured: Sequence[Measured]) -> str | None:
     """Said plainly where any figure comes from a CPU build of vLLM: it proves the layouts serve and measure end to
     end, not which is fastest on Sparks."""
-    versions = sorted({m.server_version for m in measured if m.server_version and "+cpu" in m.server_version})
+    versions = sorted({m.vllm_build for m in measured if m.vllm_build and is_cpu_build(m.vllm_build)})
     if not versions:
         return None
     return (f"these figures are a CPU build of vLLM's (vLLM {', '.join(versions)}, as the simulator runs it): they "

@@ -12,12 +12,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from ...engine.session import Session
+from ...serving.fit import replica_fit
 from ...serving.layout import Layout, LayoutKind
 from ...serving.phases import ServeOptions, hub_model, serve, stage_model
 from ...serving.progress import Emit as ServeEmit
 from ..sweep import Emit as SweepEmit
 from ..sweep import Level, Prepared, SweepOptions, sweep
 from ..target import from_cluster
+from .build import served_vllm
+from .choice import refused_as
 from .state import LayoutState, Measured
 
 
@@ -30,10 +33,20 @@ class Planned:
     options: ServeOptions
 
 
-# What serves a layout (its phases' seconds) and what measures the endpoint then served (rows and what the sweep
-# learnt): serve's phases and bench's sweep on a cluster, fakes in the unit tests.
+@dataclass(frozen=True)
+class Swept:
+    """What measuring a served layout gave: a level per concurrency, what the sweep learnt of the server, and the
+    vLLM build that served (build.py)."""
+
+    levels: list[Level]
+    prepared: Prepared
+    vllm_build: str | None
+
+
+# What serves a layout (its phases' seconds) and what measures the endpoint then served: serve's phases and bench's
+# sweep on a cluster, fakes in the unit tests.
 ServeLayout = Callable[[Planned], dict[str, float]]
-Measure = Callable[[], tuple[list[Level], Prepared]]
+Measure = Callable[[Planned], Swept]
 Say = Callable[[str], None]
 
 
@@ -49,19 +62,26 @@ def measure_layouts(planned: Sequence[Planned], state: LayoutState, serve_layout
         phases = serve_layout(item)
         served = time.monotonic()
         say(f"{item.kind}: measuring ...")
-        levels, prepared = measure()
-        state.record(Measured(item.kind, item.layout, tuple(level.row for level in levels),
-                              tuple(level.server for level in levels), prepared.server_version,
-                              round(served - began, 3), round(time.monotonic() - served, 3), phases))
+        swept = measure(item)
+        state.record(Measured(item.kind, item.layout, tuple(level.row for level in swept.levels),
+                              tuple(level.server for level in swept.levels), swept.prepared.server_version,
+                              round(served - began, 3), round(time.monotonic() - served, 3), phases,
+                              swept.vllm_build))
 
 
-def stage_once(session: Session, options: ServeOptions, emit: ServeEmit) -> float:
-    """The model on every node before the first layout, as serve stages it (each serve after finds it there); the
-    seconds it took."""
+def stage_once(session: Session, todo: Sequence[Planned], emit: ServeEmit) -> float:
+    """The model on every node before the first layout, as serve stages it (each serve after finds it there), and
+    every replicas layout checked to hold it before any is served (a refusal after an hour of other layouts helps no
+    one); the seconds it took."""
     began = time.monotonic()
-    model = hub_model(options.serve_args())
+    args = todo[0].options.serve_args()
+    model = hub_model(args)
     if model is not None:
         stage_model(session, model, emit)
+    for item in todo:
+        if item.layout.routed:
+            with refused_as(item.kind, item.layout):
+                replica_fit(session, args.model, item.layout, args.flags)
     return round(time.monotonic() - began, 3)
 
 
@@ -71,10 +91,10 @@ def serve_on(session: Session, emit: ServeEmit) -> ServeLayout:
 
 def sweep_on(session: Session, options: SweepOptions, emit: SweepEmit) -> Measure:
     """Bench's sweep against the endpoint serve recorded on the head (the router's, for replicas)."""
-    def measure() -> tuple[list[Level], Prepared]:
+    def measure(item: Planned) -> Swept:
         target = from_cluster(session)
         levels: list[Level] = []
         prepared = Prepared()
         asyncio.run(sweep(target.base_url, target.model, options, levels, prepared, emit, target.api_key))
-        return levels, prepared
+        return Swept(levels, prepared, served_vllm(session, item.options.runtime_choice()))
     return measure

@@ -33,18 +33,20 @@ class Measured:
     serve_s: float  # the serve phases, staging included (a no-op check once the first layout staged)
     measure_s: float  # the sweep: calibration, warm-up and every concurrency
     phases: dict[str, float] = field(default_factory=dict)
+    vllm_build: str | None = None  # the vLLM distribution's version where it served (build.py): 0.32.0+cpu on CPU
 
     def to_json(self) -> dict[str, Any]:
         return {"layout": self.layout, "shape": self.shape.to_json(), "rows": [r.to_json() for r in self.rows],
                 "server": [asdict(s) if s else None for s in self.server], "server_version": self.server_version,
-                "serve_s": self.serve_s, "measure_s": self.measure_s, "phases": self.phases}
+                "serve_s": self.serve_s, "measure_s": self.measure_s, "phases": self.phases,
+                "vllm_build": self.vllm_build}
 
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> Measured:
         return cls(kind(doc["layout"]), Layout.from_json(doc["shape"]), tuple(row_from_json(r) for r in doc["rows"]),
                    tuple(ServerSide(**s) if s else None for s in doc["server"]), doc["server_version"],
                    float(doc["serve_s"]), float(doc["measure_s"]),
-                   {str(k): float(v) for k, v in doc["phases"].items()})
+                   {str(k): float(v) for k, v in doc["phases"].items()}, doc["vllm_build"])
 
 
 def kind(text: object) -> LayoutKind:
