@@ -614,3 +614,58 @@ def test_two_replicas_answer_through_vllms_router_and_one_that_dies_is_named_whi
     for host in ("spark-1", "spark-2"):
         left = processes(cluster, host)
         assert "vllm serve" not in left and "vllm-router" not in left and "vllm::router" not in left, left
+
+
+# ---- issue 40: the layout chosen by measurement -------------------------------------------------------------------
+LAYOUT_FLAGS = ["--", "--max-model-len", "256", "--enforce-eager"]
+
+
+def test_bench_layouts_serves_and_measures_each_layout_then_resumes_without_serving_again(cluster, tmp_path):
+    """~100 s, the smallest profile (one concurrency, two requests of 16 tokens out): `bench --layouts tp,replicas`
+    stages the model once, serves TP 2 (over Ray) then two replicas behind the router through serve's phases (no
+    probe: the serves above prove it) and measures each with the sweep; --json holds `layouts` ({layout, rows}) and
+    `best`, says the figures are the CPU vLLM's and splits the wall time; the replicas stay served. The same command
+    again serves nothing (a replica's vLLM keeps its process) and prints the table from the state, the best marked."""
+    out = tmp_path / "layouts"
+    command = ["bench", "--layouts", "tp,replicas", "--model", MODEL, "--no-verify", "--ready-timeout", "300",
+               "--concurrency", "1", "--runs", "1", "--requests-per-stream", "2", "--prompt-tokens", "16",
+               "--output-tokens", "16", "--out", str(out)]
+    try:
+        result = sc(cluster, *command, "--json", *LAYOUT_FLAGS, timeout=900)
+        assert result.returncode == 0, result.stderr[-3000:]
+        doc = json.loads(result.stdout)
+        tp, replicas = doc["layouts"]
+        assert (tp["layout"], tp["shape"]["name"], replicas["layout"], replicas["shape"]["name"]) == (
+            "tp", "tp2", "replicas", "2x tp1")
+        assert "ray" in tp["phases"] and "ray" not in replicas["phases"]  # TP 2 over Ray; each replica alone
+        for entry in doc["layouts"]:
+            (row,) = entry["rows"]
+            assert row["concurrency"] == 1 and row["errors"] == 0 and row["completion_tokens"] == 2 * 16, entry
+            assert row["generation_tps"] > 0 and row["ttft_s"]["p50"] > 0 and row["itl_s"]["p50"] > 0
+            assert entry["serve_s"] > 0 and entry["measure_s"] > 0 and "ready" in entry["phases"], entry
+        fastest = max(doc["layouts"], key=lambda entry: entry["rows"][0]["generation_tps"])["layout"]
+        assert doc["best"] == {"1": fastest}
+        assert doc["cpu_vllm"].startswith("these figures are a CPU build of vLLM's (vLLM 0.32.0+cpu"), doc["cpu_vllm"]
+        assert doc["wall_s"]["serve"] > 0 and doc["wall_s"]["measure"] > 0 and doc["wall_s"]["stage"] >= 0
+        assert [entry["layout"] for entry in json.loads((out / "layouts-state.json").read_text())["done"]] == [
+            "tp", "replicas"]
+        assert json.loads((out / "layouts.json").read_text())["best"] == doc["best"]
+        # The last layout stays served, as serve leaves it: two replicas behind the router.
+        served = json.loads(sc(cluster, "status", "--json").stdout)
+        assert [(r["nodes"], r["healthy"]) for r in served["replicas"]] == [(["spark-1"], True), (["spark-2"], True)]
+        replica_before = ssh(cluster, "spark-2", "pgrep -o -f 'vllm serve'").stdout.strip()
+
+        again = sc(cluster, *command, *LAYOUT_FLAGS, timeout=120)
+        assert again.returncode == 0, again.stderr[-3000:]
+        err = " ".join(again.stderr.split())
+        for kind in ("tp (TP 2 x PP 1)", "replicas (2 replicas of TP 1 x PP 1 behind a router)"):
+            assert f"{kind}: measured before, kept from {out / 'layouts-state.json'}" in err, err
+        assert "serving " not in err and "launch ..." not in err, err  # nothing served again
+        assert ssh(cluster, "spark-2", "pgrep -o -f 'vllm serve'").stdout.strip() == replica_before
+        table = [" ".join(line.split()) for line in again.stdout.splitlines()]
+        assert any(line.startswith("1 tp (tp2) ") for line in table), again.stdout
+        marked = [line for line in table if line.endswith("<- best")]
+        assert len(marked) == 1 and f"{fastest} (" in marked[0], again.stdout
+        assert "note: these figures are a CPU build of vLLM's" in " ".join(again.stdout.split())
+    finally:
+        down_leaves_nothing(cluster)
