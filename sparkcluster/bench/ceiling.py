@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..engine.command import Command
-from ..engine.remote import HF_HOME
 from ..engine.session import Session
+from ..serving.fit import snapshot_line
 
 GB10_BANDWIDTH_GBPS = 273.0  # GB/s of LPDDR5x per node
 DTYPE_BYTES = {"float32": 4.0, "float16": 2.0, "bfloat16": 2.0, "float8_e4m3fn": 1.0, "fp8": 1.0}
@@ -152,11 +152,7 @@ def ceiling(model: str, config: Mapping[str, Any], nodes: int, bandwidth_gbps: f
 
 def head_script(model: str) -> str:
     """Prints the snapshot's config.json, a separator, then its model.safetensors.index.json (if any)."""
-    repo = f'"{HF_HOME}/hub/models--{model.replace("/", "--")}"'
-    return (f'repo={repo}; ref=$(cat "$repo/refs/main" 2>/dev/null); d="$repo/snapshots/$ref"; '
-            f'[ -n "$ref" ] && [ -f "$d/config.json" ] || d=$(dirname "$(ls "$repo"/snapshots/*/config.json '
-            f'2>/dev/null | head -n 1)" 2>/dev/null); [ -f "$d/config.json" ] || exit 3; '
-            f'head -c {MAX_CONFIG_BYTES} "$d/config.json"; echo; echo @@index@@; '
+    return (f'{snapshot_line(model)}head -c {MAX_CONFIG_BYTES} "$d/config.json"; echo; echo @@index@@; '
             f'head -c {MAX_CONFIG_BYTES} "$d/model.safetensors.index.json" 2>/dev/null; true')
 
 

@@ -22,12 +22,18 @@ MAX_INDEX_BYTES = 1 << 20
 SEPARATOR = "@@files@@"
 
 
-def weights_script(model: str) -> str:
-    """Prints the head snapshot's safetensors index, a separator, then the bytes of its safetensors files."""
+def snapshot_line(model: str) -> str:
+    """Shell that sets `d` to the model's snapshot in the node's HF cache (refs/main's, else any holding a
+    config.json), or exits 3 where the node has none. bench's ceiling reads the same snapshot."""
     repo = f'"{HF_HOME}/hub/models--{model.replace("/", "--")}"'
     return (f'repo={repo}; ref=$(cat "$repo/refs/main" 2>/dev/null); d="$repo/snapshots/$ref"; '
-            f'[ -n "$ref" ] && [ -d "$d" ] || d=$(ls -d "$repo"/snapshots/*/ 2>/dev/null | head -n 1); '
-            f'[ -d "$d" ] || exit 3; head -c {MAX_INDEX_BYTES} "$d/model.safetensors.index.json" 2>/dev/null; '
+            f'[ -n "$ref" ] && [ -f "$d/config.json" ] || d=$(dirname "$(ls "$repo"/snapshots/*/config.json '
+            f'2>/dev/null | head -n 1)" 2>/dev/null); [ -f "$d/config.json" ] || exit 3; ')
+
+
+def weights_script(model: str) -> str:
+    """Prints the head snapshot's safetensors index, a separator, then the bytes of its safetensors files."""
+    return (f'{snapshot_line(model)}head -c {MAX_INDEX_BYTES} "$d/model.safetensors.index.json" 2>/dev/null; '
             f'echo; echo {SEPARATOR}; du -cbL "$d"/*.safetensors 2>/dev/null | tail -n 1 | cut -f1; true')
 
 
