@@ -5,18 +5,22 @@ layout again."""
 from __future__ import annotations
 
 import json
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 import pytest
 from rich.console import Console
 
 from sparkcluster import cli
+from sparkcluster.bench.cli import cmd_bench
 from sparkcluster.bench.layouts import choice, report, state
+from sparkcluster.bench.layouts import cli as layouts_cli
 from sparkcluster.bench.layouts.cli import serve_hint
 from sparkcluster.bench.layouts.run import Planned, Swept, measure_layouts
 from sparkcluster.bench.metrics import ServerSide
 from sparkcluster.bench.stats import Distribution, Row
 from sparkcluster.bench.sweep import Level, Prepared
+from sparkcluster.engine.cliapp import selected_inventory
 from sparkcluster.engine.errors import SparkclusterError, UsageError
 from sparkcluster.serving.layout import Layout
 from sparkcluster.serving.phases import ServeOptions
@@ -235,3 +239,47 @@ def test_a_state_file_that_does_not_read_is_refused(tmp_path, text):
     with pytest.raises(UsageError, match="is not a bench --layouts state file") as e:
         state.load(path, {})
     assert f"delete {path}" in e.value.fix
+
+
+# ---- the command: a run cut short prints what it measured, and the same command finishes it -----------------------
+
+def test_the_command_cut_short_shows_what_it_measured_and_the_same_command_measures_only_the_rest(
+        tmp_path, capsys, monkeypatch):
+    cluster = Cluster(fail_on="replicas")
+
+    @contextmanager
+    def connect(args, check, require_all=True):
+        check(selected_inventory(args))  # the layouts sized and the state read, as before a real connection
+        yield object()
+
+    monkeypatch.setattr(layouts_cli, "one_at_a_time", lambda session: nullcontext())
+    monkeypatch.setattr(layouts_cli, "stage_once", lambda session, todo, emit: 3.0)
+    monkeypatch.setattr(layouts_cli, "serve_on", lambda session, emit: cluster.serve)
+    monkeypatch.setattr(layouts_cli, "sweep_on", lambda session, options, emit: cluster.measure)
+    out = tmp_path / "out"
+    argv = ["bench", "-i", str(inventory_file(tmp_path, 2)), "--layouts", "tp,replicas", "--model", "org/m",
+            "--concurrency", "1", "--out", str(out)]
+
+    def bench(*more: str) -> int:
+        args = cli.build_parser(["bench"]).parse_args([*argv, *more])
+        args.remote = []
+        return cmd_bench(args, connect)
+
+    assert bench() == 1
+    printed = capsys.readouterr()
+    table = [" ".join(line.split()) for line in printed.out.splitlines()]
+    assert "1 tp (tp2) 50.0 100 ms 20 ms 0 <- best" in table, printed.out
+    err = " ".join(printed.err.split())
+    assert (f"error: replicas: vLLM did not start fix: read its log; the layouts measured are kept in {out}: the same command "
+            "again measures only the rest") in err, err
+    assert cluster.served == ["tp"]
+
+    cluster.fail_on = None
+    assert bench("--json") == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert cluster.served == ["tp", "replicas"]  # tp was not served again
+    assert [(entry["layout"], entry["shape"]["name"]) for entry in doc["layouts"]] == [("tp", "tp2"),
+                                                                                       ("replicas", "2x tp1")]
+    assert doc["best"] == {"1": "replicas"} and doc["wall_s"]["stage"] == 3.0
+    assert doc["cpu_vllm"].startswith("these figures are a CPU build of vLLM's (vLLM 0.32.0+cpu")
+    assert json.loads((out / "layouts.json").read_text())["layouts"] == doc["layouts"]

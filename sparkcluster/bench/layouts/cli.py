@@ -163,8 +163,9 @@ def cmd(args: argparse.Namespace, connect: Connect, sweep: SweepOptions, progres
     elif measured:
         show(measured, planned, sweep, doc, out)
     if failure:
-        print_error(failure.message, f"{failure.fix}; the layouts measured are kept in {out}: run the same command "
-                                     "again to measure the rest")
+        kept = (f"; the layouts measured are kept in {out}: the same command again measures only the rest"
+                if measured else "")
+        print_error(failure.message, failure.fix + kept)
     elif code == EXIT_INTERRUPTED:
         err_console.print(f"interrupted: {len(measured)} of {len(planned)} layouts measured (kept in {out}: run the "
                           "same command again to measure the rest)", highlight=False)
