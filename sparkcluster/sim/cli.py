@@ -15,7 +15,7 @@ from ..engine.console import out as console
 from ..engine.errors import EXIT_OK, UsageError
 from ..engine.report import print_json
 from . import render as sim_render
-from .cluster import DEFAULT_DRIVER, DEFAULT_LAN_RATE, DEFAULT_NAME, DEFAULT_USER, SimCluster, UpOptions
+from .cluster import DEFAULT_DRIVER, DEFAULT_LAN_RATE, DEFAULT_NAME, DEFAULT_USER, SimCluster, UpOptions, check_degrade
 from .hardware import CLOCK_EVENTS, SETTINGS, kernel_log_entry
 from .state import existing_names
 from .topology import MISCABLES, TOPOLOGIES
@@ -80,8 +80,15 @@ def cmd_sim_ssh(args: argparse.Namespace) -> int:
 
 
 def cmd_sim_degrade(args: argparse.Namespace) -> int:
-    netdev = SimCluster.load(args.name).degrade(args.host, args.twin, None if args.clear else args.rate)
-    console.print(f"{args.host} {netdev}: {'no limit' if args.clear else f'held to {args.rate}'}")
+    if args.clear and (args.rate or args.delay):
+        raise UsageError("--clear lifts every limit: it takes no --rate or --delay", "give --clear alone")
+    if not (args.clear or args.rate or args.delay):
+        raise UsageError("sim degrade needs --rate, --delay (or both), or --clear",
+                         "e.g. `sparkcluster sim degrade spark-2 1 --delay 2ms`")
+    check_degrade(args.rate, args.delay)
+    netdev = SimCluster.load(args.name).degrade(args.host, args.twin, args.rate, args.delay)
+    held = [f"held to {args.rate}"] * bool(args.rate) + [f"{args.delay} later each way"] * bool(args.delay)
+    console.print(f"{args.host} {netdev}: {', '.join(held) or 'no limit'}")
     return EXIT_OK
 
 
@@ -203,12 +210,14 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser], app:
         p.add_argument("host", help="host name, e.g. spark-2")
         p.set_defaults(func=_host_action(action, done))
 
-    deg = named(sim_cmds.add_parser("degrade", help="hold one QSFP twin of a host to a rate (a degraded link)"))
+    deg = named(sim_cmds.add_parser("degrade", help="hold one QSFP twin of a host to a rate (a degraded link) or "
+                                                     "delay it (a link slow for small messages)"))
     deg.add_argument("host", help="host name, e.g. spark-2")
     deg.add_argument("twin", help="the twin's netdev (e.g. enP2p1s0f1np1), or 0/1")
-    limit = deg.add_mutually_exclusive_group(required=True)
-    limit.add_argument("--rate", help="a tc rate, e.g. 2gbit")
-    limit.add_argument("--clear", action="store_true", help="lift the limit")
+    deg.add_argument("--rate", help="a tc rate, e.g. 2gbit")
+    deg.add_argument("--delay", help="a delay each way, e.g. 2ms: netem, or where the kernel has none an NFQUEUE "
+                                     "daemon (with --rate too: both)")
+    deg.add_argument("--clear", action="store_true", help="lift the rate and the delay")
     deg.set_defaults(func=cmd_sim_degrade)
 
     hw = named(sim_cmds.add_parser("hardware", help="give one host another driver, kernel, BIOS, CMA pool, "

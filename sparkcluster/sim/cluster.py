@@ -7,6 +7,7 @@ copy-on-write overlay of `/`, a real OpenSSH sshd as PID 1 and, optionally, its 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
@@ -19,6 +20,7 @@ import yaml
 
 from ..engine.errors import SparkclusterError, UsageError
 from ..engine.remote import STRICT_SSH
+from . import delay as delaying
 from . import hardware, hostproc, machine, netns, prerequisites
 from .inventory import CPU_RAY_PLUGIN, has_cpu_ray_plugin, inventory_doc
 from .state import ClusterState, HostState, existing_names, locked, sim_root
@@ -139,6 +141,7 @@ class SimCluster:
         prerequisites.require_root()
         with ThreadPoolExecutor(max_workers=max(1, len(self.topology.hosts))) as pool:
             list(pool.map(self._power_off, self.topology.hosts))
+        delaying.stop_all(self.dir)  # a delayed twin's daemon holds its namespace
         leftovers = netns.destroy(self.topology)
         self._close_forwarding()
         if leftovers:
@@ -155,21 +158,20 @@ class SimCluster:
         self.state.hosts[name] = HostState()
         self.state.save()
 
-    def degrade(self, name: str, twin: str, rate: str | None) -> str:
-        """Hold one cabled QSFP twin of a host to `rate` (tc, both directions), or lift the limit (None).
-        `twin`: its netdev, or 0/1 (the eugr-preferred twin first). Returns the netdev."""
+    def degrade(self, name: str, twin: str, rate: str | None, delay: str | None = None) -> str:
+        """Hold one cabled QSFP twin of a host to `rate` (tc, both directions), delay it by `delay` each way (netem:
+        a link slow for small messages), both, or lift them (both None). `twin`: its netdev, or 0/1 (the
+        eugr-preferred twin first). Returns the netdev."""
+        check_degrade(rate, delay)
         prerequisites.require_root()
         host = self.host(name)
         cabled = sorted((n.netdev for n in host.nics if n.hca and n.cabled), key=lambda n: (n.startswith("enP"), n))
         netdev = cabled[int(twin)] if twin in ("0", "1") else twin
         if netdev not in cabled:
             raise UsageError(f"{name} has no cabled QSFP twin {twin!r}", f"name one of {', '.join(cabled)} (or 0/1)")
-        if rate is not None and not _tc_rate(rate):
-            raise UsageError(f"invalid rate {rate!r}", "give a tc rate such as 2gbit or 500mbit")
-        root_lines, host_lines = netns.degrade_lines(host, netdev, rate)
-        netns.run_batch("tc", root_lines)
-        netns.run_batch("tc", host_lines, host.netns)
-        # The twin's PCIe link shows it too, where preflight reads it (the tree's writable mount, as sim-gid-cache).
+        self._shape(host, netdev, rate, delay)
+        # A rate-held twin's PCIe link shows it too, where preflight reads it (the tree's writable mount, as
+        # sim-gid-cache); a delay alone is no PCIe fault.
         speed, width = (hardware.PCIE_SPEED, hardware.PCIE_WIDTH) if rate is None else hardware.DEGRADED_PCIE
         hca = host.nic(netdev).hca
         if self.is_running(host):
@@ -177,6 +179,35 @@ class SimCluster:
                                             f"echo {width} > /run/sim-infiniband/{hca}/device/current_link_width"],
                          capture_output=True)
         return netdev
+
+    def _shape(self, host: HostSpec, netdev: str, rate: str | None, delay: str | None) -> None:
+        """tc on both ends of the twin's veth; a delay by netem, or by an NFQUEUE daemon where the kernel has no
+        netem (delay.py)."""
+        delayed = delaying.stop(self.dir, host.netns, netdev)
+        try:
+            self._tc(host, netdev, rate, delay)
+        except SparkclusterError as e:
+            if delay is not None and "kind is unknown" in e.message:
+                if rate:
+                    self._tc(host, netdev, rate, None)
+                else:
+                    self._untc(host, netdev)
+                delaying.start(self.dir, host.netns, netdev, _seconds(delay))
+            elif not (delayed and rate is None and delay is None):  # lifting a delay that took no qdisc
+                raise
+
+    @staticmethod
+    def _tc(host: HostSpec, netdev: str, rate: str | None, delay: str | None) -> None:
+        root_lines, host_lines = netns.degrade_lines(host, netdev, rate, delay)
+        netns.run_batch("tc", root_lines)
+        netns.run_batch("tc", host_lines, host.netns)
+
+    def _untc(self, host: HostSpec, netdev: str) -> None:
+        """Whatever qdisc an earlier degrade left, lifted; none is fine."""
+        try:
+            self._tc(host, netdev, None, None)
+        except SparkclusterError:
+            pass
 
     def boot(self, name: str) -> None:
         prerequisites.require_root()
@@ -457,6 +488,25 @@ def _validate(opts: UpOptions) -> None:
 
 def _tc_rate(rate: str) -> bool:
     return rate[:-4].replace(".", "").isdigit() and rate.endswith(("kbit", "mbit", "gbit"))
+
+
+def check_degrade(rate: str | None, delay: str | None) -> None:
+    """A rate and a delay tc takes, refused before anything changes."""
+    if rate is not None and not _tc_rate(rate):
+        raise UsageError(f"invalid rate {rate!r}", "give a tc rate such as 2gbit or 500mbit")
+    if delay is not None and not _tc_time(delay):
+        raise UsageError(f"invalid delay {delay!r}", "give a tc time such as 2ms or 500us")
+
+
+def _tc_time(delay: str) -> bool:
+    """A netem delay: a number of us, ms or s (tc's own units), e.g. 2ms."""
+    return re.fullmatch(r"\d+(?:\.\d+)?(?:us|ms|s)", delay) is not None
+
+
+def _seconds(delay: str) -> float:
+    number = re.fullmatch(r"[\d.]+", delay.rstrip("usm"))
+    assert number is not None  # _tc_time checked it
+    return float(number[0]) * {"us": 1e-6, "ms": 1e-3}.get(delay[-2:], 1.0)
 
 
 def _free_block() -> int:

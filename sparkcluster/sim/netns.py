@@ -80,13 +80,19 @@ def lan_shaping(topo: Topology, rate: str) -> tuple[list[str], dict[str, list[st
     return root_lines, host_lines
 
 
-def degrade_lines(host: HostSpec, netdev: str, rate: str | None) -> tuple[list[str], list[str]]:
-    """tc lines (root namespace, inside the host) that hold one QSFP twin to `rate` both ways, or lift it (None):
-    a real rate limit on the link, as a degraded twin (re-plug, PCIe power, FEC) shows it to every tool."""
+def degrade_lines(host: HostSpec, netdev: str, rate: str | None, delay: str | None = None
+                  ) -> tuple[list[str], list[str]]:
+    """tc lines (root namespace, inside the host) that hold one QSFP twin to `rate` both ways, delay it by `delay`
+    each way, or lift both (None, None): a real limit on the link, as a degraded twin (re-plug, PCIe power, FEC) or
+    a slow one (pause frames, a congested switch port) shows it to every tool. A delay takes netem, which also
+    carries the rate then; a rate alone keeps tbf's shaping."""
     nic = host.nic(netdev)
-    if rate is None:
+    if rate is None and delay is None:
         return [f"qdisc del dev {nic.root_end} root"], [f"qdisc del dev {netdev} root"]
-    qdisc = f"root tbf rate {rate} burst {TBF_BURST} latency {TBF_LATENCY}"
+    if delay is None:
+        qdisc = f"root tbf rate {rate} burst {TBF_BURST} latency {TBF_LATENCY}"
+    else:
+        qdisc = f"root netem delay {delay}" + (f" rate {rate}" if rate else "")
     return [f"qdisc replace dev {nic.root_end} {qdisc}"], [f"qdisc replace dev {netdev} {qdisc}"]
 
 
