@@ -39,7 +39,12 @@ DEFAULT_LATENCY_SIZES = "8K,32K,128K,512K,2M"
 # Enough calls for a p99 that is not the single worst one on a GPU (a few ms per size); gloo's CPU calls take
 # 0.1-10 ms each on the simulator, where 50 keep a link's run to about a second.
 LATENCY_ITERS = {"cuda": 200, "cpu": 50}
-LATENCY_WARMUP = 10
+LATENCY_WARMUP = 5
+# A slow link must not make verify slow: a size gets fewer calls (never under the minimum) where its warm-up says
+# the full count would take longer than its budget (a 2 MiB all_reduce at 160 ms, 16 MiB at 1.2 s over a delayed
+# twin). A healthy link's calls fit with room to spare (1 GiB at 20 GB/s: 10 calls in 0.5 s).
+LATENCY_BUDGET_S, LATENCY_MIN_CALLS = 1.0, 10
+BANDWIDTH_BUDGET_S, BANDWIDTH_MIN_CALLS = 2.0, 2
 # A 16 GB nccl-tests buffer (about 32 GB per node of unified memory) froze Sparks (docs/failure-modes.md F4).
 DEFAULT_MAX_BYTES = 1 << 30
 OPS = ("all_reduce", "all_gather", "reduce_scatter")
@@ -180,6 +185,13 @@ def percentile(samples: Sequence[float], fraction: float) -> float:
     return ordered[max(0, math.ceil(fraction * len(ordered)) - 1)]
 
 
+def calls_within(wanted: int, per_call_s: float, budget_s: float, minimum: int) -> int:
+    """`wanted` calls, or as many as fit `budget_s` at the warm-up's pace (at least `minimum`)."""
+    if per_call_s <= 0:
+        return wanted
+    return max(min(wanted, minimum), min(wanted, int(budget_s / per_call_s)))
+
+
 def latency_row(op: str, size_bytes: int, seconds: Sequence[float]) -> dict[str, Any]:
     """One size's calls (the slowest rank's time each) as its median and p99, in microseconds."""
     return {"op": op, "size_bytes": size_bytes, "median_us": round(statistics.median(seconds) * 1e6, 2),
@@ -241,18 +253,21 @@ def _measure(dist: Any, torch: Any, args: argparse.Namespace, device: Any, op: s
         if device.type == "cuda":
             torch.cuda.synchronize(device)
 
+    warm_from = time.perf_counter()
     for _ in range(args.warmup):
         call()
     sync()
+    per_call = (time.perf_counter() - warm_from) / args.warmup if args.warmup else 0.0
+    calls = _agreed(dist, torch, device, calls_within(args.iters, per_call, BANDWIDTH_BUDGET_S, BANDWIDTH_MIN_CALLS))
     _barrier(dist, args)
     start = time.perf_counter()
-    for _ in range(args.iters):
+    for _ in range(calls):
         call()
     sync()
     # The slowest rank bounds the collective, as in nccl-tests.
     elapsed = torch.tensor([time.perf_counter() - start], dtype=torch.float64, device=device)
     dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
-    seconds = elapsed.item() / args.iters
+    seconds = elapsed.item() / calls
     size_bytes = count * FLOAT_BYTES
     algbw, busbw = bus_bandwidth(op, size_bytes, seconds, args.world)
     return {"op": op, "size_bytes": size_bytes, "time_us": round(seconds * 1e6, 2), "algbw_gbps": round(algbw, 4),
@@ -262,17 +277,21 @@ def _measure(dist: Any, torch: Any, args: argparse.Namespace, device: Any, op: s
 def _time_calls(dist: Any, torch: Any, args: argparse.Namespace, device: Any, op: str, size: int
                 ) -> dict[str, Any]:
     """`op` at `size`, call by call: the slowest rank's time of each call, as its median and p99."""
+    began_size = time.perf_counter()
     count = max(args.world, size // FLOAT_BYTES // args.world * args.world)
     call = _collective(dist, torch, op, count, args.world, device, args.backend)
+    on_gpu = device.type == "cuda"
+    warm_from = time.perf_counter()
     for _ in range(LATENCY_WARMUP):
         call()
-    on_gpu = device.type == "cuda"
     if on_gpu:
         torch.cuda.synchronize(device)
+    calls = _agreed(dist, torch, device, calls_within(args.latency_iters, (time.perf_counter() - warm_from)
+                                                      / LATENCY_WARMUP, LATENCY_BUDGET_S, LATENCY_MIN_CALLS))
     _barrier(dist, args)
     if on_gpu:
         events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-                  for _ in range(args.latency_iters)]
+                  for _ in range(calls)]
         for start, end in events:
             start.record()
             call()
@@ -281,13 +300,22 @@ def _time_calls(dist: Any, torch: Any, args: argparse.Namespace, device: Any, op
         seconds = [start.elapsed_time(end) / 1e3 for start, end in events]  # elapsed_time is in ms
     else:
         seconds = []
-        for _ in range(args.latency_iters):
+        for _ in range(calls):
             began = time.perf_counter()
             call()
             seconds.append(time.perf_counter() - began)
     slowest = torch.tensor(seconds, dtype=torch.float64, device=device)
     dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
-    return latency_row(op, count * FLOAT_BYTES, slowest.tolist())
+    # What timing this size added to the probe's run (warm-up, calls, the exchange): benchmarks/verify_latency.py
+    return {**latency_row(op, count * FLOAT_BYTES, slowest.tolist()),
+            "wall_ms": round((time.perf_counter() - began_size) * 1e3, 1)}
+
+
+def _agreed(dist: Any, torch: Any, device: Any, calls: int) -> int:
+    """The fewest calls any rank wants: a collective's calls must match on every rank, or one waits forever."""
+    agreed = torch.tensor([calls], dtype=torch.int64, device=device)
+    dist.all_reduce(agreed, op=dist.ReduceOp.MIN)
+    return int(agreed.item())
 
 
 def _barrier(dist: Any, args: argparse.Namespace) -> None:
