@@ -1,0 +1,134 @@
+"""What the engine's own /metrics says happened during the measurement, and only then: vLLM's counters read once
+before the first measured request and once after the last, as deltas. Speculative decoding's acceptance (the one
+number that explains most of the gap between two published decode figures), the prefix cache's hit rate and the
+preemptions.
+
+vLLM 0.32 (vllm/v1/spec_decode/metrics.py) exports the counters `vllm:spec_decode_num_drafts`, `..._num_draft_tokens`,
+`..._num_accepted_tokens` (a `_total` suffix in the text, one series per engine) and `..._num_accepted_tokens_per_pos`
+with a `position` label (0 .. num_speculative_tokens - 1); its own Grafana board derives the same figures as below:
+acceptance rate = accepted / draft tokens, mean acceptance length = 1 + accepted / drafts (the bonus token each
+verification step yields), acceptance at position i = accepted at i / drafts.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from ..observe.prometheus import Scrape
+
+DRAFTS = "vllm:spec_decode_num_drafts_total"
+DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"
+ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
+ACCEPTED_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
+POSITION_LABEL = "position"
+PREFIX_HITS = ("vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total")  # the older name before V1
+PREFIX_QUERIES = ("vllm:prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries_total")
+PREEMPTIONS = "vllm:num_preemptions_total"
+
+
+@dataclass(frozen=True)
+class SpecDecode:
+    """Speculative decoding over the measurement: counts, and the figures vLLM derives from them."""
+
+    drafts: float
+    draft_tokens: float
+    accepted_tokens: float
+    accepted_per_position: tuple[float, ...] = ()  # accepted tokens at draft position 0, 1, ...
+
+    @property
+    def acceptance_rate(self) -> float | None:
+        return self.accepted_tokens / self.draft_tokens if self.draft_tokens > 0 else None
+
+    @property
+    def mean_acceptance_length(self) -> float | None:
+        return 1 + self.accepted_tokens / self.drafts if self.drafts > 0 else None
+
+    @property
+    def per_position_acceptance(self) -> tuple[float, ...] | None:
+        if self.drafts <= 0 or not self.accepted_per_position:
+            return None
+        return tuple(a / self.drafts for a in self.accepted_per_position)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"drafts": self.drafts, "draft_tokens": self.draft_tokens, "accepted_tokens": self.accepted_tokens,
+                "accepted_per_position": list(self.accepted_per_position),
+                "acceptance_rate": self.acceptance_rate, "mean_acceptance_length": self.mean_acceptance_length,
+                "per_position_acceptance": (None if self.per_position_acceptance is None
+                                            else list(self.per_position_acceptance))}
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> SpecDecode:
+        return cls(float(doc["drafts"]), float(doc["draft_tokens"]), float(doc["accepted_tokens"]),
+                   tuple(float(a) for a in doc.get("accepted_per_position") or ()))
+
+
+@dataclass(frozen=True)
+class EngineDeltas:
+    """The engine's counters over the measurement. `speculative` False: the engine exports no speculative
+    decoding counters (it does not speculate); None: it cannot be told (a counter reset, or no such figure)."""
+
+    speculative: bool | None
+    spec_decode: SpecDecode | None
+    prefix_cache_hit_rate: float | None  # fraction of the prompt tokens queried that the cache held
+    preemptions: float | None
+    interval_s: float | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"speculative": self.speculative,
+                "spec_decode": None if self.spec_decode is None else self.spec_decode.to_json(),
+                "prefix_cache_hit_rate": self.prefix_cache_hit_rate, "preemptions": self.preemptions,
+                "interval_s": self.interval_s}
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> EngineDeltas:
+        spec = doc.get("spec_decode")
+        return cls(doc.get("speculative"), None if not spec else SpecDecode.from_json(spec),
+                   doc.get("prefix_cache_hit_rate"), doc.get("preemptions"), doc.get("interval_s"))
+
+
+def _delta(before: Scrape, after: Scrape, name: str) -> float | None:
+    """A counter's increase; None where either scrape lacks it or it went down (the server restarted)."""
+    a, b = before.total(name), after.total(name)
+    return b - a if a is not None and b is not None and b >= a else None
+
+
+def _by_position(scrape: Scrape) -> dict[int, float]:
+    """The per-position counter summed over engines, by its `position` label."""
+    out: dict[int, float] = {}
+    for s in scrape.samples:
+        position = dict(s.labels).get(POSITION_LABEL) if s.name == ACCEPTED_PER_POS else None
+        if position is not None and position.isdigit() and math.isfinite(s.value):
+            out[int(position)] = out.get(int(position), 0.0) + s.value
+    return out
+
+
+def _spec_decode(before: Scrape, after: Scrape) -> tuple[bool | None, SpecDecode | None]:
+    if after.total(DRAFTS) is None:
+        return False, None
+    drafts, tokens, accepted = (_delta(before, after, n) for n in (DRAFTS, DRAFT_TOKENS, ACCEPTED))
+    if drafts is None or tokens is None or accepted is None:
+        return None, None
+    first, last = _by_position(before), _by_position(after)
+    per_pos = tuple(last[p] - first.get(p, 0.0) for p in sorted(last))
+    if any(d < 0 for d in per_pos):
+        per_pos = ()  # reset mid-run: the totals above hold, the positions cannot be told
+    return True, SpecDecode(drafts, tokens, accepted, per_pos)
+
+
+def _hit_rate(before: Scrape, after: Scrape) -> float | None:
+    for hits_name, queries_name in zip(PREFIX_HITS, PREFIX_QUERIES):
+        hits, queries = _delta(before, after, hits_name), _delta(before, after, queries_name)
+        if hits is not None and queries is not None:
+            return hits / queries if queries > 0 and hits <= queries else None
+    return None
+
+
+def deltas(before: Scrape | None, after: Scrape | None, interval_s: float | None = None) -> EngineDeltas | None:
+    """The engine's figures between two scrapes; None (unknown) without both: no /metrics, or not vLLM's."""
+    if before is None or after is None or not (before.samples and after.samples):
+        return None
+    speculative, spec = _spec_decode(before, after)
+    return EngineDeltas(speculative, spec, _hit_rate(before, after), _delta(before, after, PREEMPTIONS),
+                        None if interval_s is None else round(interval_s, 3))

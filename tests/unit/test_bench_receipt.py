@@ -1,0 +1,112 @@
+"""The receipt: the engine's /metrics as deltas over the measurement (vLLM 0.32's exact counter names and labels),
+unknowns named, secrets masked, and JSON that reads back to the same value."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from sparkcluster.bench.receipt import (
+    BenchParams,
+    Engine,
+    Mod,
+    NodeReceipt,
+    Receipt,
+    RecipeUsed,
+    masked_env,
+)
+from sparkcluster.bench.receipt_metrics import EngineDeltas, SpecDecode, deltas
+from sparkcluster.observe.prometheus import parse
+
+
+def vllm_metrics(drafts: float, draft_tokens: float, accepted: float, per_pos: tuple[float, ...],
+                 hits: float = 0, queries: float = 0, preemptions: float = 0) -> str:
+    """/metrics as vLLM 0.32 writes it (prometheus_client's text: `_total` on counters, engine and model labels)."""
+    labels = 'engine="0",model_name="tiny"'
+    lines = [
+        "# HELP vllm:spec_decode_num_drafts_total Number of spec decoding drafts.",
+        "# TYPE vllm:spec_decode_num_drafts_total counter",
+        f"vllm:spec_decode_num_drafts_total{{{labels}}} {drafts}",
+        f"vllm:spec_decode_num_draft_tokens_total{{{labels}}} {draft_tokens}",
+        f"vllm:spec_decode_num_accepted_tokens_total{{{labels}}} {accepted}",
+        *(f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{{labels},position="{i}"}} {a}'
+          for i, a in enumerate(per_pos)),
+        f"vllm:prefix_cache_hits_total{{{labels}}} {hits}",
+        f"vllm:prefix_cache_queries_total{{{labels}}} {queries}",
+        f"vllm:num_preemptions_total{{{labels}}} {preemptions}",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def test_acceptance_figures_are_deltas_over_the_measurement() -> None:
+    # Before: the warm-up and an earlier bench left 100 drafts behind; only the 200 drafts after them count.
+    before = parse(vllm_metrics(100, 200, 150, (90, 60), hits=10, queries=100, preemptions=1))
+    after = parse(vllm_metrics(300, 600, 350, (170, 180), hits=60, queries=300, preemptions=4))
+    got = deltas(before, after, 12.3456)
+    assert got is not None and got.speculative is True and got.spec_decode is not None
+    spec = got.spec_decode
+    assert (spec.drafts, spec.draft_tokens, spec.accepted_tokens) == (200, 400, 200)
+    assert spec.accepted_per_position == (80, 120)
+    assert spec.acceptance_rate == pytest.approx(0.5)
+    assert spec.mean_acceptance_length == pytest.approx(2.0)  # 1 + 200 accepted / 200 drafts
+    assert spec.per_position_acceptance == pytest.approx((0.4, 0.6))
+    assert got.prefix_cache_hit_rate == pytest.approx(50 / 200)
+    assert got.preemptions == 3
+    assert got.interval_s == 12.346
+
+
+def test_an_engine_without_speculation_says_so_and_no_metrics_is_unknown() -> None:
+    plain = "vllm:num_preemptions_total{engine=\"0\"} 2\nvllm:prefix_cache_queries_total{engine=\"0\"} 0\n"
+    got = deltas(parse(plain), parse(plain))
+    assert got == EngineDeltas(False, None, None, 0)
+    assert deltas(None, parse(plain)) is None  # /metrics did not answer: unknown, not zero
+    assert deltas(parse(""), parse("")) is None  # an empty page is no vLLM's
+
+
+def test_a_counter_reset_mid_run_is_unknown_not_negative() -> None:
+    got = deltas(parse(vllm_metrics(300, 600, 350, (170, 180))), parse(vllm_metrics(10, 20, 5, (3, 2))))
+    assert got is not None and got.speculative is None and got.spec_decode is None
+
+
+def test_a_bare_url_receipt_names_what_cannot_be_known() -> None:
+    receipt = Receipt("http://them:8000/v1", Engine(vllm_version="0.32.0"), BenchParams("sustained", {}, "ab12"))
+    unknown = receipt.unknown()
+    for path in ("engine.command", "engine.image_id", "engine.recipe", "comm_env", "nodes", "metrics"):
+        assert path in unknown
+    assert "engine.vllm_version" not in unknown and "bench.prompt_digest" not in unknown
+    assert receipt.to_json()["unknown"] == list(unknown)
+
+
+def test_what_does_not_apply_is_not_unknown() -> None:
+    receipt = Receipt("http://spark-1:8000/v1",
+                      Engine("0.32.0", ("vllm", "serve", "m"), "host", "ray", python_env="/opt/venv", tp=2, pp=1,
+                             replicas=1),
+                      BenchParams("sustained"), {"spark-1": {}}, (NodeReceipt("spark-1", "6.17", "580.95"),),
+                      EngineDeltas(False, None, 0.0, 0))
+    unknown = receipt.unknown()
+    assert not any(p.startswith(("engine.image", "engine.recipe", "metrics.spec_decode")) for p in unknown)
+    assert "nodes[spark-1].bios" in unknown and "nodes[spark-1].kernel" not in unknown
+
+
+def test_json_reads_back_to_the_same_receipt() -> None:
+    receipt = Receipt(
+        "http://10.0.0.1:8000/v1",
+        Engine("0.32.0", ("vllm", "serve", "m", "--tensor-parallel-size", "2"), "docker", "ray", "vllm-node",
+               "sha256:abc", "vllm-node@sha256:def", None, RecipeUsed("@eugr/qwen", "f00", (Mod("fix.sh", "ba5"),)),
+               2, 1, 1),
+        BenchParams("llama-benchy", {"pp": [512], "tg": [32]}, "c0ffee"),
+        {"spark-1": masked_env({"NCCL_SOCKET_IFNAME": "enp1s0f0np0", "HF_TOKEN": "hf_secret"})},
+        (NodeReceipt("spark-1", "6.17.0-1008-nvidia", "580.95.05", "5.36", {"enp1s0f0np0": "28.45.1200"},
+                     "2.28.3", "13.0"),),
+        EngineDeltas(True, SpecDecode(10, 20, 15, (9, 6)), 0.5, 0, 3.0))
+    text = json.dumps(receipt.to_json())
+    assert "hf_secret" not in text and json.loads(text)["comm_env"]["spark-1"]["HF_TOKEN"] == "***"
+    assert Receipt.from_json(json.loads(text)) == receipt
+
+
+@pytest.mark.parametrize("doc, why", [([], "JSON object"), ({"version": 99}, "version 99"),
+                                      ({"version": 1}, "missing")])
+def test_an_unreadable_receipt_says_why(doc: object, why: str) -> None:
+    with pytest.raises(ValueError, match=why):
+        Receipt.from_json(doc)
