@@ -226,5 +226,6 @@ def with_latency(verdict: Verdict, found: Verdict | None) -> Verdict:
     label, slow_words, _ = found.cause.partition(_SLOW_WORDS)
     if slow_words and verdict.cause.startswith(label):
         slow = found.cause.removeprefix(label)
-        return replace(verdict, cause=f"{verdict.cause}; it{slow}", details=(*verdict.details, *found.details))
+        return replace(verdict, cause=f"{verdict.cause}; it{slow}", fix=f"{verdict.fix}; if it stays slow for small "
+                       f"messages, {found.fix}", details=(*verdict.details, *found.details))
     return replace(verdict, details=(*verdict.details, f"latency: {found.status} {found.cause}", *found.details))

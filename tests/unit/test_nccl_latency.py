@@ -20,6 +20,7 @@ from sparkcluster.nccl.latency import (
     over_field,
     read_latency,
     slow_link,
+    slow_link_twice,
     summary,
     with_latency,
 )
@@ -141,6 +142,7 @@ def test_a_latency_finding_becomes_the_cause_of_a_pass_and_joins_a_failure_namin
                             "all_reduce 4400 us at 32 KiB "
                             "against 400, 4400 us at 128 KiB against 400 on its peers (median), 11.0x or more: "
                             "decode's all-reduces wait on it")
+    assert failed.fix.startswith("the fix; if it stays slow for small messages, likely causes, at its ends")
     other = with_latency(verdict(VerdictStatus.FAIL, "traffic on enP7s7"), slow)
     assert other.cause == "traffic on enP7s7" and f"latency: WARN {slow.cause}" in other.details
     assert with_latency(passed, None) is passed
@@ -182,3 +184,22 @@ def test_strict_makes_a_warn_exit_1(monkeypatch, capsys, status, strict, code):
     args = argparse.Namespace(backend="auto", sizes=None, min_busbw=None, twins=True, json=True, strict=strict)
     assert nccl_cli.cmd_verify(args, connect) == code
     assert json.loads(capsys.readouterr().out)["latency_us"]["32768"] == 300.0
+
+
+def test_a_suspect_is_timed_again_before_it_is_named_and_the_faster_reading_kept():
+    ends = (("spark-1", "a"), ("spark-2", "a"))
+    links = [Timed("a", flat(300.0), ends), Timed("b", flat(900.0), ends)]
+    asked: list[str] = []
+
+    def again(label: str) -> Latency:
+        asked.append(label)
+        return flat(320.0)  # a burst of other work the first time: ordinary now
+
+    judged, found = slow_link_twice(links, again)
+    assert asked == ["b"] and found is None and judged[1].latency.median_us()[32 << 10] == 320.0
+    still_slow, named = slow_link_twice(links, lambda label: flat(4000.0))
+    assert named is not None and named.cause.startswith("b is slow for small messages: all_reduce 900 us at 32 KiB")
+    assert still_slow[1].latency.median_us()[32 << 10] == 900.0  # the faster of the two readings
+    assert slow_link_twice(links, lambda label: None)[1] is not None  # no second reading: the first is judged
+    healthy = [Timed("a", flat(300.0), ends), Timed("b", flat(310.0), ends)]
+    assert slow_link_twice(healthy, lambda label: pytest.fail("no suspect, no second run")) == (healthy, None)
