@@ -27,7 +27,7 @@ from ..engine.report import print_json
 from ..engine.session import Session
 from ..node.gputelemetry import GpuTelemetry, read_all, telemetry_json
 from ..recipes.load import Reference
-from . import benchy_cli, ceiling, compare, decode_budget, head_tokenizer, plot, published, table
+from . import benchy_cli, ceiling, compare, decode_budget, explain, head_tokenizer, plot, published, table
 from .context import DoesNotFit
 from .layouts import cli as layouts_cli
 from .sweep import (
@@ -189,7 +189,19 @@ def check_method_flags(args: argparse.Namespace, benchy: bool, allowed: tuple[st
                          f"leave it out, or measure with --method {'sustained' if benchy else 'llama-benchy'}")
 
 
+def cmd_explain(args: argparse.Namespace) -> int:
+    """`--explain A B`: two results' receipts and numbers lined up, the differences ranked; nothing connects."""
+    found = explain.explain(*explain.sides(args.explain, args.compare))
+    if args.json:
+        print_json(found.to_json())
+    else:
+        console.print(explain.render(found), markup=False, highlight=False, soft_wrap=True)
+    return EXIT_OK
+
+
 def cmd_bench(args: argparse.Namespace, connect: Connect) -> int:
+    if args.explain:
+        return cmd_explain(args)
     layouts_cli.check_flags(args)
     if args.layouts:  # each layout served in turn and measured the same way; --out DIR holds its resume state
         check_method_flags(args, benchy=False, allowed=("out",))
@@ -312,6 +324,11 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser], app:
                         "(--method sustained), or a llama-benchy CSV/JSON or Arena benchmark.csv (--method "
                         "llama-benchy; rows of the same shape only); or an earlier `bench --json` file (e.g. of a "
                         "one-node serve): the speedup of this run over it at each concurrency")
+    p.add_argument("--explain", nargs="+", metavar="RESULT",
+                   help="why two results differ, measuring nothing: --explain A B (two `bench --json` files), or "
+                        "--explain A --compare RECIPE (its published rows); their receipts and numbers lined up, "
+                        "every difference named and ranked by what it can explain (acceptance, engine flags, "
+                        "layout, versions, kernel/driver/firmware, load shape, memory ceiling)")
     p.add_argument("--bandwidth", type=flags.bandwidth, default=ceiling.GB10_BANDWIDTH_GBPS,
                    help="memory bandwidth per node in GB/s for the decode ceiling (default 273, a GB10's)")
     benchy_cli.add_flags(p)

@@ -1,0 +1,132 @@
+"""`bench --explain A B`: two results' receipts lined up field by field, every difference named and ranked by what it
+can explain (a flag before a node's kernel), the numbers side by side; against a recipe's published row, what that
+row never recorded; bad input refused with the fix (exit 2) before anything connects."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+from sparkcluster.bench import explain
+from sparkcluster.bench.receipt import BenchParams, Engine, NodeReceipt, Receipt
+from sparkcluster.bench.receipt_metrics import EngineDeltas, SpecDecode
+from tests.helpers import run_cli
+
+COMMAND = ("vllm", "serve", "local/tiny-llama", "--host", "0.0.0.0", "--port", "8000", "--tensor-parallel-size", "2",
+           "--max-model-len", "512")
+
+
+def receipt(command: tuple[str, ...] = COMMAND, kernel: str = "6.11.0-1016-nvidia",
+            metrics: EngineDeltas | None = None) -> Receipt:
+    nodes = (NodeReceipt("spark-1", "6.11.0-1016-nvidia", "580.95.05", "5.36", {"enp1s0f0np0": "28.45.1200"},
+                         "2.28.3"),
+             NodeReceipt("spark-2", kernel, "580.95.05", "5.36", {"enp1s0f0np0": "28.45.1200"}, "2.28.3"))
+    return Receipt("http://10.0.0.1:8000/v1",
+                   Engine("0.32.0", command, "host", "native", python_env="/opt/venv", tp=2, pp=1, replicas=1),
+                   BenchParams("sustained", {"concurrency": [1, 2], "prompt_tokens": 256, "output_tokens": 64},
+                               "ab" * 32),
+                   {"spark-1": {"NCCL_SOCKET_IFNAME": "enp1s0f0np0"}, "spark-2": {"NCCL_SOCKET_IFNAME": "enp1s0f0np0"}},
+                   nodes, metrics or EngineDeltas(False, None, 0.0, 0.0), created="2026-11-27T17:00:00+00:00")
+
+
+def result(tmp_path: Path, name: str, made: Receipt, generation: tuple[float, float] = (10.0, 18.0)) -> str:
+    rows = [{"concurrency": c, "prefill_tps": 500.0, "generation_tps": g, "peak_tps": g, "ttft_s": {"mean": 0.1},
+             "itl_s": {"mean": 0.05}} for c, g in zip((1, 2), generation, strict=True)]
+    path = tmp_path / name
+    path.write_text(json.dumps({"config": {}, "rows": rows, "receipt": made.to_json()}))
+    return str(path)
+
+
+def test_a_flag_and_a_kernel_are_both_named_the_flag_first(tmp_path):
+    a = result(tmp_path, "a.json", receipt())
+    b = result(tmp_path, "b.json", receipt((*COMMAND, "--enforce-eager"), kernel="6.14.0-1013-nvidia"), (6.0, 11.0))
+    found = explain.explain(*explain.sides([a, b], None))
+    keys = [d.key for d in found.differences]
+    assert keys == ["--enforce-eager", "spark-2 kernel"], keys
+    flag, kernel = found.differences
+    assert (flag.a, flag.b, flag.cause) == ("not set", "set", explain.Cause.FLAGS)
+    assert "CUDA graphs" in flag.why
+    assert (kernel.a, kernel.b, kernel.cause) == ("6.11.0-1016-nvidia", "6.14.0-1013-nvidia", explain.Cause.PLATFORM)
+    assert [(f.row, f.figure, f.a, f.b) for f in found.figures if f.figure == "generation tok/s"] == [
+        ("c=1", "generation tok/s", 10.0, 6.0), ("c=2", "generation tok/s", 18.0, 11.0)]
+    assert "--max-model-len" in found.same and "spark-1 kernel" in found.same
+
+    shown = run_cli("bench", "--explain", a, b)
+    assert shown.returncode == 0, shown.stderr
+    out = shown.stdout
+    assert "  1. --enforce-eager: A not set, B set  [flag: CUDA graphs] no CUDA graphs" in out
+    assert "  2. spark-2 kernel: A 6.11.0-1016-nvidia, B 6.14.0-1013-nvidia  [kernel, driver, firmware" in out
+    assert "c=1  generation tok/s  10.0 -> 6.0  (60%)" in out, out
+    as_json = json.loads(run_cli("bench", "--explain", a, b, "--json").stdout)
+    assert [(d["field"], d["cause"]) for d in as_json["differences"]] == [("--enforce-eager", "flags"),
+                                                                          ("spark-2 kernel", "platform")]
+
+
+def test_acceptance_ranks_above_every_flag_and_says_what_it_scales(tmp_path):
+    spec = (("--speculative-config", '{"method":"ngram","num_speculative_tokens":2}'))
+    high = EngineDeltas(True, SpecDecode(100, 200, 148, (80, 68)), 0.0, 0.0)
+    low = EngineDeltas(True, SpecDecode(100, 200, 70, (50, 20)), 0.0, 0.0)
+    a = result(tmp_path, "a.json", receipt((*COMMAND, *spec), metrics=high))
+    b = result(tmp_path, "b.json", receipt((*COMMAND, *spec, "--max-num-seqs", "8"), metrics=low))
+    found = explain.explain(*explain.sides([a, b], None))
+    assert [d.key for d in found.differences] == [
+        "mean acceptance length", "acceptance rate", "acceptance at position 0", "acceptance at position 1",
+        "--max-num-seqs"]
+    assert "B's decode is about 69% of A's" in found.differences[0].why  # 1.70 / 2.48
+
+
+def test_against_a_published_row_it_lists_what_the_row_never_recorded(tmp_path):
+    a = result(tmp_path, "a.json", dataclasses.replace(receipt(), engine=dataclasses.replace(
+        receipt().engine, command=("vllm", "serve", "openai/gpt-oss-120b", "--max-num-seqs", "256"))))
+    found = explain.explain(*explain.sides([a], "gpt-oss-120b"))
+    assert found.b.published and "verified 2026-05-06" in found.b.name
+    for never in ("the vLLM version", "the image's digest", "each node's kernel, driver, BIOS, ConnectX firmware, NCCL",
+                  "speculative acceptance, prefix-cache hit rate, preemptions (the engine's /metrics)",
+                  "the bench's parameters and its prompt set"):
+        assert never in found.never_recorded, found.never_recorded
+    keys = [d.key for d in found.differences]
+    assert "--kv-cache-dtype" in keys and "--max-num-seqs" not in keys  # the recipe's flags, lined up with ours
+    assert keys.index("--kv-cache-dtype") < keys.index("--reasoning-parser")  # no effect on speed: last
+    assert [(f.row, f.a, f.b) for f in found.figures if f.figure == "generation tok/s"] == [("c=1", 10.0, 60.4),
+                                                                                          ("c=2", 18.0, 80.3)]
+    out = run_cli("bench", "--explain", a, "--compare", "gpt-oss-120b").stdout
+    assert "the published row never recorded:\n  the vLLM version\n  the image\n" in out, out
+    assert "2. --compilation-config: A not set, B {\"cudagraph_capture_sizes\":[1,2,4,5,8,10,16,24,32,40,48,5..." in out, out
+
+
+def test_a_bare_url_result_says_what_it_cannot_know(tmp_path):
+    bare = dataclasses.replace(receipt(), nodes=None, comm_env=None, metrics=None,
+                               engine=Engine("0.32.0"))
+    found = explain.explain(*explain.sides([result(tmp_path, "a.json", receipt()),
+                                            result(tmp_path, "b.json", bare)], None))
+    assert "nodes: unknown to B" in found.unknown and "engine.command: unknown to B" in found.unknown
+    assert not any(d.key.startswith("spark-") or d.key.startswith("--") for d in found.differences)
+
+
+@pytest.mark.parametrize(("content", "said"), [
+    (None, "No such file or directory"),
+    ("rows,of,csv\n", "is not a bench result (not JSON"),
+    ('{"hello": 1}', "is not a bench result (it holds neither `rows` nor `benchmarks`)"),
+    ('{"rows": []}', "holds no receipt"),
+    ('{"rows": [], "receipt": {"version": 99}}', "its receipt cannot be read: receipt version 99"),
+])
+def test_bad_input_is_refused_with_the_fix(tmp_path, content, said):
+    path = tmp_path / "x.json"
+    if content is not None:
+        path.write_text(content)
+    good = result(tmp_path, "good.json", receipt())
+    refused = run_cli("bench", "--explain", str(path), good)
+    err = " ".join(refused.stderr.split())
+    assert refused.returncode == 2, err
+    assert said in err and "bench --json" in err, err
+
+
+def test_one_result_alone_or_three_are_refused(tmp_path):
+    good = result(tmp_path, "good.json", receipt())
+    alone = run_cli("bench", "--explain", good)
+    assert alone.returncode == 2 and "needs something to compare with" in alone.stderr
+    three = run_cli("bench", "--explain", good, good, good)
+    assert three.returncode == 2 and "--explain A B" in " ".join(three.stderr.split())
