@@ -27,8 +27,10 @@ from ..engine.report import print_json
 from ..engine.session import Session
 from ..node.gputelemetry import GpuTelemetry, read_all, telemetry_json
 from ..recipes.load import Reference
-from . import benchy_cli, ceiling, compare, decode_budget, explain, head_tokenizer, plot, published, table
+from . import benchy_cli, ceiling, compare, decode_budget, head_tokenizer, plot, published, table
 from .context import DoesNotFit
+from .explain import lineup as explain_lineup
+from .explain import sides as explain_sides
 from .layouts import cli as layouts_cli
 from .sweep import (
     BenchEvent,
@@ -191,11 +193,11 @@ def check_method_flags(args: argparse.Namespace, benchy: bool, allowed: tuple[st
 
 def cmd_explain(args: argparse.Namespace) -> int:
     """`--explain A B`: two results' receipts and numbers lined up, the differences ranked; nothing connects."""
-    found = explain.explain(*explain.sides(args.explain, args.compare))
+    found = explain_lineup.explain(*explain_sides.sides(args.explain, args.compare))
     if args.json:
         print_json(found.to_json())
     else:
-        console.print(explain.render(found), markup=False, highlight=False, soft_wrap=True)
+        console.print(explain_lineup.render(found), markup=False, highlight=False, soft_wrap=True)
     return EXIT_OK
 
 

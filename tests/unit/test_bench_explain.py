@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from sparkcluster.bench import explain
+from sparkcluster.bench.explain.facts import Cause
+from sparkcluster.bench.explain.lineup import explain
+from sparkcluster.bench.explain.sides import sides
 from sparkcluster.bench.receipt import BenchParams, Engine, NodeReceipt, Receipt
 from sparkcluster.bench.receipt_metrics import EngineDeltas, SpecDecode
 from tests.helpers import run_cli
@@ -43,13 +45,13 @@ def result(tmp_path: Path, name: str, made: Receipt, generation: tuple[float, fl
 def test_a_flag_and_a_kernel_are_both_named_the_flag_first(tmp_path):
     a = result(tmp_path, "a.json", receipt())
     b = result(tmp_path, "b.json", receipt((*COMMAND, "--enforce-eager"), kernel="6.14.0-1013-nvidia"), (6.0, 11.0))
-    found = explain.explain(*explain.sides([a, b], None))
+    found = explain(*sides([a, b], None))
     keys = [d.key for d in found.differences]
     assert keys == ["--enforce-eager", "spark-2 kernel"], keys
     flag, kernel = found.differences
-    assert (flag.a, flag.b, flag.cause) == ("not set", "set", explain.Cause.FLAGS)
+    assert (flag.a, flag.b, flag.cause) == ("not set", "set", Cause.FLAGS)
     assert "CUDA graphs" in flag.why
-    assert (kernel.a, kernel.b, kernel.cause) == ("6.11.0-1016-nvidia", "6.14.0-1013-nvidia", explain.Cause.PLATFORM)
+    assert (kernel.a, kernel.b, kernel.cause) == ("6.11.0-1016-nvidia", "6.14.0-1013-nvidia", Cause.PLATFORM)
     assert [(f.row, f.figure, f.a, f.b) for f in found.figures if f.figure == "generation tok/s"] == [
         ("c=1", "generation tok/s", 10.0, 6.0), ("c=2", "generation tok/s", 18.0, 11.0)]
     assert "--max-model-len" in found.same and "spark-1 kernel" in found.same
@@ -71,7 +73,7 @@ def test_acceptance_ranks_above_every_flag_and_says_what_it_scales(tmp_path):
     low = EngineDeltas(True, SpecDecode(100, 200, 70, (50, 20)), 0.0, 0.0)
     a = result(tmp_path, "a.json", receipt((*COMMAND, *spec), metrics=high))
     b = result(tmp_path, "b.json", receipt((*COMMAND, *spec, "--max-num-seqs", "8"), metrics=low))
-    found = explain.explain(*explain.sides([a, b], None))
+    found = explain(*sides([a, b], None))
     assert [d.key for d in found.differences] == [
         "mean acceptance length", "acceptance rate", "acceptance at position 0", "acceptance at position 1",
         "--max-num-seqs"]
@@ -81,7 +83,7 @@ def test_acceptance_ranks_above_every_flag_and_says_what_it_scales(tmp_path):
 def test_against_a_published_row_it_lists_what_the_row_never_recorded(tmp_path):
     a = result(tmp_path, "a.json", dataclasses.replace(receipt(), engine=dataclasses.replace(
         receipt().engine, command=("vllm", "serve", "openai/gpt-oss-120b", "--max-num-seqs", "256"))))
-    found = explain.explain(*explain.sides([a], "gpt-oss-120b"))
+    found = explain(*sides([a], "gpt-oss-120b"))
     assert found.b.published and "verified 2026-05-06" in found.b.name
     for never in ("the vLLM version", "the image's digest", "each node's kernel, driver, BIOS, ConnectX firmware, NCCL",
                   "speculative acceptance, prefix-cache hit rate, preemptions (the engine's /metrics)",
@@ -100,7 +102,7 @@ def test_against_a_published_row_it_lists_what_the_row_never_recorded(tmp_path):
 def test_a_bare_url_result_says_what_it_cannot_know(tmp_path):
     bare = dataclasses.replace(receipt(), nodes=None, comm_env=None, metrics=None,
                                engine=Engine("0.32.0"))
-    found = explain.explain(*explain.sides([result(tmp_path, "a.json", receipt()),
+    found = explain(*sides([result(tmp_path, "a.json", receipt()),
                                             result(tmp_path, "b.json", bare)], None))
     assert "nodes: unknown to B" in found.unknown and "engine.command: unknown to B" in found.unknown
     assert not any(d.key.startswith("spark-") or d.key.startswith("--") for d in found.differences)

@@ -1,0 +1,154 @@
+"""The two sides `bench --explain` lines up, from files: a result written by `bench --json` (either method) with its
+receipt read as facts and its rows as numbers, or a recipe's published `reference:` rows with what the recipe says
+it ran and what it never recorded. Bad input is a UsageError naming what is wrong and the fix."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ...engine.errors import UsageError
+from ...recipes.command import canonical
+from ...recipes.load import load_recipe
+from ...recipes.types import Recipe
+from ..receipt import Receipt
+from .facts import LAYOUT_FLAGS, Cause, Fact, flag_facts, receipt_facts
+
+MAX_FILE_BYTES = 64 << 20
+
+
+@dataclass(frozen=True)
+class Side:
+    name: str  # the file, or the published row's source
+    facts: Mapping[str, Fact]
+    unknown_groups: frozenset[str]  # receipt fields this side cannot know (or never recorded)
+    numbers: Mapping[str, Mapping[str, float]]  # row ("c=4", "pp64 tg16 @ d0 c1") -> figure -> value
+    published: bool = False
+
+
+_FIX = "give a file written by `sparkcluster bench --json` (either method), or compare with a published row: " \
+       "--explain RESULT --compare RECIPE"
+_SUSTAINED = (("generation_tps", "generation tok/s"), ("prefill_tps", "prefill tok/s"), ("peak_tps", "peak tok/s"))
+_BENCHY = (("tg_throughput", "tg t/s"), ("pp_throughput", "pp t/s"), ("ttfr", "ttfr ms"))
+
+
+def _sustained_numbers(rows: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, float]]:
+    out: dict[str, dict[str, float]] = {}
+    for row in rows:
+        figures = {label: float(row[key]) for key, label in _SUSTAINED if isinstance(row.get(key), int | float)}
+        for key, label in (("ttft_s", "TTFT mean s"), ("itl_s", "ITL mean s")):
+            mean = (row.get(key) or {}).get("mean") if isinstance(row.get(key), dict) else None
+            if isinstance(mean, int | float):
+                figures[label] = float(mean)
+        out[f"c={row.get('concurrency')}"] = figures
+    return out
+
+
+def _benchy_numbers(benchmarks: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, float]]:
+    out: dict[str, dict[str, float]] = {}
+    for b in benchmarks:
+        phase = " (context load)" if b.get("is_context_prefill_phase") else ""
+        row = f"pp{b.get('prompt_size')} tg{b.get('response_size')} @ d{b.get('context_size')} " \
+              f"c={b.get('concurrency')}{phase}"
+        out[row] = {label: float(b[key]["mean"]) for key, label in _BENCHY
+                    if isinstance(b.get(key), dict) and isinstance(b[key].get("mean"), int | float)}
+    return out
+
+
+def _ceiling(doc: Mapping[str, Any], numbers: Mapping[str, Mapping[str, float]]) -> list[Fact]:
+    """The decode ceiling (memory bandwidth over bytes per token) and the c=1 row's share of it."""
+    limit = ((doc.get("config") or {}).get("decode_ceiling") or {}).get("tokens_per_s")
+    if not isinstance(limit, int | float) or limit <= 0:
+        return []
+    out = [Fact("decode ceiling tok/s", Cause.CEILING, float(limit), "ceiling",
+                "memory bandwidth over the bytes each token reads: no engine decodes one stream faster")]
+    single = numbers.get("c=1", {}).get("generation tok/s")
+    if single is not None:
+        out.append(Fact("c=1 share of the ceiling", Cause.CEILING, single / limit, "ceiling",
+                        "how close one stream came to the memory ceiling"))
+    return out
+
+
+def load_result(path: str) -> Side:
+    """A result file with its receipt; UsageError (exit 2) naming what is wrong otherwise."""
+    shown = f"--explain {path}"
+    try:
+        if Path(path).stat().st_size > MAX_FILE_BYTES:
+            raise UsageError(f"{shown} is larger than {MAX_FILE_BYTES >> 20} MiB: not a bench result", _FIX)
+        doc = json.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as e:
+        raise UsageError(f"{shown}: {e.strerror or e}", _FIX) from None
+    except (UnicodeDecodeError, ValueError):
+        raise UsageError(f"{shown} is not a bench result (not JSON; a CSV carries no receipt)", _FIX) from None
+    if not isinstance(doc, dict) or not (isinstance(doc.get("rows"), list) or isinstance(doc.get("benchmarks"), list)):
+        raise UsageError(f"{shown} is not a bench result (it holds neither `rows` nor `benchmarks`)", _FIX)
+    found = doc.get("receipt") or (doc.get("sparkcluster") or {}).get("receipt")
+    if found is None:
+        raise UsageError(f"{shown} holds no receipt: it was written by a bench without receipts, or by "
+                         "llama-benchy itself", "measure again with this sparkcluster's `bench --json`, or compare "
+                         "it with a published row: --explain RESULT --compare RECIPE")
+    try:
+        receipt = Receipt.from_json(found)
+    except ValueError as e:
+        raise UsageError(f"{shown}: its receipt cannot be read: {e}", "measure again with this sparkcluster's "
+                         "`bench --json`") from None
+    numbers = (_sustained_numbers(doc["rows"]) if isinstance(doc.get("rows"), list)
+               else _benchy_numbers(doc["benchmarks"]))
+    facts, unknown = receipt_facts(receipt)
+    facts += _ceiling(doc, numbers)
+    return Side(path, {f.key: f for f in facts}, frozenset(unknown), numbers)
+
+
+# What a recipe's published rows never record, by the receipt's fields: a recipe says its model, flags and image
+# (its flags are what it asks for, not a command line as launched), its rows the node count and hardware.
+NEVER_RECORDED = {
+    "engine.vllm_version": "the vLLM version", "engine.image": "the image", "engine.image_id": "the image's ID",
+    "engine.image_digest": "the image's digest", "engine.python_env": "the Python environment",
+    "engine.recipe": "the recipe's sha256 and its mods'", "engine.runtime": "the runtime",
+    "engine.launcher": "the launcher", "engine.tp": "tp", "engine.pp": "pp", "engine.replicas": "replicas",
+    "nodes": "each node's kernel, driver, BIOS, ConnectX firmware, NCCL", "comm_env": "the comm env",
+    "metrics": "speculative acceptance, prefix-cache hit rate, preemptions (the engine's /metrics)",
+    "bench": "the bench's parameters and its prompt set", "sparkcluster": "the client that measured",
+    "endpoint": "the endpoint", "ceiling": "the decode ceiling",
+}
+
+
+def published_side(recipe: Recipe) -> Side:
+    """A recipe's `reference:` rows with what the recipe says it ran: its model, flags and image."""
+    reference = recipe.reference
+    if reference is None:
+        raise UsageError(f"recipe {recipe.source or recipe.name} has no published reference rows",
+                         "compare with a recipe that has `reference:` (gpt-oss-120b), or add one to your file")
+    facts = flag_facts({k: v for k, v in recipe.flags.items() if canonical(k) not in LAYOUT_FLAGS},
+                       "engine.command")
+    facts.append(Fact("model", Cause.LAYOUT, recipe.model, "engine.command", "what is served"))
+    if recipe.container:
+        facts.append(Fact("image", Cause.VERSIONS, recipe.container, "engine.image",
+                          "a tag names whatever was built last under it"))
+    numbers = {f"c={row['concurrency']}": {label: float(row[key]) for key, label in _SUSTAINED if key in row}
+               for row in reference.rows}
+    nodes = f"{reference.nodes} node{'s' if reference.nodes != 1 else ''}"
+    never = set(NEVER_RECORDED) - ({"engine.image"} if recipe.container else set())
+    return Side(f"published: {reference.source} ({reference.hardware}, {nodes})", {f.key: f for f in facts},
+                frozenset(never), numbers, True)
+
+
+
+def sides(results: Sequence[str], compare: str | None) -> tuple[Side, Side]:
+    """`--explain A B`, `--explain A --compare RESULT` or `--explain A --compare RECIPE` (its published rows)."""
+    if len(results) > 2 or (len(results) == 2 and compare):
+        raise UsageError("--explain compares two results: " + " and ".join([*results, *([compare] if compare else [])]),
+                         "give --explain A B, or --explain A --compare RECIPE")
+    if len(results) == 1 and not compare:
+        raise UsageError(f"--explain {results[0]} needs something to compare with",
+                         "give a second result (--explain A B), or a recipe's published rows (--compare RECIPE)")
+    first = load_result(results[0])
+    if len(results) == 2:
+        return first, load_result(results[1])
+    assert compare is not None
+    if Path(compare).suffix.lower() in (".json", ".csv"):
+        return first, load_result(compare)
+    return first, published_side(load_recipe(compare, trust=True))  # its rows only: nothing of it runs
