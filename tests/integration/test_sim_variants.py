@@ -115,3 +115,29 @@ def test_a_degraded_twin_fails_verify_naming_it_and_its_rate(strangers):
     healthy = run_cli("verify", str(c.inventory_path), "--json")
     assert healthy.returncode == 0, healthy.stdout + healthy.stderr
     assert json.loads(healthy.stdout)["verdict"]["status"] == "PASS"
+
+
+def test_a_delayed_twin_is_named_with_its_latency_and_strict_exits_1(strangers):
+    """`sim degrade --delay 2ms` (netem, each way) on spark-2's second twin: verify times all_reduce call by call at
+    decode sizes for the pair and each link alone, and names that twin with its latency against the other's."""
+    c, _ = strangers
+    held = run_cli("sim", "degrade", "--name", c.state.name, "spark-2", "1", "--delay", "2ms")
+    assert held.returncode == 0 and "enP2p1s0f1np1: 2ms later each way" in held.stdout, held.stdout + held.stderr
+    try:
+        out = run_cli("verify", str(c.inventory_path), "--json", "--strict")
+        doc = json.loads(out.stdout)
+    finally:
+        c.degrade("spark-2", "enP2p1s0f1np1", None)
+    assert out.returncode == 1, out.stdout + out.stderr
+    decode_sizes = {str(s << 10) for s in (8, 32, 128, 512, 2048)}
+    assert set(doc["latency_us"]) == decode_sizes and set(doc["latency_p99_us"]) == decode_sizes  # the pair
+    links = {link["twin"]: link for link in doc["links"]}
+    assert set(links) == {0, 1} and all(set(link["latency_us"]) == decode_sizes for link in links.values())
+    slow, fast = links[1]["latency_us"], links[0]["latency_us"]
+    assert slow["32768"] > 4000 and slow["32768"] > 2 * fast["32768"]  # two 2 ms legs at least, over twice the other
+    cause = doc["verdict"]["cause"]
+    assert "twin 1 (enP2p1s0f1np1)" in cause and "is slow for small messages: all_reduce " in cause, cause
+    assert f"{slow['32768']:.0f} us at 32 KiB against {fast['32768']:.0f}" in cause, cause
+    assert "one twin of the port down" in doc["verdict"]["fix"] and "PFC/ECN" in doc["verdict"]["fix"]
+    record = json.loads(ssh(c, "spark-1", "cat ~/.config/sparkcluster/last-verify.json").stdout)
+    assert record["latency_us"] == doc["latency_us"]  # what bench's decode budget reads
