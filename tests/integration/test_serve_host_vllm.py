@@ -34,6 +34,9 @@ VLLM_FLAGS = ["--", "--max-model-len", "512", "--enforce-eager"]
 CANARY = "hf_SERVEENV" + "CANARY42"  # split: the test's own argv never holds it whole
 API_KEY = "sk-" + "APIKEY" + "CANARY39"  # vLLM's --api-key (issue 39, S5), split the same way
 BOOK = ROOT / "README.md"  # any text of a few thousand words: bench --method llama-benchy cuts prompts from it
+# Each `bench --json` below by what was served (its stdout), so test_bench_explain_... compares two of them with no
+# serve of its own.
+BENCH_RESULTS: dict[str, str] = {}
 
 
 @pytest.fixture(scope="module")
@@ -222,6 +225,7 @@ def bench_fits_the_served_context(cluster: SimCluster) -> None:
     once = ["--concurrency", "1", "--runs", "1", "--requests-per-stream", "1", "--warmup", "0"]
     result = sc(cluster, "bench", *once, "--json")
     assert result.returncode == 0, result.stderr[-3000:]
+    BENCH_RESULTS["tp 2 over Ray, --max-model-len 512"] = result.stdout
     method = json.loads(result.stdout)["config"]["method"]
     assert (method["prompt_tokens"], method["output_tokens"], method["max_model_len"]) == (256, 64, 512), method
     assert json.loads(result.stdout)["rows"][0]["completion_tokens"] == 64  # all asked for: nothing cut to fit
@@ -256,6 +260,7 @@ def bench_measures_the_served_cluster(cluster: SimCluster, tmp_path: Path, recip
     result = sc(cluster, "bench", "--concurrency", "1,2,4", "--runs", "1", "--output-tokens", "8",
                 "--prompt-tokens", "32", "--requests-per-stream", "2", "--plot", str(plot), "--json", env=with_key)
     assert result.returncode == 0, result.stderr[-3000:]
+    BENCH_RESULTS["eugr recipe, --max-model-len 384 --chat-template"] = result.stdout
     doc = json.loads(result.stdout)
     assert api_key not in result.stdout + result.stderr  # the record's flags, which bench's config shows, hold none
     assert doc["config"]["endpoint"] == f"http://{head.mgmt_ip}:8000/v1"
@@ -390,6 +395,36 @@ def test_an_eugr_recipe_with_a_mod_serves_tp2_unmodified_on_the_mlx5_link_local_
         bench_measures_the_served_cluster(cluster, tmp_path, "tiny-llama", "--enforce-eager", API_KEY)
     finally:
         down_leaves_nothing(cluster)
+
+
+def test_bench_explain_names_the_flags_two_served_benches_differ_in(tmp_path):
+    """A second, a file read: `bench --explain` on two bench runs above, the Ray serve's (--max-model-len 512) and
+    the eugr recipe's (--max-model-len 384, and its --chat-template), names both flags from the receipts' command
+    lines as launched, the memory flag before the template, and the launcher; the nodes' kernels agree. The same
+    vLLM, so no version is named. No serve of its own: it reads what those tests kept (BENCH_RESULTS)."""
+    names = ["tp 2 over Ray, --max-model-len 512", "eugr recipe, --max-model-len 384 --chat-template"]
+    if any(name not in BENCH_RESULTS for name in names):
+        pytest.skip("needs the bench runs of test_real_vllm_serves_with_tp2_... and test_an_eugr_recipe_...: "
+                    "run the file whole")
+    paths = []
+    for number, name in enumerate(names):
+        path = tmp_path / f"bench-{number}.json"
+        path.write_text(BENCH_RESULTS[name])
+        paths.append(str(path))
+    result = run_cli("bench", "--explain", *paths, "--json")
+    assert result.returncode == 0, result.stderr[-2000:]
+    doc = json.loads(result.stdout)
+    found = {d["field"]: d for d in doc["differences"]}
+    order = list(found)
+    assert (found["--max-model-len"]["a"], found["--max-model-len"]["b"]) == ("512", "384"), found
+    assert found["--chat-template"]["a"] == "not set" and found["--chat-template"]["b"].endswith("tiny-chat.jinja")
+    assert order.index("--max-model-len") < order.index("--chat-template"), order
+    assert (found["launcher"]["a"], found["launcher"]["b"]) == ("ray", "native")
+    assert "vLLM version" in doc["same"] and "--enforce-eager" in doc["same"], doc["same"]
+    assert {"spark-1 kernel", "spark-2 kernel", "spark-1 driver"} <= set(doc["same"]), doc["same"]
+    assert [n["row"] for n in doc["numbers"] if n["figure"] == "generation tok/s"] == ["c=1"]
+    text = run_cli("bench", "--explain", *paths).stdout
+    assert "--max-model-len: A 512, B 384  [flag: memory]" in text, text
 
 
 def test_a_failing_mod_stops_serve_everywhere_with_its_output(cluster, tmp_path):
