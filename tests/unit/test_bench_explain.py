@@ -132,3 +132,10 @@ def test_one_result_alone_or_three_are_refused(tmp_path):
     assert alone.returncode == 2 and "needs something to compare with" in alone.stderr
     three = run_cli("bench", "--explain", good, good, good)
     assert three.returncode == 2 and "--explain A B" in " ".join(three.stderr.split())
+
+
+def test_a_command_line_that_is_not_flags_is_unknown_not_empty(tmp_path):
+    garbled = result(tmp_path, "b.json", receipt(("vllm", "serve", "m", "stray", "--max-model-len", "384")))
+    found = explain(*sides([result(tmp_path, "a.json", receipt()), garbled], None))
+    assert "engine.command: unknown to B" in found.unknown
+    assert "--max-model-len" not in [d.key for d in found.differences]

@@ -72,17 +72,19 @@ def flag_facts(flags: Mapping[str, FlagValue], group: str) -> list[Fact]:
     return out
 
 
-def command_flags(command: Sequence[str]) -> tuple[str | None, dict[str, FlagValue]]:
-    """The model and the flags of `[...] vllm serve MODEL --flag ...` as launched (a `python -m vllm...` too)."""
+def command_flags(command: Sequence[str]) -> tuple[str | None, dict[str, FlagValue] | None]:
+    """The model and the flags of `vllm serve MODEL --flag ...` as launched; flags None where the words cannot be
+    read as flags (then they are unknown, not absent)."""
     words = list(command)
-    start = next((i + 1 for i, w in enumerate(words) if w == "serve"), 0)
+    start = next((i + 1 for i, w in enumerate(words) if w == "serve"), len(words))
     model = words[start] if start < len(words) and not words[start].startswith("-") else None
-    rest = words[start + (model is not None):]
-    first = next((i for i, w in enumerate(rest) if w.startswith("-")), len(rest))
+    rest = words[start + 1:]
+    if model is None or (rest and not rest[0].startswith("-")):
+        return model, None  # no `serve MODEL`, or a word after the model that belongs to no flag
     try:
-        return model, flag_words(rest[first:], "the serve command")
+        return model, flag_words(rest, "the serve command")
     except UsageError:
-        return model, {}
+        return model, None
 
 
 def _speculation_facts(receipt: Receipt) -> list[Fact]:
@@ -134,10 +136,10 @@ def receipt_facts(receipt: Receipt) -> tuple[list[Fact], set[str]]:
                        "the recipe's content: its flags and env", path="engine.recipe.sha256")]
         facts += [Fact(f"mod {m.name} sha256", Cause.VERSIONS, m.sha256, "engine.recipe", "code run before vLLM",
                        path=f"engine.recipe.mods[{m.name}].sha256") for m in engine.recipe.mods]
-    if engine.command is None:
+    model, flags = command_flags(engine.command) if engine.command is not None else (None, None)
+    if flags is None:
         unknown.add("engine.command")
     else:
-        model, flags = command_flags(engine.command)
         facts.append(Fact("model", Cause.LAYOUT, model, "engine.command", "what is served"))
         facts += flag_facts({k: v for k, v in flags.items() if canonical(k) not in LAYOUT_FLAGS}, "engine.command")
     facts += _node_facts(receipt)
