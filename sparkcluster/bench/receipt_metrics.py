@@ -12,11 +12,16 @@ verification step yields), acceptance at position i = accepted at i / drafts.
 
 from __future__ import annotations
 
+import asyncio
 import math
+import time
 from dataclasses import dataclass
 from typing import Any
 
-from ..observe.prometheus import Scrape
+import aiohttp
+
+from ..observe.prometheus import MAX_TEXT_CHARS, Scrape, parse
+from ..observe.scrape import SCRAPE_TIMEOUT_S
 
 DRAFTS = "vllm:spec_decode_num_drafts_total"
 DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"
@@ -132,3 +137,31 @@ def deltas(before: Scrape | None, after: Scrape | None, interval_s: float | None
     speculative, spec = _spec_decode(before, after)
     return EngineDeltas(speculative, spec, _hit_rate(before, after), _delta(before, after, PREEMPTIONS),
                         None if interval_s is None else round(interval_s, 3))
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """/metrics read once, at a moment of the run (time.monotonic()); scrape None: no answer, or not Prometheus."""
+
+    at: float
+    scrape: Scrape | None
+
+
+async def snapshot(client: aiohttp.ClientSession, metrics_url: str) -> Snapshot:
+    """One GET of /metrics through bench's own client (its key, its limits); any failure is a Snapshot without."""
+    at = time.monotonic()
+    try:
+        async with client.get(metrics_url, timeout=aiohttp.ClientTimeout(total=SCRAPE_TIMEOUT_S)) as response:
+            if response.status != 200:
+                return Snapshot(at, None)
+            body = await response.content.read(MAX_TEXT_CHARS)
+    except (aiohttp.ClientError, asyncio.TimeoutError, OSError, ValueError):
+        return Snapshot(at, None)
+    return Snapshot(at, parse(body.decode("utf-8", errors="replace")))
+
+
+def between(before: Snapshot | None, after: Snapshot | None) -> EngineDeltas | None:
+    """The deltas over the measurement, from the snapshots taken just before its first request and after its last."""
+    if before is None or after is None:
+        return None
+    return deltas(before.scrape, after.scrape, after.at - before.at)

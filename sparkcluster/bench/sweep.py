@@ -17,6 +17,7 @@ from . import prompts
 from .context import Sizes, fit, max_model_len
 from .load import Endpoint, describe_error, run_concurrency, sends_key, session, stream_completion
 from .metrics import Sampler, ServerSide, summarize
+from .receipt_metrics import Snapshot, snapshot
 from .sse import BadResponse, model_ids, read_document
 from .stats import Row, combine, summarize_run
 from .timeline import RequestTimeline
@@ -60,6 +61,9 @@ class Prepared:
     usage: bool = True  # False when the server sent no usage (token counts are then chunk counts)
     max_model_len: int | None = None  # the served context, as /v1/models lists it
     options: SweepOptions | None = None  # what was measured: the options, their default sizes fitted to the context
+    # /metrics just before the first measured request and after the last: the receipt's deltas (warm-up excluded)
+    metrics_before: Snapshot | None = None
+    metrics_after: Snapshot | None = None
 
 
 @dataclass(frozen=True)
@@ -194,27 +198,38 @@ async def sweep(base_url: str, model: str | None, opts: SweepOptions, levels: li
                                              opts.output_tokens)
             if not result.ok:
                 raise _failed(result, "the warm-up request")
-        nonce = random.SystemRandom().getrandbits(48)  # a second bench must not hit the first one's cache
         sampler = Sampler(client, f"{root_of(base_url)}/metrics")
-        for concurrency in opts.concurrency:
-            count = concurrency * opts.requests_per_stream
-            emit(LevelStarted(concurrency, count * opts.runs))
-            rows: list[Row] = []
-            windows = []
-            for run in range(opts.runs):
-                texts = [prompts.prompt(prepared.prompt_words, prompts.SHARED_SEED if opts.prefix_cache
-                                        else hash((nonce, concurrency, run, i))) for i in range(count)]
-                await sampler.start()
-                # Called only while this level runs, so the loop's current concurrency is the one meant.
-                timeline = await run_concurrency(client, endpoint, texts, concurrency, opts.output_tokens,
-                                                 lambda request: emit(RequestDone(concurrency)))
-                windows.append(await sampler.stop())
-                rows.append(summarize_run(timeline))
-                prepared.usage = prepared.usage and all(r.usage for r in timeline.requests if r.ok)
-                first_failed = next((r for r in timeline.requests if not r.ok), None)
-                if first_failed:
-                    levels.append(Level(combine(rows), summarize(windows)))
-                    raise BenchFailed(f"at concurrency {concurrency}, run {run + 1}: "
-                                      f"{rows[-1].errors} of {rows[-1].requests} requests failed; "
-                                      f"the first: {first_failed.error}", fix_for(first_failed))
-            levels.append(Level(combine(rows), summarize(windows)))
+        prepared.metrics_before = await snapshot(client, sampler.url)
+        try:
+            await _levels(client, endpoint, opts, levels, prepared, sampler, emit)
+        except BenchFailed:  # the rows measured so far keep their receipt
+            prepared.metrics_after = await snapshot(client, sampler.url)
+            raise
+        prepared.metrics_after = await snapshot(client, sampler.url)
+
+
+async def _levels(client: aiohttp.ClientSession, endpoint: Endpoint, opts: SweepOptions, levels: list[Level],
+                  prepared: Prepared, sampler: Sampler, emit: Emit) -> None:
+    nonce = random.SystemRandom().getrandbits(48)  # a second bench must not hit the first one's cache
+    for concurrency in opts.concurrency:
+        count = concurrency * opts.requests_per_stream
+        emit(LevelStarted(concurrency, count * opts.runs))
+        rows: list[Row] = []
+        windows = []
+        for run in range(opts.runs):
+            texts = [prompts.prompt(prepared.prompt_words, prompts.SHARED_SEED if opts.prefix_cache
+                                    else hash((nonce, concurrency, run, i))) for i in range(count)]
+            await sampler.start()
+            # Called only while this level runs, so the loop's current concurrency is the one meant.
+            timeline = await run_concurrency(client, endpoint, texts, concurrency, opts.output_tokens,
+                                             lambda request: emit(RequestDone(concurrency)))
+            windows.append(await sampler.stop())
+            rows.append(summarize_run(timeline))
+            prepared.usage = prepared.usage and all(r.usage for r in timeline.requests if r.ok)
+            first_failed = next((r for r in timeline.requests if not r.ok), None)
+            if first_failed:
+                levels.append(Level(combine(rows), summarize(windows)))
+                raise BenchFailed(f"at concurrency {concurrency}, run {run + 1}: "
+                                  f"{rows[-1].errors} of {rows[-1].requests} requests failed; "
+                                  f"the first: {first_failed.error}", fix_for(first_failed))
+        levels.append(Level(combine(rows), summarize(windows)))

@@ -5,7 +5,7 @@ and says null where it cannot be known."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -17,6 +17,7 @@ from ..serving.record import ServeRecord
 from ..serving.runtime import RuntimeChoice
 from ..serving.status import recorded
 from ..staging.images import inspect
+from .receipt_sources import Served, read_served
 
 
 @dataclass(frozen=True)
@@ -27,6 +28,8 @@ class Target:
     # What the endpoint wants as `Authorization: Bearer` (serving/apikey.py); kept out of the config and of repr(),
     # which bench's outputs and errors show.
     api_key: str | None = field(default=None, repr=False)
+    # What the cluster says of the engine (serve record, nodes, comm env), read once for the receipt; None: --url.
+    served: Served | None = field(default=None, repr=False)
 
 
 def base_url(url: str) -> str:
@@ -70,9 +73,11 @@ def from_record(record: ServeRecord | None, image_id: str | None, api_key: str |
 
 def from_cluster(session: Session) -> Target:
     """Read the head's record (one SSH read) and, where docker serves, the head's image ID; the key the endpoint
-    wants from this machine's VLLM_API_KEY, else the inventory's serve_env."""
+    wants from this machine's VLLM_API_KEY, else the inventory's serve_env; and what the receipt says of the engine
+    and the nodes (receipt_sources.py)."""
     record, runtime = recorded(session, RuntimeChoice("docker"))
     image_id = None
     if record and record.serving and runtime.name == "docker":
         image_id = inspect(session.transport(session.head), runtime.image).id
-    return from_record(record, image_id, client_api_key(session.inventory, session.head))
+    target = from_record(record, image_id, client_api_key(session.inventory, session.head))
+    return replace(target, served=read_served(session, record, image_id)) if record else target

@@ -34,6 +34,7 @@ from .membership import Member, wait_ray
 from .mods_nodes import copy_mods, mods_command, run_mods
 from .nodes import node_env, read_nodes
 from .progress import Emit, PhaseStarted, ProbeJudged
+from .provenance import launched
 from .readiness import Readiness, wait_ready
 from .record import ProbeSummary, ServeRecord, Serving, clear_record, endpoint, fabric_ips, read_record, write_record
 from .reuse import may_reuse, ray_fingerprint
@@ -226,7 +227,8 @@ def serve(session: Session, opts: ServeOptions, emit: Emit) -> ServeResult:
     write_record(session, ServeRecord(opts.runtime, opts.launcher, opts.image, tuple(h.name for h in session.hosts),
                                       Serving(args.model, served_name, args.port, result.endpoint, args.tp,
                                               opts.recipe.name, tuple(args.flags), probe_summary, args.pp,
-                                              tuple(placements)),
+                                              tuple(placements), launched(args, opts.launcher, nodes,
+                                                                          session.head.name, placements, opts.recipe)),
                                       ray_fingerprint=fingerprint))
     return result
 

@@ -23,8 +23,9 @@ RECORD_FILE = ".config/sparkcluster/serve.json"  # on the head, relative to the 
 # Version 1 is the first typed record; files written before it carried no version and read as version 1.
 # Version 2 adds serving.pp (pipeline parallel); a version 1 record was written by a serve without it: pp 1.
 # Version 3 adds serving.replicas (each replica's nodes and port, behind the router); before it, one engine.
-RECORD_VERSION = 3
-READABLE_VERSIONS = (1, 2, 3)
+# Version 4 adds serving.launched (the command line as launched, the recipe and mods by sha256); before it: unknown.
+RECORD_VERSION = 4
+READABLE_VERSIONS = (1, 2, 3, 4)
 
 
 
@@ -35,6 +36,16 @@ class ProbeSummary:
     backend: str
     status: VerdictStatus
     cause: str
+
+
+@dataclass(frozen=True)
+class Launched:
+    """What bench's receipt needs that only serve knows (serving/provenance.py builds it)."""
+
+    command: tuple[str, ...]  # the head's `vllm serve` argv (replica 0's with replicas)
+    recipe_source: str | None = None
+    recipe_sha256: str | None = None  # None: the source is no file of the serving machine
+    mods: tuple[tuple[str, str | None], ...] = ()  # (name, sha256 of its folder)
 
 
 @dataclass(frozen=True)
@@ -49,6 +60,7 @@ class Serving:
     verify: ProbeSummary | None = None
     pp: int = 1
     replicas: tuple[Placement, ...] = ()  # behind the router at `port`; empty: one engine answers there itself
+    launched: Launched | None = None  # None: a record older than version 4
 
     @property
     def layout(self) -> Layout:
@@ -74,6 +86,10 @@ class ServeRecord:
                 "model": serving.model, "served_name": serving.served_name, "port": serving.port,
                 "endpoint": serving.endpoint, "tp": serving.tp, "pp": serving.pp, "recipe": serving.recipe, "flags": list(serving.flags),
                 "replicas": [{"index": p.index, "nodes": list(p.nodes), "port": p.port} for p in serving.replicas],
+                "launched": None if serving.launched is None else {
+                    "command": list(serving.launched.command), "recipe_source": serving.launched.recipe_source,
+                    "recipe_sha256": serving.launched.recipe_sha256,
+                    "mods": [{"name": n, "sha256": h} for n, h in serving.launched.mods]},
                 "verify": None if serving.verify is None else {
                     "backend": serving.verify.backend, "status": str(serving.verify.status),
                     "cause": serving.verify.cause}},
@@ -106,7 +122,15 @@ def _serving(doc: dict[str, Any]) -> Serving:
                                                         str(verify["cause"])),
                    int(doc.get("pp", 1)),  # absent from a version 1 record: serve ran no pipeline parallel then
                    tuple(Placement(int(p["index"]), tuple(str(n) for n in p["nodes"]), int(p["port"]))
-                         for p in doc.get("replicas") or ()))  # absent before version 3: one engine
+                         for p in doc.get("replicas") or ()),  # absent before version 3: one engine
+                   _launched(doc.get("launched")))
+
+
+def _launched(doc: Any) -> Launched | None:
+    if not doc:
+        return None  # a record older than version 4
+    return Launched(tuple(str(w) for w in doc["command"]), doc.get("recipe_source"), doc.get("recipe_sha256"),
+                    tuple((str(m["name"]), m.get("sha256")) for m in doc.get("mods") or ()))
 
 
 def write_record(session: Session, record: ServeRecord) -> None:

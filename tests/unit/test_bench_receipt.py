@@ -4,6 +4,7 @@ unknowns named, secrets masked, and JSON that reads back to the same value."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -110,3 +111,17 @@ def test_json_reads_back_to_the_same_receipt() -> None:
 def test_an_unreadable_receipt_says_why(doc: object, why: str) -> None:
     with pytest.raises(ValueError, match=why):
         Receipt.from_json(doc)
+
+
+FIXTURES = Path(__file__).parent.parent / "fixtures" / "bench"
+
+
+def test_a_real_cpu_vllm_with_ngram_speculation_gives_its_acceptance() -> None:
+    """Two scrapes of the CPU vLLM 0.32 serving the tiny Llama with ngram speculation (fixtures/bench/README-receipt.md)."""
+    before, after = (parse((FIXTURES / f"vllm-0.32-cpu-ngram-metrics-{w}.txt").read_text()) for w in ("before", "after"))
+    got = deltas(before, after)
+    assert got is not None and got.spec_decode == SpecDecode(96, 184, 134, (77, 57))
+    assert got.spec_decode.acceptance_rate == pytest.approx(134 / 184)
+    assert got.spec_decode.mean_acceptance_length == pytest.approx(1 + 134 / 96)
+    assert got.spec_decode.per_position_acceptance == pytest.approx((77 / 96, 57 / 96))
+    assert got.prefix_cache_hit_rate == 0 and got.preemptions == 0

@@ -29,7 +29,7 @@ SERVED = ServeRecord("docker", "ray", "vllm-node", ("spark-1", "spark-2"), Servi
 
 def test_the_record_round_trips_through_json_with_its_version():
     doc = json.loads(json.dumps(SERVED.to_json()))
-    assert doc["version"] == 3 and doc["serving"]["verify"]["status"] == "PASS"
+    assert doc["version"] == 4 and doc["serving"]["verify"]["status"] == "PASS"
     assert doc["serving"]["tp"] == 2 and doc["serving"]["pp"] == 2
     assert ServeRecord.from_json(doc) == SERVED
 
@@ -52,7 +52,7 @@ def test_a_version_1_record_still_reads_as_pipeline_parallel_1(unversioned):
 
 
 @pytest.mark.parametrize("change, needle", [
-    ({"version": 4}, "version 4"),
+    ({"version": 5}, "version 5"),
     ({"runtime": "podman"}, "runtime 'podman'"),
 ])
 def test_a_record_this_version_cannot_read_is_named_with_the_fix(change, needle):

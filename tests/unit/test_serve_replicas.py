@@ -97,7 +97,7 @@ def test_the_record_keeps_each_replica_and_reads_an_older_one_as_one_engine():
                       replicas=(Placement(0, ("spark-1",), 8001), Placement(1, ("spark-2",), 8002)))
     record = ServeRecord("host", "native", "vllm-node", ("spark-1", "spark-2"), serving)
     doc = json.loads(json.dumps(record.to_json()))
-    assert doc["version"] == 3
+    assert doc["version"] == 4
     assert doc["serving"]["replicas"] == [{"index": 0, "nodes": ["spark-1"], "port": 8001},
                                           {"index": 1, "nodes": ["spark-2"], "port": 8002}]
     assert ServeRecord.from_json(doc) == record and serving.layout == Layout(2, 1, 1)
