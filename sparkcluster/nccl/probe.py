@@ -286,12 +286,14 @@ def _time_calls(dist: Any, torch: Any, args: argparse.Namespace, device: Any, op
         call()
     if on_gpu:
         torch.cuda.synchronize(device)
-    calls = _agreed(dist, torch, device, calls_within(args.latency_iters, (time.perf_counter() - warm_from)
-                                                      / LATENCY_WARMUP, LATENCY_BUDGET_S, LATENCY_MIN_CALLS))
+    per_call = (time.perf_counter() - warm_from) / LATENCY_WARMUP
+    calls = _agreed(dist, torch, device, calls_within(args.latency_iters, per_call, LATENCY_BUDGET_S,
+                                                      LATENCY_MIN_CALLS))
     _barrier(dist, args)
     if on_gpu:
         events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
                   for _ in range(calls)]
+        _hold_stream(torch, device, calls * per_call)
         for start, end in events:
             start.record()
             call()
@@ -309,6 +311,28 @@ def _time_calls(dist: Any, torch: Any, args: argparse.Namespace, device: Any, op
     # What timing this size added to the probe's run (warm-up, calls, the exchange): benchmarks/verify_latency.py
     return {**latency_row(op, count * FLOAT_BYTES, slowest.tolist()),
             "wall_ms": round((time.perf_counter() - began_size) * 1e3, 1)}
+
+
+_SLEEP_CYCLES_PER_S: dict[str, float] = {}
+
+
+def _hold_stream(torch: Any, device: Any, host_seconds: float) -> None:
+    """Keep the GPU busy (a spin kernel) while the host enqueues every timed call, so that the calls then run back
+    to back and each pair of events holds the collective's GPU time alone. Without it a short collective waits on
+    torch's per-call host work (tens of us) and the events would time that instead; vLLM's decode replays CUDA
+    graphs, where no such gap exists either. Where torch has no spin kernel, the calls are timed as they come."""
+    sleep = getattr(torch.cuda, "_sleep", None)
+    if sleep is None:
+        return
+    key = str(device)
+    if key not in _SLEEP_CYCLES_PER_S:  # the spin is counted in GPU clock cycles: measure how many make a second
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        sleep(10_000_000)
+        end.record()
+        torch.cuda.synchronize(device)
+        _SLEEP_CYCLES_PER_S[key] = 10_000_000 / max(start.elapsed_time(end) / 1e3, 1e-6)
+    sleep(int(_SLEEP_CYCLES_PER_S[key] * (2 * host_seconds + 0.005)))
 
 
 def _agreed(dist: Any, torch: Any, device: Any, calls: int) -> int:
