@@ -33,7 +33,7 @@ from . import controlplane
 from .binding import Misbinding, misbindings, parse_env
 from .controlplane import ControlAddress
 from .lastlog import keep_log
-from .latency import Latency, Timed, over_field, read_latency, slow_link_twice, with_latency
+from .latency import SIM_SLOW_RATIO, SLOW_RATIO, Latency, Timed, over_field, read_latency, slow_link_twice, with_latency
 from .links import (
     LinkMeasure,
     LinkProbe,
@@ -261,7 +261,7 @@ def _with_links(session: Session, result: VerifyResult, fabric: Fabric, env_file
     by_label = {p.label: p for p in probes}
     timed, slow = slow_link_twice([Timed(m.probe.label, t, tuple((e.node, e.netdev) for e in m.probe.ends))
                                    for m in measures if (t := _first(readings, m.probe.label))],
-                                  _timed_again(lambda label: run(by_label[label]), readings))
+                                  _timed_again(lambda label: run(by_label[label]), readings), _slow_ratio(backend))
     judged = {t.label: t.latency for t in timed}
     measures = [replace(m, latency=judged.get(m.probe.label)) for m in measures]
     verdict = named_degraded(verdict, [Measured.of_link(m) for m in measures], session.facts, backend)
@@ -271,6 +271,12 @@ def _with_links(session: Session, result: VerifyResult, fabric: Fabric, env_file
         return replace(result, verdict=with_latency(replace(result.verdict, details=tuple(details)), slow))
     return replace(result, verdict=with_latency(replace(verdict, details=(*verdict.details, *result.verdict.details)),
                                                 slow))
+
+
+def _slow_ratio(backend: str) -> float:
+    """How much slower than its peers a link's small messages must be to be named: real Sparks' rule, or the
+    simulator's (gloo on shared CPUs, latency.py)."""
+    return SLOW_RATIO if backend == "nccl" else SIM_SLOW_RATIO
 
 
 def _keep(readings: dict[str, list[Latency]], label: str, latency: Latency | None) -> None:
@@ -338,7 +344,7 @@ def _with_twins(session: Session, result: VerifyResult, choices: Mapping[str, Qs
     by_label = {m.twin.label: m.twin for m in measures}
     timed, slow = slow_link_twice([Timed(m.twin.label, t, tuple(m.twin.netdevs.items())) for m in measures
                                    if (t := _first(readings, m.twin.label))],
-                                  _timed_again(lambda label: run(by_label[label]), readings))
+                                  _timed_again(lambda label: run(by_label[label]), readings), _slow_ratio(backend))
     judged = {t.label: t.latency for t in timed}
     result = replace(result, links=_pair_links(fabric, session.facts, measures, judged))
     if verdict is None or result.verdict.status is VerdictStatus.FAIL:

@@ -13,6 +13,7 @@ import pytest
 from sparkcluster.nccl import cli as nccl_cli
 from sparkcluster.nccl import probe
 from sparkcluster.nccl.latency import (
+    SIM_SLOW_RATIO,
     Latency,
     LatencyRow,
     Timed,
@@ -203,3 +204,23 @@ def test_a_suspect_is_timed_again_before_it_is_named_and_the_faster_reading_kept
     assert slow_link_twice(links, lambda label: None)[1] is not None  # no second reading: the first is judged
     healthy = [Timed("a", flat(300.0), ends), Timed("b", flat(310.0), ends)]
     assert slow_link_twice(healthy, lambda label: pytest.fail("no suspect, no second run")) == (healthy, None)
+
+
+def test_the_simulator_names_a_link_only_far_slower_than_its_peers():
+    """gloo on shared CPUs: a healthy link's median swings 3x run to run, a twin delayed 2 ms each way is 12-34x."""
+    ends = (("spark-1", "a"), ("spark-2", "a"))
+    noisy = [Timed("a", flat(500.0), ends), Timed("b", flat(1600.0), ends)]
+    assert slow_link(noisy) is not None and slow_link(noisy, SIM_SLOW_RATIO) is None
+    delayed = [Timed("a", flat(636.0), ends), Timed("b", flat(14082.0), ends)]
+    assert slow_link(delayed, SIM_SLOW_RATIO) is not None
+
+
+@pytest.mark.parametrize(("capture", "at_8k", "at_2m"), [
+    ("h100x2-probe-latency-p2p.log", 9.6, 32.9), ("h100x2-probe-latency-socket.log", 46.34, 773.31)])
+def test_the_probes_latency_on_two_h100s_reads_back(capture, at_8k, at_2m):
+    """Real NCCL on two H100s of one host (P2P/NVLink, and forced onto sockets over lo): CUDA events around calls
+    run back to back, so an 8 KiB all_reduce reads as its GPU time (about 10 us on NVLink), not torch's host work."""
+    found = read_latency((FIXTURE.parent / "real" / capture).read_text())
+    assert found is not None and sorted(found.median_us()) == DECODE_SIZES
+    assert found.median_us()[8192] == at_8k and found.median_us()[2 << 20] == at_2m
+    assert all(r.calls == 200 for r in found.rows)
