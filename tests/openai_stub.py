@@ -42,6 +42,9 @@ class StubOptions:
     api_key: str = ""  # as vLLM's --api-key: /v1 answers 401 without `Authorization: Bearer KEY` ("": no key)
     max_model_len: int = 0  # as vLLM's --max-model-len: listed by /v1/models, a prompt that fills it refused (0: none)
     refuse: str = ""  # answer every completion HTTP 400 with this message, in vLLM's error document ("": never)
+    # As vLLM's --speculative-config num_speculative_tokens (0: none): one draft per two tokens generated, its first
+    # token accepted and the rest rejected, so acceptance is 1/spec_tokens and the mean acceptance length 2.
+    spec_tokens: int = 0
 
 
 @dataclass
@@ -51,6 +54,7 @@ class StubState:
     generation_tokens: int = 0
     running: int = 0
     peak_running: int = 0
+    drafts: int = 0  # speculative drafts verified (spec_tokens > 0)
     sockets: set = field(default_factory=set)
 
 
@@ -135,6 +139,7 @@ class Stub:
                 if chat:  # answered in full, as a chat model does: not necessarily max_tokens
                     tokens = min(tokens, len(o.answer.split()))
                 s.generation_tokens += tokens
+                s.drafts += tokens // 2 if o.spec_tokens else 0
                 choice = ({"message": {"role": "assistant", "content": o.answer}, "index": 0} if chat
                           else {"text": "tok " * tokens, "index": 0})
                 self.send_json(writer, 200, {"choices": [choice], "usage": self.usage(prompt_tokens, tokens)})
@@ -153,6 +158,7 @@ class Stub:
                     choice["token_ids"] = [1000 + i]
                 self.event(writer, {"id": "x", "object": "text_completion", "model": o.model, "choices": [choice]})
                 s.generation_tokens += 1
+                s.drafts += 1 if o.spec_tokens and i % 2 else 0
                 await writer.drain()
             if (request.get("stream_options") or {}).get("include_usage"):
                 self.event(writer, {"id": "x", "model": o.model, "choices": [],
@@ -194,10 +200,25 @@ class Stub:
             f"vllm:num_preemptions_total{labels} 0.0",
             f"vllm:prefix_cache_queries_total{labels} {float(s.prompt_tokens)}",
             f"vllm:prefix_cache_hits_total{labels} 0.0",
+            *self.spec_metrics(),
             f"stub:requests_total {s.requests}",  # every completion request received, answered or not
             f"stub:peak_running {s.peak_running}",  # the most streams in flight at once
             "",
         ])
+
+
+    def spec_metrics(self) -> list[str]:
+        """vLLM 0.32's speculative decoding counters, names and labels as it writes them (vllm/v1/spec_decode/metrics.py,
+        tests/fixtures/bench/vllm-0.32-cpu-ngram-metrics-*.txt); none without speculation, as vLLM."""
+        k, drafts = self.options.spec_tokens, float(self.state.drafts)
+        if not k:
+            return []
+        labels = f'engine="0",model_name="{self.options.model}"'
+        return [f"vllm:spec_decode_num_drafts_total{{{labels}}} {drafts}",
+                f"vllm:spec_decode_num_draft_tokens_total{{{labels}}} {drafts * k}",
+                f"vllm:spec_decode_num_accepted_tokens_total{{{labels}}} {drafts}",
+                *(f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{{labels},position="{p}"}} {drafts if p == 0 else 0.0}'
+                  for p in range(k))]
 
 
 async def serve(options: StubOptions, port: int) -> None:

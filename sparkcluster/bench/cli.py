@@ -32,6 +32,7 @@ from .context import DoesNotFit
 from .explain import lineup as explain_lineup
 from .explain import sides as explain_sides
 from .layouts import cli as layouts_cli
+from .receipts import sweep_receipt
 from .sweep import (
     BenchEvent,
     BenchFailed,
@@ -112,7 +113,8 @@ def document(target: Target, opts: SweepOptions, prepared: Prepared, levels: lis
         "client": f"sparkcluster {__version__}, aiohttp {version('aiohttp')}", "started": started,
     }
     return {"config": config, "rows": [level.row.to_json() for level in levels],
-            "server": [table.server_doc(level.server) for level in levels]}
+            "server": [table.server_doc(level.server) for level in levels],
+            "receipt": sweep_receipt(target, prepared, config["method"]).to_json()}
 
 
 def _progress(enabled: bool) -> tuple[Progress | None, Emit]:

@@ -19,6 +19,8 @@ from sparkcluster.bench.receipt import (
 )
 from sparkcluster.bench.receipt_metrics import EngineDeltas, SpecDecode, deltas
 from sparkcluster.observe.prometheus import parse
+from tests.helpers import run_cli
+from tests.openai_stub import running_stub
 
 
 def vllm_metrics(drafts: float, draft_tokens: float, accepted: float, per_pos: tuple[float, ...],
@@ -125,3 +127,23 @@ def test_a_real_cpu_vllm_with_ngram_speculation_gives_its_acceptance() -> None:
     assert got.spec_decode.mean_acceptance_length == pytest.approx(1 + 134 / 96)
     assert got.spec_decode.per_position_acceptance == pytest.approx((77 / 96, 57 / 96))
     assert got.prefix_cache_hit_rate == 0 and got.preemptions == 0
+
+
+def test_bench_json_carries_a_receipt_whose_acceptance_counts_the_measurement_only() -> None:
+    """`bench --url --json` against a server speculating 3 tokens a draft, one accepted: the warm-up's drafts are left
+    out (before the first measured request), and what a bare --url cannot know is marked unknown."""
+    once = ("--concurrency", "1", "--runs", "1", "--requests-per-stream", "2", "--warmup", "1",
+            "--prompt-tokens", "16", "--output-tokens", "20")
+    with running_stub(spec_tokens=3) as url:
+        result = run_cli("bench", "--url", url, "--json", *once, timeout=60)
+    assert result.returncode == 0, result.stderr
+    receipt = json.loads(result.stdout)["receipt"]
+    spec = receipt["metrics"]["spec_decode"]
+    assert receipt["metrics"]["speculative"] is True
+    assert spec["drafts"] == 20  # 2 measured requests x 20 tokens / 2; the warm-up's 10 drafts are not counted
+    assert (spec["draft_tokens"], spec["accepted_per_position"]) == (60, [20, 0, 0])
+    assert spec["acceptance_rate"] == pytest.approx(1 / 3) and spec["mean_acceptance_length"] == 2
+    assert receipt["engine"]["vllm_version"] == "stub"  # what the endpoint itself says, and only that
+    assert {"engine.command", "engine.runtime", "engine.image_id", "nodes", "comm_env"} <= set(receipt["unknown"])
+    assert receipt["bench"]["method"] == "sustained" and len(receipt["bench"]["prompt_digest"]) == 64
+    assert Receipt.from_json(receipt).metrics is not None
