@@ -10,7 +10,6 @@ request an error with the reason instead of a traceback or a hang.
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,7 +18,9 @@ import aiohttp
 
 from ..engine.errors import SparkclusterError
 from ..serving.apikey import bearer, request_error, unauthorized
-from .sse import BadResponse, data_lines, parse_event, read_document
+from .client import exchange
+from .sse import BadResponse, data_lines, read_document
+from .timeline import Chunk, Exchange
 
 CONTEXT_LOAD_USER_MESSAGE = "."  # vLLM rejects an empty user turn; llama-benchy's context load sends this
 COHERENCE_PROMPT = "What is the capital of France? Please reply with one word only"
@@ -37,13 +38,6 @@ class RequestResult:
     total_tokens: int = 0
     error: str | None = None
     token_timestamps: list[float] = field(default_factory=list)
-
-
-@dataclass(frozen=True)
-class Chunk:
-    text: str
-    timestamp: float
-    token_ids: int | None  # how many token ids the chunk carried; None when it carried none
 
 
 @dataclass
@@ -83,64 +77,42 @@ class Client:
                        no_cache: bool = False) -> RequestResult:
         messages = [{"role": "system", "content": context}] if context else []
         messages.append({"role": "user", "content": prompt if prompt.strip() else CONTEXT_LOAD_USER_MESSAGE})
-        body = self.payload(messages, max_tokens, no_cache)
-        result = RequestResult(start_ts=time.perf_counter())
-        try:
-            async with asyncio.timeout(self.timeout):
-                await self._stream(session, body, result)
-        except BadResponse as e:
-            result.error = f"{self.base_url}/chat/completions: {e}"
-        except TimeoutError:
-            result.error = f"{self.base_url}/chat/completions took longer than --timeout {self.timeout:g} s"
-        except aiohttp.ClientError as e:
-            result.error = f"{self.base_url}/chat/completions: {type(e).__name__}: {e}".rstrip(": ")
-        return result
+        seen = await exchange(session, f"{self.base_url}/chat/completions", self.payload(messages, max_tokens, no_cache),
+                              headers=self.headers, deadline_s=self.timeout)
+        return self.result(seen)
 
-    async def _stream(self, session: aiohttp.ClientSession, body: dict[str, Any], result: RequestResult) -> None:
-        async with session.post(f"{self.base_url}/chat/completions", json=body, headers=self.headers) as response:
-            if response.status != 200:
-                text = (await response.content.read(300)).decode("utf-8", "replace").strip()
-                result.error = request_error(response.status, text, self.api_key is not None)
-                return
-            chunks: list[Chunk] = []
-            usage_completion: int | None = None
+    def result(self, seen: Exchange) -> RequestResult:
+        """llama-benchy's reading of an exchange: the first choice's arrival, the first token's, the token times
+        (finalize); the tally counts what the server reported and what was counted."""
+        url = f"{self.base_url}/chat/completions"
+        result = RequestResult(start_ts=seen.start)
+        if seen.refused:
+            result.error = request_error(seen.status, seen.refusal[:300].strip(), self.api_key is not None)
+            return result
+        if seen.status == 200:
             self.tally.requests += 1
-            async for arrived, payload in data_lines(response.content):
-                event = parse_event(payload)
-                if event.error is not None:
-                    result.error = f"the server reported: {event.error}"
-                    return
-                if event.usage is not None:
-                    result.prompt_tokens = event.usage.prompt_tokens
-                    usage_completion = event.usage.completion_tokens
-                    self.tally.prompt_tokens += event.usage.prompt_tokens
-                    self.tally.completion_tokens += event.usage.completion_tokens
-                if not event.choices:
-                    continue
-                if result.first_response_ts is None:
-                    result.first_response_ts = arrived
-                token = event.choices[0].text
-                if token:  # content, reasoning_content or reasoning: a token, as llama-benchy counts one
-                    if result.first_token_ts is None:
-                        result.first_token_ts = arrived
-                    chunks.append(Chunk(token, arrived, token_id_count(payload)))
-            if result.first_response_ts is None:  # a real server's stream always carries a choice
-                raise BadResponse("the stream ended without output (not one choice: no token, no finish_reason)")
-            finalize(result, chunks, usage_completion)
+        for usage in seen.usages:
+            result.prompt_tokens = usage.prompt_tokens
+            self.tally.prompt_tokens += usage.prompt_tokens
+            self.tally.completion_tokens += usage.completion_tokens
+        tokens = [c for c in seen.chunks if c.text]  # content, reasoning_content or reasoning: a token
+        result.first_response_ts = seen.chunks[0].timestamp if seen.chunks else None
+        result.first_token_ts = tokens[0].timestamp if tokens else None
+        if seen.server_error is not None:
+            result.error = f"the server reported: {seen.server_error}"
+        elif isinstance(seen.failure, TimeoutError):
+            result.error = f"{url} took longer than --timeout {self.timeout:g} s"
+        elif isinstance(seen.failure, BadResponse):
+            result.error = f"{url}: {seen.failure}"
+        elif seen.failure is not None:
+            result.error = f"{url}: {type(seen.failure).__name__}: {seen.failure}".rstrip(": ")
+        elif not seen.chunks:  # a real server's stream always carries a choice
+            result.error = f"{url}: the stream ended without output (not one choice: no token, no finish_reason)"
+        else:
+            finalize(result, tokens, seen.usage.completion_tokens if seen.usage else None)
             self.tally.counted_tokens += result.total_tokens
-            result.end_ts = time.perf_counter()
-
-
-def token_id_count(payload: bytes) -> int | None:
-    """How many `token_ids` the first choice carries (vLLM sends them when asked); None when absent or not a
-    list of ints. sse.py's event does not keep them, so they are read here, only from chunks that have them."""
-    if b'"token_ids"' not in payload:
-        return None
-    doc = json.loads(payload)  # parse_event has just parsed it: it is a JSON object with a list of choices
-    ids = doc["choices"][0].get("token_ids") if isinstance(doc["choices"][0], dict) else None
-    if isinstance(ids, list) and all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
-        return len(ids)
-    return None
+            result.end_ts = seen.end
+        return result
 
 
 def _append_observed(result: RequestResult, at: float, count: int) -> None:

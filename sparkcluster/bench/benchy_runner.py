@@ -27,6 +27,7 @@ from .benchy_client import (
     probe_prompt,
 )
 from .benchy_stats import BenchmarkRun, summarize
+from .client import pool
 from .corpus import Corpus, WordTokenizer
 from .sse import BadResponse
 
@@ -80,8 +81,7 @@ def cells(depths: Sequence[int], pps: Sequence[int], tgs: Sequence[int], concurr
 def http_session(max_concurrency: int) -> aiohttp.ClientSession:
     """One pool for the session, as llama-benchy keeps one (limit C + 5, keep-alive); the per-request deadline
     is the client's own."""
-    connector = aiohttp.TCPConnector(limit=max_concurrency + 5, keepalive_timeout=600)
-    return aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=None, connect=30))
+    return pool(max_concurrency, spare=5, keepalive_s=600, timeout=aiohttp.ClientTimeout(total=None, connect=30))
 
 
 async def start(client: Client, session: aiohttp.ClientSession, corpus: Corpus, opts: BenchyOptions,

@@ -30,13 +30,6 @@ class Choice:
     text: str | None  # `text` (completions) or the delta's content or reasoning (chat); None when absent
     finish_reason: str | None
 
-    @property
-    def carries_output(self) -> bool:
-        """A chunk with a token. Its text may be empty (a byte-level token that ends mid-character is held back)
-        while the stream goes on; an empty chunk with finish_reason set may only close the stream (chat does that),
-        so it counts only where the server's usage has a token left over for it."""
-        return bool(self.text) or self.finish_reason is None
-
 
 @dataclass(frozen=True)
 class Usage:

@@ -1,9 +1,54 @@
-"""What the client saw of each request, as plain times: the raw material every figure is computed from, so the
-arithmetic (stats.py) can be tested on synthetic timelines without a server."""
+"""What the client saw of each request, as plain times: the raw material every figure is computed from, so each
+method's arithmetic can be tested on synthetic timelines without a server.
+
+`Exchange` is the one record the client (client.py) writes for every request of every method: each streamed
+choice as it arrived, the server's usage, and how it ended. A method reads what its arithmetic needs from it:
+the closed loop a `RequestTimeline`, llama-benchy its `RequestResult` (methods/llama_benchy/requests.py).
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from .sse import Usage
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """One streamed event that carried a choice: its text (empty when none), its arrival, how many token ids it
+    carried (None: none, the server was not asked or sent none) and its finish_reason."""
+    text: str
+    timestamp: float
+    token_ids: int | None = None
+    finish_reason: str | None = None
+
+    @property
+    def carries_output(self) -> bool:
+        """A chunk with a token. Its text may be empty (a byte-level token that ends mid-character is held back)
+        while the stream goes on; an empty chunk with finish_reason set may only close the stream (chat does that),
+        so it counts only where the server's usage has a token left over for it."""
+        return bool(self.text) or self.finish_reason is None
+
+
+@dataclass
+class Exchange:
+    """One request as the client saw it. Times are time.perf_counter seconds."""
+    start: float
+    end: float = 0.0
+    chunks: list[Chunk] = field(default_factory=list)
+    usages: list[Usage] = field(default_factory=list)  # each usage event, in order (a server sends one)
+    status: int = 0  # the HTTP status (0: no answer came)
+    refusal: str = ""  # what a server answering other than 200 said (its first 2000 bytes)
+    server_error: str | None = None  # an error event mid-stream; the exchange ends at its arrival
+    failure: BaseException | None = None  # the connection, the deadline or the stream's shape failed
+
+    @property
+    def refused(self) -> bool:
+        return self.status not in (0, 200)
+
+    @property
+    def usage(self) -> Usage | None:
+        return self.usages[-1] if self.usages else None
 
 
 @dataclass(frozen=True)
