@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from sparkcluster.bench.explain.facts import Cause
-from sparkcluster.bench.explain.lineup import explain
+from sparkcluster.bench.explain.lineup import explain, render
 from sparkcluster.bench.explain.sides import sides
 from sparkcluster.bench.receipt import BenchParams, Engine, NodeReceipt, Receipt
 from sparkcluster.bench.receipt_metrics import EngineDeltas, SpecDecode
@@ -78,6 +78,7 @@ def test_acceptance_ranks_above_every_flag_and_says_what_it_scales(tmp_path):
         "mean acceptance length", "acceptance rate", "acceptance at position 0", "acceptance at position 1",
         "--max-num-seqs"]
     assert "B's decode is about 69% of A's" in found.differences[0].why  # 1.70 / 2.48
+    assert "  2. acceptance rate: A 74%, B 35%  [speculative acceptance (scales decode directly)]" in render(found)
 
 
 def test_against_a_published_row_it_lists_what_the_row_never_recorded(tmp_path):

@@ -53,6 +53,7 @@ class Fact:
     node: int | None = None  # a node's fact: its index, by which two clusters naming nodes differently align
     label: str = ""  # a node's fact: what it is, without the node's name ("kernel")
     path: str = ""  # the receipt's own path for it (nodes[spark-1].kernel), where it says what is unknown
+    share: bool = False  # a fraction, shown as a percentage
 
 
 def _flag_text(value: FlagValue) -> str:
@@ -101,9 +102,9 @@ def _speculation_facts(receipt: Receipt) -> list[Fact]:
            Fact("mean acceptance length", Cause.ACCEPTANCE, spec.mean_acceptance_length, group,
                 "tokens each verification step yields: decode scales with it"),
            Fact("acceptance rate", Cause.ACCEPTANCE, spec.acceptance_rate, group,
-                "the share of drafted tokens the model kept")]
+                "the share of drafted tokens the model kept", share=True)]
     for position, rate in enumerate(spec.per_position_acceptance or ()):
-        out.append(Fact(f"acceptance at position {position}", Cause.ACCEPTANCE, rate, group))
+        out.append(Fact(f"acceptance at position {position}", Cause.ACCEPTANCE, rate, group, share=True))
     return out
 
 
@@ -153,7 +154,7 @@ def receipt_facts(receipt: Receipt) -> tuple[list[Fact], set[str]]:
         facts += _speculation_facts(receipt)
         facts += [Fact("prefix-cache hit rate", Cause.FLAGS, receipt.metrics.prefix_cache_hit_rate, "metrics",
                        "prompt tokens the cache served: prefill skipped", int(Effect.CACHING),
-                       path="metrics.prefix_cache_hit_rate"),
+                       path="metrics.prefix_cache_hit_rate", share=True),
                   Fact("preemptions", Cause.FLAGS, receipt.metrics.preemptions, "metrics",
                        "sequences evicted for lack of KV cache: recomputed later", int(Effect.MEMORY),
                        path="metrics.preemptions")]

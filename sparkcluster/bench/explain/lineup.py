@@ -24,6 +24,7 @@ class Difference:
     b: str | float | None
     why: str
     rank: int = 0
+    share: bool = False  # a fraction, shown as a percentage
 
     @property
     def kind(self) -> str:
@@ -116,9 +117,9 @@ def _who(a_unknown: bool, b_unknown: bool) -> str:
     return "A and B" if a_unknown and b_unknown else "A" if a_unknown else "B"
 
 
-def _short(value: str | float | None, width: int = 60) -> str:
+def _short(value: str | float | None, share: bool = False, width: int = 60) -> str:
     """A long value (a --compilation-config) cut for the text; --json keeps it whole."""
-    text = _shown(value)
+    text = f"{value * 100:.0f}%" if share and isinstance(value, float) else _shown(value)
     return text if len(text) <= width else text[:width - 3] + "..."
 
 
@@ -133,12 +134,14 @@ def explain(a: Side, b: Side) -> Explanation:
         assert fact is not None
         if not (_knows(a, fact.group) and _knows(b, fact.group)):
             continue  # the whole field is unknown to a side: said once above
-        va = NOT_SET if fa is None else fa.value  # a field only one side has: a flag not set, a variable unset
-        vb = NOT_SET if fb is None else fb.value
+        # A field only one side has: a flag or a variable not set there, a position it did not draft.
+        absent = NOT_SET if fact.key.startswith("-") or fact.group == "comm_env" else "none"
+        va = absent if fa is None else fa.value
+        vb = absent if fb is None else fb.value
         if va is None or vb is None:
             unknown.append(f"{key}: unknown to {_who(va is None, vb is None)}")
         elif _differ(va, vb):
-            differences.append(Difference(key, fact.cause, va, vb, _why(fact, va, vb), fact.rank))
+            differences.append(Difference(key, fact.cause, va, vb, _why(fact, va, vb), fact.rank, fact.share))
         else:
             same.append(key)
     differences.sort(key=lambda d: (d.cause, d.rank))
@@ -170,7 +173,7 @@ def render(found: Explanation) -> str:
     if found.differences:
         lines.append("differences, ranked by what each can explain:")
         for number, d in enumerate(found.differences, start=1):
-            lines.append(f"  {number}. {d.key}: A {_short(d.a)}, B {_short(d.b)}  [{d.kind}]"
+            lines.append(f"  {number}. {d.key}: A {_short(d.a, d.share)}, B {_short(d.b, d.share)}  [{d.kind}]"
                          + (f" {d.why}" if d.why else ""))
     else:
         lines.append("differences: none in what both record")

@@ -68,7 +68,7 @@ def _ceiling(doc: Mapping[str, Any], numbers: Mapping[str, Mapping[str, float]])
     single = numbers.get("c=1", {}).get("generation tok/s")
     if single is not None:
         out.append(Fact("c=1 share of the ceiling", Cause.CEILING, single / limit, "ceiling",
-                        "how close one stream came to the memory ceiling"))
+                        "how close one stream came to the memory ceiling", share=True))
     return out
 
 
