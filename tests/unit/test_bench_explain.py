@@ -140,3 +140,15 @@ def test_a_command_line_that_is_not_flags_is_unknown_not_empty(tmp_path):
     found = explain(*sides([result(tmp_path, "a.json", receipt()), garbled], None))
     assert "engine.command: unknown to B" in found.unknown
     assert "--max-model-len" not in [d.key for d in found.differences]
+
+
+def test_clusters_naming_their_nodes_differently_are_lined_up_by_position(tmp_path):
+    theirs = receipt(kernel="6.14.0-1013-nvidia")
+    renamed = dataclasses.replace(theirs, nodes=tuple(dataclasses.replace(n, name=f"gx10-{i}")
+                                                      for i, n in enumerate(theirs.nodes or ())),
+                                  comm_env={"gx10-0": {"NCCL_SOCKET_IFNAME": "enp1s0f0np0"},
+                                            "gx10-1": {"NCCL_SOCKET_IFNAME": "enp1s0f1np1"}})
+    found = explain(*sides([result(tmp_path, "a.json", receipt()), result(tmp_path, "b.json", renamed)], None))
+    assert [(d.key, d.b) for d in found.differences] == [("node 2 kernel", "6.14.0-1013-nvidia"),
+                                                         ("node 2 NCCL_SOCKET_IFNAME", "enp1s0f1np1")]
+    assert "node 1 kernel" in found.same

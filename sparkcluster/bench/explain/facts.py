@@ -201,10 +201,18 @@ def _node_facts(receipt: Receipt) -> list[Fact]:
             found.append(("ConnectX firmware", None, "nodes", f"{at}.connectx_firmware"))
         found += [(var, value, "comm_env", "comm_env")
                   for var, value in sorted(((receipt.comm_env or {}).get(node.name) or {}).items())]
-        out += [Fact(f"{node.name} {label}", Cause.PLATFORM, value, group, PLATFORM_WHY.get(label, ""), 0, index,
+        out += [Fact(f"{node.name} {label}", Cause.PLATFORM, value, group, _platform_why(label, group), 0, index,
                      label, path) for label, value, group, path in found]
     return out
 
 
 PLATFORM_WHY = {"kernel": "the kernel (known-bad kernels: doctor)", "driver": "the GPU driver",
-                "BIOS": "the firmware's memory and power settings", "NCCL": "the collectives' library"}
+                "BIOS": "the firmware's memory and power settings", "NCCL": "the collectives' library",
+                "CUDA": "the CUDA runtime"}
+
+
+def _platform_why(label: str, group: str) -> str:
+    if group == "comm_env":
+        return "the comm env NCCL, Gloo and vLLM read (which interface, which transport)"
+    return PLATFORM_WHY.get(label) or ("the ConnectX firmware (the fabric's link)" if label.endswith("firmware")
+                                       else "")

@@ -6,6 +6,7 @@ know is said to be unknown, never taken as equal; a published row lists what it 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -88,7 +89,7 @@ def _aligned(a: Side, b: Side) -> tuple[dict[str, Fact], dict[str, Fact]]:
         out = {}
         for f in side.facts.values():
             key = f.key if f.node is None else f"node {f.node + 1} {f.label}"
-            out[key] = Fact(key, f.cause, f.value, f.group, f.why, f.rank, f.node, f.label)
+            out[key] = dataclasses.replace(f, key=key)
         return out
     return rekey(a), rekey(b)
 
@@ -96,8 +97,6 @@ def _aligned(a: Side, b: Side) -> tuple[dict[str, Fact], dict[str, Fact]]:
 def _why(fact: Fact, a: str | float | None, b: str | float | None) -> str:
     if fact.key == "mean acceptance length" and isinstance(a, float) and isinstance(b, float) and a:
         return f"{fact.why}: from this alone B's decode is about {b / a * 100:.0f}% of A's"
-    if fact.node is not None and fact.why == "" and fact.group == "nodes":
-        return "the node's platform"
     return fact.why
 
 
@@ -126,8 +125,9 @@ def _short(value: str | float | None, share: bool = False, width: int = 60) -> s
 def explain(a: Side, b: Side) -> Explanation:
     facts_a, facts_b = _aligned(a, b)
     differences, same = [], []
-    unknown = [f"{group}: unknown to {_who(group in a.unknown_groups, group in b.unknown_groups)}"
-               for group in sorted(a.unknown_groups | b.unknown_groups) if not b.published]
+    theirs = frozenset() if b.published else b.unknown_groups  # a published row's: listed as never recorded
+    unknown = [f"{group}: unknown to {_who(group in a.unknown_groups, group in theirs)}"
+               for group in sorted(a.unknown_groups | theirs)]
     for key in dict.fromkeys([*facts_a, *facts_b]):
         fa, fb = facts_a.get(key), facts_b.get(key)
         fact = fa or fb
