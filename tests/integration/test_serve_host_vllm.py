@@ -226,6 +226,7 @@ def bench_fits_the_served_context(cluster: SimCluster) -> None:
     result = sc(cluster, "bench", *once, "--json")
     assert result.returncode == 0, result.stderr[-3000:]
     BENCH_RESULTS["tp 2 over Ray, --max-model-len 512"] = result.stdout
+    the_receipt_names_what_produced_the_numbers(cluster, json.loads(result.stdout)["receipt"])
     method = json.loads(result.stdout)["config"]["method"]
     assert (method["prompt_tokens"], method["output_tokens"], method["max_model_len"]) == (256, 64, 512), method
     assert json.loads(result.stdout)["rows"][0]["completion_tokens"] == 64  # all asked for: nothing cut to fit
@@ -233,6 +234,25 @@ def bench_fits_the_served_context(cluster: SimCluster) -> None:
     err = " ".join(refused.stderr.split())
     assert refused.returncode == 2, err
     assert "--prompt-tokens 600 cannot fit the served context: the server's max_model_len is 512 tokens" in err, err
+
+
+def the_receipt_names_what_produced_the_numbers(cluster: SimCluster, receipt: dict) -> None:
+    """Issue 41: bench's receipt holds the head's `vllm serve` command line as launched (the running process's own
+    argv), the vLLM build that served, and both nodes' kernel and driver as their facts say; no speculation here."""
+    engine = receipt["engine"]
+    pid = ssh(cluster, "spark-1", "pgrep -o -f 'vllm serve'").stdout.strip()
+    running = ssh(cluster, "spark-1", f"cat /proc/{pid}/cmdline").stdout.split("\0")[:-1]
+    assert engine["command"][:3] == ["vllm", "serve", MODEL], engine
+    assert running[-(len(engine["command"]) - 1):] == engine["command"][1:], (running, engine["command"])
+    assert engine["command"][-3:] == ["--max-model-len", "512", "--enforce-eager"]
+    assert engine["vllm_version"] == "0.32.0+cpu" and engine["runtime"] == "host" and engine["python_env"], engine
+    nodes = {n["name"]: n for n in receipt["nodes"]}
+    assert set(nodes) == {"spark-1", "spark-2"}, receipt["nodes"]
+    for name, node in nodes.items():
+        assert node["kernel"] == ssh(cluster, name, "uname -r").stdout.strip() and node["driver"], node
+        assert receipt["comm_env"][name]["VLLM_HOST_IP"]
+    assert receipt["metrics"]["speculative"] is False and receipt["metrics"]["interval_s"] > 0, receipt["metrics"]
+    assert CANARY not in json.dumps(receipt)
 
 
 def vllm_counters(endpoint: str) -> dict[str, float]:
