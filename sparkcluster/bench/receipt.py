@@ -90,6 +90,25 @@ class Receipt:
         """Every field that could not be known, by its dotted path (engine.image_digest, nodes, metrics)."""
         return tuple(_unknown(self.to_json(), ""))
 
+    def caption(self) -> str:
+        """One line for a plot: the engine, the nodes' platform and the acceptance, each only where known."""
+        e, parts = self.engine, []
+        parts.append(f"vLLM {e.vllm_version or 'unknown'}")
+        if e.tp is not None:
+            parts.append(f"TP {e.tp} x PP {e.pp or 1}" + (f" x {e.replicas} replicas" if (e.replicas or 1) > 1 else ""))
+        if e.runtime:
+            parts.append(f"{e.runtime} ({(e.image_id or e.image or '')[:19] or e.python_env or '?'})")
+        platforms = sorted({f"kernel {n.kernel or '?'}, driver {n.driver or '?'}" for n in self.nodes or ()})
+        if len(platforms) == 1:
+            parts.append(platforms[0])
+        elif platforms:  # nodes that differ: the receipt names each, --explain compares them
+            parts.append(f"{len(platforms)} node platforms")
+        spec = self.metrics.spec_decode if self.metrics else None
+        if spec is not None and spec.acceptance_rate is not None:
+            parts.append(f"acceptance {spec.acceptance_rate:.0%} (mean length {spec.mean_acceptance_length:.2f})")
+        parts.append(f"sparkcluster {self.sparkcluster}, {self.created[:10]}")
+        return " · ".join(parts)
+
     def to_json(self) -> dict[str, Any]:
         doc = {
             "version": self.version, "sparkcluster": self.sparkcluster, "created": self.created,

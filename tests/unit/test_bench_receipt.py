@@ -147,3 +147,15 @@ def test_bench_json_carries_a_receipt_whose_acceptance_counts_the_measurement_on
     assert {"engine.command", "engine.runtime", "engine.image_id", "nodes", "comm_env"} <= set(receipt["unknown"])
     assert receipt["bench"]["method"] == "sustained" and len(receipt["bench"]["prompt_digest"]) == 64
     assert Receipt.from_json(receipt).metrics is not None
+
+
+def test_a_plots_caption_names_the_engine_the_platform_and_the_acceptance_where_known() -> None:
+    receipt = Receipt("http://10.0.0.1:8000/v1", Engine("0.32.0+cpu", runtime="host", python_env="/opt/venv", tp=2, pp=1,
+                                                        replicas=1),
+                      BenchParams("sustained"), None,
+                      (NodeReceipt("spark-1", "6.17.0", "580.95.05"), NodeReceipt("spark-2", "6.17.0", "580.95.05")),
+                      EngineDeltas(True, SpecDecode(10, 20, 15), None, 0), created="2026-11-27T17:00:00+00:00")
+    assert receipt.caption() == ("vLLM 0.32.0+cpu · TP 2 x PP 1 · host (/opt/venv) · kernel 6.17.0, driver 580.95.05 · "
+                                 "acceptance 75% (mean length 2.50) · sparkcluster 0.1.0, 2026-11-27")
+    bare = Receipt("http://them/v1", Engine(), BenchParams("sustained"), created="2026-11-27T17:00:00+00:00")
+    assert bare.caption() == "vLLM unknown · sparkcluster 0.1.0, 2026-11-27"
