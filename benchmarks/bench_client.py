@@ -29,7 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from sparkcluster.bench import load  # noqa: E402
+from sparkcluster.bench.methods.closed_loop import schedule as load  # noqa: E402
 from tests.openai_stub import running_stub  # noqa: E402
 
 GOAL_STREAMS, GOAL_TPS = 256, 20_000
@@ -105,8 +105,8 @@ def book(words: int = 150_000) -> str:
 
 async def one_cell(url: str, corpus, depth: int, concurrency: int, runs: int) -> tuple[float, float, int]:
     """(client CPU s, wall s, requests) of one cell, the session start excluded."""
-    from sparkcluster.bench.benchy_client import Client
-    from sparkcluster.bench.benchy_runner import BenchyOptions, Cell, http_session, run_cell, start
+    from sparkcluster.bench.methods.llama_benchy.chat import Client
+    from sparkcluster.bench.methods.llama_benchy.schedule import BenchyOptions, Cell, http_session, run_cell, start
 
     opts = BenchyOptions(runs=runs, prefix_caching=True)
     client = Client(url, "stub-model", 600)

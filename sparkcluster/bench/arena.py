@@ -19,9 +19,9 @@ from urllib.parse import urlsplit
 import yaml
 
 from .. import __version__
-from .benchy_report import csv_text
-from .benchy_runner import BenchyOptions, Cell
-from .benchy_stats import BenchmarkRun
+from .methods.llama_benchy.arithmetic import BenchmarkRun
+from .methods.llama_benchy.formats import csv_text
+from .methods.llama_benchy.schedule import BenchyOptions, Cell
 from .profile import Profile, consolidate
 from .target import Target
 

@@ -27,11 +27,12 @@ from ..engine.report import print_json
 from ..engine.session import Session
 from ..node.gputelemetry import GpuTelemetry, read_all, telemetry_json
 from ..recipes.load import Reference
-from . import benchy_cli, ceiling, compare, decode_budget, head_tokenizer, plot, published, table
+from . import ceiling, compare, decode_budget, head_tokenizer, plot, published, table
 from .context import DoesNotFit
 from .explain import lineup as explain_lineup
 from .explain import sides as explain_sides
 from .layouts import cli as layouts_cli
+from .methods.llama_benchy import cli as llama_benchy_cli
 from .receipts import sweep_receipt
 from .sweep import (
     BenchEvent,
@@ -213,9 +214,9 @@ def cmd_bench(args: argparse.Namespace, connect: Connect) -> int:
     benchy = args.method == "llama-benchy" or bool(args.profile)
     check_method_flags(args, benchy)
     if benchy:
-        plan = benchy_cli.plan(args)
+        plan = llama_benchy_cli.plan(args)
         target, fetched = find_target(args, connect, tokenizer=True)
-        return benchy_cli.cmd(args, target, plan, fetched)
+        return llama_benchy_cli.cmd(args, target, plan, fetched)
     opts = sweep_options(args)
     check_outputs(args)
     if args.compare and published.is_results_file(args.compare):
@@ -298,7 +299,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser], app:
     p = app.connecting(commands.add_parser(
         "bench", help="measure what the served cluster delivers: throughput and latency at each concurrency",
         description="Throughput and latency of the served model at each concurrency, measured the way the "
-                    "DGX Spark community publishes them.", epilog=METHOD + "\n\n" + benchy_cli.METHOD,
+                    "DGX Spark community publishes them.", epilog=METHOD + "\n\n" + llama_benchy_cli.METHOD,
         formatter_class=argparse.RawDescriptionHelpFormatter), inventory_positional=False)
     p.add_argument("--url", help="any OpenAI-compatible endpoint, e.g. http://HOST:8000/v1 (then no inventory is "
                                  "needed); default: the endpoint `serve` recorded on the inventory's head")
@@ -335,6 +336,6 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser], app:
                         "layout, versions, kernel/driver/firmware, load shape, memory ceiling)")
     p.add_argument("--bandwidth", type=flags.bandwidth, default=ceiling.GB10_BANDWIDTH_GBPS,
                    help="memory bandwidth per node in GB/s for the decode ceiling (default 273, a GB10's)")
-    benchy_cli.add_flags(p)
+    llama_benchy_cli.add_flags(p)
     layouts_cli.add_flags(p)
     app.wire(p, cmd_bench)

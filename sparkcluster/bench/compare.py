@@ -12,7 +12,7 @@ from rich.table import Table
 
 from ..engine.errors import UsageError
 from ..recipes.load import Reference, load_recipe
-from .stats import Row
+from .methods.closed_loop.arithmetic import Row
 
 # (reference key, label, how to read the measured row, True when higher is better)
 FIGURES: tuple[tuple[str, str, str, bool], ...] = (

@@ -32,7 +32,7 @@ from ..engine.session import Session
 from ..nccl.latency import Latency
 from ..nccl.verify import LAST_VERIFY_COMMAND
 from .ceiling import ServedModel, config_int, text_config
-from .stats import Row
+from .methods.closed_loop.arithmetic import Row
 
 ALL_REDUCES_PER_LAYER = 2  # after attention and after the MLP (or the MoE experts)
 ACTIVATION_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}  # quantised weights still all-reduce 16-bit values

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..recipes.load import Reference
-from .stats import Row
+from .methods.closed_loop.arithmetic import Row
 
 
 def _ms(values: Sequence[float | None]) -> list[float | None]:

@@ -16,10 +16,10 @@ from pathlib import Path
 from rich.table import Table
 
 from ..engine.errors import UsageError
-from .benchy_report import CSV_COLUMNS, Line, lines
-from .benchy_runner import Cell
-from .benchy_stats import BenchmarkRun
 from .compare import Compared, ratio_table
+from .methods.llama_benchy.arithmetic import BenchmarkRun
+from .methods.llama_benchy.formats import CSV_COLUMNS, Line, lines
+from .methods.llama_benchy.schedule import Cell
 
 TEST_NAME = re.compile(r"^(?:pp(?P<pp>\d+)|tg(?P<tg>\d+)|(?P<ctx>ctx_pp|ctx_tg))(?: @ d(?P<depth>\d+))?"
                        r"(?: \(c(?P<c>\d+)\))?$")

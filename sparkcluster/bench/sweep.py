@@ -15,11 +15,18 @@ from ..engine.errors import EXIT_FAILED, SparkclusterError
 from ..serving.apikey import unauthorized
 from . import prompts
 from .context import Sizes, fit, max_model_len
-from .load import Endpoint, describe_error, run_concurrency, sends_key, session, stream_completion
+from .methods.closed_loop.arithmetic import Row, combine, summarize_run
+from .methods.closed_loop.schedule import (
+    Endpoint,
+    describe_error,
+    run_concurrency,
+    sends_key,
+    session,
+    stream_completion,
+)
 from .metrics import Sampler, ServerSide, summarize
 from .receipt_metrics import Snapshot, snapshot
 from .sse import BadResponse, model_ids, read_document
-from .stats import Row, combine, summarize_run
 from .timeline import RequestTimeline
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sparkcluster.bench.benchy_report import CSV_COLUMNS
+from sparkcluster.bench.methods.llama_benchy.formats import CSV_COLUMNS
 from sparkcluster.bench.profile import ARENA_V2
 from tests.helpers import run_cli
 from tests.openai_stub import running_stub

@@ -10,7 +10,7 @@ import shlex
 import yaml
 
 from sparkcluster.bench import arena
-from sparkcluster.bench.benchy_runner import BenchyOptions
+from sparkcluster.bench.methods.llama_benchy.schedule import BenchyOptions
 from sparkcluster.bench.profile import ARENA_V2
 from sparkcluster.bench.target import from_record, from_url
 from sparkcluster.serving.record import ServeRecord, Serving

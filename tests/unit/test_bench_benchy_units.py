@@ -12,11 +12,12 @@ import math
 import pytest
 import tokenizers  # a required dependency (pyproject.toml): never skipped
 
-from sparkcluster.bench import benchy_report
-from sparkcluster.bench.benchy_client import Chunk, RequestResult, finalize
-from sparkcluster.bench.benchy_stats import BenchmarkRun, metric, peak_throughput, summarize
 from sparkcluster.bench.corpus import Corpus, WordTokenizer, find_tokenizer
+from sparkcluster.bench.methods.llama_benchy import formats as benchy_report
+from sparkcluster.bench.methods.llama_benchy.arithmetic import BenchmarkRun, metric, peak_throughput, summarize
+from sparkcluster.bench.methods.llama_benchy.chat import RequestResult, finalize
 from sparkcluster.bench.profile import ARENA_V2, ARENA_V2_DEPTHS, load_profile
+from sparkcluster.bench.timeline import Chunk
 from sparkcluster.engine.errors import UsageError
 
 BENCHMARK_KEYS = {"concurrency", "context_size", "prompt_size", "response_size", "is_context_prefill_phase",

@@ -17,7 +17,7 @@ from sparkcluster.bench.ceiling import (
     speedups,
     weight_bytes,
 )
-from sparkcluster.bench.stats import Distribution, Row
+from sparkcluster.bench.methods.closed_loop.arithmetic import Distribution, Row
 from sparkcluster.bench.sweep import Level
 from sparkcluster.bench.table import render
 
@@ -114,7 +114,7 @@ def test_speedup_over_a_one_node_run_and_the_ceiling_line():
 
 
 def test_llama_benchys_tg_cells_as_a_share_of_the_ceiling():
-    from sparkcluster.bench.benchy_stats import BenchmarkRun, Metric
+    from sparkcluster.bench.methods.llama_benchy.arithmetic import BenchmarkRun, Metric
 
     doc = {"tokens_per_s": 100.0}
     runs = [BenchmarkRun(1, 0, 2048, 32, False, tg_req_throughput=Metric(55.0, 1.0, (55.0,))),

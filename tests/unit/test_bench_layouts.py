@@ -17,8 +17,8 @@ from sparkcluster.bench.layouts import choice, report, state
 from sparkcluster.bench.layouts import cli as layouts_cli
 from sparkcluster.bench.layouts.cli import serve_hint
 from sparkcluster.bench.layouts.run import Planned, Swept, measure_layouts
+from sparkcluster.bench.methods.closed_loop.arithmetic import Distribution, Row
 from sparkcluster.bench.metrics import ServerSide
-from sparkcluster.bench.stats import Distribution, Row
 from sparkcluster.bench.sweep import Level, Prepared
 from sparkcluster.engine.cliapp import selected_inventory
 from sparkcluster.engine.errors import SparkclusterError, UsageError

@@ -8,8 +8,16 @@ import io
 import pytest
 
 from sparkcluster.bench import compare, metrics, prompts, table
-from sparkcluster.bench.stats import (Distribution, Row, combine, distribution, peak_rate, percentile, summarize_run,
-                                      union_length)
+from sparkcluster.bench.methods.closed_loop.arithmetic import (
+    Distribution,
+    Row,
+    combine,
+    distribution,
+    peak_rate,
+    percentile,
+    summarize_run,
+    union_length,
+)
 from sparkcluster.bench.sweep import Level
 from sparkcluster.bench.timeline import RequestTimeline, RunTimeline
 from sparkcluster.engine.errors import UsageError

@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 import tokenizers  # a required dependency (pyproject.toml): never skipped
 
-from sparkcluster.bench.benchy_client import RequestResult
-from sparkcluster.bench.benchy_stats import METRICS, summarize
 from sparkcluster.bench.corpus import BOOK_URL
+from sparkcluster.bench.methods.llama_benchy.arithmetic import METRICS, summarize
+from sparkcluster.bench.methods.llama_benchy.chat import RequestResult
 from tests.helpers import REQUIRE_SIM, run_cli
 from tests.openai_stub import running_stub
 
@@ -206,8 +206,8 @@ results.save_report(sys.argv[1], "csv", doc["max_concurrency"])
 def test_the_table_and_csv_are_llama_benchys_own_to_the_byte(tmp_path):
     """llama-benchy's report code, fed our document, writes exactly our markdown table and CSV."""
     require_llama_benchy()
-    from sparkcluster.bench import benchy_report
-    from sparkcluster.bench.benchy_stats import BenchmarkRun, metric
+    from sparkcluster.bench.methods.llama_benchy import formats as benchy_report
+    from sparkcluster.bench.methods.llama_benchy.arithmetic import BenchmarkRun, metric
 
     m = metric([1234.5678, 1300.25, 1250.0])
     runs = [BenchmarkRun(c, d, 2048, 128, ctx, m, metric([10.5]), m, None, m, m, metric([99.9, 100.1], 1000),

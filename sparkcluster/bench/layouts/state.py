@@ -13,8 +13,8 @@ from typing import Any
 
 from ...engine.errors import UsageError
 from ...serving.layout import LAYOUT_KINDS, Layout, LayoutKind
+from ..methods.closed_loop.arithmetic import Distribution, Row
 from ..metrics import ServerSide
-from ..stats import Distribution, Row
 from ..table import DISTRIBUTIONS
 
 STATE_VERSION = 1

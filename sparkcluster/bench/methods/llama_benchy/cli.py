@@ -16,20 +16,22 @@ from typing import Any
 
 from rich.markup import escape
 
-from .. import __version__
-from ..engine.console import err as err_console
-from ..engine.console import out as console
-from ..engine.console import print_error
-from ..engine.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, SparkclusterError, UsageError
-from ..engine.report import print_json
-from . import arena, benchy_plot, benchy_report, ceiling, published
-from .benchy_client import Client
-from .benchy_run import Outcome, served_model, session_run
-from .benchy_runner import BenchyOptions, Cell, cells
-from .benchy_stats import BenchmarkRun
-from .corpus import BOOK_URL, Corpus, book_text, find_tokenizer, read_corpus
-from .profile import Profile, load_profile
-from .target import Target
+from .... import __version__
+from ....engine.console import err as err_console
+from ....engine.console import out as console
+from ....engine.console import print_error
+from ....engine.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, SparkclusterError, UsageError
+from ....engine.report import print_json
+from ... import arena, ceiling, published
+from ...corpus import BOOK_URL, Corpus, book_text, find_tokenizer, read_corpus
+from ...profile import Profile, load_profile
+from ...target import Target
+from . import formats
+from . import plot as benchy_plot
+from .arithmetic import BenchmarkRun
+from .chat import Client
+from .run import Outcome, served_model, session_run
+from .schedule import BenchyOptions, Cell, cells
 
 METHOD = """llama-benchy (0.4.0's requests, timing and arithmetic): streamed chat completions, the depth as a
 system message and the prompt as the user's, cut from a book with the model's tokenizer; per cell a warm-up
@@ -124,9 +126,9 @@ def corpus_for(args: argparse.Namespace, model: str, hf_model: str | None, from_
     return Corpus(text, find_tokenizer(args.tokenizer or (str(from_head) if from_head else None), hf_model or model))
 
 
-def header(plan_: Plan, model: str, outcome: Outcome, started: datetime.datetime) -> benchy_report.Header:
+def header(plan_: Plan, model: str, outcome: Outcome, started: datetime.datetime) -> formats.Header:
     latency = outcome.session.latency_s if outcome.session else 0.0
-    return benchy_report.Header(started.strftime("%Y-%m-%d %H:%M:%SZ"), plan_.opts.latency_mode, latency * 1000,
+    return formats.Header(started.strftime("%Y-%m-%d %H:%M:%SZ"), plan_.opts.latency_mode, latency * 1000,
                                 model, plan_.opts.prefix_caching, max(c.concurrency for c in plan_.cells))
 
 
@@ -167,7 +169,7 @@ def cmd(args: argparse.Namespace, target: Target, plan_: Plan, head_tokenizer: P
 
     def done(cell: Cell, entries: list[BenchmarkRun]) -> None:
         if plan_.out is not None and plan_.profile is not None:
-            arena.save_cell(plan_.out, cell, benchy_report.document(header(plan_, model, outcome, started), entries))
+            arena.save_cell(plan_.out, cell, formats.document(header(plan_, model, outcome, started), entries))
             arena.write(plan_.out, plan_.profile, target, plan_.opts, started, plan_.cells, bool(done_before))
     try:
         if not model:
@@ -187,7 +189,7 @@ def cmd(args: argparse.Namespace, target: Target, plan_: Plan, head_tokenizer: P
         code = EXIT_INTERRUPTED
     head = header(plan_, model, outcome, started)
     runs = [BenchmarkRun.from_json(b) for d in done_before for b in d["benchmarks"]] + outcome.runs
-    doc = benchy_report.document(head, runs)
+    doc = formats.document(head, runs)
     doc["sparkcluster"] = ours(target, plan_, corpus, outcome, failure)
     found = published.pairs(published.rows_of_runs(runs), plan_.published) if plan_.published else []
     if plan_.published:
@@ -197,14 +199,14 @@ def cmd(args: argparse.Namespace, target: Target, plan_: Plan, head_tokenizer: P
     if args.json:
         print_json(doc)
     elif runs:
-        print(benchy_report.markdown(model, runs, head.max_concurrency))
+        print(formats.markdown(model, runs, head.max_concurrency))
         limit = target.config.get("decode_ceiling")
         if limit:  # under llama-benchy's own table, which stays as it prints it
             console.print("\n".join([ceiling.describe(limit), *ceiling.benchy_shares(runs, limit)]), highlight=False)
         if plan_.published:
             console.print(published.render(found, plan_.published.source))
     if runs and args.csv:
-        Path(args.csv).write_text(benchy_report.csv_text(model, runs, head.max_concurrency), encoding="utf-8")
+        Path(args.csv).write_text(formats.csv_text(model, runs, head.max_concurrency), encoding="utf-8")
     if runs and args.plot:
         benchy_plot.save(runs, Path(args.plot), f"{model} at {target.base_url} (llama-benchy)")
     if plan_.out is not None and plan_.profile is not None:

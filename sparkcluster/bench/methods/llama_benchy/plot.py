@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from .benchy_stats import BenchmarkRun, Metric
+from .arithmetic import BenchmarkRun, Metric
 
 
 def _mean(m: Metric | None) -> float | None:

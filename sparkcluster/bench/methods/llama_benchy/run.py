@@ -10,13 +10,13 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
-from ..engine.errors import SparkclusterError
-from ..serving.apikey import bearer, unauthorized
-from .benchy_client import Client, Tally
-from .benchy_runner import BenchyOptions, Cell, Session, http_session, run_cell, start
-from .benchy_stats import BenchmarkRun
-from .corpus import Corpus
-from .sse import BadResponse, model_ids, read_document
+from ....engine.errors import SparkclusterError
+from ....serving.apikey import bearer, unauthorized
+from ...corpus import Corpus
+from ...sse import BadResponse, model_ids, read_document
+from .arithmetic import BenchmarkRun
+from .chat import Client, Tally
+from .schedule import BenchyOptions, Cell, Session, http_session, run_cell, start
 
 
 class CellFailed(SparkclusterError):

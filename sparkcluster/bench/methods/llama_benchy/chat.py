@@ -16,11 +16,11 @@ from typing import Any
 
 import aiohttp
 
-from ..engine.errors import SparkclusterError
-from ..serving.apikey import bearer, request_error, unauthorized
-from .client import exchange
-from .sse import BadResponse, data_lines, read_document
-from .timeline import Chunk, Exchange
+from ....engine.errors import SparkclusterError
+from ....serving.apikey import bearer, request_error, unauthorized
+from ...client import exchange
+from ...sse import BadResponse, data_lines, read_document
+from ...timeline import Chunk, Exchange
 
 CONTEXT_LOAD_USER_MESSAGE = "."  # vLLM rejects an empty user turn; llama-benchy's context load sends this
 COHERENCE_PROMPT = "What is the capital of France? Please reply with one word only"

@@ -17,7 +17,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-from .timeline import RunTimeline
+from ...timeline import RunTimeline
 
 PEAK_WINDOW_S = 1.0
 

@@ -16,10 +16,10 @@ from typing import Any
 
 import aiohttp
 
-from ..serving.apikey import bearer, request_error
-from .client import exchange, pool
-from .sse import BadResponse, error_message
-from .timeline import Exchange, RequestTimeline, RunTimeline
+from ....serving.apikey import bearer, request_error
+from ...client import exchange, pool
+from ...sse import BadResponse, error_message
+from ...timeline import Exchange, RequestTimeline, RunTimeline
 
 
 @dataclass(frozen=True)

@@ -16,8 +16,12 @@ from dataclasses import dataclass
 
 import aiohttp
 
-from ..engine.errors import SparkclusterError
-from .benchy_client import (
+from ....engine.errors import SparkclusterError
+from ...client import pool
+from ...corpus import Corpus, WordTokenizer
+from ...sse import BadResponse
+from .arithmetic import BenchmarkRun, summarize
+from .chat import (
     CONTEXT_LOAD_USER_MESSAGE,
     WARMUP_TEXT,
     Client,
@@ -26,10 +30,6 @@ from .benchy_client import (
     latency,
     probe_prompt,
 )
-from .benchy_stats import BenchmarkRun, summarize
-from .client import pool
-from .corpus import Corpus, WordTokenizer
-from .sse import BadResponse
 
 CALIBRATION_TOKENS = 1000  # corpus words sent once to learn the server's tokens per word (fallback only)
 

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .benchy_client import RequestResult
+from .chat import RequestResult
 
 PEAK_WINDOW_S = 1.0
 
