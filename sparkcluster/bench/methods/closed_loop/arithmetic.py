@@ -5,8 +5,7 @@
   to the last first token, as llama-benchy computes it; staggered streams: their prefills overlap, not add up.
 - generation_tps: output tokens that arrived inside the window (all C streams busy) / the window's length.
 - peak_tps: the most output tokens in any 1 s window [t, t + 1 s) inside it (the mean when it is shorter).
-- ttft_s, itl_s, e2e_s: mean, p50, p90, p99 over the successful requests (percentiles interpolated linearly
-  between ranks, as numpy's default).
+- ttft_s, itl_s, e2e_s: mean, p50, p90, p99 over the successful requests (figures.py's percentile).
 A concurrency's row is the median of its runs, field by field; the counts are the totals of all runs.
 """
 
@@ -17,17 +16,11 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
+from ...figures import PEAK_WINDOW_S, Distribution, distribution, peak_rate, percentile, union_length
 from ...timeline import RunTimeline
 
-PEAK_WINDOW_S = 1.0
-
-
-@dataclass(frozen=True)
-class Distribution:
-    mean: float | None
-    p50: float | None
-    p90: float | None
-    p99: float | None
+__all__ = ["Distribution", "Row", "combine", "distribution", "peak_rate", "percentile", "summarize_run",
+           "union_length"]
 
 
 @dataclass(frozen=True)
@@ -46,49 +39,6 @@ class Row:
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
-
-
-def percentile(values: Sequence[float], q: float) -> float:
-    """The q-th percentile (0-100), linear between the closest ranks."""
-    ordered = sorted(values)
-    position = (len(ordered) - 1) * q / 100
-    low = int(position)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
-
-
-def distribution(values: Sequence[float]) -> Distribution:
-    if not values:
-        return Distribution(None, None, None, None)
-    return Distribution(sum(values) / len(values), percentile(values, 50), percentile(values, 90),
-                        percentile(values, 99))
-
-
-def union_length(intervals: Iterable[tuple[float, float]]) -> float:
-    """Total length covered by the intervals, overlaps counted once."""
-    total, reach = 0.0, float("-inf")
-    for begin, end in sorted(intervals):
-        if end <= reach:
-            continue
-        total += end - max(begin, reach)
-        reach = end
-    return total
-
-
-def peak_rate(events: Sequence[tuple[float, float]], window_s: float = PEAK_WINDOW_S) -> float:
-    """The most tokens in any half-open window [t, t + window_s), t at an event (a window that starts between
-    events holds no more than one that starts at the next event), divided by window_s."""
-    ordered = sorted(events)
-    best, total, tail = 0.0, 0.0, len(ordered)
-    # Walk windows from the right so each token enters and leaves the running sum once.
-    for head in range(len(ordered) - 1, -1, -1):
-        start = ordered[head][0]
-        total += ordered[head][1]
-        while ordered[tail - 1][0] >= start + window_s:
-            tail -= 1
-            total -= ordered[tail][1]
-        best = max(best, total)
-    return best / window_s
 
 
 def summarize_run(run: RunTimeline) -> Row:

@@ -12,49 +12,24 @@ ttfr, est_ppt and e2e_ttft in ms, one value per request.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ...figures import PEAK_WINDOW_S, Metric, metric, peak_rate
 from .chat import RequestResult
 
-PEAK_WINDOW_S = 1.0
-
-
-@dataclass(frozen=True)
-class Metric:
-    mean: float
-    std: float
-    values: tuple[float, ...]
-
-    def to_json(self) -> dict[str, Any]:
-        return {"mean": self.mean, "std": self.std, "values": list(self.values)}
-
-
-def metric(values: Sequence[float], multiplier: float = 1.0) -> Metric | None:
-    if not values:
-        return None
-    mean = math.fsum(values) / len(values)
-    std = math.sqrt(math.fsum((v - mean) ** 2 for v in values) / len(values))  # numpy's default: population
-    return Metric(mean * multiplier, std * multiplier, tuple(v * multiplier for v in values))
+__all__ = ["METRICS", "BenchmarkRun", "Metric", "metric", "peak_throughput", "summarize"]
 
 
 def peak_throughput(timestamps: Sequence[float], window: float = PEAK_WINDOW_S) -> float:
-    """Most tokens in any `window` seconds (a window ending at a token, holding the tokens after
-    end - window); over a span shorter than the window, count / span."""
+    """Most tokens in any `window` seconds; over a span shorter than the window, count / span."""
     if not timestamps:
         return 0.0
-    times = sorted(timestamps)
-    span = times[-1] - times[0]
+    span = max(timestamps) - min(timestamps)
     if 0 < span < window:
-        return len(times) / span
-    most, first = 0, 0
-    for last, end in enumerate(times):
-        while first < last and times[first] <= end - window:
-            first += 1
-        most = max(most, last - first + 1)
-    return most / window
+        return len(timestamps) / span
+    return peak_rate([(t, 1.0) for t in timestamps], window)
 
 
 def tokens_after_first(timestamps: Sequence[float]) -> int:
