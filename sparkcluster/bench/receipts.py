@@ -3,11 +3,18 @@
 from __future__ import annotations
 
 import hashlib
+import json
+import urllib.error
+import urllib.request
+from array import array
+from pathlib import Path
 from typing import Any
 
+from ..observe.scrape import SCRAPE_TIMEOUT_S
 from . import prompts
+from .corpus import Corpus
 from .receipt import BenchParams, Receipt
-from .receipt_metrics import between
+from .receipt_metrics import Snapshot, between
 from .receipt_sources import assemble
 from .sweep import Prepared
 from .target import Target
@@ -27,3 +34,48 @@ def sweep_receipt(target: Target, prepared: Prepared, method: dict[str, Any]) ->
                          if prepared.prompt_words else None)
     return assemble(target.base_url, target.served, prepared.server_version, params,
                     between(prepared.metrics_before, prepared.metrics_after))
+
+
+def corpus_digest(corpus: Corpus) -> str:
+    """llama-benchy's prompt set: slices of one corpus as its tokenizer cuts it, so the tokens themselves name it."""
+    digest = hashlib.sha256(f"{corpus.tokenizer.name}\n".encode())
+    digest.update(array("q", corpus.tokens).tobytes())
+    return digest.hexdigest()
+
+
+def endpoint_version(base_url: str) -> str | None:
+    """What the endpoint's /version says (vLLM's release), None where it says nothing readable."""
+    url = base_url.rstrip("/").removesuffix("/v1") + "/version"
+    try:
+        with urllib.request.urlopen(url, timeout=SCRAPE_TIMEOUT_S) as response:
+            doc = json.loads(response.read(4096))
+    except (urllib.error.URLError, OSError, ValueError):
+        return None
+    version = doc.get("version") if isinstance(doc, dict) else None
+    return version if isinstance(version, str) else None
+
+
+def benchy_receipt(target: Target, parameters: dict[str, Any], corpus: Corpus | None, before: Snapshot | None,
+                   after: Snapshot | None) -> Receipt:
+    """`parameters`: llama-benchy's own, as its document records them; the engine's /metrics from after the session's
+    warm-up to the last cell (each cell's own warm-up run, part of llama-benchy's method, included)."""
+    params = BenchParams("llama-benchy", parameters, corpus_digest(corpus) if corpus else None)
+    version = None if target.served and target.served.vllm_build else endpoint_version(target.base_url)
+    return assemble(target.base_url, target.served, version, params, between(before, after))
+
+
+def receipt_path(output: Path) -> Path:
+    """Where the receipt of a file whose format has no room for it goes: beside it (bench.csv.receipt.json)."""
+    return output.with_name(output.name + ".receipt.json")
+
+
+def save(path: Path, receipt: Receipt) -> Path:
+    path.write_text(json.dumps(receipt.to_json(), indent=2) + "\n", encoding="utf-8")
+    return path
+
+
+def write_beside(output: Path, receipt: Receipt) -> Path:
+    return save(receipt_path(output), receipt)
+
+
+ARENA_RECEIPT = "receipt.json"  # in a profile's --out DIR, beside the Arena's own four files (whose format it keeps)

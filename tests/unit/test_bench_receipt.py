@@ -159,3 +159,31 @@ def test_a_plots_caption_names_the_engine_the_platform_and_the_acceptance_where_
                                  "acceptance 75% (mean length 2.50) · sparkcluster 0.1.0, 2026-11-27")
     bare = Receipt("http://them/v1", Engine(), BenchParams("sustained"), created="2026-11-27T17:00:00+00:00")
     assert bare.caption() == "vLLM unknown · sparkcluster 0.1.0, 2026-11-27"
+
+
+def test_llama_benchys_json_csv_and_arena_files_carry_the_receipt(tmp_path: Path) -> None:
+    """llama-benchy's document holds the receipt under `sparkcluster` (its own keys unchanged), its CSV keeps
+    llama-benchy's columns with the receipt beside it (FILE.receipt.json), a profile's --out DIR gets receipt.json."""
+    book = tmp_path / "book.txt"
+    book.write_text(" ".join(f"w{i % 300}" for i in range(5000)))
+    shape = ("--pp", "64", "--tg", "8", "--depth", "0", "--concurrency", "1", "--runs", "1", "--skip-coherence")
+    profile = tmp_path / "small.yaml"
+    profile.write_text("framework: llama-benchy\nargs: {pp: [64], tg: [8], depth: [0], concurrency: [1], runs: 1}\n")
+    env = {"HF_HUB_CACHE": str(tmp_path / "hub"), "HOME": str(tmp_path)}
+    with running_stub(ttft=0.005, itl=0.001, spec_tokens=2) as url:
+        result = run_cli("bench", "--url", url, "--method", "llama-benchy", "--corpus", str(book), *shape,
+                         "--csv", str(tmp_path / "b.csv"), "--json", env=env, timeout=120)
+        arena = run_cli("bench", "--url", url, "--profile", str(profile), "--out", str(tmp_path / "out"),
+                        "--corpus", str(book), env=env, timeout=120)
+    assert result.returncode == 0 and arena.returncode == 0, result.stderr + arena.stderr
+    receipt = json.loads(result.stdout)["sparkcluster"]["receipt"]
+    assert receipt["bench"]["method"] == "llama-benchy" and receipt["bench"]["parameters"]["cells"] == [
+        "d=0 pp=64 tg=8 c=1"]
+    assert len(receipt["bench"]["prompt_digest"]) == 64
+    spec = receipt["metrics"]["spec_decode"]
+    assert spec["drafts"] > 0 and spec["acceptance_rate"] == pytest.approx(1 / 2)
+    assert spec["accepted_per_position"] == [spec["drafts"], 0]
+    assert json.loads((tmp_path / "b.csv.receipt.json").read_text()) == receipt
+    assert (tmp_path / "b.csv").read_text().splitlines()[0].startswith("model,")  # llama-benchy's header, alone
+    in_arena = json.loads((tmp_path / "out" / "receipt.json").read_text())
+    assert in_arena["bench"]["method"] == "llama-benchy" and in_arena["metrics"]["speculative"] is True

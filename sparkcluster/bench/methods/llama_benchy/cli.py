@@ -25,6 +25,7 @@ from ....engine.report import print_json
 from ... import arena, ceiling, published
 from ...corpus import BOOK_URL, Corpus, book_text, find_tokenizer, read_corpus
 from ...profile import Profile, load_profile
+from ...receipts import ARENA_RECEIPT, benchy_receipt, save, write_beside
 from ...target import Target
 from . import formats
 from . import plot as benchy_plot
@@ -191,6 +192,9 @@ def cmd(args: argparse.Namespace, target: Target, plan_: Plan, head_tokenizer: P
     runs = [BenchmarkRun.from_json(b) for d in done_before for b in d["benchmarks"]] + outcome.runs
     doc = formats.document(head, runs)
     doc["sparkcluster"] = ours(target, plan_, corpus, outcome, failure)
+    receipt = benchy_receipt(target, {**dataclasses.asdict(plan_.opts), "cells": [c.label for c in plan_.cells]},
+                             corpus, outcome.metrics_before, outcome.metrics_after)
+    doc["sparkcluster"]["receipt"] = receipt.to_json()
     found = published.pairs(published.rows_of_runs(runs), plan_.published) if plan_.published else []
     if plan_.published:
         doc["sparkcluster"]["compare"] = {"source": plan_.published.source, "ratios": [
@@ -205,14 +209,16 @@ def cmd(args: argparse.Namespace, target: Target, plan_: Plan, head_tokenizer: P
             console.print("\n".join([ceiling.describe(limit), *ceiling.benchy_shares(runs, limit)]), highlight=False)
         if plan_.published:
             console.print(published.render(found, plan_.published.source))
-    if runs and args.csv:
+    if runs and args.csv:  # llama-benchy's columns exactly; its receipt beside it (FILE.receipt.json)
         Path(args.csv).write_text(formats.csv_text(model, runs, head.max_concurrency), encoding="utf-8")
+        write_beside(Path(args.csv), receipt)
     if runs and args.plot:
-        benchy_plot.save(runs, Path(args.plot), f"{model} at {target.base_url} (llama-benchy)")
+        benchy_plot.save(runs, Path(args.plot), f"{model} at {target.base_url} (llama-benchy)\n{receipt.caption()}")
     if plan_.out is not None and plan_.profile is not None:
         arena.write(plan_.out, plan_.profile, target, plan_.opts, started, plan_.cells, bool(done_before))
+        save(plan_.out / ARENA_RECEIPT, receipt)
         say(f"{plan_.out}: benchmark.json, benchmark.csv, metadata.json, recipe.yaml "
-            f"({len(done_before) + outcome.cells_done} of {len(plan_.cells)} cells)")
+            f"({len(done_before) + outcome.cells_done} of {len(plan_.cells)} cells) and {ARENA_RECEIPT}")
     if failure:
         print_error(failure.message, failure.fix)
     elif code == EXIT_INTERRUPTED:

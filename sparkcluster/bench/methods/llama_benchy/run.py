@@ -10,9 +10,13 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
+import aiohttp
+
 from ....engine.errors import SparkclusterError
+from ....observe.scrape import metrics_url
 from ....serving.apikey import bearer, unauthorized
 from ...corpus import Corpus
+from ...receipt_metrics import Snapshot, snapshot
 from ...sse import BadResponse, model_ids, read_document
 from .arithmetic import BenchmarkRun
 from .chat import Client, Tally
@@ -30,6 +34,9 @@ class Outcome:
     runs: list[BenchmarkRun] = field(default_factory=list)
     cells_done: int = 0
     tally: Tally | None = None  # the client's token tally, once a session started
+    # /metrics after the session's warm-up and after the last cell: the receipt's deltas
+    metrics_before: Snapshot | None = None
+    metrics_after: Snapshot | None = None
 
 
 Say = Callable[[str], None]
@@ -76,31 +83,44 @@ async def session_run(client: Client, corpus: Corpus, opts: BenchyOptions, plan:
     """The session start, then each cell of `plan` in order. `skipped` cells were measured before (a resumed
     profile) and count in the progress numbering only. `warm_first_cell_only`: as sparkrun runs a profile
     (llama-benchy once per cell, the later ones with --no-warmup), only the first cell gets a warm-up run."""
-    total = len(plan) + skipped
     outcome.tally = client.tally
     async with http_session(max((c.concurrency for c in plan), default=1)) as http:
         say("warm-up, coherence question and latency probe")
-        outcome.session = await start(client, http, corpus, opts, session_warmup)
-        say(f"latency {outcome.session.latency_s * 1000:.2f} ms ({opts.latency_mode})"
-            + (f"; the model answered {outcome.session.answer!r}" if opts.coherence else ""))
-        began, weight_done = time.monotonic(), 0.0
-        weight_all = sum(_weight(c) for c in plan)
-        for index, cell in enumerate(plan):
-            left = ""
-            if weight_done:
-                rate = (time.monotonic() - began) / weight_done
-                left = f", about {_eta(rate * (weight_all - weight_done))} left"
-            number = f"[{skipped + index + 1}/{total}] {cell.label}"
+        outcome.session = session = await start(client, http, corpus, opts, session_warmup)
+        say(f"latency {session.latency_s * 1000:.2f} ms ({opts.latency_mode})"
+            + (f"; the model answered {session.answer!r}" if opts.coherence else ""))
+        metrics = metrics_url(client.base_url)
+        outcome.metrics_before = await snapshot(http, metrics)
+        try:
+            await _cells(client, http, corpus, opts, session, plan, outcome, say, done, skipped, warm_first_cell_only)
+        except CellFailed:  # the cells measured so far keep their receipt
+            outcome.metrics_after = await snapshot(http, metrics)
+            raise
+        outcome.metrics_after = await snapshot(http, metrics)
 
-            def step(text: str, number: str = number, left: str = left) -> None:
-                say(f"{number}: {text}{left}")
-            cell_opts = replace(opts, warmup=False) if warm_first_cell_only and index > 0 else opts
-            entries, errors = await run_cell(client, http, corpus, cell_opts, outcome.session, cell, step)
-            outcome.runs += entries
-            weight_done += _weight(cell)
-            if errors:
-                more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
-                raise CellFailed(f"{len(errors)} request(s) of cell {cell.label} failed: {errors[0]}{more}",
-                                 "the cells before it are kept; check the server's log, or raise --timeout")
-            outcome.cells_done += 1
-            done(cell, entries)  # only a cell whose every request succeeded counts as measured
+
+async def _cells(client: Client, http: aiohttp.ClientSession, corpus: Corpus, opts: BenchyOptions, session: Session,
+                 plan: Sequence[Cell], outcome: Outcome, say: Say, done: Done, skipped: int,
+                 warm_first_cell_only: bool) -> None:
+    total = len(plan) + skipped
+    began, weight_done = time.monotonic(), 0.0
+    weight_all = sum(_weight(c) for c in plan)
+    for index, cell in enumerate(plan):
+        left = ""
+        if weight_done:
+            rate = (time.monotonic() - began) / weight_done
+            left = f", about {_eta(rate * (weight_all - weight_done))} left"
+        number = f"[{skipped + index + 1}/{total}] {cell.label}"
+
+        def step(text: str, number: str = number, left: str = left) -> None:
+            say(f"{number}: {text}{left}")
+        cell_opts = replace(opts, warmup=False) if warm_first_cell_only and index > 0 else opts
+        entries, errors = await run_cell(client, http, corpus, cell_opts, session, cell, step)
+        outcome.runs += entries
+        weight_done += _weight(cell)
+        if errors:
+            more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+            raise CellFailed(f"{len(errors)} request(s) of cell {cell.label} failed: {errors[0]}{more}",
+                             "the cells before it are kept; check the server's log, or raise --timeout")
+        outcome.cells_done += 1
+        done(cell, entries)  # only a cell whose every request succeeded counts as measured
