@@ -152,3 +152,16 @@ def test_clusters_naming_their_nodes_differently_are_lined_up_by_position(tmp_pa
     assert [(d.key, d.b) for d in found.differences] == [("node 2 kernel", "6.14.0-1013-nvidia"),
                                                          ("node 2 NCCL_SOCKET_IFNAME", "enp1s0f1np1")]
     assert "node 1 kernel" in found.same
+
+
+def test_llama_benchy_results_are_lined_up_by_shape(tmp_path):
+    def benchy(name: str, tg: float) -> str:
+        entry = {"concurrency": 1, "context_size": 0, "prompt_size": 64, "response_size": 16,
+                 "is_context_prefill_phase": False, "tg_throughput": {"mean": tg}, "pp_throughput": {"mean": 900.0}}
+        path = tmp_path / name
+        path.write_text(json.dumps({"benchmarks": [entry], "receipt": receipt().to_json()}))
+        return str(path)
+    found = explain(*sides([benchy("a.json", 20.0)], benchy("b.json", 15.0)))
+    assert [(f.row, f.figure, f.a, f.b) for f in found.figures] == [("pp64 tg16 @ d0 c=1", "tg t/s", 20.0, 15.0),
+                                                                    ("pp64 tg16 @ d0 c=1", "pp t/s", 900.0, 900.0)]
+    assert found.differences == ()
