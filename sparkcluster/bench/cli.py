@@ -33,7 +33,7 @@ from .explain import lineup as explain_lineup
 from .explain import sides as explain_sides
 from .layouts import cli as layouts_cli
 from .methods.llama_benchy import cli as llama_benchy_cli
-from .receipts import sweep_receipt
+from .receipts import sweep_receipt, write_beside
 from .sweep import (
     BenchEvent,
     BenchFailed,
@@ -114,8 +114,7 @@ def document(target: Target, opts: SweepOptions, prepared: Prepared, levels: lis
         "client": f"sparkcluster {__version__}, aiohttp {version('aiohttp')}", "started": started,
     }
     return {"config": config, "rows": [level.row.to_json() for level in levels],
-            "server": [table.server_doc(level.server) for level in levels],
-            "receipt": sweep_receipt(target, prepared, config["method"]).to_json()}
+            "server": [table.server_doc(level.server) for level in levels]}
 
 
 def _progress(enabled: bool) -> tuple[Progress | None, Emit]:
@@ -249,6 +248,8 @@ def cmd_bench(args: argparse.Namespace, connect: Connect) -> int:
             bar.stop()
     opts = prepared.options or opts  # what was measured: the default sizes fitted to the served context
     doc = document(target, opts, prepared, levels, started)
+    receipt = sweep_receipt(target, prepared, doc["config"]["method"])
+    doc["receipt"] = receipt.to_json()
     found = compare.ratios([level.row for level in levels], reference) if reference else []
     if reference:
         doc["compare"] = {"reference": dataclasses.asdict(reference), "ratios": [
@@ -283,10 +284,11 @@ def cmd_bench(args: argparse.Namespace, connect: Connect) -> int:
                                                       for name, got in gpus.items()), highlight=False, markup=False)
     if levels and args.csv:
         table.save_csv(levels, Path(args.csv))
+        write_beside(Path(args.csv), receipt)
     if levels and args.plot:
         plot.save([level.row for level in levels], Path(args.plot),
-                  f"{prepared.model} at {target.base_url} (prompt {opts.prompt_tokens}, output {opts.output_tokens})",
-                  reference)
+                  f"{prepared.model} at {target.base_url} (prompt {opts.prompt_tokens}, output {opts.output_tokens})"
+                  f"\n{receipt.caption()}", reference)
     if failure:
         print_error(failure.message, failure.fix)
     elif code == EXIT_INTERRUPTED:

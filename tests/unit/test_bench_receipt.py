@@ -129,13 +129,14 @@ def test_a_real_cpu_vllm_with_ngram_speculation_gives_its_acceptance() -> None:
     assert got.prefix_cache_hit_rate == 0 and got.preemptions == 0
 
 
-def test_bench_json_carries_a_receipt_whose_acceptance_counts_the_measurement_only() -> None:
+def test_bench_json_carries_a_receipt_whose_acceptance_counts_the_measurement_only(tmp_path: Path) -> None:
     """`bench --url --json` against a server speculating 3 tokens a draft, one accepted: the warm-up's drafts are left
-    out (before the first measured request), and what a bare --url cannot know is marked unknown."""
+    out (before the first measured request), and what a bare --url cannot know is marked unknown. --csv's rows get
+    the same receipt beside them."""
     once = ("--concurrency", "1", "--runs", "1", "--requests-per-stream", "2", "--warmup", "1",
             "--prompt-tokens", "16", "--output-tokens", "20")
     with running_stub(spec_tokens=3) as url:
-        result = run_cli("bench", "--url", url, "--json", *once, timeout=60)
+        result = run_cli("bench", "--url", url, "--json", *once, "--csv", str(tmp_path / "rows.csv"), timeout=60)
     assert result.returncode == 0, result.stderr
     receipt = json.loads(result.stdout)["receipt"]
     spec = receipt["metrics"]["spec_decode"]
@@ -147,6 +148,7 @@ def test_bench_json_carries_a_receipt_whose_acceptance_counts_the_measurement_on
     assert {"engine.command", "engine.runtime", "engine.image_id", "nodes", "comm_env"} <= set(receipt["unknown"])
     assert receipt["bench"]["method"] == "sustained" and len(receipt["bench"]["prompt_digest"]) == 64
     assert Receipt.from_json(receipt).metrics is not None
+    assert json.loads((tmp_path / "rows.csv.receipt.json").read_text()) == receipt
 
 
 def test_a_plots_caption_names_the_engine_the_platform_and_the_acceptance_where_known() -> None:
