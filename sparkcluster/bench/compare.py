@@ -7,12 +7,12 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from rich import box
 from rich.table import Table
 
 from ..engine.errors import UsageError
 from ..recipes.load import Reference, load_recipe
 from .methods.closed_loop.arithmetic import Row
+from .render import table as new_table
 
 # (reference key, label, how to read the measured row, True when higher is better)
 FIGURES: tuple[tuple[str, str, str, bool], ...] = (
@@ -82,10 +82,8 @@ def ratio_table(first_column: str, rows: Mapping[str, Sequence[Compared]], label
                 ) -> Table:
     """A line per row (a concurrency, a shape); per figure (in `labels`' order) "measured / published  ratio"."""
     figures = [key for key in labels if any(c.figure == key for found in rows.values() for c in found)]
-    table = Table(first_column, *(f"{labels[key]}\nmeasured / published" for key in figures), box=box.SIMPLE_HEAD,
-                  title=title, caption=caption)
-    for column in table.columns:
-        column.justify, column.no_wrap = "right", True
+    table = new_table(first_column, *(f"{labels[key]}\nmeasured / published" for key in figures), title=title,
+                      caption=caption)
     for name, found in rows.items():
         cells = {c.figure: c for c in found}
         table.add_row(name, *(_cell(cells[key], shown) if key in cells else "-" for key in figures))

@@ -4,17 +4,18 @@ generation, peak, TTFT p50, ITL p50) with the server's own figures beside each r
 
 from __future__ import annotations
 
-import csv
 import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from rich import box
 from rich.table import Table
 
 from .ceiling import per_stream_decode
 from .metrics import ServerSide
+from .render import ms, percent, tps
+from .render import table as new_table
+from .render import write_csv as write_rows
 from .sweep import Level
 
 DISTRIBUTIONS = ("ttft_s", "itl_s", "e2e_s")
@@ -22,35 +23,20 @@ STATS = ("mean", "p50", "p90", "p99")
 SERVER_COLUMNS = ("kv_cache_peak", "prefix_cache_hit_rate", "preemptions", "generation_tokens", "prompt_tokens")
 
 
-def _ms(seconds: float | None) -> str:
-    return "-" if seconds is None else f"{seconds * 1000:,.0f} ms" if seconds < 10 else f"{seconds:,.1f} s"
-
-
-def _tps(value: float) -> str:
-    return f"{value:,.0f}" if value >= 100 else f"{value:,.1f}"
-
-
-def _percent(value: float | None) -> str:
-    return "-" if value is None else f"{value * 100:.0f}%"
-
-
 def render(levels: Sequence[Level], title: str = "", ceiling_tps: float | None = None) -> Table:
     """`ceiling_tps`: the decode ceiling at concurrency 1 (ceiling.py); each row's per-stream decode as its share."""
     shares = ("decode/stream\nof ceiling",) if ceiling_tps else ()
-    table = Table("c", "prefill\ntok/s", "generation\ntok/s", "peak\ntok/s", "TTFT\np50", "ITL\np50", "E2E\np50",
-                  "requests", "errors", "KV cache\npeak", "prefix\nhits", "preempt-\nions", *shares, title=title or None,
-                  box=box.SIMPLE_HEAD)
-    for column in table.columns:
-        column.justify, column.no_wrap = "right", True
+    table = new_table("c", "prefill\ntok/s", "generation\ntok/s", "peak\ntok/s", "TTFT\np50", "ITL\np50", "E2E\np50",
+                      "requests", "errors", "KV cache\npeak", "prefix\nhits", "preempt-\nions", *shares, title=title)
     for level in levels:
         row, server = level.row, level.server
-        table.add_row(str(row.concurrency), _tps(row.prefill_tps), _tps(row.generation_tps), _tps(row.peak_tps),
-                      _ms(row.ttft_s.p50), _ms(row.itl_s.p50), _ms(row.e2e_s.p50), str(row.requests),
+        table.add_row(str(row.concurrency), tps(row.prefill_tps), tps(row.generation_tps), tps(row.peak_tps),
+                      ms(row.ttft_s.p50), ms(row.itl_s.p50), ms(row.e2e_s.p50), str(row.requests),
                       f"[red]{row.errors}[/]" if row.errors else "0",
-                      _percent(server.kv_cache_peak) if server else "-",
-                      _percent(server.prefix_cache_hit_rate) if server else "-",
+                      percent(server.kv_cache_peak) if server else "-",
+                      percent(server.prefix_cache_hit_rate) if server else "-",
                       str(server.preemptions) if server and server.preemptions is not None else "-",
-                      *((_percent(per_stream_decode(row.generation_tps, row.concurrency, row.itl_s.p50) / ceiling_tps),)
+                      *((percent(per_stream_decode(row.generation_tps, row.concurrency, row.itl_s.p50) / ceiling_tps),)
                         if ceiling_tps else ()))
     return table
 
@@ -73,9 +59,7 @@ def write_csv(levels: Sequence[Level], out: TextIO) -> None:
     if not levels:
         return
     lines = [flat(level) for level in levels]
-    writer = csv.DictWriter(out, fieldnames=list(lines[0]))
-    writer.writeheader()
-    writer.writerows(lines)
+    write_rows(out, list(lines[0]), [list(line.values()) for line in lines])
 
 
 def save_csv(levels: Sequence[Level], path: Path) -> None:

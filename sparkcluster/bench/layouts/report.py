@@ -8,10 +8,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from rich import box
 from rich.table import Table
 
-from ..table import _ms, _tps
+from ..render import ms, tps
+from ..render import table as new_table
 from .build import is_cpu_build
 from .state import Measured
 
@@ -44,15 +44,13 @@ def cpu_note(measured: Sequence[Measured]) -> str | None:
 def render(measured: Sequence[Measured], concurrency: Sequence[int], title: str = "") -> Table:
     """A block of rows per concurrency (in the order measured), a row per layout inside it."""
     best = best_per_concurrency(measured)
-    table = Table("c", "layout", "generation\ntok/s", "TTFT\np50", "ITL\np50", "errors", "", title=title or None,
-                  box=box.SIMPLE_HEAD)
-    for column in table.columns[2:]:
-        column.justify, column.no_wrap = "right", True
+    table = new_table("c", "layout", "generation\ntok/s", "TTFT\np50", "ITL\np50", "errors", "", title=title,
+                      right_from=2)
     for c in concurrency:
         rows = [(m, row) for m in measured for row in m.rows if row.concurrency == c]
         for index, (m, row) in enumerate(rows):
-            table.add_row(str(c) if index == 0 else "", f"{m.layout} ({m.shape.name})", _tps(row.generation_tps),
-                          _ms(row.ttft_s.p50), _ms(row.itl_s.p50), str(row.errors),
+            table.add_row(str(c) if index == 0 else "", f"{m.layout} ({m.shape.name})", tps(row.generation_tps),
+                          ms(row.ttft_s.p50), ms(row.itl_s.p50), str(row.errors),
                           BEST_MARK if best.get(c) == m.layout else "", end_section=index == len(rows) - 1)
     return table
 

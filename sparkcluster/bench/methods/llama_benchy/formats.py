@@ -4,12 +4,11 @@ The Arena's benchmark.csv is the same CSV over the merged cells (so every row na
 
 from __future__ import annotations
 
-import csv
-import io
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ... import render
 from .arithmetic import BenchmarkRun, Metric
 
 CSV_COLUMNS = ("model", "test_name", "t_s_mean", "t_s_std", "t_s_req_mean", "t_s_req_std", "peak_ts_mean",
@@ -73,15 +72,13 @@ def lines(model: str, runs: Sequence[BenchmarkRun], max_concurrency: int, arena:
 
 
 def csv_text(model: str, runs: Sequence[BenchmarkRun], max_concurrency: int, arena: bool = False) -> str:
-    buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\r\n")  # csv.DictWriter's default, as llama-benchy writes it
-    writer.writerow(CSV_COLUMNS)
+    rows = []
     for line in lines(model, runs, max_concurrency, arena):
         row: list[object] = [line.model, line.test_name]
         for m in (line.t_s, line.t_s_req, line.peak_ts, line.peak_ts_req, line.ttfr, line.est_ppt, line.e2e_ttft):
             row += [m.mean, m.std] if m else ["", ""]
-        writer.writerow(row)
-    return buffer.getvalue()
+        rows.append(row)
+    return render.csv_text(CSV_COLUMNS, rows)
 
 
 def _fmt(m: Metric | None) -> str:
@@ -103,16 +100,4 @@ def markdown(model: str, runs: Sequence[BenchmarkRun], max_concurrency: int) -> 
         headers = ["model", "test", total, "peak t/s", "ttfr (ms)", "est_ppt (ms)", "e2e_ttft (ms)"]
         data = [[x.model, x.test_name, _fmt(x.t_s), _fmt(x.peak_ts), _fmt(x.ttfr), _fmt(x.est_ppt),
                  _fmt(x.e2e_ttft)] for x in found]
-    return pipe_table(headers, data)
-
-
-def pipe_table(headers: list[str], data: list[list[str]]) -> str:
-    # tabulate's widths: the widest cell, and at least the header plus its minimum padding of 2
-    widths = [max(len(h) + 2, *(len(row[i]) for row in data)) for i, h in enumerate(headers)]
-
-    def line(cells: list[str]) -> str:
-        return "| " + " | ".join(c.ljust(w) if i == 0 else c.rjust(w)
-                                 for i, (c, w) in enumerate(zip(cells, widths))) + " |"
-    rule = "|" + "|".join((":" + "-" * (w + 1)) if i == 0 else ("-" * (w + 1) + ":")
-                          for i, w in enumerate(widths)) + "|"
-    return "\n".join([line(headers), rule, *(line(row) for row in data)])
+    return render.pipe_table(headers, data)
