@@ -80,3 +80,12 @@ def test_a_bare_url_knows_only_what_the_endpoint_said() -> None:
     assert receipt.engine.vllm_version == "0.32.0"
     assert {"engine.command", "engine.runtime", "engine.image_id", "engine.python_env", "nodes", "comm_env",
             "metrics"} <= set(receipt.unknown())
+
+
+def test_a_secret_flags_value_never_reaches_the_record() -> None:
+    args = ServeArgs("m", 1, flags=("--api-key", "sk-secret", "--hf-token=hf_x", "--max-num-batched-tokens", "8192",
+                                    "--tokenizer", "org/tok"))
+    got = launched(args, "native", {"spark-1": NODES["spark-1"]}, "spark-1", (), Recipe("default")).command
+    assert "sk-secret" not in got and "--hf-token=hf_x" not in got
+    assert got[-7:] == ("--api-key", "***", "--hf-token=***", "--max-num-batched-tokens", "8192", "--tokenizer",
+                        "org/tok")
