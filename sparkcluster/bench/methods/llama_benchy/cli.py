@@ -22,13 +22,12 @@ from ....engine.console import out as console
 from ....engine.console import print_error
 from ....engine.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, SparkclusterError, UsageError
 from ....engine.report import print_json
-from ... import arena, ceiling, published
+from ... import arena, ceiling, plot, published
 from ...corpus import BOOK_URL, Corpus, book_text, find_tokenizer, read_corpus
 from ...profile import Profile, load_profile
 from ...receipts import ARENA_RECEIPT, benchy_receipt, save, write_beside
 from ...target import Target
 from . import formats
-from . import plot as benchy_plot
 from .arithmetic import BenchmarkRun
 from .chat import Client
 from .run import Outcome, served_model, session_run
@@ -213,7 +212,7 @@ def cmd(args: argparse.Namespace, target: Target, plan_: Plan, head_tokenizer: P
         Path(args.csv).write_text(formats.csv_text(model, runs, head.max_concurrency), encoding="utf-8")
         write_beside(Path(args.csv), receipt)
     if runs and args.plot:
-        benchy_plot.save(runs, Path(args.plot), f"{model} at {target.base_url} (llama-benchy)\n{receipt.caption()}")
+        plot.save_llama_benchy(runs, Path(args.plot), f"{model} at {target.base_url} (llama-benchy)\n{receipt.caption()}")
     if plan_.out is not None and plan_.profile is not None:
         arena.write(plan_.out, plan_.profile, target, plan_.opts, started, plan_.cells, bool(done_before))
         save(plan_.out / ARENA_RECEIPT, receipt)
