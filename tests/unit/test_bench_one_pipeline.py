@@ -1,0 +1,65 @@
+"""Bench as one pipeline (issue 41): both methods are a schedule and an arithmetic over one client, one timeline of
+request events and one renderer, with no `benchy_*` twin modules beside the closed loop's."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import sparkcluster.bench
+from sparkcluster.bench import render
+from sparkcluster.bench.methods.closed_loop.schedule import request_timeline
+from sparkcluster.bench.methods.llama_benchy import formats
+from sparkcluster.bench.methods.llama_benchy.chat import Client
+from sparkcluster.bench.sse import BadResponse, Usage
+from sparkcluster.bench.timeline import Chunk, Exchange
+
+BENCH = Path(sparkcluster.bench.__file__).parent
+URL = "http://127.0.0.1:1/v1"
+
+
+def test_no_method_keeps_twin_modules_beside_the_shared_ones():
+    assert not list(BENCH.glob("benchy_*")), "llama-benchy's modules belong in bench/methods/llama_benchy/"
+    methods = {p.name for p in (BENCH / "methods").iterdir() if (p / "__init__.py").exists()}
+    assert methods == {"closed_loop", "llama_benchy"}
+    for method in methods:
+        assert {"schedule.py", "arithmetic.py"} <= {p.name for p in (BENCH / "methods" / method).iterdir()}
+
+
+def streamed() -> Exchange:
+    """Two tokens with text, then an empty chunk that closes the stream and carries the third token usage counts."""
+    return Exchange(0.5, 3.5, [Chunk("a", 1.0), Chunk("b", 2.0), Chunk("", 3.0, None, "length")],
+                    [Usage(prompt_tokens=5, completion_tokens=3)], status=200)
+
+
+def test_one_exchange_is_read_by_both_methods_each_by_its_own_rule():
+    seen = streamed()
+    ours = request_timeline(seen, f"{URL}/completions", key_sent=False)
+    assert (ours.start, ours.end, ours.token_times) == (0.5, 3.5, (1.0, 2.0, 3.0))  # the closing chunk is the 3rd
+    assert (ours.prompt_tokens, ours.completion_tokens, ours.error) == (5, 3, None)
+    client = Client(URL, "m", 30)
+    theirs = client.result(seen)
+    # llama-benchy spreads the server's 3 tokens over the chunks that carried text, as 0.4.0 does
+    assert (theirs.start_ts, theirs.end_ts, theirs.first_response_ts, theirs.first_token_ts) == (0.5, 3.5, 1.0, 1.0)
+    assert (theirs.token_timestamps, theirs.total_tokens, theirs.prompt_tokens) == ([1.0, 1.5, 2.0], 3, 5)
+    assert client.tally.to_json() == {"requests": 1, "prompt_tokens": 5, "completion_tokens": 3, "counted_tokens": 3}
+
+
+@pytest.mark.parametrize(("seen", "ours", "theirs"), [
+    (Exchange(0.0, 1.0, status=503, refusal="busy"), "HTTP 503: busy", "HTTP 503: busy"),
+    (Exchange(0.0, 1.0, [Chunk("a", 0.5)], status=200, server_error="out of memory"),
+     "server error: out of memory", "the server reported: out of memory"),
+    (Exchange(0.0, 1.0, status=200, failure=BadResponse("an event is not JSON")),
+     f"{URL}/completions: an event is not JSON", f"{URL}/chat/completions: an event is not JSON"),
+    (Exchange(0.0, 1.0, status=200), "the stream ended without output",
+     f"{URL}/chat/completions: the stream ended without output (not one choice: no token, no finish_reason)"),
+])
+def test_a_failed_exchange_is_an_error_in_each_methods_words(seen: Exchange, ours: str, theirs: str):
+    assert request_timeline(seen, f"{URL}/completions", key_sent=False).error == ours
+    assert Client(URL, "m", 30).result(seen).error == theirs
+
+
+def test_both_methods_write_csv_through_the_one_renderer():
+    assert formats.csv_text("m", [], 1) == render.csv_text(formats.CSV_COLUMNS, []) == ",".join(
+        formats.CSV_COLUMNS) + "\r\n"
