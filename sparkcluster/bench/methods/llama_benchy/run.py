@@ -5,7 +5,6 @@ the cells so far, weighted by the tokens each cell moves)."""
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -14,10 +13,10 @@ import aiohttp
 
 from ....engine.errors import SparkclusterError
 from ....observe.scrape import metrics_url
-from ....serving.apikey import bearer, unauthorized
 from ...corpus import Corpus
 from ...receipt_metrics import Snapshot, snapshot
-from ...sse import BadResponse, model_ids, read_document
+from ...sweep import resolve_model
+from ..closed_loop.schedule import session as request_pool
 from .arithmetic import BenchmarkRun
 from .chat import Client, Tally
 from .schedule import BenchyOptions, Cell, Session, http_session, run_cell, start
@@ -58,23 +57,11 @@ def _eta(seconds: float) -> str:
 
 
 async def served_model(base_url: str, timeout: float, api_key: str | None = None) -> str:
-    """The server's first model, as llama-benchy picks one when --model is not given."""
-    try:
-        async with http_session(1) as session, asyncio.timeout(timeout):
-            async with session.get(f"{base_url}/models", headers=bearer(api_key)) as response:
-                status = response.status
-                ids = model_ids(await read_document(response)) if status == 200 else []
-    except (TimeoutError, OSError, BadResponse) as e:
-        raise SparkclusterError(f"{base_url}/models did not say which model is served: {e or 'timed out'}",
-                                "give --model NAME") from None
-    except Exception as e:  # aiohttp's errors for an address nothing answers at
-        raise SparkclusterError(f"nothing answers at {base_url}: {e}", "check --url, or serve a model first"
-                                ) from None
-    if status == 401:
-        raise SparkclusterError(*unauthorized(f"{base_url}/models", api_key is not None))
-    if not ids:
-        raise SparkclusterError(f"{base_url}/models lists no model", "give --model NAME")
-    return ids[0]
+    """The server's first model, as llama-benchy picks one when --model is not given, read as every method reads
+    /v1/models (sweep.resolve_model: the same bounds, refusals and words)."""
+    async with request_pool(1, timeout, api_key) as client:
+        model, _ = await resolve_model(client, base_url, None)
+    return model
 
 
 async def session_run(client: Client, corpus: Corpus, opts: BenchyOptions, plan: Sequence[Cell], outcome: Outcome,
