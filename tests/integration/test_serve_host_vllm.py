@@ -11,6 +11,7 @@ a serve of its own there)."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shlex
 import subprocess
@@ -296,6 +297,11 @@ def bench_measures_the_served_cluster(cluster: SimCluster, tmp_path: Path, recip
         assert server["prompt_tokens"] == row["prompt_tokens"] > 0
         assert row["generation_tps"] > 0 and row["ttft_s"]["p50"] > 0
     assert plot.read_bytes()[:4] == b"\x89PNG"
+    # The receipt names the recipe by its file's sha256 and the mod by its folder's, and no key (issue 41).
+    served_recipe = doc["receipt"]["engine"]["recipe"]
+    assert served_recipe["sha256"] == hashlib.sha256(Path(served_recipe["source"]).read_bytes()).hexdigest()
+    assert [m["name"] for m in served_recipe["mods"]] == ["tiny-template"] and served_recipe["mods"][0]["sha256"]
+    assert flag in doc["receipt"]["engine"]["command"] and api_key not in json.dumps(doc["receipt"])
 
     before = vllm_counters(doc["config"]["endpoint"])
     result = sc(cluster, "bench", "--method", "llama-benchy", "--pp", "64", "--tg", "16", "--depth", "0", "128",
@@ -315,6 +321,13 @@ def bench_measures_the_served_cluster(cluster: SimCluster, tmp_path: Path, recip
     # llama-benchy counts the token_ids of chunks that carry text; a token that decodes to nothing (the
     # tiny model's end of sequence) is in vLLM's count only.
     assert 0 < tokens["counted_tokens"] <= tokens["completion_tokens"]
+    # llama-benchy's document carries the same engine in its receipt, with its own parameters and prompt set.
+    receipt = benchy["sparkcluster"]["receipt"]
+    assert receipt["engine"]["command"] == doc["receipt"]["engine"]["command"]
+    assert receipt["bench"]["method"] == "llama-benchy" and receipt["bench"]["prompt_digest"]
+    assert receipt["metrics"]["speculative"] is False
+    # Only what the simulator truly lacks is unknown: no NCCL library on its nodes for the CPU vLLM to load.
+    assert receipt["unknown"] == ["nodes[spark-1].nccl", "nodes[spark-2].nccl"], receipt["unknown"]
 
 
 # ---- a community recipe, unmodified: eugr's v1 format with a mod (issue 21) -----------------------------
