@@ -179,7 +179,10 @@ def planted_node_files(cluster: SimCluster) -> None:
                             f"PGPASSWORD={log['pg']} psql -h db\n"
                             f"curl -H 'Authorization: token {log['ghp']}' https://api.github.com/user\n"
                             f"-----BEGIN OPENSSH PRIVATE KEY-----\n{log['cut']}\nX")  # cut: no END line
-    ssh(cluster, "spark-3", "mkdir -p /tmp/ray/session_latest/logs && cat > /tmp/ray/session_latest/logs/raylet.out "
+    # As root, over whatever /tmp/ray the machine under the node's overlay holds (a Ray run there as root leaves one
+    # the login user cannot replace); the node's own copy only, which the cleanup removes the same way.
+    ssh(cluster, "spark-3", "rm -rf /tmp/ray && mkdir -p /tmp/ray/session_latest/logs && "
+                            "cat > /tmp/ray/session_latest/logs/raylet.out "
                             "<<'X'\nPuTTY-User-Key-File-3: ssh-ed25519\nEncryption: none\nPublic-Lines: 1\n"
                             f"AAAAC3NzaC1lZDI1NTE5AAAAIPublicHalf\nPrivate-Lines: 1\n{ray['putty']}\nPrivate-MAC: 01ab\n"
                             f"{{\"api_key\": [\"{ray['json']}\"], \"model\": \"m\"}}\n"
@@ -187,7 +190,7 @@ def planted_node_files(cluster: SimCluster) -> None:
                             f"-----BEGIN PGP PRIVATE KEY BLOCK-----\n\n{ray['pgp']}\n=ab12\n"
                             "-----END PGP PRIVATE KEY BLOCK-----\n"
                             f"HF_TOKEN={ray['hf']} and the inventory's key, unnamed: {PLANTED['inventory']['openai']}\n"
-                            "raylet started\nX")
+                            "raylet started\nX", user="root")
 
 
 def test_a_bundle_of_every_shape_of_secret_holds_none_of_them(sim, tmp_path):
@@ -201,7 +204,7 @@ def test_a_bundle_of_every_shape_of_secret_holds_none_of_them(sim, tmp_path):
         result = run_cli("doctor", "-i", str(inventory), "--bundle", str(path), timeout=300)
     finally:
         ssh(sim, "spark-2", "rm -f ~/.config/sparkcluster/comm.env ~/.config/sparkcluster/last-verify.log")
-        ssh(sim, "spark-3", "rm -rf /tmp/ray")
+        ssh(sim, "spark-3", "rm -rf /tmp/ray", user="root")
     assert result.returncode in (0, 1) and path.is_file(), result.stdout + result.stderr
     with tarfile.open(path) as tar:
         tar.extractall(tmp_path / "unpacked", filter="data")
