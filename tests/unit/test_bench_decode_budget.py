@@ -26,15 +26,19 @@ from sparkcluster.bench.decode_budget import (
 )
 from sparkcluster.cli import build_parser
 from sparkcluster.engine.command import Command
+from sparkcluster.engine.facts import parse_probe
 from sparkcluster.engine.inventory import Host, Inventory
 from sparkcluster.engine.session import Session
 from sparkcluster.engine.transport import Result
 from sparkcluster.nccl.finding import Verdict, VerdictStatus
 from sparkcluster.nccl.latency import Latency, LatencyRow
 from sparkcluster.nccl.verify import VerifyResult, record_doc
+from sparkcluster.node.health import health_command
 from sparkcluster.serving.record import RECORD_FILE
 from tests.openai_stub import running_stub
 from tests.unit.test_bench_ceiling import LLAMA_8B
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
 # A direct pair's all-reduce medians, in the range of issue 40's field numbers (41 us at 8 KB, ~2,100 us at 1 MB).
 PAIR_US = {"8192": 41.0, "32768": 60.0, "131072": 120.0, "524288": 600.0, "2097152": 4200.0}
@@ -131,8 +135,9 @@ class Head:
                                   "endpoint": url, "tp": 2, "pp": 1, "flags": []}}
         self.verify = verify
 
-    def read_file(self, path: str) -> bytes:
-        assert path == RECORD_FILE
+    def read_file(self, path: str) -> bytes | None:
+        if path != RECORD_FILE:  # the receipt's read of each node's comm env: none written here
+            return None
         return json.dumps(self.serve).encode()
 
     def run(self, command: Command) -> Result:
@@ -141,6 +146,8 @@ class Head:
             return Result(command, 0, json.dumps(LLAMA_8B) + "\n@@index@@\n", "", 0.01)
         if "last-verify.json" in script:
             return Result(command, 0 if self.verify else 1, json.dumps(self.verify) if self.verify else "", "", 0.01)
+        if script == health_command("").script:  # the receipt's doctor probe: unanswered, its fields unknown
+            return Result(command, 1, "", "", 0.01)
         if "nvidia-smi" in script:
             return Result(command, 0, "71, 87.61, 2424, [N/A], 0x0000000000000000\nrc=0\n", "", 0.01)
         raise AssertionError(f"bench ran an unexpected command: {script}")
@@ -157,7 +164,7 @@ def bench_output(capsys: pytest.CaptureFixture[str], verify: dict | None, *flags
         def connect(args: argparse.Namespace, check: object, require_all: bool = True):
             hosts = (Host(name="spark-1", address="10.0.0.1", role="head"),)
             with Session(Inventory(path=Path("inv.yml"), name="t", hosts=hosts, vars={}), {"spark-1": head}) as s:
-                s.facts.update({"spark-1": object()})  # type: ignore[dict-item]
+                s.facts.update({"spark-1": parse_probe((FIXTURES / "probe-spark.txt").read_text())})
                 yield s
 
         args = build_parser(["bench"]).parse_args(

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from ...engine.errors import UsageError
 from ...engine.session import Session
 from ...serving.nodes import node_env
 from ...serving.runtime import RuntimeChoice
@@ -19,7 +20,11 @@ def served_vllm(session: Session, chosen: RuntimeChoice) -> str | None:
     """The version, or None where it cannot be read (unknown is a value: the figures then say nothing of it)."""
     _, runtime = recorded(session, chosen)
     head = session.head
-    command = runtime.on(head).run_in_env(VERSION_ARGV, node_env(session.inventory, head))
+    try:
+        on_head = runtime.on(head)
+    except UsageError:  # the inventory no longer says where the host runtime's environment is
+        return None
+    command = on_head.run_in_env(VERSION_ARGV, node_env(session.inventory, head))
     result = session.run(head, replace(command, timeout=60))
     lines = result.stdout.strip().splitlines() if result.ok else []
     return lines[-1].strip() if lines else None
