@@ -151,22 +151,20 @@ def cmd_serve(args: argparse.Namespace, connect: Connect) -> int:
     return EXIT_OK
 
 
-def _runtime_set_up(args: argparse.Namespace, show: bool = True,
-                    needs_env: bool = True) -> Callable[[Inventory], None]:
+def _runtime_set_up(args: argparse.Namespace, show: bool = True) -> Callable[[Inventory], None]:
     """Before connecting: the cluster's runtime, said under the inventory's line (`show`, unless --json), and every
-    node has what it needs of the inventory (the host runtime: its python_env), or the command is bad input (exit 2).
-    `status` only looks (`needs_env` off): a node that cannot run anything still has its verify record to show."""
+    node has what it needs of the inventory (the host runtime: its python_env), or the command is bad input (exit 2)."""
     def check(inventory: Inventory) -> None:
         if show and not args.json:
             err_console.print(cluster_runtime(inventory, args.runtime).shown(), highlight=False)
-        for host in inventory.hosts if needs_env else ():
+        for host in inventory.hosts:
             _chosen(args, inventory).on(host)
     return check
 
 
 def cmd_status(args: argparse.Namespace, connect: Connect) -> int:
     try:
-        with connect(args, _runtime_set_up(args, needs_env=False)) as session:
+        with connect(args, _runtime_set_up(args)) as session:
             state = status(session, _chosen(args, session.inventory))
     except UsageError as e:
         if not args.json:

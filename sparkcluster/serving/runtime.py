@@ -277,11 +277,6 @@ class RuntimeChoice:
         return "check python_env on that node holds ray and vllm; `sparkcluster down` clears leftovers"
 
 
-def can_run(choice: RuntimeChoice, host: Host) -> bool:
-    """Whether `host` has what the runtime needs to start anything (the host runtime: a python_env)."""
-    return choice.name == "docker" or bool(host.vars.get("python_env"))
-
-
 def stop_all_serving(host: Host) -> Command:
     """Stops every kind of serving this tool starts (both runtimes), whatever the head's record says."""
     docker = DockerRuntime(DEFAULT_IMAGE).stop_all().script

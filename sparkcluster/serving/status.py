@@ -21,7 +21,7 @@ from .membership import judge_members, ray_members
 from .nodes import client_api_key, read_nodes
 from .readiness import http, served_models
 from .record import ServeRecord, Serving, fabric_ips, other_ips, read_record
-from .runtime import RuntimeChoice, can_run
+from .runtime import RuntimeChoice
 
 SUMMARY_WINDOW_S = 1.0  # the interval status' one-line endpoint summary covers
 
@@ -167,9 +167,7 @@ def status(session: Session, chosen: RuntimeChoice) -> ClusterStatus:
     for host in session.hosts:
         entry = nodes[host.name]
         entry.fabric_ip = fabric[host.name].ip
-        # Nothing served and a host runtime without python_env: nothing of ours can run there; the node's own records
-        # (its last verify) are still shown rather than refusing the whole status.
-        roles = node_roles(serving, launcher, host.name == session.head.name) if record or can_run(runtime, host) else []
+        roles = node_roles(serving, launcher, host.name == session.head.name)
         try:
             for role in roles:
                 alive = replace(runtime.on(host).alive(role), timeout=30)

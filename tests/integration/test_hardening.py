@@ -212,7 +212,10 @@ def test_a_fabric_link_that_dies_mid_stage_fails_the_node_within_the_bound_and_a
     doc = json.loads(out)
     node = doc["nodes"]["spark-2"]
     assert run.returncode == 1 and node["state"] == "failed", node
-    assert "received nothing from" in node["error"] and "the partial copy is kept" in node["error"], node["error"]
+    # The shards travel side by side: the one in flight stalls ("received nothing from"), one whose connection opens
+    # after the cut cannot connect; whichever is told first, it names the link down and keeps the partial copy.
+    assert ("received nothing from" in node["error"] or "cannot connect to" in node["error"]) and \
+        "the partial copy is kept" in node["error"], node["error"]
     assert "is down on spark-2" in node["error"] and "spark-2's QSFP links: " in node["error"], node["error"]
     assert "it resumes" in node["fix"], node["fix"]
     assert partial_bytes(pair, "spark-2") >= 1 << 20  # kept for the re-run
