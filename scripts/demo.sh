@@ -20,9 +20,11 @@ echo; echo "== topology: who is cabled to whom, found on the wire before anythin
 $SC topology "$INVENTORY"
 echo; echo "== bootstrap --check --diff: the whole plan (the netplan file, the addresses, every later play checked"
 echo "   against the planned addresses), before anything changes"
-$SC bootstrap "$INVENTORY" --check --diff
+# --runtime docker: the demo serves eugr's way (containers) first, so bootstrap provisions Docker and records that
+# runtime in the inventory (sim up --vllm-env wrote `runtime: host`); the real-vLLM serve below names --runtime host.
+$SC bootstrap "$INVENTORY" --runtime docker --check --diff
 echo; echo "== bootstrap: fabric addresses, preflight, provisioning (then again: nothing left to change)"
-$SC bootstrap "$INVENTORY"
+$SC bootstrap "$INVENTORY" --runtime docker
 $SC bootstrap "$INVENTORY" | tail -n 4
 $SC sim ssh spark-2 --name "$NAME" -- 'ip -br addr show enp1s0f1np1; ip -br addr show enP2p1s0f1np1; ip -o link show enp1s0f1np1 | grep -o "mtu [0-9]*"; sudo cat /etc/netplan/40-sparkcluster-fabric.yaml'
 echo; echo "== the head's comm env, every variable bound to its own QSFP interface"
