@@ -21,9 +21,9 @@ bytes as they arrive (sha256 for LFS blobs, git's blob hash for 40-hex names), a
 final name only when the hash matches: an interrupted or corrupt copy never looks complete.
 
 Every connection is bounded by `--stall S` (default 60): a peer that sends nothing for S seconds (a link that
-died without a reset) ends the fetch or stream, and TCP keepalive with TCP_USER_TIMEOUT lets the kernel drop
-a dead connection on either end (the control side's `engine/deadlines.py` says the same; this script stands
-alone on the nodes, so it carries its own copy).
+died without a reset) ends the fetch or stream, a peer that stays unreachable that long fails the connection,
+and TCP keepalive with TCP_USER_TIMEOUT lets the kernel drop a dead connection on either end (the control
+side's `engine/deadlines.py` says the same; this script stands alone on the nodes, so it carries its own copy).
 
 Exit codes of `fetch`: 0 done, 3 corrupt (the partial is removed; fetching again starts over), 4 the
 connection failed (the partial is kept to resume), 5 refused by the server, 6 nothing arrived for `--stall`
@@ -33,6 +33,7 @@ seconds (the partial is kept to resume), 2 bad arguments.
 from __future__ import annotations
 
 import argparse
+import errno
 import hashlib
 import hmac
 import json
@@ -52,6 +53,8 @@ PARTIAL_DIR = ".sparkcluster-partial"  # shared with rsync's --partial-dir: eith
 CHUNK = 1 << 20
 IDLE_EXIT_S = 120.0  # a server nobody has used for this long exits (its controller died or forgot it)
 REQUEST_TIMEOUT_S = 10.0
+UNREACHABLE = (errno.EHOSTUNREACH, errno.ENETUNREACH)  # transient while a link comes back: retried within --stall
+RECONNECT_S = 0.5
 EXIT_CORRUPT, EXIT_CONNECTION, EXIT_REFUSED, EXIT_STALLED = 3, 4, 5, 6
 DEFAULT_STALL_S = 60.0
 BLOB_NAME = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
@@ -213,11 +216,18 @@ def serve(args: argparse.Namespace, token: bytes) -> int:
 def request(args: argparse.Namespace, token: bytes, name: str, offset: int) -> socket.socket | int:
     """A connection from our fabric address whose reply header announced `args.size` bytes; else an exit code."""
     host, port = args.connect.rsplit(":", 1)
-    try:
-        conn = socket.create_connection((host.strip("[]"), int(port)), timeout=REQUEST_TIMEOUT_S,
-                                        source_address=(args.source, 0))
-    except OSError as e:
-        return _fail(EXIT_CONNECTION, f"cannot connect to {args.connect}: {e}")
+    give_up = time.monotonic() + args.stall
+    while True:
+        try:
+            conn = socket.create_connection((host.strip("[]"), int(port)), timeout=REQUEST_TIMEOUT_S,
+                                            source_address=(args.source, 0))
+            break
+        except OSError as e:
+            # A link that has just come back (or is training) answers "no route" until the neighbour entry
+            # the outage left failed is probed again: that is waited out, within the same bound as a silent peer.
+            if e.errno not in UNREACHABLE or time.monotonic() + RECONNECT_S >= give_up:
+                return _fail(EXIT_CONNECTION, f"cannot connect to {args.connect}: {e}")
+            time.sleep(RECONNECT_S)
     conn.sendall(b"%s %s %d\n" % (token, name.encode(), offset))
     header = _read_line(conn)
     if not header:

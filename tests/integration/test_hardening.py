@@ -178,6 +178,19 @@ def partial_bytes(cluster: SimCluster, host: str) -> int:
     return total
 
 
+def link_answers(cluster: SimCluster, host: str, peer: str, within_s: float = 30) -> None:
+    """Waits until `host` reaches each of `peer`'s fabric addresses, as a user re-runs once the link is back: a
+    connection opened a moment after the cable returns can still meet the neighbour entry the cut left failed
+    (CI saw "No route to host" 0.4 s into the re-run)."""
+    netns = cluster.host(host).netns
+    for address in cluster.host(peer).fabric_ips:
+        deadline = time.monotonic() + within_s
+        while subprocess.run(["ip", "netns", "exec", netns, "ping", "-c1", "-W1", address],
+                             capture_output=True).returncode != 0:
+            assert time.monotonic() < deadline, f"{host} cannot reach {peer}'s {address} {within_s:g} s on"
+            time.sleep(0.2)
+
+
 def test_a_fabric_link_that_dies_mid_stage_fails_the_node_within_the_bound_and_a_rerun_completes(pair):
     # Failed before: no error and no progress for as long as the link stayed down (no read timeout once the
     # header arrived, no keepalive, a 24 h bound on the fetch).
@@ -206,6 +219,7 @@ def test_a_fabric_link_that_dies_mid_stage_fails_the_node_within_the_bound_and_a
             subprocess.run(["ip", "link", "set", end, "up"], check=True)
         for twin in ("0", "1"):
             pair.degrade("spark-2", twin, None)
+        link_answers(pair, "spark-2", "spark-1")
     assert "Traceback" not in err, err
     print(f"stage ended {ended_after:.1f} s after the link went down (bound {STALL_S} s)")
     assert ended_after < STALL_S + 20, ended_after  # the bound, with room for a loaded machine's ssh round trips

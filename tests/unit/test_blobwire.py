@@ -4,6 +4,8 @@ name and the next fetch starts over; an interrupted fetch resumes."""
 
 from __future__ import annotations
 
+import argparse
+import errno
 import hashlib
 import json
 import os
@@ -12,6 +14,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -221,3 +224,47 @@ def test_a_file_still_being_written_streams_to_its_end_or_breaks_off(sender, tmp
         assert result.stderr.decode().splitlines()[-1] == f"bytes {len(b''.join(pieces))}"
     else:
         assert b"broke off the stream" in result.stderr
+
+
+def request_args(port: int, name: str, size: int, stall: float) -> argparse.Namespace:
+    return argparse.Namespace(connect=f"{SERVER_IP}:{port}", source=FETCHER_IP, size=size, stall=stall)
+
+
+def unreachable_for(monkeypatch: pytest.MonkeyPatch, times: int, code: int = errno.EHOSTUNREACH) -> list[float]:
+    """Makes the next `times` connections fail as a link that has just come back does; returns when each was tried."""
+    real, tried = socket.create_connection, []
+
+    def connect(*args, **kwargs):
+        tried.append(time.monotonic())
+        if len(tried) <= times:
+            raise OSError(code, os.strerror(code))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(blobwire.socket, "create_connection", connect)
+    return tried
+
+
+def test_a_link_that_comes_back_within_the_stall_bound_is_waited_for(sender, monkeypatch):
+    # Failed before: CI saw "No route to host" 0.4 s into a re-run made just after the cable came back.
+    port, name, data = sender
+    tried = unreachable_for(monkeypatch, 2)
+    conn = blobwire.request(request_args(port, name, len(data), stall=5), TOKEN.encode(), name, 0)
+    assert isinstance(conn, socket.socket), conn
+    conn.close()
+    assert len(tried) == 3 and tried[-1] - tried[0] >= 2 * blobwire.RECONNECT_S * 0.9
+
+
+def test_a_link_that_stays_unreachable_fails_within_the_stall_bound(sender, monkeypatch, capsys):
+    port, name, data = sender
+    tried = unreachable_for(monkeypatch, 1000)
+    started = time.monotonic()
+    code = blobwire.request(request_args(port, name, len(data), stall=2), TOKEN.encode(), name, 0)
+    assert code == blobwire.EXIT_CONNECTION and time.monotonic() - started < 2.5 and len(tried) >= 3
+    assert "No route to host" in capsys.readouterr().err
+
+
+def test_a_refused_connection_is_not_retried(sender, monkeypatch):
+    port, name, data = sender
+    tried = unreachable_for(monkeypatch, 1000, errno.ECONNREFUSED)
+    code = blobwire.request(request_args(port, name, len(data), stall=30), TOKEN.encode(), name, 0)
+    assert code == blobwire.EXIT_CONNECTION and len(tried) == 1
