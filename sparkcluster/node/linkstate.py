@@ -70,7 +70,13 @@ def describe(node: str, links: Sequence[LinkState] | None, address: str | None =
 
 
 def any_down(links: Sequence[LinkState] | None, address: str | None = None) -> bool:
-    return links is not None and any(not link.up for link in qsfp_links(links, address))
+    """A QSFP link the node uses is down. A port with no address is one no cable serves (a pair leaves a port's
+    two twins dark on every node), so it counts only where no QSFP link holds an IPv4 address (link-local)."""
+    if links is None:
+        return False
+    qsfp = qsfp_links(links, address)
+    used = [link for link in qsfp if link.ipv4] or qsfp
+    return any(not link.up for link in used)
 
 
 def nodes_with_links_down(session: Session) -> list[str]:

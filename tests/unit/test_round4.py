@@ -26,7 +26,7 @@ from sparkcluster.engine.modelref import ModelRef
 from sparkcluster.engine.session import Session
 from sparkcluster.engine.transport import Result, sha256_fingerprint, ssh_for_bulk
 from sparkcluster.nccl.verify import run_probe
-from sparkcluster.node.linkstate import LINKS_COMMAND, parse_links
+from sparkcluster.node.linkstate import LINKS_COMMAND, any_down, parse_links
 from sparkcluster.observe.nodeprobe import GPU_OUTPUT_LIMIT, NODE_DEADLINE_S, parse_probe, probe_command
 from sparkcluster.serving.launch import Node, ServeArgs
 from sparkcluster.serving.lifecycle import ray_commands, vllm_commands
@@ -334,3 +334,16 @@ def test_verify_with_the_fabric_down_names_the_links_that_are_down():
     assert "the fabric is down: spark-2's QSFP links: enP2p1s0f1np1 down, enp1s0f1np1 lowerlayerdown" in message
     assert "Traceback" not in message and "spark-1's" not in message  # spark-1's links are up
     assert "bootstrap" not in raised.value.fix and "QSFP cables" in raised.value.fix
+
+
+def test_a_port_no_cable_serves_is_not_the_link_that_is_down():
+    # Failed before (CI, a pair): "is down on spark-2 and spark-1" beside "enp1s0f1np1 up (10.102.0.12)": the other
+    # port's twins, unaddressed and dark on every pair, were taken for the broken link.
+    pair = parse_links("enp1s0f0np0 down\nenP2p1s0f0np0 down\nenp1s0f1np1 up 10.102.0.12\nenP2p1s0f1np1 up 10.102.1.12\n")
+    message, fix = broken_link("spark-1", "spark-2", "m", "acme/x", ("10.102.0.11", "10.102.0.12"),
+                               "cannot connect to 10.102.0.11:4000: [Errno 113] No route to host", (pair, pair))
+    assert "is down on" not in message and "between spark-2 (10.102.0.12) and spark-1 (10.102.0.11) failed" in message
+    assert "firewall" in fix
+    # link-local twins carry no IPv4 address: a dark one still counts there
+    link_local = parse_links("enp1s0f1np1 down\nenP2p1s0f1np1 up\n")
+    assert any_down(link_local) and not any_down(parse_links("enp1s0f1np1 up\nenP2p1s0f1np1 up\n"))
