@@ -33,7 +33,7 @@ from .explain import lineup as explain_lineup
 from .explain import sides as explain_sides
 from .layouts import cli as layouts_cli
 from .methods.llama_benchy import cli as llama_benchy_cli
-from .receipts import sweep_receipt, write_beside
+from .receipts import sustained_parameters, sweep_receipt, write_beside
 from .sweep import (
     BenchEvent,
     BenchFailed,
@@ -103,14 +103,7 @@ def check_outputs(args: argparse.Namespace) -> None:
 def document(target: Target, opts: SweepOptions, prepared: Prepared, levels: list[Level], started: str) -> dict[str, Any]:
     config = {
         **target.config, "model": prepared.model or target.model, "server_version": prepared.server_version,
-        "method": {
-            "api": "/v1/completions, streamed", "concurrency": list(opts.concurrency),
-            "prompt_tokens": opts.prompt_tokens, "prompt_tokens_measured": prepared.prompt_tokens or None,
-            "output_tokens": opts.output_tokens, "max_model_len": prepared.max_model_len,
-            "runs": opts.runs, "warmup": opts.warmup,
-            "requests_per_stream": opts.requests_per_stream, "prefix_cache": opts.prefix_cache,
-            "token_counts": "server usage" if prepared.usage else "stream chunks (the server sent no usage)",
-        },
+        "method": sustained_parameters(opts, prepared),
         "client": f"sparkcluster {__version__}, aiohttp {version('aiohttp')}", "started": started,
     }
     return {"config": config, "rows": [level.row.to_json() for level in levels],

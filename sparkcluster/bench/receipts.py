@@ -16,7 +16,7 @@ from .corpus import Corpus
 from .receipt import BenchParams, Receipt
 from .receipt_metrics import Snapshot, between
 from .receipt_sources import assemble
-from .sweep import Prepared
+from .sweep import Prepared, SweepOptions
 from .target import Target
 
 
@@ -26,6 +26,19 @@ def prompt_set_digest(words: int, shared: bool) -> str:
     which of the two it was, names the set; the per-run seeds only keep the cache from finding a second bench's."""
     head = f"sparkcluster prompts: {words} words, {'one shared prompt' if shared else 'a seed per request'}\n"
     return hashlib.sha256((head + prompts.prompt(words, prompts.SHARED_SEED)).encode()).hexdigest()
+
+
+def sustained_parameters(opts: SweepOptions, prepared: Prepared) -> dict[str, Any]:
+    """The sustained method's parameters as measured (`opts`: the sizes fitted to the served context), as a
+    result's config and its receipt record them."""
+    return {
+        "api": "/v1/completions, streamed", "concurrency": list(opts.concurrency),
+        "prompt_tokens": opts.prompt_tokens, "prompt_tokens_measured": prepared.prompt_tokens or None,
+        "output_tokens": opts.output_tokens, "max_model_len": prepared.max_model_len,
+        "runs": opts.runs, "warmup": opts.warmup,
+        "requests_per_stream": opts.requests_per_stream, "prefix_cache": opts.prefix_cache,
+        "token_counts": "server usage" if prepared.usage else "stream chunks (the server sent no usage)",
+    }
 
 
 def sweep_receipt(target: Target, prepared: Prepared, method: dict[str, Any]) -> Receipt:
