@@ -14,6 +14,7 @@ import socket
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -125,6 +126,23 @@ def figures(now: Scrape, before: Reading | None = None, now_at: float | None = N
         itl_p50_s=itl.quantile(0.5) if itl else None, itl_p90_s=itl.quantile(0.9) if itl else None,
         preemptions=now.first(*PREEMPTIONS), interval_s=round(seconds, 3) if seconds > 0 else None,
         since_start=since_start, skipped_lines=now.skipped)
+
+
+def summed(engines: Sequence[EndpointFigures]) -> EndpointFigures:
+    """Several engines' figures as the one endpoint they answer behind a router: requests running and waiting, token
+    rates and preemptions add up. KV-cache use, the prefix-cache hit rate and latency quantiles stay each engine's
+    own (a mean of quantiles is no quantile of the whole), so the sum leaves them out."""
+    def add(values: Iterable[float | None]) -> float | None:
+        present = [v for v in values if v is not None]
+        return sum(present) if present else None
+
+    intervals = [e.interval_s for e in engines if e.interval_s is not None]
+    return EndpointFigures(
+        running=add(e.running for e in engines), waiting=add(e.waiting for e in engines),
+        prompt_tokens_per_s=add(e.prompt_tokens_per_s for e in engines),
+        generation_tokens_per_s=add(e.generation_tokens_per_s for e in engines),
+        preemptions=add(e.preemptions for e in engines), interval_s=max(intervals, default=None),
+        skipped_lines=sum(e.skipped_lines for e in engines))
 
 
 def _hit_rate(now: Scrape, earlier: Scrape | None) -> float | None:

@@ -4,12 +4,14 @@ endpoint, vLLM's own figures from /metrics over the last interval. Full-screen o
 interval into a pipe, or one sample as a JSON document (`--once --json`).
 
 It only reads: one /metrics GET and one short shell line per node per interval, nothing sent to the model. A node
-or an endpoint that stops answering is shown as such and the view goes on.
+or an endpoint that stops answering is shown as such and the view goes on. Behind a router (`serve --replicas N`)
+the GET is each replica's own, one row per replica and their total (observe/replicas.py says why).
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
@@ -23,7 +25,8 @@ from ..engine.errors import EXIT_FAILED, EXIT_OK, UsageError
 from ..engine.report import print_json
 from ..node.gputelemetry import HOT_C, GpuTelemetry
 from .nodeprobe import MemorySource, NodeSample, NodeSampler
-from .scrape import EndpointFigures, Reading, fetch, figures, metrics_url
+from .replicas import ReplicaScraper, ReplicaTarget, ReplicaView
+from .scrape import EndpointFigures, Reading, fetch, figures, metrics_url, summed
 
 MIN_INTERVAL_S, MAX_INTERVAL_S = 0.2, 3600.0
 
@@ -33,10 +36,21 @@ class EndpointView:
     url: str  # the /metrics address
     figures: EndpointFigures | None = None
     error: str | None = None
+    summed_from: tuple[str, ...] | None = None  # behind a router: the replicas whose figures these are the sum of
 
     def to_json(self) -> dict[str, Any]:
-        return {"metrics_url": self.url, "error": self.error,
-                "figures": None if self.figures is None else self.figures.to_json()}
+        doc = {"metrics_url": self.url, "error": self.error,
+               "figures": None if self.figures is None else self.figures.to_json()}
+        return doc if self.summed_from is None else {**doc, "summed_from": list(self.summed_from)}
+
+
+def replicas_total(url: str, replicas: Sequence[ReplicaView]) -> EndpointView:
+    """The endpoint behind a router, as the sum of the replicas that answered."""
+    answered = [r for r in replicas if r.figures is not None]
+    if not answered:
+        return EndpointView(url, error="no replica's /metrics answered", summed_from=())
+    return EndpointView(url, summed([r.figures for r in answered if r.figures is not None]),
+                        summed_from=tuple(r.target.name for r in answered))
 
 
 @dataclass(frozen=True)
@@ -46,28 +60,38 @@ class TopSample:
     nodes: list[NodeSample] = field(default_factory=list)
     launcher: str = "ray"  # how the nodes serve (ray, native): which processes a node shows
     note: str | None = None  # e.g. nothing served
+    replicas: tuple[ReplicaView, ...] = ()  # behind a router (endpoint: their total); empty: one engine
 
     @property
     def complete(self) -> bool:
         """Everything asked for answered."""
-        return all(n.answered for n in self.nodes) and (self.endpoint is None or self.endpoint.error is None)
+        return (all(n.answered for n in self.nodes) and (self.endpoint is None or self.endpoint.error is None)
+                and all(r.error is None for r in self.replicas))
 
     def to_json(self) -> dict[str, Any]:
-        return {"time": round(self.at, 3), "launcher": self.launcher, "note": self.note,
-                "endpoint": None if self.endpoint is None else self.endpoint.to_json(),
-                "nodes": {n.name: n.to_json() for n in self.nodes}}
+        doc = {"time": round(self.at, 3), "launcher": self.launcher, "note": self.note,
+               "endpoint": None if self.endpoint is None else self.endpoint.to_json(),
+               "nodes": {n.name: n.to_json() for n in self.nodes}}
+        return {**doc, "replicas": [r.to_json() for r in self.replicas]} if self.replicas else doc
 
 
 class Source:
-    """What one sample reads: the endpoint's /metrics (where there is one) and the nodes (where connected)."""
+    """What one sample reads: the endpoint's /metrics (where there is one), or behind a router each replica's, and
+    the nodes (where connected)."""
 
-    def __init__(self, url: str | None, sampler: NodeSampler | None, launcher: str, note: str | None) -> None:
+    def __init__(self, url: str | None, sampler: NodeSampler | None, launcher: str, note: str | None,
+                 replicas: Sequence[ReplicaTarget] = ()) -> None:
         self.url, self.sampler, self.launcher, self.note = url, sampler, launcher, note
         self.previous: Reading | None = None
+        self.scraper = ReplicaScraper(replicas) if replicas else None
 
     def read(self) -> TopSample:
-        endpoint = None
-        if self.url is not None:
+        endpoint: EndpointView | None = None
+        replicas: tuple[ReplicaView, ...] = ()
+        if self.scraper is not None and self.url is not None:
+            replicas = self.scraper.read()
+            endpoint = replicas_total(self.url, replicas)
+        elif self.url is not None:
             reading = fetch(self.url)
             if reading.scrape is None:
                 endpoint = EndpointView(self.url, error=reading.error)
@@ -75,7 +99,11 @@ class Source:
                 endpoint = EndpointView(self.url, figures(reading.scrape, self.previous, reading.at))
                 self.previous = reading
         nodes = self.sampler.sample() if self.sampler else []
-        return TopSample(time.time(), endpoint, nodes, self.launcher, self.note)
+        return TopSample(time.time(), endpoint, nodes, self.launcher, self.note, replicas)
+
+    def close(self) -> None:
+        if self.scraper is not None:
+            self.scraper.close()
 
 
 def url_of(text: str) -> str:
@@ -139,20 +167,62 @@ def nodes_table(sample: TopSample) -> Table:
     return table
 
 
-def endpoint_table(view: EndpointView) -> Table | Text:
-    if view.figures is None:
-        return Text(f"{view.url}: {view.error}", style="bold red")
-    f = view.figures
+FIGURE_COLUMNS = ("running", "waiting", "KV cache", "prefix hits", "prompt tok/s", "gen tok/s", "TTFT p50 / p90",
+                  "ITL p50 / p90", "preemptions")
+
+
+def _window(f: EndpointFigures) -> str:
     window = f"last {f.interval_s:g} s" if f.interval_s else "since start"
     if f.interval_s and f.since_start:
         window += "; nothing new for some figures: those since start"
-    table = Table("running", "waiting", "KV cache", "prefix hits", "prompt tok/s", "gen tok/s", "TTFT p50 / p90",
-                  "ITL p50 / p90", "preemptions", title=f"endpoint {view.url} ({window})", title_justify="left")
-    table.add_row(_num(f.running, "{:.0f}"), _num(f.waiting, "{:.0f}"), _num(f.kv_cache_usage, "{:.1%}"),
-                  _num(f.prefix_cache_hit_rate, "{:.0%}"), _num(f.prompt_tokens_per_s), _num(f.generation_tokens_per_s),
-                  f"{_ms(f.ttft_p50_s)} / {_ms(f.ttft_p90_s)}", f"{_ms(f.itl_p50_s)} / {_ms(f.itl_p90_s)}",
-                  _num(f.preemptions, "{:.0f}"))
+    return window
+
+
+def _figure_cells(f: EndpointFigures) -> list[str]:
+    return [_num(f.running, "{:.0f}"), _num(f.waiting, "{:.0f}"), _num(f.kv_cache_usage, "{:.1%}"),
+            _num(f.prefix_cache_hit_rate, "{:.0%}"), _num(f.prompt_tokens_per_s), _num(f.generation_tokens_per_s),
+            f"{_ms(f.ttft_p50_s)} / {_ms(f.ttft_p90_s)}", f"{_ms(f.itl_p50_s)} / {_ms(f.itl_p90_s)}",
+            _num(f.preemptions, "{:.0f}")]
+
+
+def endpoint_table(view: EndpointView) -> Table | Text:
+    if view.figures is None:
+        return Text(f"{view.url}: {view.error}", style="bold red")
+    table = Table(*FIGURE_COLUMNS, title=f"endpoint {view.url} ({_window(view.figures)})", title_justify="left")
+    table.add_row(*_figure_cells(view.figures))
     return table
+
+
+def replicas_table(total: EndpointView, replicas: Sequence[ReplicaView]) -> Table:
+    """One row per replica, as its own /metrics says, and the total: the sums (KV cache, hits and latency
+    quantiles are each replica's own, so the total shows none)."""
+    window = _window(total.figures) if total.figures is not None else "no replica answered"
+    why = [f"{r.target.label}: {r.error}" for r in replicas if r.figures is None]  # under the table: no wide cell
+    table = Table("replica", *FIGURE_COLUMNS, title=f"endpoint {total.url}: {len(replicas)} replicas behind the "
+                  f"router ({window})", title_justify="left", caption="\n".join(why) or None,
+                  caption_justify="left", caption_style="bold red")
+    for r in replicas:
+        if r.figures is None:
+            table.add_row(r.target.label, Text("not answering", style="bold red"), *[""] * (len(FIGURE_COLUMNS) - 1))
+        else:
+            table.add_row(r.target.label, *_figure_cells(r.figures))
+    answered = f"total ({len(total.summed_from or ())} of {len(replicas)})"
+    if total.figures is None:
+        table.add_row(answered, *["-"] * len(FIGURE_COLUMNS), style="bold")
+    else:
+        table.add_row(answered, *_figure_cells(total.figures), style="bold")
+    return table
+
+
+def total_summary(total: EndpointView, replicas: Sequence[ReplicaView]) -> str:
+    """The replicas' sum on one line (what adds up: requests, token rates, preemptions)."""
+    f = total.figures
+    head = f"total of {len(total.summed_from or ())}/{len(replicas)} replicas"
+    if f is None:
+        return f"{head}: {total.error}"
+    return (f"{head}: running {_num(f.running, '{:.0f}')}, waiting {_num(f.waiting, '{:.0f}')}, "
+            f"prompt {_num(f.prompt_tokens_per_s)} tok/s, generation {_num(f.generation_tokens_per_s)} tok/s, "
+            f"preemptions {_num(f.preemptions, '{:.0f}')}")
 
 
 def render(sample: TopSample, every: float) -> Group:
@@ -160,7 +230,9 @@ def render(sample: TopSample, every: float) -> Group:
                              "  (Ctrl-C quits)", style="bold")]
     if sample.note:
         parts.append(Text(sample.note, style="yellow"))
-    if sample.endpoint is not None:
+    if sample.endpoint is not None and sample.replicas:
+        parts.append(replicas_table(sample.endpoint, sample.replicas))
+    elif sample.endpoint is not None:
         parts.append(endpoint_table(sample.endpoint))
     if sample.nodes:
         parts.append(nodes_table(sample))
@@ -170,7 +242,11 @@ def render(sample: TopSample, every: float) -> Group:
 def line(sample: TopSample) -> str:
     """One plain line per interval (output into a pipe)."""
     parts = [time.strftime("%H:%M:%S", time.localtime(sample.at))]
-    if sample.endpoint is not None:
+    if sample.endpoint is not None and sample.replicas:
+        parts.append(total_summary(sample.endpoint, sample.replicas))
+        parts += [f"{r.target.label}: {r.figures.summary()}" if r.figures else
+                  f"{r.target.label}: not answering ({r.error})" for r in sample.replicas]
+    elif sample.endpoint is not None:
         e = sample.endpoint
         parts.append(e.figures.summary() if e.figures else f"endpoint: {e.error}")
     for n in sample.nodes:

@@ -1,11 +1,12 @@
 """`sparkcluster top`'s wiring: which cluster to watch and what each node serves, read from the head's serve
-record, handed to the observe wing's live view (what it shows and how it samples live there)."""
+record (behind a router, each replica and where its own /metrics answers), handed to the observe wing's live view
+(what it shows and how it samples live there)."""
 
 from __future__ import annotations
 
 import argparse
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
 from ..engine.cliapp import App, Connect, no_check
@@ -15,6 +16,7 @@ from ..engine.inventory import Host
 from ..engine.session import Session
 from ..engine.transport import Unreachable
 from ..observe.nodeprobe import AliveChecks, NodeSampler
+from ..observe.replicas import ReplicaTarget
 from ..observe.scrape import metrics_url
 from ..observe.top import MAX_INTERVAL_S, MIN_INTERVAL_S, Source, url_of, watch
 from .launch import RUNTIMES, Launcher
@@ -44,6 +46,15 @@ def alive_checks(runtime: RuntimeChoice, host: Host, node_roles: list[str]) -> A
     return {role: runtime.on(host).alive(role).script for role in node_roles}
 
 
+def replica_targets(hosts: Sequence[Host], serving: Serving | None) -> tuple[ReplicaTarget, ...]:
+    """Each replica behind the router and where this machine reaches its own /metrics: its rank 0's address at
+    the replica's port, as `status` asks its /health. A replica whose first node is not selected (--limit) is left
+    out, as its nodes are."""
+    address = {h.name: h.address for h in hosts}
+    return tuple(ReplicaTarget(p.index, p.nodes, metrics_url(f"http://{address[p.head]}:{p.port}"))
+                 for p in (serving.replicas if serving else ()) if p.head in address)
+
+
 @contextmanager
 def _source(args: argparse.Namespace, connect: Connect) -> Iterator[Source]:
     url = url_of(args.url) if args.url else None  # checked before anything connects
@@ -60,9 +71,13 @@ def _source(args: argparse.Namespace, connect: Connect) -> Iterator[Source]:
             return alive_checks(runtime, host, roles(launcher, serving, host.name == head))
 
         sampler = NodeSampler(session, checks)
+        # --url names one endpoint to watch; otherwise the recorded replicas, each at its own /metrics
+        replicas = () if url else replica_targets(session.hosts, serving)
+        source = Source(url or serving_url, sampler, launcher, None if (url or serving_url) else note, replicas)
         try:
-            yield Source(url or serving_url, sampler, launcher, None if (url or serving_url) else note)
+            yield source
         finally:
+            source.close()
             sampler.close()
 
 
