@@ -31,18 +31,34 @@ class Served:
     nodes: tuple[NodeReceipt, ...]
 
 
-def read_served(session: Session, record: ServeRecord, image_id: str | None) -> Served:
-    docker = record.runtime == "docker"
+@dataclass(frozen=True)
+class NodesRead:
+    """Each node's comm env and doctor's facts: the same for every serve of one run (`bench --layouts` reads them
+    once and shares them between its layouts)."""
+
+    comm_env: dict[str, dict[str, str]]  # node -> its comm env, secrets masked
+    nodes: tuple[NodeReceipt, ...]
+
+
+def read_nodes(session: Session, record: ServeRecord) -> NodesRead:
+    """In parallel, one round trip per node; the NCCL the engine loads is the served image's where docker serves."""
+    image = record.image if record.runtime == "docker" else ""
     hosts = [h for h in session.hosts if h.name in session.facts]
 
     def node(host: Host) -> tuple[dict[str, str], NodeReceipt]:
-        return comm_env(session, host), node_receipt(session, host, record.image if docker else "")
+        return comm_env(session, host), node_receipt(session, host, image)
     per_node = session.each(node, hosts)
-    head = session.head
+    return NodesRead({h.name: env for h, (env, _) in zip(hosts, per_node)}, tuple(n for _, n in per_node))
+
+
+def read_served(session: Session, record: ServeRecord, image_id: str | None, nodes: NodesRead | None = None) -> Served:
+    """`nodes`: as read earlier in the same run, else read now."""
+    docker = record.runtime == "docker"
+    found = nodes or read_nodes(session, record)
     return Served(record, image_id, served_vllm(session, RuntimeChoice(record.runtime, image=record.image)),
                   image_digest(session, record.image) if docker else None,
-                  None if docker else str(head.vars.get("python_env") or "") or None,
-                  {h.name: env for h, (env, _) in zip(hosts, per_node)}, tuple(n for _, n in per_node))
+                  None if docker else str(session.head.vars.get("python_env") or "") or None,
+                  found.comm_env, found.nodes)
 
 
 def comm_env(session: Session, host: Host) -> dict[str, str]:

@@ -17,7 +17,7 @@ from ..serving.record import ServeRecord
 from ..serving.runtime import RuntimeChoice
 from ..serving.status import recorded
 from ..staging.images import inspect
-from .receipt_sources import Served, read_served
+from .receipt_sources import NodesRead, Served, read_served
 
 
 @dataclass(frozen=True)
@@ -71,13 +71,13 @@ def from_record(record: ServeRecord | None, image_id: str | None, api_key: str |
     }, api_key)
 
 
-def from_cluster(session: Session) -> Target:
+def from_cluster(session: Session, nodes: NodesRead | None = None) -> Target:
     """Read the head's record (one SSH read) and, where docker serves, the head's image ID; the key the endpoint
     wants from this machine's VLLM_API_KEY, else the inventory's serve_env; and what the receipt says of the engine
-    and the nodes (receipt_sources.py)."""
+    and the nodes (receipt_sources.py; `nodes`: as read earlier in the same run)."""
     record, runtime = recorded(session, RuntimeChoice("docker"))
     image_id = None
     if record and record.serving and runtime.name == "docker":
         image_id = inspect(session.transport(session.head), runtime.image).id
     target = from_record(record, image_id, client_api_key(session.inventory, session.head))
-    return replace(target, served=read_served(session, record, image_id)) if record else target
+    return replace(target, served=read_served(session, record, image_id, nodes)) if record else target

@@ -165,6 +165,22 @@ def receipt_facts(receipt: Receipt) -> tuple[list[Fact], set[str]]:
     return [_applies(f, set(receipt.unknown())) for f in facts], unknown
 
 
+LAYOUT_GROUP = "layout"  # facts only a layout of a `bench --layouts` result has: lined up only against another
+
+
+def layout_facts(layout: str, receipt: Receipt) -> list[Fact]:
+    """One layout of a `bench --layouts` run against another: the layout measured first, then the parallelism of
+    its serve command line as launched (which receipt_facts leaves to tp, pp and replicas), ranked before the rest
+    of the layout's facts (explain/lineup.py ranks the layout first between two layouts)."""
+    _, flags = command_flags(receipt.engine.command) if receipt.engine.command is not None else (None, None)
+    launched = [Fact(canonical(given), Cause.LAYOUT, _flag_text(value), LAYOUT_GROUP,
+                     "the serve command line's parallelism, as launched", -1)
+                for given, value in (flags or {}).items() if canonical(given) in LAYOUT_FLAGS]
+    return [Fact("layout", Cause.LAYOUT, layout, LAYOUT_GROUP,
+                 "what `bench --layouts` served and measured: TP ranks, pipeline stages, replicas behind the router",
+                 -2), *launched]
+
+
 def _applies(fact: Fact, unknown: set[str]) -> Fact:
     """A field None where the receipt does not call it unknown does not apply (a host runtime has no image)."""
     if fact.value is not None or not fact.path or fact.path in unknown:

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .facts import CAUSES, NOT_SET, Cause, Fact
+from .facts import CAUSES, LAYOUT_GROUP, NOT_SET, Cause, Fact
 from .flags import EFFECT_NAMES, Effect
 from .sides import NEVER_RECORDED, Side
 
@@ -123,7 +123,9 @@ def _short(value: str | float | None, share: bool = False, width: int = 60) -> s
 
 
 def explain(a: Side, b: Side) -> Explanation:
+    """Between two layouts of `bench --layouts` results the layout is what was varied: its facts rank first."""
     facts_a, facts_b = _aligned(a, b)
+    layouts = a.layout is not None and b.layout is not None
     differences, same = [], []
     theirs = frozenset() if b.published else b.unknown_groups  # a published row's: listed as never recorded
     unknown = [f"{group}: unknown to {_who(group in a.unknown_groups, group in theirs)}"
@@ -134,6 +136,8 @@ def explain(a: Side, b: Side) -> Explanation:
         assert fact is not None
         if not (_knows(a, fact.group) and _knows(b, fact.group)):
             continue  # the whole field is unknown to a side: said once above
+        if fact.group == LAYOUT_GROUP and not layouts:
+            continue  # a layout's own facts line up only against another layout's
         # A field only one side has: a flag or a variable not set there, a position it did not draft.
         absent = NOT_SET if fact.key.startswith("-") or fact.group == "comm_env" else "none"
         va = absent if fa is None else fa.value
@@ -144,7 +148,7 @@ def explain(a: Side, b: Side) -> Explanation:
             differences.append(Difference(key, fact.cause, va, vb, _why(fact, va, vb), fact.rank, fact.share))
         else:
             same.append(key)
-    differences.sort(key=lambda d: (d.cause, d.rank))
+    differences.sort(key=lambda d: (not (layouts and d.cause is Cause.LAYOUT), d.cause, d.rank))
     never = tuple(text for group, text in NEVER_RECORDED.items() if group in b.unknown_groups) if b.published else ()
     return Explanation(a, b, tuple(_figures(a, b)), tuple(differences), tuple(unknown), never, tuple(same))
 

@@ -1,6 +1,7 @@
 """The two sides `bench --explain` lines up, from files: a result written by `bench --json` (either method) with its
-receipt read as facts and its rows as numbers, or a recipe's published `reference:` rows with what the recipe says
-it ran and what it never recorded. Bad input is a UsageError naming what is wrong and the fix."""
+receipt read as facts and its rows as numbers, one layout of a `bench --layouts` result (`layouts.json:tp`: that
+layout's receipt and rows), or a recipe's published `reference:` rows with what the recipe says it ran and what it
+never recorded. Bad input is a UsageError naming what is wrong and the fix."""
 
 from __future__ import annotations
 
@@ -14,8 +15,9 @@ from ...engine.errors import UsageError
 from ...recipes.command import canonical
 from ...recipes.load import load_recipe
 from ...recipes.types import Recipe
+from ...serving.layout import LAYOUT_KINDS, Layout
 from ..receipt import Receipt
-from .facts import LAYOUT_FLAGS, Cause, Fact, flag_facts, receipt_facts
+from .facts import LAYOUT_FLAGS, Cause, Fact, flag_facts, layout_facts, receipt_facts
 
 MAX_FILE_BYTES = 64 << 20
 
@@ -27,10 +29,11 @@ class Side:
     unknown_groups: frozenset[str]  # receipt fields this side cannot know (or never recorded)
     numbers: Mapping[str, Mapping[str, float]]  # row ("c=4", "pp64 tg16 @ d0 c1") -> figure -> value
     published: bool = False
+    layout: str | None = None  # one layout of a `bench --layouts` result: its kind (tp, pp, replicas)
 
 
-_FIX = "give a file written by `sparkcluster bench --json` (either method), or compare with a published row: " \
-       "--explain RESULT --compare RECIPE"
+_FIX = "give a file written by `sparkcluster bench --json` (either method) or one layout of `bench --layouts`' " \
+       "(DIR/layouts.json:tp), or compare with a published row: --explain RESULT --compare RECIPE"
 _SUSTAINED = (("generation_tps", "generation tok/s"), ("prefill_tps", "prefill tok/s"), ("peak_tps", "peak tok/s"))
 _BENCHY = (("tg_throughput", "tg t/s"), ("pp_throughput", "pp t/s"), ("ttfr", "ttfr ms"))
 
@@ -72,17 +75,59 @@ def _ceiling(doc: Mapping[str, Any], numbers: Mapping[str, Mapping[str, float]])
     return out
 
 
-def load_result(path: str) -> Side:
-    """A result file with its receipt; UsageError (exit 2) naming what is wrong otherwise."""
-    shown = f"--explain {path}"
+def _file_and_layout(spec: str) -> tuple[str, str | None]:
+    """`RESULT:KIND` names one layout of a `bench --layouts` result; a file whose own name ends so is read whole."""
+    path, colon, kind = spec.rpartition(":")
+    if colon and kind in LAYOUT_KINDS and not Path(spec).exists():
+        return path, kind
+    return spec, None
+
+
+def _read(path: str, shown: str) -> Any:
     try:
         if Path(path).stat().st_size > MAX_FILE_BYTES:
             raise UsageError(f"{shown} is larger than {MAX_FILE_BYTES >> 20} MiB: not a bench result", _FIX)
-        doc = json.loads(Path(path).read_text(encoding="utf-8"))
+        return json.loads(Path(path).read_text(encoding="utf-8"))
     except OSError as e:
         raise UsageError(f"{shown}: {e.strerror or e}", _FIX) from None
     except (UnicodeDecodeError, ValueError):
         raise UsageError(f"{shown} is not a bench result (not JSON; a CSV carries no receipt)", _FIX) from None
+
+
+def _layout_entry(doc: Mapping[str, Any], path: str, kind: str | None, shown: str) -> tuple[dict[str, Any], str]:
+    """The entry of the layout named in a `bench --layouts` result (its rows and its receipt), and the layout as
+    shown: `tp (TP 2 x PP 1)`."""
+    entries = {e.get("layout"): e for e in doc["layouts"] if isinstance(e, dict)}
+    held = ", ".join(map(str, entries)) or "none"
+    example = " ".join(f"{path}:{k}" for k in list(entries)[:2]) or f"{path}:tp"
+    if kind is None:
+        raise UsageError(f"{shown} is a `bench --layouts` result (layouts {held}): it needs the layout named",
+                         f"name a layout after the file, e.g. --explain {example}")
+    entry = entries.get(kind)
+    if entry is None:
+        raise UsageError(f"{shown}: {path} holds no layout {kind} (it holds {held})",
+                         f"name a layout it holds, e.g. --explain {example}")
+    if entry.get("receipt") is None:
+        raise UsageError(f"{shown}: layout {kind} was measured without a receipt (by a sparkcluster before "
+                         "`bench --layouts` kept them)", "measure it again: `bench --layouts` with another --out")
+    try:
+        return entry, f"{kind} ({Layout.from_json(entry['shape']).describe()})"
+    except (KeyError, TypeError, ValueError) as e:
+        raise UsageError(f"{shown}: layout {kind}'s shape cannot be read ({e})",
+                         "give the layouts.json `bench --layouts` wrote, unedited") from None
+
+
+def load_result(spec: str) -> Side:
+    """A result file with its receipt, or `FILE:KIND` for a layout of a `bench --layouts` result; UsageError (exit
+    2) naming what is wrong otherwise."""
+    shown = f"--explain {spec}"
+    path, kind = _file_and_layout(spec)
+    doc, layout = _read(path, shown), None
+    if isinstance(doc, dict) and isinstance(doc.get("layouts"), list):
+        doc, layout = _layout_entry(doc, path, kind, shown)
+    elif kind is not None:
+        raise UsageError(f"{shown}: {path} is not a `bench --layouts` result, so it holds no layout {kind}",
+                         f"give the file alone (--explain {path} ...), or a layouts.json `bench --layouts` wrote")
     if not isinstance(doc, dict) or not (isinstance(doc.get("rows"), list) or isinstance(doc.get("benchmarks"), list)):
         raise UsageError(f"{shown} is not a bench result (it holds neither `rows` nor `benchmarks`)", _FIX)
     found = doc.get("receipt") or (doc.get("sparkcluster") or {}).get("receipt")
@@ -99,7 +144,9 @@ def load_result(path: str) -> Side:
                else _benchy_numbers(doc["benchmarks"]))
     facts, unknown = receipt_facts(receipt)
     facts += _ceiling(doc, numbers)
-    return Side(path, {f.key: f for f in facts}, frozenset(unknown), numbers)
+    if layout is not None:
+        facts += layout_facts(layout, receipt)
+    return Side(spec, {f.key: f for f in facts}, frozenset(unknown), numbers, layout=kind)
 
 
 # What a recipe's published rows never record, by the receipt's fields: a recipe says its model, flags and image

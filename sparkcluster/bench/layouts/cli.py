@@ -1,7 +1,7 @@
 """`bench --layouts tp,pp,replicas`: serve's own options (--model/--recipe, --runtime, --launcher, vLLM flags after
 --), every layout sized on the selected nodes and the state of an earlier run read before anything connects; then
-the run (run.py) and one table of the layouts side by side (report.py), or --json. The results and the resume state
-lie in --out DIR."""
+the run (run.py) and one table of the layouts side by side (report.py), or --json. The results (each layout with
+its receipt, which `bench --explain DIR/layouts.json:KIND` reads) and the resume state lie in --out DIR."""
 
 from __future__ import annotations
 
@@ -197,4 +197,9 @@ def show(measured: list[state.Measured], planned: list[Planned], sweep: SweepOpt
         console.print("serve the best: " + "; ".join(
             f"{kind} at c={','.join(c for c, k in best.items() if k == kind)}: `{serve_hint(layouts[kind])}`"
             for kind in winners if kind in layouts), highlight=False, markup=False)
-    console.print(f"results and the resume state: {out}/", highlight=False, markup=False)
+    console.print(f"results, each layout with the receipt of its measurement: {out / RESULTS_FILE}; the resume "
+                  f"state: {out / state.STATE_FILE}", highlight=False, markup=False)
+    if len(measured) > 1:
+        first, second = (f"{out / RESULTS_FILE}:{m.layout}" for m in measured[:2])
+        console.print(f"why two layouts' figures differ: sparkcluster bench --explain {first} {second}",
+                      highlight=False, markup=False)

@@ -1,7 +1,8 @@
 """A `bench --layouts` run on a connected cluster: the model staged once, then each layout not measured yet served
 through serve's own phases (serving/phases.py: the same staging check, Ray, probe, launch and readiness; the
-compile caches stay warm between layouts) and measured by bench's own sweep against the endpoint serve recorded.
-Each layout measured is written to the state at once, so a run cut short (a failure, Ctrl-C) resumes at the next
+compile caches stay warm between layouts) and measured by bench's own sweep against the endpoint serve recorded,
+with the receipt `bench` writes (receipts.py): that layout's serve record and command line, the /metrics deltas over
+its sweep, and the nodes' facts, read once for the run. Each layout measured is written to the state at once, so a run cut short (a failure, Ctrl-C) resumes at the next
 layout without serving a measured one again."""
 
 from __future__ import annotations
@@ -16,10 +17,12 @@ from ...serving.fit import replica_fit
 from ...serving.layout import Layout, LayoutKind
 from ...serving.phases import ServeOptions, hub_model, serve, stage_model
 from ...serving.progress import Emit as ServeEmit
+from ..receipt import Receipt
+from ..receipt_sources import NodesRead
+from ..receipts import sustained_parameters, sweep_receipt
 from ..sweep import Emit as SweepEmit
 from ..sweep import Level, Prepared, SweepOptions, sweep
 from ..target import from_cluster
-from .build import served_vllm
 from .choice import refused_as
 from .state import LayoutState, Measured
 
@@ -35,12 +38,13 @@ class Planned:
 
 @dataclass(frozen=True)
 class Swept:
-    """What measuring a served layout gave: a level per concurrency, what the sweep learnt of the server, and the
-    vLLM build that served (build.py)."""
+    """What measuring a served layout gave: a level per concurrency, what the sweep learnt of the server, the
+    vLLM build that served (build.py) and the receipt of the measurement."""
 
     levels: list[Level]
     prepared: Prepared
     vllm_build: str | None
+    receipt: Receipt | None = None
 
 
 # What serves a layout (its phases' seconds) and what measures the endpoint then served: serve's phases and bench's
@@ -66,7 +70,7 @@ def measure_layouts(planned: Sequence[Planned], state: LayoutState, serve_layout
         state.record(Measured(item.kind, item.layout, tuple(level.row for level in swept.levels),
                               tuple(level.server for level in swept.levels), swept.prepared.server_version,
                               round(served - began, 3), round(time.monotonic() - served, 3), phases,
-                              swept.vllm_build))
+                              swept.vllm_build, swept.receipt))
 
 
 def stage_once(session: Session, todo: Sequence[Planned], emit: ServeEmit) -> float:
@@ -90,11 +94,17 @@ def serve_on(session: Session, emit: ServeEmit) -> ServeLayout:
 
 
 def sweep_on(session: Session, options: SweepOptions, emit: SweepEmit) -> Measure:
-    """Bench's sweep against the endpoint serve recorded on the head (the router's, for replicas)."""
+    """Bench's sweep against the endpoint serve recorded on the head (the router's, for replicas), and its receipt:
+    the serve record read after each layout's serve, the nodes' comm env and facts once (no serve changes them)."""
+    nodes: list[NodesRead] = []  # read with the first layout measured, shared by the rest
+
     def measure(item: Planned) -> Swept:
-        target = from_cluster(session)
+        target = from_cluster(session, nodes[0] if nodes else None)
+        if target.served and not nodes:
+            nodes.append(NodesRead(target.served.comm_env, target.served.nodes))
         levels: list[Level] = []
         prepared = Prepared()
         asyncio.run(sweep(target.base_url, target.model, options, levels, prepared, emit, target.api_key))
-        return Swept(levels, prepared, served_vllm(session, item.options.runtime_choice()))
+        receipt = sweep_receipt(target, prepared, sustained_parameters(prepared.options or options, prepared))
+        return Swept(levels, prepared, target.served.vllm_build if target.served else None, receipt)
     return measure

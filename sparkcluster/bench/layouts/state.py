@@ -1,5 +1,6 @@
 """What a `bench --layouts` run keeps beside its results so that a run cut short resumes: the inputs the figures
-depend on, and each layout measured so far with its rows and timings. Written after every layout (atomically: a
+depend on, and each layout measured so far with its rows, timings and receipt (what produced its figures, as
+`bench --json`'s: a resumed run keeps the receipts of the layouts measured before it). Written after every layout (atomically: a
 Ctrl-C mid-write never leaves half a file that a resume would trust); read before anything connects, so a state of
 other inputs is refused up front rather than mixed with new figures."""
 
@@ -15,9 +16,11 @@ from ...engine.errors import UsageError
 from ...serving.layout import LAYOUT_KINDS, Layout, LayoutKind
 from ..methods.closed_loop.arithmetic import Distribution, Row
 from ..metrics import ServerSide
+from ..receipt import Receipt
 from ..table import DISTRIBUTIONS
 
-STATE_VERSION = 1
+STATE_VERSION = 2  # 2: each layout's receipt; a state of version 1 reads with none (unknown), its figures the same
+READABLE_VERSIONS = (1, 2)
 STATE_FILE = "layouts-state.json"
 
 
@@ -34,19 +37,23 @@ class Measured:
     measure_s: float  # the sweep: calibration, warm-up and every concurrency
     phases: dict[str, float] = field(default_factory=dict)
     vllm_build: str | None = None  # the vLLM distribution's version where it served (build.py): 0.32.0+cpu on CPU
+    receipt: Receipt | None = None  # what produced these figures: this layout's serve, /metrics over its sweep
 
     def to_json(self) -> dict[str, Any]:
         return {"layout": self.layout, "shape": self.shape.to_json(), "rows": [r.to_json() for r in self.rows],
                 "server": [asdict(s) if s else None for s in self.server], "server_version": self.server_version,
                 "serve_s": self.serve_s, "measure_s": self.measure_s, "phases": self.phases,
-                "vllm_build": self.vllm_build}
+                "vllm_build": self.vllm_build, "receipt": None if self.receipt is None else self.receipt.to_json()}
 
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> Measured:
+        """Raises ValueError, KeyError or TypeError for an entry that does not read (a receipt's among them)."""
+        receipt = doc.get("receipt")
         return cls(kind(doc["layout"]), Layout.from_json(doc["shape"]), tuple(row_from_json(r) for r in doc["rows"]),
                    tuple(ServerSide(**s) if s else None for s in doc["server"]), doc["server_version"],
                    float(doc["serve_s"]), float(doc["measure_s"]),
-                   {str(k): float(v) for k, v in doc["phases"].items()}, doc["vllm_build"])
+                   {str(k): float(v) for k, v in doc["phases"].items()}, doc["vllm_build"],
+                   None if receipt is None else Receipt.from_json(receipt))
 
 
 def kind(text: object) -> LayoutKind:
@@ -89,8 +96,8 @@ def load(path: Path, inputs: dict[str, Any]) -> LayoutState:
     start_afresh = f"give another --out, or delete {path} to measure every layout afresh"
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
-        if doc.get("version") != STATE_VERSION:
-            raise ValueError(f"version {doc.get('version')!r}, not {STATE_VERSION}")
+        if doc.get("version") not in READABLE_VERSIONS:
+            raise ValueError(f"version {doc.get('version')!r}, not {' or '.join(map(str, READABLE_VERSIONS))}")
         recorded: dict[str, Any] = doc["inputs"]
         done = [Measured.from_json(m) for m in doc["done"]]
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
