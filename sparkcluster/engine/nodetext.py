@@ -21,10 +21,18 @@ _ESCAPE = re.compile(
 _SPACE_LIKE = str.maketrans("\t\n\r\v\f", "     ")
 
 
+def without_escapes(text: str) -> str:
+    """`text` without its terminal escape sequences, nothing else changed: for a reader of a node's log (NCCL's lines
+    behind Ray's coloured prefixes) that needs its columns as printed but not the colours splitting them."""
+    if "\x1b" not in text and text.isascii():
+        return text  # most lines of a long log: two scans in C instead of the pattern tried at every character
+    return _ESCAPE.sub("", text)
+
+
 def printable(text: str) -> str:
     """`text` without terminal escape sequences or control characters (tabs and line breaks become spaces: one
     node's value stays on its line)."""
-    text = _ESCAPE.sub("", text).translate(_SPACE_LIKE)
+    text = without_escapes(text).translate(_SPACE_LIKE)
     return text if text.isprintable() else "".join(c for c in text if c.isprintable())
 
 

@@ -13,6 +13,8 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ..engine.nodetext import without_escapes
+
 # The probe imports only the standard library at load time, so its arithmetic and table serve here too.
 from . import probe
 from .rings import QpFailure, RingLines
@@ -26,8 +28,6 @@ Lines = str | Iterable[str]  # a whole text, or its lines as a file yields them 
 
 _INTRA_NODE = frozenset({"P2P", "SHM", "NVLS"})
 
-# Color codes from Ray's log forwarding would split the prefix from the NCCL line.
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")
 # "host:pid:tid [cudaDev] NCCL INFO msg"; WARN lines carry "file.cc:line" before "NCCL WARN". Anything may precede
 # it (a Ray "(RayWorkerWrapper pid=123, ip=...)" prefix, a timestamp).
 _PREFIXED = re.compile(r"(?:^|\s)(?P<host>[A-Za-z0-9][\w.-]*):(?P<pid>\d+):\d+ \[\d+\](?: \S+:\d+)? "
@@ -271,7 +271,8 @@ def read_log(text: Lines, source: str = "log") -> list[RankLog]:
     earlier: list[RankLog] = []
     by_process: dict[tuple[str, str], _Builder] = {}
     for line_no, raw in enumerate(split_lines(text), 1):
-        line = _ANSI.sub("", raw)
+        # Ray's log forwarding colours its prefix: an escape sequence would split it from the NCCL line.
+        line = without_escapes(raw)
         if whole.nccl_lines and _TESTS_START.search(line):
             earlier.append(whole.freeze())
             whole = _Builder(f"{source} (run {len(earlier) + 1})")

@@ -12,9 +12,9 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from ..engine.nodetext import without_escapes
 from .logs import PROBE_RESULT, BandwidthRow, Lines, _marked_json, _rows, split_lines
 
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")
 # mpirun --tag-output ("[1,0]<stdout>:"), Ray's "(RayWorkerWrapper pid=1234, ip=10.0.0.1)", a timestamp.
 _PREFIXES = re.compile(r"^(?:\[\d+,\d+\]<std(?:out|err)>:\s?|\(\w+ pid=\d+(?:, ip=[\d.]+)?\)\s*"
                        r"|\d{4}-\d\d-\d\d[T ][\d:.,]+\S*\s+)*")
@@ -53,7 +53,7 @@ class _Table:
 
 
 def clean(line: str) -> str:
-    return _PREFIXES.sub("", _ANSI.sub("", line)).rstrip()
+    return _PREFIXES.sub("", without_escapes(line)).rstrip()
 
 
 def read_tables(text: Lines, source: str = "log") -> list[BandwidthTable]:
