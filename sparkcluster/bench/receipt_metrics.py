@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import math
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -158,6 +159,22 @@ async def snapshot(client: aiohttp.ClientSession, metrics_url: str) -> Snapshot:
     except (aiohttp.ClientError, asyncio.TimeoutError, OSError, ValueError):
         return Snapshot(at, None)
     return Snapshot(at, parse(body.decode("utf-8", errors="replace")))
+
+
+async def snapshot_engines(client: aiohttp.ClientSession, metrics_urls: Sequence[str]) -> Snapshot:
+    """Every engine behind the endpoint at once, each at its own /metrics (replicas behind a router: vllm-router
+    hands its own /metrics to one replica in turn, so two readings there may be two engines' counters), their
+    samples side by side in one scrape, so each counter's total is summed over the engines. Unknown (no scrape)
+    unless every engine answered: a sum missing one is no figure of the endpoint's."""
+    if len(metrics_urls) == 1:
+        return await snapshot(client, metrics_urls[0])
+    taken = await asyncio.gather(*(snapshot(client, url) for url in metrics_urls))
+    scrapes = [s.scrape for s in taken if s.scrape is not None]
+    at = min((s.at for s in taken), default=time.monotonic())
+    if not taken or len(scrapes) < len(taken):
+        return Snapshot(at, None)
+    return Snapshot(at, Scrape(tuple(sample for scrape in scrapes for sample in scrape.samples),
+                               sum(scrape.skipped for scrape in scrapes), any(scrape.truncated for scrape in scrapes)))
 
 
 def between(before: Snapshot | None, after: Snapshot | None) -> EngineDeltas | None:

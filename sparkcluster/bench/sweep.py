@@ -6,7 +6,7 @@ Rows are appended to the caller's list as they complete, so a failure or Ctrl-C 
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 import aiohttp
@@ -25,7 +25,7 @@ from .methods.closed_loop.schedule import (
     stream_completion,
 )
 from .metrics import Sampler, ServerSide, summarize
-from .receipt_metrics import Snapshot, snapshot
+from .receipt_metrics import Snapshot, snapshot_engines
 from .sse import BadResponse, model_ids, read_document
 from .timeline import RequestTimeline
 
@@ -187,7 +187,10 @@ async def calibrate(client: aiohttp.ClientSession, endpoint: Endpoint, target: i
 
 
 async def sweep(base_url: str, model: str | None, opts: SweepOptions, levels: list[Level],
-                prepared: Prepared, emit: Emit = ignore, api_key: str | None = None) -> None:
+                prepared: Prepared, emit: Emit = ignore, api_key: str | None = None,
+                engine_metrics: Sequence[str] = ()) -> None:
+    """`engine_metrics`: each engine's own /metrics where the endpoint is a router in front of several (the
+    receipt's deltas sum them); none: the endpoint's own."""
     async with session(max(opts.concurrency), opts.timeout_s, api_key) as client:
         prepared.model, prepared.max_model_len = await resolve_model(client, base_url, model)
         opts = prepared.options = fitted(opts, prepared.max_model_len, emit)
@@ -206,13 +209,14 @@ async def sweep(base_url: str, model: str | None, opts: SweepOptions, levels: li
             if not result.ok:
                 raise _failed(result, "the warm-up request")
         sampler = Sampler(client, f"{root_of(base_url)}/metrics")
-        prepared.metrics_before = await snapshot(client, sampler.url)
+        engines = list(engine_metrics) or [sampler.url]
+        prepared.metrics_before = await snapshot_engines(client, engines)
         try:
             await _levels(client, endpoint, opts, levels, prepared, sampler, emit)
         except BenchFailed:  # the rows measured so far keep their receipt
-            prepared.metrics_after = await snapshot(client, sampler.url)
+            prepared.metrics_after = await snapshot_engines(client, engines)
             raise
-        prepared.metrics_after = await snapshot(client, sampler.url)
+        prepared.metrics_after = await snapshot_engines(client, engines)
 
 
 async def _levels(client: aiohttp.ClientSession, endpoint: Endpoint, opts: SweepOptions, levels: list[Level],

@@ -5,17 +5,20 @@ and says null where it cannot be known."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 from urllib.parse import urlsplit
 
 from ..engine.errors import SparkclusterError, UsageError
+from ..engine.inventory import Host
 from ..engine.session import Session
 from ..serving.apikey import environment_key
 from ..serving.nodes import client_api_key
-from ..serving.record import ServeRecord
+from ..serving.record import ServeRecord, Serving
 from ..serving.runtime import RuntimeChoice
 from ..serving.status import recorded
+from ..serving.top import replica_targets
 from ..staging.images import inspect
 from .receipt_sources import NodesRead, Served, read_served
 
@@ -30,6 +33,8 @@ class Target:
     api_key: str | None = field(default=None, repr=False)
     # What the cluster says of the engine (serve record, nodes, comm env), read once for the receipt; None: --url.
     served: Served | None = field(default=None, repr=False)
+    # Behind a router, each replica's own /metrics (the receipt's deltas sum them); empty: the endpoint's own.
+    engine_metrics: tuple[str, ...] = ()
 
 
 def base_url(url: str) -> str:
@@ -80,4 +85,13 @@ def from_cluster(session: Session, nodes: NodesRead | None = None) -> Target:
     if record and record.serving and runtime.name == "docker":
         image_id = inspect(session.transport(session.head), runtime.image).id
     target = from_record(record, image_id, client_api_key(session.inventory, session.head))
-    return replace(target, served=read_served(session, record, image_id, nodes)) if record else target
+    if record is None:
+        return target
+    return replace(target, served=read_served(session, record, image_id, nodes),
+                   engine_metrics=engine_metrics(session.hosts, record.serving))
+
+
+def engine_metrics(hosts: Sequence[Host], serving: Serving | None) -> tuple[str, ...]:
+    """Each replica's own /metrics where it answers itself, as `top` reads them (the router's hands the GET to one
+    replica in turn); none for one engine, whose /metrics is the endpoint's."""
+    return tuple(t.metrics_url for t in replica_targets(hosts, serving))

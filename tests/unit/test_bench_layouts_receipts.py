@@ -5,11 +5,13 @@ DIR/layouts.json:replicas` lines up two layouts, the layout they differ in named
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
+import aiohttp
 import pytest
 
 from sparkcluster import cli
@@ -22,15 +24,17 @@ from sparkcluster.bench.layouts import report, run, state
 from sparkcluster.bench.layouts.run import Planned, Swept, measure_layouts
 from sparkcluster.bench.metrics import ServerSide
 from sparkcluster.bench.receipt import BenchParams, Engine, NodeReceipt, Receipt
-from sparkcluster.bench.receipt_metrics import EngineDeltas, Snapshot
+from sparkcluster.bench.receipt_metrics import EngineDeltas, Snapshot, between, snapshot_engines
 from sparkcluster.bench.receipt_sources import NodesRead, Served
 from sparkcluster.bench.sweep import Level, Prepared, SweepOptions
-from sparkcluster.bench.target import Target
+from sparkcluster.bench.target import Target, engine_metrics
 from sparkcluster.engine.cliapp import selected_inventory
 from sparkcluster.engine.errors import SparkclusterError
+from sparkcluster.engine.inventory import Host
 from sparkcluster.observe.prometheus import parse
 from sparkcluster.serving.layout import Placement
 from sparkcluster.serving.record import Launched, ServeRecord, Serving
+from tests.openai_stub import running_stub
 from tests.unit.test_bench_layouts import INPUTS, TP2, TWO_REPLICAS, inventory_file, measured, planned, row
 
 MODEL = "local/tiny-llama"
@@ -132,6 +136,9 @@ def record(command: tuple[str, ...], tp: int, replicas: tuple[Placement, ...]) -
                                launched=Launched(command, None, None, ())))
 
 
+REPLICA_METRICS = ("http://10.0.0.1:8001/metrics", "http://10.0.0.2:8002/metrics")
+
+
 def metrics(hits: float, queries: float) -> str:
     return f"vllm:prefix_cache_hits_total {hits}\nvllm:prefix_cache_queries_total {queries}\n"
 
@@ -144,14 +151,17 @@ def test_each_layout_gets_its_own_serve_record_and_metrics_and_the_nodes_are_rea
                                                       Placement(1, ("spark-2",), 8002)))}
     now: list[str] = []
     given_nodes: list[NodesRead | None] = []
+    read_from: list[tuple[str, ...]] = []
 
     def from_cluster(session: object, nodes: NodesRead | None = None) -> Target:
         given_nodes.append(nodes)
         found = nodes or NodesRead(COMM_ENV, NODES)
         return Target("http://10.0.0.1:8000/v1", MODEL, served=Served(
-            served[now[-1]], None, "0.32.0+cpu", None, "/opt/vllm-env", found.comm_env, found.nodes))
+            served[now[-1]], None, "0.32.0+cpu", None, "/opt/vllm-env", found.comm_env, found.nodes),
+            engine_metrics=REPLICA_METRICS if now[-1] == "replicas" else ())
 
-    async def sweep(base_url, model, options, levels, prepared, emit, api_key):  # noqa: ANN001, ANN202
+    async def sweep(base_url, model, options, levels, prepared, emit, api_key, engine_metrics):  # noqa: ANN001, ANN202
+        read_from.append(engine_metrics)
         hits = {"tp": 30.0, "replicas": 10.0}[now[-1]]  # this layout's cache hits over its own sweep
         prepared.prompt_words, prepared.prompt_tokens = 12, 16
         prepared.metrics_before = Snapshot(1.0, parse(metrics(100.0, 200.0)))
@@ -167,6 +177,7 @@ def test_each_layout_gets_its_own_serve_record_and_metrics_and_the_nodes_are_rea
         swept[item.kind] = measure(item)
 
     assert given_nodes == [None, NodesRead(COMM_ENV, NODES)]  # read with tp's, handed to replicas'
+    assert read_from == [(), REPLICA_METRICS]  # behind the router, each replica's own /metrics
     tp, replicas = swept["tp"].receipt, swept["replicas"].receipt
     assert tp is not None and replicas is not None
     assert tp.engine.command == TP_COMMAND and (tp.engine.tp, tp.engine.replicas) == (2, 1)
@@ -177,6 +188,40 @@ def test_each_layout_gets_its_own_serve_record_and_metrics_and_the_nodes_are_rea
     assert tp.engine.vllm_version == "0.32.0+cpu" and swept["tp"].vllm_build == "0.32.0+cpu"
     assert tp.bench.method == "sustained" and tp.bench.parameters["prompt_tokens_measured"] == 16
     assert tp.bench.prompt_digest  # the same prompt set as `bench` names it
+
+
+# ---- behind the router: each replica's own /metrics, summed ------------------------------------------------------
+
+def test_behind_a_router_the_receipt_reads_each_replicas_own_metrics():
+    routed = Serving(MODEL, MODEL, 8000, "http://192.168.1.10:8000/v1", 1,
+                     replicas=(Placement(0, ("spark-1",), 8001), Placement(1, ("spark-2",), 8002)))
+    hosts = [Host("spark-1", "192.168.1.10", "head"), Host("spark-2", "192.168.1.11", "worker")]
+    assert engine_metrics(hosts, routed) == ("http://192.168.1.10:8001/metrics", "http://192.168.1.11:8002/metrics")
+    assert engine_metrics(hosts, dataclasses.replace(routed, replicas=())) == ()  # one engine: the endpoint's own
+
+
+async def _complete(client: aiohttp.ClientSession, base_url: str, max_tokens: int) -> None:
+    async with client.post(f"{base_url}/completions", json={"prompt": "one two three", "max_tokens": max_tokens}) as r:
+        assert r.status == 200
+
+
+def test_the_replicas_counters_are_summed_and_one_that_does_not_answer_leaves_them_unknown():
+    """vllm-router hands its /metrics to one replica in turn: the deltas are each replica's own, summed."""
+    with running_stub(spec_tokens=2) as a, running_stub(spec_tokens=4) as b:
+        urls = [a.removesuffix("/v1") + "/metrics", b.removesuffix("/v1") + "/metrics"]
+
+        async def measure(engines: list[str]) -> EngineDeltas | None:
+            async with aiohttp.ClientSession() as client:
+                before = await snapshot_engines(client, engines)
+                for base_url, max_tokens in ((a, 8), (a, 8), (b, 8)):  # 4 drafts per request of 8 tokens
+                    await _complete(client, base_url, max_tokens)
+                return between(before, await snapshot_engines(client, engines))
+
+        summed = asyncio.run(measure(urls))
+        assert summed is not None and summed.spec_decode is not None, summed
+        assert (summed.spec_decode.drafts, summed.spec_decode.draft_tokens) == (12, 2 * 4 * 2 + 4 * 4)
+        assert summed.spec_decode.acceptance_rate == 12 / 32 and summed.prefix_cache_hit_rate == 0.0
+        assert asyncio.run(measure([*urls, "http://127.0.0.1:9/metrics"])) is None  # a replica not answering
 
 
 # ---- --explain between two layouts ----------------------------------------------------------------------------------

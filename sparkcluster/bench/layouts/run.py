@@ -104,7 +104,8 @@ def sweep_on(session: Session, options: SweepOptions, emit: SweepEmit) -> Measur
             nodes.append(NodesRead(target.served.comm_env, target.served.nodes))
         levels: list[Level] = []
         prepared = Prepared()
-        asyncio.run(sweep(target.base_url, target.model, options, levels, prepared, emit, target.api_key))
+        asyncio.run(sweep(target.base_url, target.model, options, levels, prepared, emit, target.api_key,
+                          target.engine_metrics))
         receipt = sweep_receipt(target, prepared, sustained_parameters(prepared.options or options, prepared))
         return Swept(levels, prepared, target.served.vllm_build if target.served else None, receipt)
     return measure
