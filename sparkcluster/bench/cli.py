@@ -22,12 +22,11 @@ from ..engine.cliapp import App, Connect
 from ..engine.console import err as err_console
 from ..engine.console import out as console
 from ..engine.console import print_error
-from ..engine.errors import EXIT_INTERRUPTED, EXIT_OK, SparkclusterError, UsageError
+from ..engine.errors import EXIT_INTERRUPTED, EXIT_OK, UsageError
 from ..engine.report import print_json
 from ..engine.session import Session
-from ..node.gputelemetry import GpuTelemetry, read_all, telemetry_json
 from ..recipes.load import Reference
-from . import ceiling, compare, decode_budget, head_tokenizer, plot, published, table
+from . import alongside, ceiling, compare, decode_budget, head_tokenizer, plot, published, table
 from .context import DoesNotFit
 from .explain import lineup as explain_lineup
 from .explain import sides as explain_sides
@@ -128,16 +127,6 @@ def _progress(enabled: bool) -> tuple[Progress | None, Emit]:
     return bar, show
 
 
-def gpus_at_end(args: argparse.Namespace, connect: Connect) -> dict[str, GpuTelemetry | str]:
-    """Each node's GPU temperature, power, clock and throttle reasons as the run ends (a throttled node explains a
-    slow row); none where the nodes cannot be reached again."""
-    try:
-        with connect(args, lambda inventory: None, require_all=False) as session:
-            return read_all(session, [h for h in session.hosts if h.name in session.facts])
-    except SparkclusterError:
-        return {}
-
-
 def served_figures(session: Session, target: Target, args: argparse.Namespace) -> dict[str, Any]:
     """The served model's decode ceiling and its decode budget's inputs (verify's latency among them), read from
     the head once; they ride in the config, where the JSON document and the table both read them."""
@@ -208,7 +197,7 @@ def cmd_bench(args: argparse.Namespace, connect: Connect) -> int:
     if benchy:
         plan = llama_benchy_cli.plan(args)
         target, fetched = find_target(args, connect, tokenizer=True)
-        return llama_benchy_cli.cmd(args, target, plan, fetched)
+        return llama_benchy_cli.cmd(args, target, plan, connect, fetched)
     opts = sweep_options(args)
     check_outputs(args)
     if args.compare and published.is_results_file(args.compare):
@@ -249,14 +238,11 @@ def cmd_bench(args: argparse.Namespace, connect: Connect) -> int:
             {**dataclasses.asdict(r), "ratio": r.ratio} for r in found]}
     if baseline:
         doc["speedup"] = ceiling.speedups(levels, baseline)
-    budget = decode_budget.for_run(target.config, [level.row for level in levels])
-    if budget:
-        doc["decode_budget"] = budget.to_json()
     if failure:
         doc["error"] = {"message": failure.message, "fix": failure.fix}
-    gpus = gpus_at_end(args, connect) if code != EXIT_INTERRUPTED and not args.url else {}
-    if gpus:
-        doc["gpu_at_end"] = {name: telemetry_json(got) for name, got in gpus.items()}
+    extra = alongside.gather(args, connect, target.config,
+                             [(level.row.concurrency, level.row.itl_s.p50) for level in levels], code)
+    doc.update(extra.to_json())
     if args.json:
         print_json(doc)
     elif levels:
@@ -266,15 +252,16 @@ def cmd_bench(args: argparse.Namespace, connect: Connect) -> int:
         console.print(table.render(levels, escape(title), limit["tokens_per_s"] if limit else None))
         if limit:
             console.print(ceiling.describe(limit), highlight=False)
+        budget = extra.budget_text()
         if budget:
-            console.print(decode_budget.describe(budget), highlight=False, markup=False)
+            console.print(budget, highlight=False, markup=False)
         if baseline:
             console.print(ceiling.speedup_lines(levels, baseline), highlight=False)
         if reference:
             console.print(compare.render(found, reference))
+    gpus = extra.gpu_line()
     if gpus and not args.json:
-        console.print("GPUs at the end: " + "; ".join(f"{name} {got if isinstance(got, str) else got.summary()}"
-                                                      for name, got in gpus.items()), highlight=False, markup=False)
+        console.print(gpus, highlight=False, markup=False)
     if levels and args.csv:
         table.save_csv(levels, Path(args.csv))
         write_beside(Path(args.csv), receipt)

@@ -47,8 +47,8 @@ def fit(sizes: Sizes, context: int | None) -> Sizes:
     request)."""
     if context is None:
         return sizes
-    limit = context if sizes.prompt_given else int(context * FILL)
-    prompt, output = _halved(sizes, limit)
+    halved = halved_to_fit(sizes, context)
+    prompt, output = halved.prompt_tokens, halved.output_tokens
     if prompt + output > context:
         given = [f"--{name}-tokens {value}" for name, value, was_given in (
             ("prompt", prompt, sizes.prompt_given), ("output", output, sizes.output_given)) if was_given]
@@ -58,6 +58,15 @@ def fit(sizes: Sizes, context: int | None) -> Sizes:
                          f"output ({prompt} + {output} = {prompt + output} tokens) must fit in it",
                          f"give --prompt-tokens and --output-tokens that sum to {context} or less, e.g. "
                          f"--prompt-tokens {example[0]} --output-tokens {example[1]}")
+    return halved
+
+
+def halved_to_fit(sizes: Sizes, context: int, reserved: int = 0) -> Sizes:
+    """`sizes` with the ones not given halved until a request of `reserved` tokens before its prompt (llama-benchy's
+    depth), the prompt and the output fits `context` (a default prompt with room to spare: FILL); what the sizes
+    given leave may still pass it, which each method words in its own flags."""
+    limit = (context if sizes.prompt_given else int(context * FILL)) - reserved
+    prompt, output = _halved(sizes, limit)
     return Sizes(prompt, output, sizes.prompt_given, sizes.output_given)
 
 

@@ -32,7 +32,6 @@ from ..engine.session import Session
 from ..nccl.latency import Latency
 from ..nccl.verify import LAST_VERIFY_COMMAND
 from .ceiling import ServedModel, config_int, text_config
-from .methods.closed_loop.arithmetic import Row
 
 ALL_REDUCES_PER_LAYER = 2  # after attention and after the MLP (or the MoE experts)
 ACTIVATION_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}  # quantised weights still all-reduce 16-bit values
@@ -231,11 +230,11 @@ def budget(inputs: Inputs, itl_by_concurrency: Sequence[tuple[int, float | None]
     return DecodeBudget(inputs, tuple(step_budget(inputs, c, itl) for c, itl in itl_by_concurrency))
 
 
-def for_run(config: Mapping[str, Any], rows: Sequence[Row]) -> DecodeBudget | None:
-    """The budget of a run's rows, from the inputs bench's config carries (`decode_step`); None without them."""
+def for_run(config: Mapping[str, Any], itl_by_concurrency: Sequence[tuple[int, float | None]]) -> DecodeBudget | None:
+    """The budget of a run, whichever method measured its ITL (each concurrency with its ITL in seconds), from the
+    inputs bench's config carries (`decode_step`); None without them."""
     step = config.get("decode_step")
-    return budget(Inputs.from_json(step), [(r.concurrency, r.itl_s.p50) for r in rows]) if isinstance(
-        step, Mapping) else None
+    return budget(Inputs.from_json(step), itl_by_concurrency) if isinstance(step, Mapping) else None
 
 
 def last_verify_record(session: Session) -> dict[str, Any] | None:

@@ -7,7 +7,7 @@ import argparse
 from contextlib import contextmanager
 from pathlib import Path
 
-from sparkcluster.bench.cli import gpus_at_end
+from sparkcluster.bench.alongside import gpus_at_end
 from sparkcluster.engine.command import Command
 from sparkcluster.engine.errors import SparkclusterError
 from sparkcluster.engine.inventory import Host, Inventory

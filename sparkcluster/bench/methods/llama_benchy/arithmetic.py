@@ -155,3 +155,19 @@ def summarize(runs: Sequence[Sequence[RequestResult]], *, pp: int, tg: int, dept
         tg_throughput=tg_total, tg_req_throughput=tg_total if concurrency == 1 else metric(f.tg_req),
         peak_throughput=metric(f.peak), peak_req_throughput=metric(f.peak_req),
         ttfr=metric(f.ttfr, 1000), est_ppt=metric(f.est_ppt, 1000), e2e_ttft=metric(f.e2e_ttft, 1000))
+
+
+def itl_by_concurrency(runs: Sequence[BenchmarkRun]) -> list[tuple[int, float]]:
+    """Each concurrency's inter-token latency in seconds, for the decode budget: 1 / the per-request tg rate (tokens
+    after the first over their span: one over the time between tokens), of the tg cells at the shallowest depth
+    measured at that concurrency (a deeper context lengthens attention, not the all-reduces), averaged over them."""
+    rates: dict[int, tuple[int, list[float]]] = {}
+    for run in runs:
+        if run.is_context_prefill_phase or run.tg_req_throughput is None or run.tg_req_throughput.mean <= 0:
+            continue
+        depth, found = rates.get(run.concurrency, (run.context_size, []))
+        if run.context_size < depth:
+            depth, found = run.context_size, []
+        if run.context_size == depth:
+            rates[run.concurrency] = (depth, [*found, 1 / run.tg_req_throughput.mean])
+    return [(c, sum(itls) / len(itls)) for c, (_, itls) in sorted(rates.items())]

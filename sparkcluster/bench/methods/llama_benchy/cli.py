@@ -1,8 +1,10 @@
 """`bench --method llama-benchy` and `bench --profile`: llama-benchy's flags (each of --pp --tg --depth
---concurrency takes several values, space- or comma-separated), checked before anything connects; the session
-run; then llama-benchy's outputs (its markdown table, --json its document with ours under `sparkcluster`,
---csv FILE its columns, --plot) and, for a profile, the Arena's files in --out DIR, rewritten after every cell
-so an interruption keeps every finished one and a re-run measures only the rest."""
+--concurrency takes several values, space- or comma-separated), checked before anything connects; the grid fitted
+to the served context (fit.py) before any request; the session run; then llama-benchy's outputs (its markdown
+table, --json its document with ours under `sparkcluster`, --csv FILE its columns, --plot), what bench reports
+alongside either method (the decode budget, the GPUs at the end: under the table, and under `sparkcluster`) and,
+for a profile, the Arena's files in --out DIR, rewritten after every cell so an interruption keeps every finished
+one and a re-run measures only the rest."""
 
 from __future__ import annotations
 
@@ -17,19 +19,21 @@ from typing import Any
 from rich.markup import escape
 
 from .... import __version__
+from ....engine.cliapp import Connect
 from ....engine.console import err as err_console
 from ....engine.console import out as console
 from ....engine.console import print_error
-from ....engine.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, SparkclusterError, UsageError
+from ....engine.errors import EXIT_INTERRUPTED, EXIT_OK, SparkclusterError, UsageError
 from ....engine.report import print_json
-from ... import arena, ceiling, plot, published
+from ... import alongside, arena, ceiling, plot, published
 from ...corpus import BOOK_URL, Corpus, book_text, find_tokenizer, read_corpus
 from ...profile import Profile, load_profile
 from ...receipts import ARENA_RECEIPT, benchy_receipt, save, write_beside
 from ...target import Target
 from . import formats
-from .arithmetic import BenchmarkRun
+from .arithmetic import BenchmarkRun, itl_by_concurrency
 from .chat import Client
+from .fit import fit_grid
 from .run import Outcome, served_model, session_run
 from .schedule import BenchyOptions, Cell, cells
 
@@ -47,6 +51,7 @@ class Plan:
     profile: Profile | None
     out: Path | None
     published: published.Published | None = None
+    pp_given: bool = True  # False: --pp's default, which is fitted to the served context
 
 
 def with_compare(args: argparse.Namespace, plan_: Plan) -> Plan:
@@ -118,7 +123,7 @@ def plan(args: argparse.Namespace) -> Plan:
                          adapt_prompt=not args.no_adapt_prompt)
     return with_compare(args, Plan(opts, tuple(cells(
         ints(args.depth, "--depth", (0,), 0), ints(args.pp, "--pp", (2048,), 1), ints(args.tg, "--tg", (32,), 1),
-        ints(args.concurrency, "--concurrency", (1,), 1))), None, None))
+        ints(args.concurrency, "--concurrency", (1,), 1))), None, None, pp_given=bool(args.pp)))
 
 
 def corpus_for(args: argparse.Namespace, model: str, hf_model: str | None, from_head: Path | None) -> Corpus:
@@ -133,10 +138,10 @@ def header(plan_: Plan, model: str, outcome: Outcome, started: datetime.datetime
 
 
 def ours(target: Target, plan_: Plan, corpus: Corpus | None, outcome: Outcome,
-         failure: SparkclusterError | None) -> dict[str, Any]:
+         failure: SparkclusterError | None, context: int | None) -> dict[str, Any]:
     """What sparkcluster adds to llama-benchy's document, under one key."""
     doc: dict[str, Any] = {
-        "version": __version__, "method": "llama-benchy", "target": target.config,
+        "version": __version__, "method": "llama-benchy", "target": target.config, "max_model_len": context,
         "runs": plan_.opts.runs, "warmup_run_per_cell": plan_.opts.warmup, "no_cache": plan_.opts.no_cache,
         "adapt_prompt": plan_.opts.adapt_prompt, "cells_planned": len(plan_.cells),
         "cells_measured": outcome.cells_done,
@@ -150,14 +155,19 @@ def ours(target: Target, plan_: Plan, corpus: Corpus | None, outcome: Outcome,
     return doc
 
 
-def cmd(args: argparse.Namespace, target: Target, plan_: Plan, head_tokenizer: Path | None = None) -> int:
+# Under the decode budget: where its ITL comes from, as llama-benchy's table has no ITL column.
+ITL_SOURCE = "  ITL here: 1 / llama-benchy's tg per request (t/s (req)), at each concurrency's shallowest depth"
+
+
+def cmd(args: argparse.Namespace, target: Target, plan_: Plan, connect: Connect,
+        head_tokenizer: Path | None = None) -> int:
     started = datetime.datetime.now(datetime.timezone.utc)
     quiet = bool(args.json)
 
     def say(text: str) -> None:
         if not quiet:
             err_console.print(escape(text), highlight=False)
-    outcome, corpus, model = Outcome(), None, target.model or ""
+    outcome, corpus, model, context = Outcome(), None, target.model or "", None
     failure: SparkclusterError | None = None
     code = EXIT_OK
     todo: list[Cell] = list(plan_.cells)
@@ -172,9 +182,12 @@ def cmd(args: argparse.Namespace, target: Target, plan_: Plan, head_tokenizer: P
             arena.save_cell(plan_.out, cell, formats.document(header(plan_, model, outcome, started), entries))
             arena.write(plan_.out, plan_.profile, target, plan_.opts, started, plan_.cells, bool(done_before))
     try:
-        if not model:
-            model = asyncio.run(served_model(target.base_url, args.timeout, target.api_key))
-            target = dataclasses.replace(target, model=model)
+        model, context = asyncio.run(served_model(target.base_url, model or None, args.timeout, target.api_key))
+        target = dataclasses.replace(target, model=model)
+        fitted = fit_grid(plan_.cells, context, plan_.pp_given, plan_.profile.name if plan_.profile else None)
+        if fitted.note:  # only --pp's default changes, never a profile's grid (whose cells resume by name)
+            say(fitted.note)
+            plan_, todo = dataclasses.replace(plan_, cells=fitted.cells), list(fitted.cells)
         corpus = corpus_for(args, model, target.config.get("hf_model"), head_tokenizer)
         say(f"bench --method llama-benchy: {target.base_url}, model {model}, tokenizer {corpus.tokenizer.name}, "
             f"{len(todo)} cell(s)")
@@ -182,15 +195,15 @@ def cmd(args: argparse.Namespace, target: Target, plan_: Plan, head_tokenizer: P
         if todo:
             asyncio.run(session_run(client, corpus, plan_.opts, todo, outcome, say, done,
                                     session_warmup=not args.no_warmup, skipped=len(done_before),
-                                    warm_first_cell_only=plan_.profile is not None))
+                                    warm_first_cell_only=plan_.profile is not None, context=context))
     except SparkclusterError as e:
-        failure, code = e, (2 if isinstance(e, UsageError) else EXIT_FAILED)
+        failure, code = e, e.exit_code  # 2 for a grid that cannot fit the context
     except KeyboardInterrupt:
         code = EXIT_INTERRUPTED
     head = header(plan_, model, outcome, started)
     runs = [BenchmarkRun.from_json(b) for d in done_before for b in d["benchmarks"]] + outcome.runs
     doc = formats.document(head, runs)
-    doc["sparkcluster"] = ours(target, plan_, corpus, outcome, failure)
+    doc["sparkcluster"] = ours(target, plan_, corpus, outcome, failure, context)
     receipt = benchy_receipt(target, {**dataclasses.asdict(plan_.opts), "cells": [c.label for c in plan_.cells]},
                              corpus, outcome.metrics_before, outcome.metrics_after)
     doc["sparkcluster"]["receipt"] = receipt.to_json()
@@ -199,6 +212,8 @@ def cmd(args: argparse.Namespace, target: Target, plan_: Plan, head_tokenizer: P
         doc["sparkcluster"]["compare"] = {"source": plan_.published.source, "ratios": [
             {"test": str(p.shape), "figure": p.figure, "measured": p.measured, "published": p.published,
              "ratio": p.ratio} for p in found]}
+    extra = alongside.gather(args, connect, target.config, itl_by_concurrency(runs), code)
+    doc["sparkcluster"].update(extra.to_json())  # beside llama-benchy's keys, never inside them
     if args.json:
         print_json(doc)
     elif runs:
@@ -206,8 +221,14 @@ def cmd(args: argparse.Namespace, target: Target, plan_: Plan, head_tokenizer: P
         limit = target.config.get("decode_ceiling")
         if limit:  # under llama-benchy's own table, which stays as it prints it
             console.print("\n".join([ceiling.describe(limit), *ceiling.benchy_shares(runs, limit)]), highlight=False)
+        budget = extra.budget_text()
+        if budget:
+            console.print(f"{budget}\n{ITL_SOURCE}", highlight=False, markup=False)
         if plan_.published:
             console.print(published.render(found, plan_.published.source))
+    gpus = extra.gpu_line()
+    if gpus and not args.json:
+        console.print(gpus, highlight=False, markup=False)
     if runs and args.csv:  # llama-benchy's columns exactly; its receipt beside it (FILE.receipt.json)
         Path(args.csv).write_text(formats.csv_text(model, runs, head.max_concurrency), encoding="utf-8")
         write_beside(Path(args.csv), receipt)

@@ -56,24 +56,26 @@ def _eta(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
-async def served_model(base_url: str, timeout: float, api_key: str | None = None) -> str:
-    """The server's first model, as llama-benchy picks one when --model is not given, read as every method reads
-    /v1/models (sweep.resolve_model: the same bounds, refusals and words)."""
+async def served_model(base_url: str, wanted: str | None, timeout: float,
+                       api_key: str | None = None) -> tuple[str, int | None]:
+    """The model to measure (the server's first, as llama-benchy picks one when none is `wanted`) and its served
+    context (None where not listed), read as every method reads /v1/models (sweep.resolve_model: the same bounds,
+    refusals and words)."""
     async with request_pool(1, timeout, api_key) as client:
-        model, _ = await resolve_model(client, base_url, None)
-    return model
+        return await resolve_model(client, base_url, wanted)
 
 
 async def session_run(client: Client, corpus: Corpus, opts: BenchyOptions, plan: Sequence[Cell], outcome: Outcome,
                       say: Say, done: Done, *, session_warmup: bool = True, skipped: int = 0,
-                      warm_first_cell_only: bool = False) -> None:
+                      warm_first_cell_only: bool = False, context: int | None = None) -> None:
     """The session start, then each cell of `plan` in order. `skipped` cells were measured before (a resumed
     profile) and count in the progress numbering only. `warm_first_cell_only`: as sparkrun runs a profile
-    (llama-benchy once per cell, the later ones with --no-warmup), only the first cell gets a warm-up run."""
+    (llama-benchy once per cell, the later ones with --no-warmup), only the first cell gets a warm-up run.
+    `context`: the served context (max_model_len), which the session start's probes fit."""
     outcome.tally = client.tally
     async with http_session(max((c.concurrency for c in plan), default=1)) as http:
         say("warm-up, coherence question and latency probe")
-        outcome.session = session = await start(client, http, corpus, opts, session_warmup)
+        outcome.session = session = await start(client, http, corpus, opts, session_warmup, context)
         say(f"latency {session.latency_s * 1000:.2f} ms ({opts.latency_mode})"
             + (f"; the model answered {session.answer!r}" if opts.coherence else ""))
         metrics = metrics_url(client.base_url)

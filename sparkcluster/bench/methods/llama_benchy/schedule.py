@@ -20,6 +20,7 @@ from ....engine.errors import SparkclusterError
 from ...client import pool
 from ...corpus import Corpus, WordTokenizer
 from ...sse import BadResponse
+from ...sweep import TOKENS_PER_WORD_AT_MOST
 from .arithmetic import BenchmarkRun, summarize
 from .chat import (
     CONTEXT_LOAD_USER_MESSAGE,
@@ -32,6 +33,12 @@ from .chat import (
 )
 
 CALIBRATION_TOKENS = 1000  # corpus words sent once to learn the server's tokens per word (fallback only)
+
+
+def calibration_words(context: int | None) -> int:
+    """The calibration sample's words: fewer in a known served context, so that it fits even at several tokens a
+    word (the closed loop's first probe follows the same rule)."""
+    return CALIBRATION_TOKENS if context is None else min(CALIBRATION_TOKENS, max(1, context // TOKENS_PER_WORD_AT_MOST))
 
 
 @dataclass(frozen=True)
@@ -85,12 +92,13 @@ def http_session(max_concurrency: int) -> aiohttp.ClientSession:
 
 
 async def start(client: Client, session: aiohttp.ClientSession, corpus: Corpus, opts: BenchyOptions,
-                session_warmup: bool) -> Session:
-    """Warm-up (always when prompts are adapted, as llama-benchy does), coherence question, latency."""
+                session_warmup: bool, context: int | None = None) -> Session:
+    """Warm-up (always when prompts are adapted, as llama-benchy does), coherence question, latency. `context`: the
+    served context, which the word fallback's calibration sample must fit."""
     delta_user = delta_context = 0
     try:
         if session_warmup or opts.adapt_prompt:
-            delta_user, delta_context = await _warmup(client, session, corpus)
+            delta_user, delta_context = await _warmup(client, session, corpus, context)
         answer = ""
         if opts.coherence:
             passed, answer = await coherence(client, session)
@@ -105,12 +113,13 @@ async def start(client: Client, session: aiohttp.ClientSession, corpus: Corpus, 
     return Session(await latency(client, session, opts.latency_mode), delta_user, delta_context, answer)
 
 
-async def _warmup(client: Client, session: aiohttp.ClientSession, corpus: Corpus) -> tuple[int, int]:
+async def _warmup(client: Client, session: aiohttp.ClientSession, corpus: Corpus,
+                  context: int | None) -> tuple[int, int]:
     """The chat template's overhead in tokens, for a user turn and for a system turn plus the "." probe."""
     tokenizer = corpus.tokenizer
     server_user = await probe_prompt(client, session, None, WARMUP_TEXT)
     if isinstance(tokenizer, WordTokenizer) and server_user is not None:
-        sample = corpus.sample(CALIBRATION_TOKENS)
+        sample = corpus.sample(calibration_words(context))
         server_sample = await probe_prompt(client, session, None, sample)
         words = len(sample.split()) - len(WARMUP_TEXT.split())
         if server_sample is not None and server_sample > server_user and words > 0:
