@@ -1,7 +1,8 @@
 """The served context and bench's request size: vLLM refuses (HTTP 400) a request whose prompt or output alone passes
 the model's `max_model_len`, which `/v1/models` lists, and cuts short the output of one whose prompt and output
 together pass it (which would skew every figure). bench's default sizes are halved until they fit with room to spare;
-a size the user gave is kept, and refused here, with the numbers, when it cannot fit."""
+a size the user gave is kept, and refused here, with the numbers, when it cannot fit. llama-benchy's grid is held to
+the context by the same halving (halved_to_fit, with its depth reserved: methods/llama_benchy/fit.py)."""
 
 from __future__ import annotations
 

@@ -41,7 +41,8 @@ METHOD = """llama-benchy (0.4.0's requests, timing and arithmetic): streamed cha
 system message and the prompt as the user's, cut from a book with the model's tokenizer; per cell a warm-up
 run and --runs runs, each a burst of C requests at once; pp = prompt tokens / (time to first response - the
 measured latency), tg = tokens after the first / (last token - first token), peak = most tokens in 1 s; mean and
-population std of the runs, latencies in ms."""
+population std of the runs, latencies in ms. Unlike llama-benchy, a grid whose depth + pp + tg passes the served
+context (max_model_len) is refused before any request, naming the largest that fits (the default --pp is fitted)."""
 
 
 @dataclass(frozen=True)
@@ -252,7 +253,8 @@ def add_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--method", choices=("sustained", "llama-benchy"), default="sustained",
                    help="sustained: our closed loop of completions (default); llama-benchy: its bursts of chat "
                         "requests, its arithmetic and formats (what the Spark Arena and the recipes publish)")
-    g.add_argument("--pp", nargs="+", metavar="N", help="prompt tokens per request (default 2048)")
+    g.add_argument("--pp", nargs="+", metavar="N",
+                   help="prompt tokens per request (default 2048, halved until the grid fits the served context)")
     g.add_argument("--tg", nargs="+", metavar="N", help="tokens to generate per request (default 32)")
     g.add_argument("--depth", nargs="+", metavar="N", help="context tokens before the prompt (default 0)")
     g.add_argument("--latency-mode", choices=("api", "generation", "none"), default="api",
