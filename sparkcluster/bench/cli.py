@@ -220,7 +220,8 @@ def cmd_bench(args: argparse.Namespace, connect: Connect) -> int:
     try:
         if bar:
             bar.start()
-        asyncio.run(sweep(target.base_url, target.model, opts, levels, prepared, emit, target.api_key))
+        asyncio.run(sweep(target.base_url, target.model, opts, levels, prepared, emit, target.api_key,
+                          target.engine_metrics))
     except (BenchFailed, DoesNotFit) as e:
         failure, code = e, e.exit_code
     except KeyboardInterrupt:
@@ -312,7 +313,8 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser], app:
                         "llama-benchy; rows of the same shape only); or an earlier `bench --json` file (e.g. of a "
                         "one-node serve): the speedup of this run over it at each concurrency")
     p.add_argument("--explain", nargs="+", metavar="RESULT",
-                   help="why two results differ, measuring nothing: --explain A B (two `bench --json` files), or "
+                   help="why two results differ, measuring nothing: --explain A B (two `bench --json` files, or a "
+                        "layout of a `bench --layouts` result: DIR/layouts.json:tp), or "
                         "--explain A --compare RECIPE (its published rows); their receipts and numbers lined up, "
                         "every difference named and ranked by what it can explain (acceptance, engine flags, "
                         "layout, versions, kernel/driver/firmware, load shape, memory ceiling)")

@@ -15,6 +15,7 @@ import aiohttp
 import pytest
 
 from sparkcluster import cli
+from sparkcluster.bench import cli as bench_cli
 from sparkcluster.bench.cli import cmd_bench
 from sparkcluster.bench.explain.facts import Cause
 from sparkcluster.bench.explain.lineup import explain
@@ -222,6 +223,21 @@ def test_the_replicas_counters_are_summed_and_one_that_does_not_answer_leaves_th
         assert (summed.spec_decode.drafts, summed.spec_decode.draft_tokens) == (12, 2 * 4 * 2 + 4 * 4)
         assert summed.spec_decode.acceptance_rate == 12 / 32 and summed.prefix_cache_hit_rate == 0.0
         assert asyncio.run(measure([*urls, "http://127.0.0.1:9/metrics"])) is None  # a replica not answering
+
+
+def test_bench_on_a_routed_serve_reads_the_replicas_metrics_too(monkeypatch, capsys):
+    """Plain `bench` on a serve behind the router: the endpoint answers the requests, the receipt's deltas come from
+    the replicas' own /metrics (here only the second engine speculates, so only its counters can say so)."""
+    with running_stub() as endpoint, running_stub(spec_tokens=2) as other:
+        replicas = (endpoint.removesuffix("/v1") + "/metrics", other.removesuffix("/v1") + "/metrics")
+        monkeypatch.setattr(bench_cli, "find_target", lambda args, connect, tokenizer=False: (
+            Target(endpoint, None, engine_metrics=replicas), None))
+        args = cli.build_parser(["bench"]).parse_args(["bench", "--url", endpoint, "--json", "--concurrency", "1",
+                                                       "--runs", "1", "--requests-per-stream", "1", "--warmup", "0",
+                                                       "--prompt-tokens", "16", "--output-tokens", "8"])
+        assert cmd_bench(args, None) == 0  # type: ignore[arg-type]
+    found = json.loads(capsys.readouterr().out)["receipt"]["metrics"]
+    assert found["speculative"] is True and found["spec_decode"]["drafts"] == 0, found  # read, idle over the run
 
 
 # ---- --explain between two layouts ----------------------------------------------------------------------------------
