@@ -37,6 +37,7 @@ from sparkcluster.serving.layout import Placement
 from sparkcluster.serving.record import Launched, ServeRecord, Serving
 from tests.openai_stub import running_stub
 from tests.unit.test_bench_layouts import INPUTS, TP2, TWO_REPLICAS, inventory_file, measured, planned, row
+from tests.unit.test_bench_llama_benchy import corpus
 
 MODEL = "local/tiny-llama"
 TP_COMMAND = ("vllm", "serve", MODEL, "--tensor-parallel-size", "2", "--distributed-executor-backend", "ray",
@@ -238,6 +239,21 @@ def test_bench_on_a_routed_serve_reads_the_replicas_metrics_too(monkeypatch, cap
         assert cmd_bench(args, None) == 0  # type: ignore[arg-type]
     found = json.loads(capsys.readouterr().out)["receipt"]["metrics"]
     assert found["speculative"] is True and found["spec_decode"]["drafts"] == 0, found  # read, idle over the run
+
+
+def test_llama_benchy_on_a_routed_serve_reads_the_replicas_metrics_too(tmp_path, monkeypatch, capsys):
+    with running_stub() as endpoint, running_stub(spec_tokens=2) as other:
+        replicas = (endpoint.removesuffix("/v1") + "/metrics", other.removesuffix("/v1") + "/metrics")
+        monkeypatch.setattr(bench_cli, "find_target", lambda args, connect, tokenizer=False: (
+            Target(endpoint, None, engine_metrics=replicas), None))
+        monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+        monkeypatch.setenv("HOME", str(tmp_path))
+        args = cli.build_parser(["bench"]).parse_args(["bench", "--url", endpoint, "--method", "llama-benchy",
+                                                       "--corpus", str(corpus(tmp_path)), "--pp", "32", "--tg", "4",
+                                                       "--runs", "1", "--no-warmup", "--json"])
+        assert cmd_bench(args, None) == 0  # type: ignore[arg-type]
+    found = json.loads(capsys.readouterr().out)["sparkcluster"]["receipt"]["metrics"]
+    assert found["speculative"] is True and found["spec_decode"]["drafts"] == 0, found
 
 
 # ---- --explain between two layouts ----------------------------------------------------------------------------------

@@ -196,7 +196,8 @@ def cmd(args: argparse.Namespace, target: Target, plan_: Plan, connect: Connect,
         if todo:
             asyncio.run(session_run(client, corpus, plan_.opts, todo, outcome, say, done,
                                     session_warmup=not args.no_warmup, skipped=len(done_before),
-                                    warm_first_cell_only=plan_.profile is not None, context=context))
+                                    warm_first_cell_only=plan_.profile is not None, context=context,
+                                    engine_metrics=target.engine_metrics))
     except SparkclusterError as e:
         failure, code = e, e.exit_code  # 2 for a grid that cannot fit the context
     except KeyboardInterrupt:

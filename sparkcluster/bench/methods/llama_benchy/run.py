@@ -14,7 +14,7 @@ import aiohttp
 from ....engine.errors import SparkclusterError
 from ....observe.scrape import metrics_url
 from ...corpus import Corpus
-from ...receipt_metrics import Snapshot, snapshot
+from ...receipt_metrics import Snapshot, snapshot_engines
 from ...sweep import resolve_model
 from ..closed_loop.schedule import session as request_pool
 from .arithmetic import BenchmarkRun
@@ -67,25 +67,27 @@ async def served_model(base_url: str, wanted: str | None, timeout: float,
 
 async def session_run(client: Client, corpus: Corpus, opts: BenchyOptions, plan: Sequence[Cell], outcome: Outcome,
                       say: Say, done: Done, *, session_warmup: bool = True, skipped: int = 0,
-                      warm_first_cell_only: bool = False, context: int | None = None) -> None:
+                      warm_first_cell_only: bool = False, context: int | None = None,
+                      engine_metrics: Sequence[str] = ()) -> None:
     """The session start, then each cell of `plan` in order. `skipped` cells were measured before (a resumed
     profile) and count in the progress numbering only. `warm_first_cell_only`: as sparkrun runs a profile
     (llama-benchy once per cell, the later ones with --no-warmup), only the first cell gets a warm-up run.
-    `context`: the served context (max_model_len), which the session start's probes fit."""
+    `context`: the served context (max_model_len), which the session start's probes fit. `engine_metrics`: each
+    replica's own /metrics behind a router (the receipt's deltas sum them); none: the endpoint's own."""
     outcome.tally = client.tally
     async with http_session(max((c.concurrency for c in plan), default=1)) as http:
         say("warm-up, coherence question and latency probe")
         outcome.session = session = await start(client, http, corpus, opts, session_warmup, context)
         say(f"latency {session.latency_s * 1000:.2f} ms ({opts.latency_mode})"
             + (f"; the model answered {session.answer!r}" if opts.coherence else ""))
-        metrics = metrics_url(client.base_url)
-        outcome.metrics_before = await snapshot(http, metrics)
+        engines = list(engine_metrics) or [metrics_url(client.base_url)]
+        outcome.metrics_before = await snapshot_engines(http, engines)
         try:
             await _cells(client, http, corpus, opts, session, plan, outcome, say, done, skipped, warm_first_cell_only)
         except CellFailed:  # the cells measured so far keep their receipt
-            outcome.metrics_after = await snapshot(http, metrics)
+            outcome.metrics_after = await snapshot_engines(http, engines)
             raise
-        outcome.metrics_after = await snapshot(http, metrics)
+        outcome.metrics_after = await snapshot_engines(http, engines)
 
 
 async def _cells(client: Client, http: aiohttp.ClientSession, corpus: Corpus, opts: BenchyOptions, session: Session,
