@@ -29,8 +29,8 @@ from enum import StrEnum
 from typing import Any
 
 from ..engine.session import Session
+from ..nccl.lastverify import LAST_VERIFY_COMMAND
 from ..nccl.latency import Latency
-from ..nccl.verify import LAST_VERIFY_COMMAND
 from .ceiling import ServedModel, config_int, text_config
 
 ALL_REDUCES_PER_LAYER = 2  # after attention and after the MLP (or the MoE experts)

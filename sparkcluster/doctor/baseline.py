@@ -26,7 +26,7 @@ from ..engine.errors import UsageError
 from ..engine.inventory import Host
 from ..engine.nodetext import as_markup
 from ..engine.session import Session
-from ..nccl.verify import LAST_VERIFY_COMMAND
+from ..nccl.lastverify import LAST_VERIFY_COMMAND
 from ..node.parity import Node, bios_date
 from ..node.platform_known import Component, KnownBad, matches
 
@@ -116,7 +116,7 @@ def _number(value: object) -> bool:
 
 
 def last_verify_records(session: Session, names: list[str]) -> dict[str, dict[str, Any]]:
-    """Each node's last verify record (nccl/verify.py writes it on every node); empty where it never verified."""
+    """Each node's last verify record (nccl/lastverify.py writes it on every node); empty where it never verified."""
     def read(host: Host) -> tuple[str, dict[str, Any]]:
         result = session.run(host, LAST_VERIFY_COMMAND)
         try:

@@ -27,7 +27,7 @@ from ..engine.inventory import Host
 from ..engine.session import Session
 from ..engine.transport import Unreachable
 from ..nccl.lastlog import LAST_VERIFY_LOG
-from ..nccl.verify import LAST_VERIFY_PATH
+from ..nccl.lastverify import LAST_VERIFY_PATH
 from ..node.addressing import NETPLAN_FILE
 from ..node.network import COMM_ENV_PATH
 from ..serving.launch import CONTAINER

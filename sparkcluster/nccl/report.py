@@ -20,7 +20,7 @@ from .logs import RankLog, format_table, read_capped_lines, read_log, read_probe
 from .runs import FileLog, Run, group_runs
 from .tables import read_tables
 from .verdict import Verdict, VerdictStatus, judge
-from .verify import VerifyResult
+from .verifyresult import VerifyResult
 
 
 def report(paths: Sequence[str], *, json_output: bool, min_busbw: float | None) -> tuple[int, str]:

@@ -18,7 +18,8 @@ from ..engine.inventory import Host
 from ..engine.modelref import ModelRef
 from ..engine.session import Session
 from ..nccl.verdict import VerdictStatus
-from ..nccl.verify import VerifyResult, run_verify
+from ..nccl.verify import run_verify
+from ..nccl.verifyresult import VerifyResult
 from ..recipes.command import flag_words
 from ..recipes.load import Recipe, build_fix, draft_models, merged_flags
 from ..recipes.types import Mod

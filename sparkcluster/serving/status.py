@@ -12,7 +12,7 @@ from ..engine.errors import SparkclusterError
 from ..engine.inventory import Host
 from ..engine.session import Session
 from ..engine.transport import Unreachable
-from ..nccl.verify import LAST_VERIFY_COMMAND, last_verify
+from ..nccl.lastverify import LAST_VERIFY_COMMAND, last_verify
 from ..observe.scrape import EndpointFigures, fetch, figures
 from .apikey import unauthorized
 from .caches import parse_size, size_command

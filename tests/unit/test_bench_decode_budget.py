@@ -31,8 +31,9 @@ from sparkcluster.engine.inventory import Host, Inventory
 from sparkcluster.engine.session import Session
 from sparkcluster.engine.transport import Result
 from sparkcluster.nccl.finding import Verdict, VerdictStatus
+from sparkcluster.nccl.lastverify import record_doc
 from sparkcluster.nccl.latency import Latency, LatencyRow
-from sparkcluster.nccl.verify import VerifyResult, record_doc
+from sparkcluster.nccl.verifyresult import VerifyResult
 from sparkcluster.node.health import health_command
 from sparkcluster.serving.record import RECORD_FILE
 from tests.openai_stub import running_stub
@@ -42,7 +43,7 @@ FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
 # A direct pair's all-reduce medians, in the range of issue 40's field numbers (41 us at 8 KB, ~2,100 us at 1 MB).
 PAIR_US = {"8192": 41.0, "32768": 60.0, "131072": 120.0, "524288": 600.0, "2097152": 4200.0}
-# The last-verify record as verify writes it on every node (nccl/verify.py: record_doc), at a fixed time.
+# The last-verify record as verify writes it on every node (nccl/lastverify.py: record_doc), at a fixed time.
 RECORD = {**record_doc(VerifyResult(
     "nccl", Verdict(VerdictStatus.PASS, "NET/IB on roceP2p1s0f1", "", (), ("IB",), False), [],
     latency=Latency(tuple(LatencyRow("all_reduce", int(size), us, 1.5 * us, 50) for size, us in PAIR_US.items())))),

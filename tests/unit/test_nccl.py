@@ -701,7 +701,7 @@ def test_twins_compared_alone_name_the_degraded_one_and_the_dead_one():
 
 
 def test_the_verdict_each_node_keeps_reads_back_as_one_line():
-    from sparkcluster.nccl.verify import last_verify
+    from sparkcluster.nccl.lastverify import last_verify
     doc = {"status": "FAIL", "cause": "twin 1 (enP2p1s0f1np1) is degraded", "backend": "gloo", "busbw_gbps": 0.5321,
            "at": "2026-11-24T05:00:00+00:00"}
     assert last_verify(json.dumps(doc)) == ("FAIL, busbw 0.53 GB/s (gloo, 2026-11-24T05:00:00+00:00): twin 1 "

@@ -12,6 +12,7 @@ import pytest
 
 from sparkcluster.nccl import cli as nccl_cli
 from sparkcluster.nccl import probe
+from sparkcluster.nccl.lastverify import record_doc
 from sparkcluster.nccl.latency import (
     SIM_SLOW_RATIO,
     Latency,
@@ -29,7 +30,7 @@ from sparkcluster.nccl.links import latency_matrix
 from sparkcluster.nccl.tables import read_tables
 from sparkcluster.nccl.thresholds import LATENCY_FIELD
 from sparkcluster.nccl.verdict import Verdict, VerdictStatus
-from sparkcluster.nccl.verify import VerifyResult, record_doc
+from sparkcluster.nccl.verifyresult import VerifyResult
 from tests.unit.test_nccl_links import measured
 
 FIXTURE = Path(__file__).parent.parent / "fixtures" / "nccl" / "captured-gloo-latency.log"

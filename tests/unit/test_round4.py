@@ -25,7 +25,7 @@ from sparkcluster.engine.locks import busy, hold_command
 from sparkcluster.engine.modelref import ModelRef
 from sparkcluster.engine.session import Session
 from sparkcluster.engine.transport import Result, sha256_fingerprint, ssh_for_bulk
-from sparkcluster.nccl.verify import run_probe
+from sparkcluster.nccl.proberun import run_probe
 from sparkcluster.node.linkstate import LINKS_COMMAND, any_down, parse_links
 from sparkcluster.observe.nodeprobe import GPU_OUTPUT_LIMIT, NODE_DEADLINE_S, parse_probe, probe_command
 from sparkcluster.serving.launch import Node, ServeArgs

@@ -16,7 +16,7 @@ from sparkcluster.engine.errors import SparkclusterError
 from sparkcluster.engine.inventory import Host, Inventory
 from sparkcluster.engine.session import Session
 from sparkcluster.nccl.verdict import Verdict, VerdictStatus
-from sparkcluster.nccl.verify import VerifyResult
+from sparkcluster.nccl.verifyresult import VerifyResult
 from sparkcluster.serving import phases
 from sparkcluster.serving.launch import Node, ServeArgs
 from sparkcluster.serving.lifecycle import ray_commands, running_current, vllm_commands
@@ -175,7 +175,7 @@ def test_the_probe_runs_where_vllm_will_run(monkeypatch):
 
 
 def test_the_probe_commands_are_values_one_rank_per_node():
-    from sparkcluster.nccl.verify import probe_commands
+    from sparkcluster.nccl.proberun import probe_commands
     session = cluster(python="/usr/bin/python3")
     env_files = {"spark-1": ".config/sparkcluster/comm.env", "spark-2": "/etc/sparkcluster/comm.env"}
     commands = probe_commands(session, "192.168.177.11", "gloo", "1M", env_files, "SCRIPT", 600, None)
