@@ -15,8 +15,10 @@ from ..engine.console import out as console
 from ..engine.errors import EXIT_OK, UsageError
 from ..engine.report import print_json
 from . import render as sim_render
-from .cluster import DEFAULT_DRIVER, DEFAULT_LAN_RATE, DEFAULT_NAME, DEFAULT_USER, SimCluster, UpOptions, check_degrade
+from .cluster import SimCluster
 from .hardware import CLOCK_EVENTS, SETTINGS, kernel_log_entry
+from .options import DEFAULT_DRIVER, DEFAULT_LAN_RATE, DEFAULT_NAME, DEFAULT_USER, UpOptions
+from .shaping import check_degrade
 from .state import existing_names
 from .topology import MISCABLES, TOPOLOGIES
 

@@ -7,12 +7,9 @@ copy-on-write overlay of `/`, a real OpenSSH sshd as PID 1 and, optionally, its 
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -22,36 +19,12 @@ from ..engine.errors import SparkclusterError, UsageError
 from ..engine.remote import STRICT_SSH
 from . import delay as delaying
 from . import hardware, hostproc, machine, netns, prerequisites
-from .inventory import CPU_RAY_PLUGIN, has_cpu_ray_plugin, inventory_doc
+from .hostfiles import HOST_FILES, hardware_files, seed_disk
+from .inventory import inventory_doc
+from .options import DEFAULT_NAME, DEFAULT_UID, UpOptions, validate
+from .shaping import check_degrade, shape
 from .state import ClusterState, HostState, existing_names, locked, sim_root
 from .topology import HostSpec, Subnets, Topology, build_topology
-
-DEFAULT_NAME = "sim"
-DEFAULT_DRIVER = "590.48.01"
-# About 1/20 of what one TCP stream gets across a fabric veth here (~1.5 GB/s), as 10 GbE is to the 200 Gb/s
-# QSFP link; low enough that even CPU-bound SSH streams stay >10x faster on the fabric.
-DEFAULT_LAN_RATE = "500mbit"
-DEFAULT_USER = "spark"
-DEFAULT_UID = 1500
-HOST_FILES = resources.files("sparkcluster.sim") / "host"
-
-
-@dataclass(frozen=True)
-class UpOptions:
-    count: int
-    name: str = DEFAULT_NAME
-    drivers: tuple[str, ...] = (DEFAULT_DRIVER,)
-    port0_hosts: frozenset[str] = frozenset()
-    docker: bool = True
-    lan_rate: str = DEFAULT_LAN_RATE
-    user: str = DEFAULT_USER
-    ssh_mesh: bool = True
-    vllm_env: str | None = None
-    fabric_addresses: bool = True
-    rdma_names: str = "roce"
-    link_local: bool = False  # implies no fabric addresses: bootstrap replaces the link-local ones
-    topology: str = "switch"
-    miscable: str = ""
 
 
 class SimCluster:
@@ -103,7 +76,7 @@ class SimCluster:
     def up(cls, opts: UpOptions) -> SimCluster:
         """Create and boot a cluster. All input is checked before anything is created; on a failure
         half-way, everything created so far is removed again."""
-        _validate(opts)
+        validate(opts)
         prerequisites.check(opts.docker)
         with locked():
             if (sim_root() / opts.name / "cluster.json").exists():
@@ -169,7 +142,7 @@ class SimCluster:
         netdev = cabled[int(twin)] if twin in ("0", "1") else twin
         if netdev not in cabled:
             raise UsageError(f"{name} has no cabled QSFP twin {twin!r}", f"name one of {', '.join(cabled)} (or 0/1)")
-        self._shape(host, netdev, rate, delay)
+        shape(self.dir, host, netdev, rate, delay)
         # A rate-held twin's PCIe link shows it too, where preflight reads it (the tree's writable mount, as
         # sim-gid-cache); a delay alone is no PCIe fault.
         speed, width = (hardware.PCIE_SPEED, hardware.PCIE_WIDTH) if rate is None else hardware.DEGRADED_PCIE
@@ -179,35 +152,6 @@ class SimCluster:
                                             f"echo {width} > /run/sim-infiniband/{hca}/device/current_link_width"],
                          capture_output=True)
         return netdev
-
-    def _shape(self, host: HostSpec, netdev: str, rate: str | None, delay: str | None) -> None:
-        """tc on both ends of the twin's veth; a delay by netem, or by an NFQUEUE daemon where the kernel has no
-        netem (delay.py)."""
-        delayed = delaying.stop(self.dir, host.netns, netdev)
-        try:
-            self._tc(host, netdev, rate, delay)
-        except SparkclusterError as e:
-            if delay is not None and "kind is unknown" in e.message:
-                if rate:
-                    self._tc(host, netdev, rate, None)
-                else:
-                    self._untc(host, netdev)
-                delaying.start(self.dir, host.netns, netdev, _seconds(delay))
-            elif not (delayed and rate is None and delay is None):  # lifting a delay that took no qdisc
-                raise
-
-    @staticmethod
-    def _tc(host: HostSpec, netdev: str, rate: str | None, delay: str | None) -> None:
-        root_lines, host_lines = netns.degrade_lines(host, netdev, rate, delay)
-        netns.run_batch("tc", root_lines)
-        netns.run_batch("tc", host_lines, host.netns)
-
-    def _untc(self, host: HostSpec, netdev: str) -> None:
-        """Whatever qdisc an earlier degrade left, lifted; none is fine."""
-        try:
-            self._tc(host, netdev, None, None)
-        except SparkclusterError:
-            pass
 
     def boot(self, name: str) -> None:
         prerequisites.require_root()
@@ -322,40 +266,6 @@ class SimCluster:
         (d / "etc-hosts").write_text(base_hosts + "\n".join(hosts_lines) + "\n")
         self.state.save()
 
-    def _seed_disk(self, host: HostSpec) -> None:
-        """Files the host's hardware provides, written into its upper layer before every boot (a reset
-        disk gets them back); stale /tmp is dropped, as a real boot clears it."""
-        hd = self.host_dir(host)
-        upper = hd / "upper"
-        shutil.rmtree(upper / "tmp", ignore_errors=True)
-        settings = self.state.hardware.get(host.name, {})
-        for path, content in self._hardware_files(host).items():
-            machine.write_into_upper(upper, "/" + path, content.encode(), 0o644)
-        machine.write_into_upper(upper, "/" + hardware.SPEEDS, hardware.speeds_file(host).encode(), 0o644)
-        shutil.rmtree(hd / "sys-dmi", ignore_errors=True)
-        hardware.write_dmi_tree(settings, hd / "sys-dmi")
-        (hd / "meminfo").unlink(missing_ok=True)
-        if "cma_total_kb" in settings:
-            (hd / "meminfo").write_text(hardware.meminfo(Path("/proc/meminfo").read_text(), int(settings["cma_total_kb"])))
-        for tool in hardware.EMULATORS:
-            machine.write_into_upper(upper, f"/usr/local/bin/{tool}", (HOST_FILES / tool).read_bytes(), 0o755)
-        # The host's identity where a real sshd keeps it (the machine's own keys sit in the lower layer).
-        for name, mode in (("ssh_host_ed25519_key", 0o600), ("ssh_host_ed25519_key.pub", 0o644)):
-            machine.write_into_upper(upper, f"/etc/ssh/{name}", (hd / name).read_bytes(), mode)
-        ib = hd / "sys-infiniband"
-        shutil.rmtree(ib, ignore_errors=True)
-        ib.mkdir()
-        hardware.write_infiniband_tree(host, ib, ipv4_gids=self.state.fabric_addresses,
-                                       pcie_width=settings.get("pcie_width"))
-
-    def _hardware_files(self, host: HostSpec) -> dict[str, str]:
-        settings = self.state.hardware.get(host.name, {})
-        files = {hardware.HARDWARE_JSON: hardware.hardware_json(self.state.name, host, settings),
-                 hardware.FIRMWARE_FILE: str(settings.get("firmware", hardware.DEFAULT_FIRMWARE)) + "\n"}
-        if "kernel" in settings:
-            files[hardware.KERNEL_FILE] = str(settings["kernel"]) + "\n"
-        return files
-
     def set_hardware(self, name: str, settings: dict[str, Any]) -> None:
         """Give one host another driver, kernel, BIOS, CMA pool, ConnectX firmware or twin PCIe width (a value of
         None puts the simulated default back). A running host sees it at once; a reboot keeps it."""
@@ -370,7 +280,7 @@ class SimCluster:
         if not self.is_running(host):
             return
         hd = self.host_dir(host)
-        for path, content in self._hardware_files(host).items():
+        for path, content in hardware_files(self.state, host).items():
             self.exec_in(name, ["sh", "-c", 'mkdir -p "${1%/*}" && cat > "$1"', "sh", "/" + path], input=content,
                          text=True, check=True)
         if "kernel" not in self.state.hardware[name]:
@@ -406,7 +316,7 @@ class SimCluster:
         return f"sparkcluster-{self.state.name}-{host.name}"
 
     def _start(self, host: HostSpec) -> int:
-        self._seed_disk(host)
+        seed_disk(self.state, host, self.host_dir(host))
         netns.run_batch("ip", netns.host_batch(host, self.state.fabric_addresses), host.netns)
         hd = self.host_dir(host)
         pid = hostproc.start(host.netns, self.dir / "boot.sh", self._boot_env(host), hd / "boot.log")
@@ -462,51 +372,6 @@ def _remove_tree(path: Path) -> None:
     shutil.rmtree still tries."""
     if path.exists():
         subprocess.run(["rm", "-rf", "--one-file-system", "--", str(path)], capture_output=True)
-
-
-def _validate(opts: UpOptions) -> None:
-    if not opts.name.replace("-", "").isalnum() or len(opts.name) > 20:
-        raise UsageError(f"invalid cluster name {opts.name!r}", "use up to 20 letters, digits and dashes")
-    for driver in opts.drivers:
-        parts = driver.split(".")
-        if not (2 <= len(parts) <= 3 and all(p.isdigit() for p in parts)):
-            raise UsageError(f"invalid driver version {driver!r}", "give it as nvidia-smi prints it, e.g. 580.95.05 or 590.44")
-    if not _tc_rate(opts.lan_rate):
-        raise UsageError(f"invalid LAN rate {opts.lan_rate!r}", "give a tc rate such as 750mbit or 1gbit")
-    if opts.vllm_env and not os.access(os.path.join(opts.vllm_env, "bin", "vllm"), os.X_OK):
-        raise UsageError(f"{opts.vllm_env} holds no vllm (bin/vllm)", "build it with scripts/setup-vllm.sh")
-    if opts.vllm_env and not has_cpu_ray_plugin(opts.vllm_env):
-        raise UsageError(f"{opts.vllm_env} holds no {CPU_RAY_PLUGIN}: without it the CPU vLLM cannot run under "
-                         "Ray, serve's default launcher, across the simulated hosts",
-                         "build the environment with scripts/setup-vllm.sh, which installs it")
-    try:
-        build_topology(opts.name, opts.count, Subnets(100), list(opts.drivers), opts.port0_hosts, opts.rdma_names,
-                       opts.topology, opts.miscable)
-    except ValueError as e:
-        raise UsageError(str(e)) from None
-
-
-def _tc_rate(rate: str) -> bool:
-    return rate[:-4].replace(".", "").isdigit() and rate.endswith(("kbit", "mbit", "gbit"))
-
-
-def check_degrade(rate: str | None, delay: str | None) -> None:
-    """A rate and a delay tc takes, refused before anything changes."""
-    if rate is not None and not _tc_rate(rate):
-        raise UsageError(f"invalid rate {rate!r}", "give a tc rate such as 2gbit or 500mbit")
-    if delay is not None and not _tc_time(delay):
-        raise UsageError(f"invalid delay {delay!r}", "give a tc time such as 2ms or 500us")
-
-
-def _tc_time(delay: str) -> bool:
-    """A netem delay: a number of us, ms or s (tc's own units), e.g. 2ms."""
-    return re.fullmatch(r"\d+(?:\.\d+)?(?:us|ms|s)", delay) is not None
-
-
-def _seconds(delay: str) -> float:
-    number = re.fullmatch(r"[\d.]+", delay.rstrip("usm"))
-    assert number is not None  # _tc_time checked it
-    return float(number[0]) * {"us": 1e-6, "ms": 1e-3}.get(delay[-2:], 1.0)
 
 
 def _free_block() -> int:

@@ -14,7 +14,7 @@ from sparkcluster.engine.errors import UsageError
 from sparkcluster.engine.inventory import load_inventory
 from sparkcluster.serving.nodes import node_env
 from sparkcluster.sim import SimCluster, UpOptions
-from sparkcluster.sim.cluster import _validate
+from sparkcluster.sim.options import validate as _validate
 from sparkcluster.sim.inventory import CPU_RAY_PLUGIN, CPU_RAY_SWITCH
 from sparkcluster.sim.state import ClusterState
 
