@@ -634,7 +634,8 @@ def test_two_replicas_answer_through_vllms_router_and_one_that_dies_is_named_whi
     """Issue 40: `serve --replicas 2` puts one engine on each node (two 1-node vLLM starts at once) behind
     vllm-router on the head at the endpoint's port; requests through it reach both replicas; `status --json` lists
     both; killing spark-2's vLLM leaves the endpoint answering and `status` naming spark-2 (exit 1); `logs` shows
-    the router's; `down` leaves no vLLM or router on either node."""
+    the router's and each replica's; `top --once --json` lists both replicas, each from its own /metrics, then names
+    the dead one; `down` leaves no vLLM or router on either node."""
     head, worker = cluster.topology.hosts
     check = sc(cluster, "serve", "--replicas", "2", "--model", MODEL, "--check", "--json", *VLLM_FLAGS)
     assert check.returncode == 0, check.stderr[-2000:]
@@ -665,6 +666,18 @@ def test_two_replicas_answer_through_vllms_router_and_one_that_dies_is_named_whi
         assert state["nodes"]["spark-1"]["router"] == "running" and state["server"]["health"] == 200
         logs = sc(cluster, "logs", "--node", "spark-1", "-n", "50")
         assert logs.returncode == 0 and "== router ==" in logs.stdout and "Router ready" in logs.stdout, logs.stdout
+        top = sc(cluster, "top", "--once", "--json")  # each replica's own /metrics, not the router's (one in turn)
+        assert top.returncode == 0, top.stdout + top.stderr
+        seen = json.loads(top.stdout)
+        assert [(r["name"], r["metrics_url"], r["error"]) for r in seen["replicas"]] == [
+            ("spark-1", f"http://{head.mgmt_ip}:8001/metrics", None),
+            ("spark-2", f"http://{worker.mgmt_ip}:8002/metrics", None)], seen["replicas"]
+        assert seen["endpoint"]["summed_from"] == ["spark-1", "spark-2"]
+        assert seen["endpoint"]["figures"]["running"] == sum(r["figures"]["running"] for r in seen["replicas"])
+        logs = sc(cluster, "logs", "-n", "1000")  # every node's: spark-2's is its replica's vLLM, which top asked
+        worker_log = logs.stdout.split("== spark-2 ==", 1)[-1]
+        assert logs.returncode == 0 and "POST /v1/completions" in worker_log and "GET /metrics" in worker_log, \
+            logs.stdout[-3000:]
 
         ssh(cluster, "spark-2", 'kill -KILL -- -"$(cat ~/.cache/sparkcluster/serve/main.pid)"')
         for _ in range(6):  # at once and while the router's health checks take it out: every request answered
@@ -675,6 +688,13 @@ def test_two_replicas_answer_through_vllms_router_and_one_that_dies_is_named_whi
         assert "replica 1 on spark-2 at" in status.stdout and "vLLM not running on spark-2" in status.stdout, status.stdout
         state = json.loads(sc(cluster, "status", "--json").stdout)
         assert [r["down"] for r in state["replicas"]] == [[], ["spark-2"]]
+        top = sc(cluster, "top", "--once", "--json")
+        assert top.returncode == 1, top.stdout + top.stderr  # not everything answered
+        seen = json.loads(top.stdout)
+        alive, dead = seen["replicas"]
+        assert alive["name"] == "spark-1" and alive["error"] is None and alive["figures"] is not None, alive
+        assert dead["name"] == "spark-2" and "did not answer" in dead["error"] and dead["figures"] is None, dead
+        assert seen["endpoint"]["summed_from"] == ["spark-1"] and seen["nodes"]["spark-2"]["processes"]["main"] == "stopped"
     finally:
         down = sc(cluster, "down", "--json")
     assert down.returncode == 0, down.stderr
