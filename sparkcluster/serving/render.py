@@ -107,6 +107,8 @@ def status_table(console: Console, state: ClusterStatus) -> None:
                 else f"[red]not answering[/] (HTTP {replica.health or 'none'})")
             console.print(f"  replica {replica.placement.index} on {nodes} at {replica.endpoint}: {how}",
                           highlight=False)
+            if replica.figures is not None:  # its own: the router's /metrics is one replica in turn
+                console.print(f"    {escape(replica.figures.summary())}", highlight=False)
     elif server:
         console.print(f"vLLM {'[green]healthy[/]' if server.healthy else '[red]not answering[/]'} "
                       f"{escape(server.served_name)} ({escape(server.model)}) at {server.endpoint}", highlight=False)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
@@ -13,7 +14,7 @@ from ..engine.inventory import Host
 from ..engine.session import Session
 from ..engine.transport import Unreachable
 from ..nccl.lastverify import LAST_VERIFY_COMMAND, last_verify
-from ..observe.scrape import EndpointFigures, fetch, figures
+from ..observe.scrape import EndpointFigures, fetch, figures, summed
 from .apikey import unauthorized
 from .caches import parse_size, size_command
 from .layout import Placement
@@ -99,6 +100,7 @@ class ReplicaStatus:
     endpoint: str
     health: int  # the HTTP status of the replica's /health; 0 when nothing answered
     down: tuple[str, ...] = ()
+    figures: EndpointFigures | None = None  # its own /metrics over one second (the router's is one replica in turn)
 
     @property
     def healthy(self) -> bool:
@@ -106,7 +108,8 @@ class ReplicaStatus:
 
     def to_json(self) -> dict[str, Any]:
         return {"index": self.placement.index, "nodes": list(self.placement.nodes), "endpoint": self.endpoint,
-                "health": self.health, "healthy": self.healthy, "down": list(self.down)}
+                "health": self.health, "healthy": self.healthy, "down": list(self.down),
+                "figures": None if self.figures is None else self.figures.to_json()}
 
 
 @dataclass(frozen=True)
@@ -190,8 +193,20 @@ def status(session: Session, chosen: RuntimeChoice) -> ClusterStatus:
                             tuple(judge_members(members, fabric_ips(session), other_ips(session))))
         except SparkclusterError as e:
             ray = RayStatus(error=e.message)
-    replicas = tuple(replica_status(session, p, nodes) for p in serving.replicas) if serving else ()
-    return ClusterStatus(record, nodes, ray, server_status(session, serving) if serving else None, replicas=replicas)
+    if serving is None:
+        return ClusterStatus(record, nodes, ray)
+    addresses = {h.name: h.address for h in session.hosts}
+    placements = [p for p in serving.replicas if p.head in addresses]  # as its nodes, one outside --limit is left out
+    with ThreadPoolExecutor(max_workers=1 + len(placements)) as pool:  # each measures over the same second
+        server = pool.submit(server_status, session, serving, not placements)
+        replicas = tuple(pool.map(lambda p: replica_status(p, addresses[p.head], nodes), placements))
+    return ClusterStatus(record, nodes, ray, behind_router(server.result(), replicas), replicas=replicas)
+
+
+def behind_router(server: ServerStatus, replicas: tuple[ReplicaStatus, ...]) -> ServerStatus:
+    """The endpoint's figures as the replicas' own, summed (scrape.summed); one engine's as measured."""
+    engines = [r.figures for r in replicas if r.figures is not None]
+    return replace(server, figures=summed(engines)) if engines else server
 
 
 def node_roles(serving: Serving | None, launcher: str, is_head: bool) -> list[str]:
@@ -201,23 +216,25 @@ def node_roles(serving: Serving | None, launcher: str, is_head: bool) -> list[st
             + (["router"] if serving and serving.replicas and is_head else []))
 
 
-def replica_status(session: Session, placement: Placement, nodes: dict[str, NodeStatus]) -> ReplicaStatus:
-    """A replica's own /health (at its rank 0, as this machine reaches it) and its nodes whose vLLM is not running."""
-    head = next(h for h in session.hosts if h.name == placement.head)
-    url = f"http://{head.address}:{placement.port}"
+def replica_status(placement: Placement, address: str, nodes: dict[str, NodeStatus]) -> ReplicaStatus:
+    """A replica's own /health and figures (at its rank 0's `address`, as this machine reaches it) and its nodes
+    whose vLLM is not running."""
+    url = f"http://{address}:{placement.port}"
     health, _ = http(f"{url}/health")
     down = tuple(n for n in placement.nodes if n in nodes and (
         nodes[n].unreachable or nodes[n].processes.get("main") is not ProcessState.RUNNING))
-    return ReplicaStatus(placement, f"{url}/v1", health, down)
+    measured = endpoint_figures(f"{url}/metrics")[0] if health == 200 else None
+    return ReplicaStatus(placement, f"{url}/v1", health, down, measured)
 
 
-def server_status(session: Session, serving: Serving) -> ServerStatus:
-    """vLLM's health, its model list (asked with the key a client sends: serving/apikey.py) and its figures."""
+def server_status(session: Session, serving: Serving, measure: bool = True) -> ServerStatus:
+    """vLLM's health, its model list (asked with the key a client sends: serving/apikey.py) and, where `measure`
+    (one engine, no router in front), its figures."""
     base = f"http://{session.head.address}:{serving.port}"
     health, _ = http(f"{base}/health")
     api_key = client_api_key(session.inventory, session.head)
     code, text = http(f"{base}/v1/models", api_key=api_key)
-    measured, metrics_error = endpoint_figures(f"{base}/metrics") if health == 200 else (None, None)
+    measured, metrics_error = endpoint_figures(f"{base}/metrics") if health == 200 and measure else (None, None)
     models_error = "; ".join(unauthorized(f"{base}/v1/models", api_key is not None)) if code == 401 else None
     return ServerStatus(serving.endpoint, serving.model, serving.served_name, health,
                         tuple(served_models(text)) if code == 200 else (), measured, metrics_error, models_error)

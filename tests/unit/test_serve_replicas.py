@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import io
 import json
+import socket
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -28,7 +30,17 @@ from sparkcluster.serving.record import ServeRecord, Serving
 from sparkcluster.serving.render import serving, status_table
 from sparkcluster.serving.router import replica_commands, replica_nodes, router_command
 from sparkcluster.serving.runtime import DockerRuntime, HostRuntime, NodeEnv, RuntimeChoice
-from sparkcluster.serving.status import ClusterStatus, NodeStatus, ProcessState, ReplicaStatus, ServerStatus, node_roles
+from sparkcluster.serving.status import (
+    ClusterStatus,
+    NodeStatus,
+    ProcessState,
+    ReplicaStatus,
+    ServerStatus,
+    behind_router,
+    node_roles,
+    replica_status,
+)
+from tests.unit.test_top_replicas import CAPTURES, busier, metrics_server
 
 
 def _inventory(tmp_path: Path, count: int):
@@ -187,7 +199,7 @@ def test_status_names_a_replica_whose_vllm_stopped_and_is_not_healthy():
     down = ReplicaStatus(placements[1], "http://192.168.1.12:8002/v1", 0, ("spark-2",))
     assert up.healthy and not down.healthy
     assert down.to_json() == {"index": 1, "nodes": ["spark-2"], "endpoint": "http://192.168.1.12:8002/v1",
-                              "health": 0, "healthy": False, "down": ["spark-2"]}
+                              "health": 0, "healthy": False, "down": ["spark-2"], "figures": None}
     record = ServeRecord("host", "native", "vllm-node", ("spark-1", "spark-2"),
                          Serving("org/m", "m", 8000, "http://192.168.1.11:8000/v1", 1, replicas=placements))
     server = ServerStatus("http://192.168.1.11:8000/v1", "org/m", "m", 503, ("m",))
@@ -264,3 +276,26 @@ def test_bench_reads_the_replicas_and_takes_one_replicas_nodes_for_a_streams_cei
     assert config["replicas"] == 2 and config["endpoint"] == "http://10.0.0.1:8000/v1"  # bench measures the router
     assert effective_nodes(config) == 1  # a stream decodes on one replica's single node, not on both
     assert effective_nodes({"nodes": ["a", "b"], "tp": 2, "pp": 1, "replicas": 1}) == 2
+
+
+def test_status_reads_each_replicas_own_metrics_and_sums_them_for_the_endpoint():
+    # Failed before: the endpoint's figures came from the router's /metrics, which vllm-router hands to one replica
+    # in turn: two scrapes a second apart could read two engines' counters, and no replica had figures of its own.
+    placements = Layout(2).place(["spark-1", "spark-2"], 8000)
+    with metrics_server(CAPTURES) as (one, _), metrics_server([busier(c) for c in CAPTURES]) as (two, _):
+        replicas = tuple(replica_status(replace(p, port=int(url.rsplit(":", 1)[1].split("/")[0])), "127.0.0.1", {})
+                         for p, url in zip(placements, (one, two)))
+    assert [r.health for r in replicas] == [200, 200] and all(r.figures is not None for r in replicas)
+    assert [r.to_json()["figures"]["running"] for r in replicas] == [8.0, 3.0]
+    server = ServerStatus("http://192.168.1.11:8000/v1", "org/m", "m", 200, ("m",))
+    total = behind_router(server, replicas).figures
+    assert total is not None and (total.running, total.waiting, total.preemptions) == (11.0, 2.0, 4.0)
+    assert total.itl_p50_s is None  # a sum of quantiles is none
+    out = io.StringIO()
+    status_table(Console(file=out, width=300), ClusterStatus(None, {}, server=server, replicas=replicas))
+    assert out.getvalue().count("    running ") == 2, out.getvalue()  # each replica's own line
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        free = closed.getsockname()[1]
+    gone = replica_status(replace(placements[1], port=free), "127.0.0.1", {})  # nothing listens there
+    assert gone.health == 0 and gone.figures is None and behind_router(server, (gone,)) == server
