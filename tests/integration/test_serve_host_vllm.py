@@ -738,6 +738,7 @@ def test_bench_layouts_serves_and_measures_each_layout_then_resumes_without_serv
         assert [entry["layout"] for entry in json.loads((out / "layouts-state.json").read_text())["done"]] == [
             "tp", "replicas"]
         assert json.loads((out / "layouts.json").read_text())["best"] == doc["best"]
+        layouts_have_receipts_that_explain_them(tp, replicas, out)
         # The last layout stays served, as serve leaves it: two replicas behind the router.
         served = json.loads(sc(cluster, "status", "--json").stdout)
         assert [(r["nodes"], r["healthy"]) for r in served["replicas"]] == [(["spark-1"], True), (["spark-2"], True)]
@@ -755,5 +756,38 @@ def test_bench_layouts_serves_and_measures_each_layout_then_resumes_without_serv
         marked = [line for line in table if line.endswith("<- best")]
         assert len(marked) == 1 and f"{fastest} (" in marked[0], again.stdout
         assert "note: these figures are a CPU build of vLLM's" in " ".join(again.stdout.split())
+        assert (f"why two layouts' figures differ: sparkcluster bench --explain {out / 'layouts.json'}:tp "
+                f"{out / 'layouts.json'}:replicas") in " ".join(again.stdout.split()), again.stdout
     finally:
         down_leaves_nothing(cluster)
+
+
+def layouts_have_receipts_that_explain_them(tp: dict, replicas: dict, out: Path) -> None:
+    """Issue 41 for `bench --layouts`: each layout's entry holds the receipt of its own measurement (its serve's
+    command line as launched, the vLLM build, both nodes, /metrics over its sweep), the state keeps the same, and
+    `bench --explain` between the two names the layout first, then the command line's tensor parallelism."""
+    for entry, tp_size, replica_count in ((tp, "2", 1), (replicas, "1", 2)):
+        receipt = entry["receipt"]
+        engine = receipt["engine"]
+        assert engine["command"][:5] == ["vllm", "serve", MODEL, "--tensor-parallel-size", tp_size], engine
+        assert engine["vllm_version"] == "0.32.0+cpu" and engine["runtime"] == "host", engine
+        assert (engine["tp"], engine["replicas"]) == (int(tp_size), replica_count), engine
+        assert engine["command"][-3:] == ["--max-model-len", "256", "--enforce-eager"], engine
+        assert [n["name"] for n in receipt["nodes"]] == ["spark-1", "spark-2"] and receipt["nodes"][0]["kernel"]
+        assert receipt["bench"]["method"] == "sustained" and receipt["bench"]["parameters"]["output_tokens"] == 16
+        # /metrics over its own sweep; behind the router each replica's own, summed (the router's is one in turn)
+        assert receipt["metrics"]["interval_s"] > 0 and receipt["metrics"]["prefix_cache_hit_rate"] is not None
+        assert receipt["unknown"] == ["nodes[spark-1].nccl", "nodes[spark-2].nccl"], receipt["unknown"]
+    assert "--distributed-executor-backend" in tp["receipt"]["engine"]["command"]  # TP 2 over Ray
+    assert replicas["receipt"]["engine"]["command"][replicas["receipt"]["engine"]["command"].index("--port") + 1] \
+        == "8001"  # replica 0's own vLLM, behind the router at 8000
+    assert [e["receipt"] for e in json.loads((out / "layouts-state.json").read_text())["done"]] == [
+        tp["receipt"], replicas["receipt"]]
+    explained = run_cli("bench", "--explain", f"{out / 'layouts.json'}:tp", f"{out / 'layouts.json'}:replicas")
+    assert explained.returncode == 0, explained.stderr
+    ranked = [line for line in explained.stdout.splitlines() if line.startswith(("  1. ", "  2. "))]
+    assert ranked == ["  1. layout: A tp (TP 2 x PP 1), B replicas (2 replicas of TP 1 x PP 1 behind a router)  "
+                      "[model and layout] what `bench --layouts` served and measured: TP ranks, pipeline stages, "
+                      "replicas behind the router",
+                      "  2. --tensor-parallel-size: A 2, B 1  [model and layout] the serve command line's "
+                      "parallelism, as launched"], explained.stdout
