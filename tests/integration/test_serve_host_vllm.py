@@ -328,6 +328,19 @@ def bench_measures_the_served_cluster(cluster: SimCluster, tmp_path: Path, recip
     assert receipt["metrics"]["speculative"] is False
     # Only what the simulator truly lacks is unknown: no NCCL library on its nodes for the CPU vLLM to load.
     assert receipt["unknown"] == ["nodes[spark-1].nccl", "nodes[spark-2].nccl"], receipt["unknown"]
+    # What bench reports alongside either method, llama-benchy's too (beside its own keys): the served context its
+    # grid was held to, the decode budget from the closed loop's inputs (its ITL llama-benchy's tg per request),
+    # both nodes' GPUs as the run ended; a grid past the context is refused before anything reaches vLLM.
+    alongside = benchy["sparkcluster"]
+    assert alongside["max_model_len"] == 384
+    budget = alongside["decode_budget"]
+    assert (budget["tp"], budget["verify"]) == (doc["decode_budget"]["tp"], doc["decode_budget"]["verify"]), budget
+    assert [r["concurrency"] for r in budget["rows"]] == [1, 2] and all(r["itl_ms"] > 0 for r in budget["rows"])
+    assert set(alongside["gpu_at_end"]) == set(doc["gpu_at_end"]) == {"spark-1", "spark-2"}
+    refused = sc(cluster, "bench", "--method", "llama-benchy", "--pp", "400", "--corpus", str(BOOK), env=with_key)
+    assert refused.returncode == 2, refused.stderr[-3000:]
+    assert "the largest --pp that fits at --depth 0 with --tg 32 is 352" in " ".join(refused.stderr.split())
+    assert vllm_counters(doc["config"]["endpoint"]) == after
 
 
 # ---- a community recipe, unmodified: eugr's v1 format with a mod (issue 21) -----------------------------
@@ -664,6 +677,9 @@ def test_two_replicas_answer_through_vllms_router_and_one_that_dies_is_named_whi
         state = json.loads(status.stdout)
         assert [(r["nodes"], r["healthy"]) for r in state["replicas"]] == [(["spark-1"], True), (["spark-2"], True)]
         assert state["nodes"]["spark-1"]["router"] == "running" and state["server"]["health"] == 200
+        # each replica's own /metrics, the endpoint's their sum (the router's /metrics is one replica in turn)
+        assert all(r["figures"] is not None for r in state["replicas"]), state["replicas"]
+        assert state["server"]["figures"]["running"] == sum(r["figures"]["running"] for r in state["replicas"])
         logs = sc(cluster, "logs", "--node", "spark-1", "-n", "50")
         assert logs.returncode == 0 and "== router ==" in logs.stdout and "Router ready" in logs.stdout, logs.stdout
         top = sc(cluster, "top", "--once", "--json")  # each replica's own /metrics, not the router's (one in turn)
