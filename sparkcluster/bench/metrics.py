@@ -68,11 +68,25 @@ def summarize(windows: Sequence[tuple[Mapping[str, float], Mapping[str, float], 
                       _count(preempted), _count(generated), _count(prompted))
 
 
-class Sampler:
-    """Polls /metrics in the background of one run; `stop()` returns (first, last, all samples)."""
+def merged(engines: Sequence[Mapping[str, float]]) -> dict[str, float]:
+    """Several engines' samples taken at once as the one endpoint they answer behind a router: counters add up, the
+    KV-cache usage is the fullest engine's (each has its own cache). Empty when any engine gave nothing, so a
+    counter's delta never spans a different set of engines."""
+    if not engines or not all(engines):
+        return {}
+    total: dict[str, float] = {}
+    for sample in engines:
+        for name, value in sample.items():
+            total[name] = max(total[name], value) if name in KV_USAGE and name in total else total.get(name, 0) + value
+    return total
 
-    def __init__(self, client: aiohttp.ClientSession, metrics_url: str) -> None:
-        self.client, self.url = client, metrics_url
+
+class Sampler:
+    """Polls /metrics in the background of one run; `stop()` returns (first, last, all samples). Behind a router,
+    each replica's own /metrics at once (`metrics_urls`), merged: the router hands its own to one replica in turn."""
+
+    def __init__(self, client: aiohttp.ClientSession, metrics_urls: Sequence[str]) -> None:
+        self.client, self.urls = client, tuple(metrics_urls)
         self.samples: list[dict[str, float]] = []
         self.available = True
         self._task: asyncio.Task[None] | None = None
@@ -80,8 +94,11 @@ class Sampler:
     async def read(self) -> dict[str, float]:
         if not self.available:
             return {}
+        return merged(await asyncio.gather(*(self._read(url) for url in self.urls)))
+
+    async def _read(self, url: str) -> dict[str, float]:
         try:
-            async with self.client.get(self.url, timeout=aiohttp.ClientTimeout(total=5)) as response:
+            async with self.client.get(url, timeout=aiohttp.ClientTimeout(total=5)) as response:
                 if response.status != 200:
                     self.available = False  # not vLLM, or metrics turned off: stop asking
                     return {}

@@ -208,8 +208,8 @@ async def sweep(base_url: str, model: str | None, opts: SweepOptions, levels: li
                                              opts.output_tokens)
             if not result.ok:
                 raise _failed(result, "the warm-up request")
-        sampler = Sampler(client, f"{root_of(base_url)}/metrics")
-        engines = list(engine_metrics) or [sampler.url]
+        engines = list(engine_metrics) or [f"{root_of(base_url)}/metrics"]
+        sampler = Sampler(client, engines)
         prepared.metrics_before = await snapshot_engines(client, engines)
         try:
             await _levels(client, endpoint, opts, levels, prepared, sampler, emit)

@@ -126,3 +126,31 @@ def test_fuzz_the_reader_figures_and_bench_summary_never_raise(first, second, se
     got.summary()
     x, y = metrics.parse("\n".join(first)), metrics.parse("\n".join(second))
     metrics.summarize([(x, y, [x, y])])
+
+
+def test_bench_samples_every_replica_behind_a_router_and_merges_them():
+    # Failed before: the sampler read the router's /metrics, which vllm-router hands to one replica in turn, so a
+    # run's first and last samples could be two engines' counters.
+    import asyncio
+
+    import aiohttp
+
+    from tests.unit.test_top_replicas import CAPTURES, busier, metrics_server
+
+    kv = 'vllm:kv_cache_usage_perc{engine="0",model_name="local/tiny-llama"} 0.0019536019536019467'
+    fuller = [busier(c).replace(kv, kv.split("} ")[0] + "} 0.5") for c in CAPTURES]
+
+    async def sample(urls: list[str]) -> dict[str, float]:
+        async with aiohttp.ClientSession() as client:
+            return await metrics.Sampler(client, urls).read()
+
+    with metrics_server(CAPTURES[:1]) as (one, _), metrics_server(fuller[:1]) as (two, _):
+        alone, both = asyncio.run(sample([one])), asyncio.run(sample([one, two]))
+        with metrics_server(CAPTURES[:1]) as (gone, server):
+            server.shutdown()
+            server.server_close()
+            partial = asyncio.run(sample([one, gone]))
+    assert both["vllm:num_requests_running"] == alone["vllm:num_requests_running"] + 3
+    assert both["vllm:generation_tokens_total"] == 2 * alone["vllm:generation_tokens_total"]
+    assert both["vllm:kv_cache_usage_perc"] == 0.5  # the fullest engine's cache, not a sum
+    assert partial == {}  # one engine silent: no sample, so no delta spans another set of engines
