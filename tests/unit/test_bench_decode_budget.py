@@ -157,17 +157,21 @@ class Head:
         pass
 
 
+def connect_to(head: object):
+    """`connect` for a cluster of one head, `head` answering its commands, with a real Spark's probe as its facts."""
+    @contextmanager
+    def connect(args: argparse.Namespace, check: object, require_all: bool = True):
+        hosts = (Host(name="spark-1", address="10.0.0.1", role="head"),)
+        with Session(Inventory(path=Path("inv.yml"), name="t", hosts=hosts, vars={}), {"spark-1": head}) as s:
+            s.facts.update({"spark-1": parse_probe((FIXTURES / "probe-spark.txt").read_text())})
+            yield s
+
+    return connect
+
+
 def bench_output(capsys: pytest.CaptureFixture[str], verify: dict | None, *flags: str) -> str:
     with running_stub(ttft=0.01, itl=0.005) as url:
-        head = Head(url, verify)
-
-        @contextmanager
-        def connect(args: argparse.Namespace, check: object, require_all: bool = True):
-            hosts = (Host(name="spark-1", address="10.0.0.1", role="head"),)
-            with Session(Inventory(path=Path("inv.yml"), name="t", hosts=hosts, vars={}), {"spark-1": head}) as s:
-                s.facts.update({"spark-1": parse_probe((FIXTURES / "probe-spark.txt").read_text())})
-                yield s
-
+        connect = connect_to(Head(url, verify))
         args = build_parser(["bench"]).parse_args(
             ["bench", *flags, "--concurrency", "1,2", "--runs", "1", "--requests-per-stream", "1",
              "--warmup", "0", "--prompt-tokens", "8", "--output-tokens", "8"])

@@ -6,10 +6,8 @@ its `sparkcluster` key, from the one helper the own method uses (bench/alongside
 
 from __future__ import annotations
 
-import argparse
 import json
 import urllib.request
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -24,12 +22,9 @@ from sparkcluster.bench.methods.llama_benchy.formats import JSON_KEYS
 from sparkcluster.bench.methods.llama_benchy.schedule import Cell, cells
 from sparkcluster.cli import build_parser
 from sparkcluster.engine.command import Command
-from sparkcluster.engine.facts import parse_probe
-from sparkcluster.engine.inventory import Host, Inventory
-from sparkcluster.engine.session import Session
 from sparkcluster.engine.transport import Result
 from tests.openai_stub import running_stub
-from tests.unit.test_bench_decode_budget import FIXTURES, PAIR_US, RECORD, Head
+from tests.unit.test_bench_decode_budget import PAIR_US, RECORD, Head, connect_to
 from tests.unit.test_bench_llama_benchy import benchy, corpus
 
 # ---- the grid and the served context ----------------------------------------------------------------------------
@@ -143,15 +138,7 @@ def llama_benchy_on_cluster(capsys: pytest.CaptureFixture[str], tmp_path: Path, 
     monkeypatch.setenv("HOME", str(tmp_path))
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
     with running_stub(ttft=0.01, itl=0.005) as url:
-        head = BenchyHead(url, RECORD)
-
-        @contextmanager
-        def connect(args: argparse.Namespace, check: object, require_all: bool = True):
-            hosts = (Host(name="spark-1", address="10.0.0.1", role="head"),)
-            with Session(Inventory(path=Path("inv.yml"), name="t", hosts=hosts, vars={}), {"spark-1": head}) as s:
-                s.facts.update({"spark-1": parse_probe((FIXTURES / "probe-spark.txt").read_text())})
-                yield s
-
+        connect = connect_to(BenchyHead(url, RECORD))
         args = build_parser(["bench"]).parse_args(
             ["bench", "--method", "llama-benchy", "--corpus", str(corpus(tmp_path)), "--pp", "64", "--tg", "8",
              "--concurrency", "1,2", "--runs", "1", "--no-warmup", *flags])
