@@ -13,11 +13,13 @@ from ..engine.session import Session
 from ..engine.transport import Transport, Unreachable
 from .network import qsfp_port
 
-# One line per netdev: name, operstate, then its IPv4 addresses (without prefix).
+# One line per netdev: name, operstate, `ups=` how often its carrier came up since boot, then its IPv4 addresses
+# (without prefix).
 LINKS_COMMAND = Command(
     "for i in /sys/class/net/*; do n=${i##*/}; read -r s < \"$i/operstate\" 2>/dev/null || s=unknown; "
+    "read -r c < \"$i/carrier_up_count\" 2>/dev/null || c=; "
     "a=$(ip -o -4 addr show dev \"$n\" 2>/dev/null | awk '{split($4, p, \"/\"); printf \"%s \", p[1]}'); "
-    "echo \"$n $s $a\"; done", timeout=15)
+    "echo \"$n $s ups=$c $a\"; done", timeout=15)
 
 
 @dataclass(frozen=True)
@@ -25,6 +27,7 @@ class LinkState:
     netdev: str
     state: str  # the kernel's operstate: up, down, lowerlayerdown, unknown...
     ipv4: tuple[str, ...]
+    carrier_ups: int | None = None  # carrier_up_count: 0 for a port no cable ever lit since boot; None: not read
 
     @property
     def up(self) -> bool:
@@ -40,7 +43,9 @@ def parse_links(stdout: str) -> list[LinkState]:
     for line in stdout.splitlines():
         words = line.split()
         if len(words) >= 2:
-            links.append(LinkState(words[0], words[1].lower(), tuple(words[2:])))
+            ups = words[2].removeprefix("ups=") if len(words) > 2 and words[2].startswith("ups=") else None
+            addresses = tuple(words[3:] if ups is not None else words[2:])
+            links.append(LinkState(words[0], words[1].lower(), addresses, int(ups) if ups and ups.isdigit() else None))
     return links
 
 
@@ -70,12 +75,13 @@ def describe(node: str, links: Sequence[LinkState] | None, address: str | None =
 
 
 def any_down(links: Sequence[LinkState] | None, address: str | None = None) -> bool:
-    """A QSFP link the node uses is down. A port with no address is one no cable serves (a pair leaves a port's
-    two twins dark on every node), so it counts only where no QSFP link holds an IPv4 address (link-local)."""
+    """A QSFP link the node uses is down: one that holds an address, or whose carrier came up since boot (a cable
+    pulled now; networkd and NetworkManager drop a port's address with its carrier). A port no cable ever lit (a
+    pair leaves a port's two twins dark on every node) is not the broken link."""
     if links is None:
         return False
     qsfp = qsfp_links(links, address)
-    used = [link for link in qsfp if link.ipv4] or qsfp
+    used = [link for link in qsfp if link.ipv4 or link.carrier_ups] or qsfp
     return any(not link.up for link in used)
 
 

@@ -347,3 +347,16 @@ def test_a_port_no_cable_serves_is_not_the_link_that_is_down():
     # link-local twins carry no IPv4 address: a dark one still counts there
     link_local = parse_links("enp1s0f1np1 down\nenP2p1s0f1np1 up\n")
     assert any_down(link_local) and not any_down(parse_links("enp1s0f1np1 up\nenP2p1s0f1np1 up\n"))
+
+
+def test_a_pulled_cable_whose_address_went_with_its_carrier_is_still_the_link_that_is_down():
+    # networkd and NetworkManager drop a port's address when its carrier goes: on a ring node (two cables), the pulled
+    # one is told apart from a port no cable ever lit by the kernel's carrier_up_count.
+    ring = parse_links("enp1s0f0np0 up ups=1 10.100.0.12\nenP2p1s0f0np0 up ups=1 10.100.1.12\n"
+                       "enp1s0f1np1 down ups=2\nenP2p1s0f1np1 down ups=2\n")
+    assert ring[2].carrier_ups == 2 and ring[2].ipv4 == () and ring[0].ipv4 == ("10.100.0.12",)
+    assert any_down(ring)
+    pair = parse_links("enp1s0f0np0 down ups=0\nenP2p1s0f0np0 down ups=0\n"
+                       "enp1s0f1np1 up ups=1 10.100.0.12\nenP2p1s0f1np1 up ups=1 10.100.1.12\n")
+    assert not any_down(pair)
+    assert parse_links("enp1s0f1np1 down ups= 10.0.0.1\n")[0].carrier_ups is None  # an old kernel: not read
