@@ -16,7 +16,7 @@ from ..engine.errors import EXIT_OK, UsageError
 from ..engine.report import print_json
 from . import render as sim_render
 from .cluster import SimCluster
-from .hardware import CLOCK_EVENTS, SETTINGS, kernel_log_entry
+from .hardware import CLOCK_EVENTS, JOURNAL_STORAGE, SETTINGS, kernel_log_entry
 from .options import DEFAULT_DRIVER, DEFAULT_LAN_RATE, DEFAULT_NAME, DEFAULT_USER, UpOptions
 from .shaping import check_degrade
 from .state import existing_names
@@ -97,7 +97,7 @@ def cmd_sim_degrade(args: argparse.Namespace) -> int:
 def cmd_sim_hardware(args: argparse.Namespace) -> int:
     settings: dict[str, object] = {k: getattr(args, k) for k in ("driver", "kernel", "bios_version", "bios_date",
                                                                  "cma_total_kb", "firmware", "gpu_temp_c", "power_w",
-                                                                 "sm_clock_mhz") if getattr(args, k) is not None}
+                                                                 "sm_clock_mhz", "journal") if getattr(args, k) is not None}
     for flag, value, low, high in (("--gpu-temp", args.gpu_temp_c, 0, 150), ("--power-w", args.power_w, 0, 1000),
                                    ("--sm-clock", args.sm_clock_mhz, 1, 5000)):
         if value is not None and not low <= value <= high:
@@ -114,15 +114,17 @@ def cmd_sim_hardware(args: argparse.Namespace) -> int:
             widths[netdev] = width
         settings["pcie_width"] = widths
     now = time.time()
-    planted = [kernel_log_entry(message, now) for message in args.kernel_log or []]
+    planted = {key: [kernel_log_entry(message, now + i * 1e-6) for i, message in enumerate(given or [])]
+               for key, given in (("kernel_log", args.kernel_log), ("kernel_log_previous", args.kernel_log_previous))}
     cluster = SimCluster.load(args.name)
-    if planted:  # appended to what the host's kernel already logged (nothing, after --clear)
-        logged = [] if args.clear else cluster.state.hardware.get(args.host, {}).get("kernel_log", [])
-        settings["kernel_log"] = [*logged, *planted]
+    for key, lines in planted.items():
+        if lines:  # appended to what that boot's kernel already logged (nothing, after --clear)
+            logged = [] if args.clear else cluster.state.hardware.get(args.host, {}).get(key, [])
+            settings[key] = [*logged, *lines]
     if args.clear:  # every default back, then what this command gives
         settings = {**dict.fromkeys(SETTINGS), **settings}
     cluster.set_hardware(args.host, settings)
-    shown = {k: (f"{len(planted)} line(s) more" if k == "kernel_log" and planted else v) for k, v in settings.items()}
+    shown = {k: (f"{len(planted[k])} line(s) more" if planted.get(k) else v) for k, v in settings.items()}
     console.print(f"{args.host}: {', '.join(f'{k}={v}' for k, v in shown.items()) or 'unchanged'}", highlight=False)
     return EXIT_OK
 
@@ -247,6 +249,13 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser], app:
                     help="append a line to the kernel log the host's journalctl -k and dmesg print, as the kernel "
                          "wrote it, e.g. 'NVRM: Xid (PCI:000f:01:00): 79, pid=2113, name=python3, GPU has fallen off "
                          "the bus.' (repeatable; --clear empties the log)")
+    hw.add_argument("--kernel-log-previous", action="append", metavar="LINE",
+                    help="append a line to the PREVIOUS boot's kernel log (what journalctl -k -b -1 prints; dmesg "
+                         "holds this boot alone), e.g. the Xid a node crashed with (repeatable; none: the journal "
+                         "holds no earlier boot)")
+    hw.add_argument("--journal", choices=JOURNAL_STORAGE,
+                    help="where journald keeps the journal: persistent (on disk, the default, as on DGX OS) or "
+                         "volatile (in memory: journalctl -b -1 finds no persistent journal)")
     hw.add_argument("--clear", action="store_true",
                     help="put every simulated default back (and the kernel log empty) before the other flags apply")
     hw.set_defaults(func=cmd_sim_hardware)

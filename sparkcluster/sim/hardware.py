@@ -31,7 +31,9 @@ FIRMWARE_FILE = "etc/sparkcluster-sim/firmware"  # the ConnectX firmware the emu
 DEFAULT_FIRMWARE = "28.45.1200 (NVD0000000033)"
 # What `sim hardware` may set on one host (the rest of a Spark's hardware is the same on every simulated one).
 SETTINGS = ("driver", "kernel", "bios_version", "bios_date", "cma_total_kb", "firmware", "pcie_width", "kernel_log",
-            "gpu_temp_c", "power_w", "sm_clock_mhz", "throttle")
+            "kernel_log_previous", "journal", "gpu_temp_c", "power_w", "sm_clock_mhz", "throttle")
+# Where the emulated journald keeps its journal: on disk as DGX OS does (earlier boots stay readable), or in memory.
+JOURNAL_STORAGE = ("persistent", "volatile")
 # An idle GB10 as nvidia-smi reports it (P8, 208 MHz, ~4.5 W; its memory clock is not exposed): what the emulated
 # nvidia-smi prints where `sim hardware --gpu-temp/--power-w/--sm-clock/--throttle` gave nothing else.
 IDLE_GPU = {"gpu_temp_c": 41, "power_w": 4.52, "sm_clock_mhz": 208, "throttle": ["gpu_idle"]}
@@ -60,6 +62,10 @@ def hardware_doc(cluster: str, host: HostSpec, settings: Mapping[str, Any] | Non
         },
         # What the emulated `journalctl -k` and `dmesg` print after the boot's own lines: {"at": unix time, "message"}
         "kernel_log": list((settings or {}).get("kernel_log", [])),
+        # What the emulated `journalctl -k -b -1` prints after that boot's own lines (none: no earlier boot), unless
+        # the journal is volatile: then it keeps no earlier boot at all.
+        "kernel_log_previous": list((settings or {}).get("kernel_log_previous", [])),
+        "journal": (settings or {}).get("journal", JOURNAL_STORAGE[0]),
         "nics": [
             {"netdev": n.netdev, "hca": n.hca, "cabled": n.cabled, "speed_mbps": n.speed_mbps} for n in host.nics
         ],

@@ -55,7 +55,7 @@ def test_journalctl_bounds_and_formats(hardware):
 
 
 def test_journalctl_refuses_what_it_does_not_emulate(hardware):
-    for args in (("-u", "ray"), ("-k", "-b", "-1"), ("-k", "-o", "json"), ("-k", "-p", "err")):
+    for args in (("-u", "ray"), ("-k", "-b", "1"), ("-k", "-o", "json"), ("-k", "-p", "err")):
         out = tool(hardware, "journalctl", *args)
         assert out.returncode == 1 and "emulated by sparkcluster sim" in out.stderr, args
     assert tool(hardware, "journalctl", "-k", "--since", "soon").stderr == "Failed to parse timestamp: soon\n"
@@ -89,3 +89,38 @@ def test_a_planted_line_is_one_line_of_text():
 def test_the_kernel_log_tools_are_installed_on_every_host():
     assert {"sim-kernel-log", "journalctl", "dmesg"} <= set(EMULATORS)
     assert all((HOST / name).is_file() for name in EMULATORS)
+
+
+def previous_host(tmp_path, **settings):
+    host = build_topology("lab", 1, Subnets(120), ["580.95.05"]).hosts[0]
+    path = tmp_path / "hardware.json"
+    path.write_text(json.dumps(hardware_doc("lab", host, settings)))
+    return {"SPARKCLUSTER_SIM_HARDWARE": str(path), "PATH": "/usr/bin:/bin"}
+
+
+def test_journalctl_b_minus_1_prints_the_previous_boot_ending_before_this_one(tmp_path):
+    env = previous_host(tmp_path, kernel_log_previous=[kernel_log_entry(OOM, 1000.0), kernel_log_entry(XID, 1010.0)])
+    out = tool(env, "journalctl", "-k", "-b", "-1", "-o", "short-iso", "--no-pager", "-q")
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert [l.split(" kernel: ", 1)[1] for l in lines][2:] == [OOM, XID] and "Linux version" in lines[0]
+    stamp = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[+-]\d\d:\d\d \S+ kernel: "
+    assert all(re.match(stamp, l) for l in lines), lines
+    this = tool(env, "journalctl", "-k", "-b", "-o", "short-unix").stdout.splitlines()
+    before = [float(l.split()[0]) for l in tool(env, "journalctl", "-k", "--boot=-1", "-o", "short-unix").stdout.splitlines()]
+    assert float(this[0].split()[0]) - before[-1] == pytest.approx(30, abs=0.01)  # it ended 30 s before this boot
+    assert before[-1] - before[-2] == pytest.approx(10, abs=0.01)  # the planted lines keep their spacing
+    assert XID not in tool(env, "journalctl", "-k", "-b").stdout and XID not in tool(env, "dmesg").stdout
+
+
+def test_journalctl_says_what_the_real_one_says_without_a_previous_boot(tmp_path):
+    none = tool(previous_host(tmp_path), "journalctl", "-k", "-b", "-1", "-q")
+    assert (none.returncode, none.stdout) == (1, "")
+    assert none.stderr == "Data from the specified boot (-1) is not available: No such boot ID in journal\n"
+    older = tool(previous_host(tmp_path, kernel_log_previous=[kernel_log_entry(XID, 5.0)]), "journalctl", "-k", "-b", "-2")
+    assert older.stderr.startswith("Data from the specified boot (-2) is not available") and older.returncode == 1
+    volatile = previous_host(tmp_path, journal="volatile", kernel_log_previous=[kernel_log_entry(XID, 5.0)])
+    memory = tool(volatile, "journalctl", "-k", "-b", "-1", "-q")
+    assert (memory.returncode, memory.stdout) == (0, "")
+    assert memory.stderr == "Specifying boot ID or boot offset has no effect, no persistent journal was found.\n"
+    assert "Linux version" in tool(volatile, "journalctl", "-k", "-b").stdout  # this boot is read as before
