@@ -12,7 +12,8 @@ from ..engine.nodetext import as_markup
 from ..node.parity import Finding, Severity
 from .run import DoctorReport
 
-MARK = {Severity.OK: "[green]ok[/green]  ", Severity.WARN: "[yellow]warn[/yellow]", Severity.FAIL: "[red]FAIL[/red]"}
+MARK = {Severity.OK: "[green]ok[/green]  ", Severity.INFO: "[blue]info[/blue]", Severity.WARN: "[yellow]warn[/yellow]",
+        Severity.FAIL: "[red]FAIL[/red]"}
 GROUPS = ("preflight", "parity", "known issues", "kernel log", "gpu")
 PER_NODE = ("preflight", "kernel log")  # groups whose passing checks are listed by node
 IN_FULL = ("gpu",)  # groups whose passing checks each carry a node's figures (temperature, power, clock)

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 class Severity(enum.Enum):
     OK = "ok"
+    INFO = "info"  # worth knowing, with a fix, but nothing wrong: doctor still passes (a journal kept in memory only)
     WARN = "warn"
     FAIL = "fail"
 

@@ -7,13 +7,19 @@ user and then through passwordless sudo (Ubuntu restricts dmesg, and the journal
 lines that can mean one of the above come back, the last MAX_LINES of them, each cut at MAX_LINE_BYTES, the whole
 at most MAX_BYTES; each reader gets 10 s. Here (pure): `parse_kernel_log` reads those lines into events, `kernel_log_findings` names
 each kind once per node, with the count, the last time, the meaning and the fix.
+
+A node that hung or rebooted (an Xid 79, NV_ERR_NO_MEMORY, an OOM kill, a stuck ConnectX) leaves its evidence in
+the PREVIOUS boot's log, so the same script also reads `journalctl -k -b -1` (the journal only: dmesg holds this
+boot alone), bounded the same way, its lines prefixed `previous`; its findings rank as this boot's do and say "in
+the previous boot". Where journalctl answers that it keeps no persistent journal, that is said with the fix.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Literal
 
 from .finding import Finding, Severity
@@ -30,6 +36,16 @@ READERS = (  # (source, command): the first that reads any line wins
     ("dmesg", "dmesg --time-format iso"),
     ("dmesg (sudo)", "sudo -n dmesg --time-format iso"),
 )
+# The previous boot is the journal's alone; journalctl's own words where it has none (systemd's journalctl.c):
+# "Data from the specified boot (-1) is not available: No such boot ID in journal" (the journal begins with this
+# boot), and "Specifying boot ID or boot offset has no effect, no persistent journal was found." (exit 0: the journal
+# lives in /run and every reboot empties it).
+PREVIOUS_READERS = (
+    ("journalctl", "journalctl -k -b -1 -o short-iso --no-pager -q"),
+    ("journalctl (sudo)", "sudo -n journalctl -k -b -1 -o short-iso --no-pager -q"),
+)
+NO_SUCH_BOOT = "No such boot ID in journal"
+NOT_PERSISTENT = "no persistent journal was found"
 KERNEL_LOG_SCRIPT = rf"""
 klog_src=
 for klog_try in {' '.join(f"'{src}|{cmd}'" for src, cmd in READERS)}; do
@@ -40,6 +56,23 @@ for klog_try in {' '.join(f"'{src}|{cmd}'" for src, cmd in READERS)}; do
   klog_src=${{klog_try%%|*}}; echo "source $klog_src"; printf '%s\n' "$klog_out"; break
 done
 [ -n "$klog_src" ] || echo unreadable
+klog_prev= klog_said=
+for klog_try in {' '.join(f"'{src}|{cmd}'" for src, cmd in PREVIOUS_READERS)}; do
+  # journalctl's stderr is kept: its words tell "no earlier boot" from "no persistent journal" (both print no line)
+  klog_out=$(timeout 10 ${{klog_try#*|}} 2>&1 | awk -v pat='{WORTH}' '
+    /^[0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9]T/ {{ n++; last = $1
+      if ($0 ~ pat) print "previous line " substr($0, 1, {MAX_LINE_BYTES}); next }}
+    /[^ ]/ && s++ < 3 {{ said = said "previous said " substr($0, 1, {MAX_LINE_BYTES}) "\n" }}
+    END {{ printf "%s", said; if (n) print "previous last " last; print "previous read " n+0 }}' \
+    | tail -n {MAX_LINES + 5} | tail -c {MAX_BYTES})
+  case "$klog_out" in *"previous read 0")
+    case "$klog_out" in *'{NO_SUCH_BOOT}'*|*'{NOT_PERSISTENT}'*) ;;
+      *) klog_said="$klog_said$(printf '%s\n' "$klog_out" | grep '^previous said')
+"; continue ;; esac ;;
+  esac
+  klog_prev=${{klog_try%%|*}}; echo "previous source $klog_prev"; printf '%s\n' "$klog_out"; break
+done
+[ -n "$klog_prev" ] || {{ echo "previous unreadable"; printf '%s' "$klog_said"; }}
 """
 
 Kind = Literal["xid", "nv-no-memory", "mlx5-timeout", "link-down", "link-up", "aer", "oom-kill"]
@@ -62,6 +95,28 @@ class KernelLog:
     lines_read: int = 0  # every line of this boot's log that the reader printed, before the filter
     events: tuple[KernelEvent, ...] = field(default_factory=tuple)
     connectx: tuple[str, ...] = ()  # the PCI addresses mlx5_core spoke for: an AER error there is the ConnectX's
+    previous_boot: PreviousBoot | None = None  # None: not looked at (a node answering an older probe)
+
+
+# read: its lines came back; none: the journal begins with this boot; not kept: the journal lives in memory only
+# (journalctl: no persistent journal); unreadable: journalctl printed nothing we could read, even through sudo -n
+PreviousState = Literal["read", "none", "not kept", "unreadable"]
+
+
+@dataclass(frozen=True)
+class PreviousBoot:
+    """The previous boot's kernel log: where a node that hung or rebooted left its evidence."""
+    state: PreviousState
+    source: str | None = None
+    lines_read: int = 0
+    events: tuple[KernelEvent, ...] = field(default_factory=tuple)
+    connectx: tuple[str, ...] = ()
+    ended: str = ""  # the time of its last line: when the node went down (crashed, hung or shut down)
+    said: tuple[str, ...] = ()  # journalctl's own words where it printed no line
+
+    @property
+    def log(self) -> KernelLog:
+        return KernelLog(self.source, self.lines_read, self.events, self.connectx)
 
 
 # ---- parser (pure) ----------------------------------------------------------------------------------
@@ -119,9 +174,23 @@ def parse_event(line: str) -> KernelEvent | None:
 
 
 def parse_kernel_log(lines: Iterable[str]) -> KernelLog:
-    """The d-kernel-log section: `source S`, `line L`..., `read N`; or `unreadable`."""
+    """The d-kernel-log section: `source S`, `line L`..., `read N`; or `unreadable`; then the previous boot's, each
+    line prefixed `previous ` (with its `last T` and journalctl's `said W`)."""
+    this: list[str] = []
+    previous: list[str] = []
+    for raw in lines:
+        kind, _, rest = raw.partition(" ")
+        (previous if kind == "previous" else this).append(rest if kind == "previous" else raw)
+    log, _, _ = _parse_boot(this)
+    return replace(log, previous_boot=_previous_boot(previous)) if previous else log
+
+
+def _parse_boot(lines: Iterable[str]) -> tuple[KernelLog, str, tuple[str, ...]]:
+    """One boot's lines: the log, the time of its last line (`last T`) and what the reader said (`said W`)."""
     source: str | None = None
     read = 0
+    last = ""
+    said: list[str] = []
     events: list[KernelEvent] = []
     connectx: dict[str, None] = {}
     for raw in lines:
@@ -130,12 +199,24 @@ def parse_kernel_log(lines: Iterable[str]) -> KernelLog:
             source = rest.strip() or None
         elif kind == "read" and rest.strip().isdigit():
             read = int(rest)
+        elif kind == "last":
+            last = rest.strip()
+        elif kind == "said":
+            said.append(rest.strip())
         elif kind == "line":
             if event := parse_event(rest):
                 events.append(event)
             if m := MLX5.match(_stamp(rest)[1]):
                 connectx[m["dev"]] = None
-    return KernelLog(source, read, tuple(events), tuple(connectx))
+    return KernelLog(source, read, tuple(events), tuple(connectx)), last, tuple(said)
+
+
+def _previous_boot(lines: list[str]) -> PreviousBoot:
+    log, last, said = _parse_boot(lines)
+    words = " ".join(said)
+    state: PreviousState = ("read" if log.source and log.lines_read else "not kept" if NOT_PERSISTENT in words
+                            else "none" if NO_SUCH_BOOT in words else "unreadable")
+    return PreviousBoot(state, log.source, log.lines_read, log.events, log.connectx, last, said)
 
 
 # ---- meanings and findings (pure) -------------------------------------------------------------------
@@ -176,20 +257,73 @@ def _when(events: list[KernelEvent]) -> str:
     return f"at {last}" if len(events) == 1 else f"{len(events)} times, last at {last}"
 
 
-def _finding(name: str, check: str, severity: Severity, what: str, fix: str = "", source: str = "") -> Finding:
-    return Finding("kernel log", check, severity, f"{name}: {what}", fix, (name,), source=source)
+@dataclass(frozen=True)
+class Boot:
+    """Which boot a finding speaks of: its check's suffix, the words before its summary, and after "N lines"."""
+    check: str = ""
+    where: str = ""
+    of: str = " of this boot"
+
+
+THIS_BOOT = Boot()
+PREVIOUS_BOOT = Boot(" (previous boot)", "", "")
+UNREADABLE_FIX = ("add the login user to group adm (sudo usermod -aG adm $USER, then log in again), or allow it "
+                  "passwordless sudo")
+# systemd-journald.service(8): the journal is kept on disk once /var/log/journal exists; journalctl --flush moves
+# this boot's log there at once (so a crash from now on is read after the reboot). A journald.conf that says
+# Storage=volatile (or none) keeps it in memory whatever the folder: that line must go first.
+KEEP_JOURNAL_FIX = ("keep the journal on disk: sudo mkdir -p /var/log/journal && sudo systemd-tmpfiles --create "
+                    "--prefix /var/log/journal && sudo journalctl --flush (where /etc/systemd/journald.conf or a "
+                    "journald.conf.d file sets Storage=volatile or none, set Storage=persistent and sudo systemctl "
+                    "restart systemd-journald); from then on a crash's kernel log is still there after the reboot")
+
+
+def _previous(boot: PreviousBoot) -> Boot:
+    """Its findings open with the boot and when its log ends: about when the node went down."""
+    ended = f" (its log ends at {boot.ended})" if boot.ended else ""
+    return replace(PREVIOUS_BOOT, where=f"in the previous boot{ended}: ")
+
+
+def _finding(name: str, check: str, severity: Severity, what: str, fix: str = "", source: str = "",
+             boot: Boot = THIS_BOOT) -> Finding:
+    return Finding("kernel log", check + boot.check, severity, f"{name}: {boot.where}{what}", fix, (name,),
+                   source=source)
 
 
 def kernel_log_findings(name: str, log: KernelLog, driver: str | None = None) -> list[Finding]:
-    """One finding per kind of trouble (per Xid number, per twin), naming the node, the time and the meaning;
-    an OK one where the log was read and holds none; a WARN where it could not be read."""
+    """One finding per kind of trouble (per Xid number, per twin) in this boot and then in the previous one,
+    naming the node, the time and the meaning; an OK one where a boot's log was read and holds none; a WARN
+    where it could not be read; an INFO where the journal keeps no previous boot."""
     if log.source is None:
         return [_finding(name, "kernel log", Severity.WARN,
                          "the kernel log could not be read (journalctl -k and dmesg printed nothing, and sudo -n "
-                         "was refused): Xid errors, link flaps and OOM kills stay unseen",
-                         "add the login user to group adm (sudo usermod -aG adm $USER, then log in again), or allow "
-                         "it passwordless sudo")]
+                         "was refused): Xid errors, link flaps and OOM kills stay unseen", UNREADABLE_FIX)]
+    return _boot_findings(name, log, driver, THIS_BOOT) + _previous_boot_findings(name, log.previous_boot, driver)
+
+
+def _previous_boot_findings(name: str, previous: PreviousBoot | None, driver: str | None) -> list[Finding]:
+    if previous is None:
+        return []
+    check = "kernel log"  # _finding adds the previous boot's suffix
+    said = f" (journalctl: {previous.said[0]})" if previous.said else ""
+    boot = PREVIOUS_BOOT
+    if previous.state == "read":
+        return _boot_findings(name, previous.log, driver, _previous(previous))
+    if previous.state == "none":
+        return [_finding(name, check, Severity.OK, f"the journal holds no boot before this one{said}", boot=boot)]
+    if previous.state == "not kept":
+        return [_finding(name, check, Severity.INFO,
+                         f"the previous boot's kernel log is not kept{said}: the journal lives in memory and every "
+                         "reboot empties it, so a node that hung or crashed leaves no evidence", KEEP_JOURNAL_FIX,
+                         boot=boot)]
+    return [_finding(name, check, Severity.WARN,
+                     f"the previous boot's kernel log could not be read{said}: an Xid or OOM kill before the last "
+                     "reboot stays unseen", UNREADABLE_FIX, boot=boot)]
+
+
+def _boot_findings(name: str, log: KernelLog, driver: str | None, boot: Boot) -> list[Finding]:
     found: list[Finding] = []
+    say = partial(_finding, boot=boot)
 
     def by(kind: Kind) -> list[KernelEvent]:
         return [e for e in log.events if e.kind == kind]
@@ -197,12 +331,12 @@ def kernel_log_findings(name: str, log: KernelLog, driver: str | None = None) ->
     for xid in sorted({e.xid for e in by("xid") if e.xid is not None}):
         events = [e for e in by("xid") if e.xid == xid]
         meaning, severity, fix = XIDS.get(xid, UNKNOWN_XID)
-        found.append(_finding(name, f"Xid {xid}", severity,
+        found.append(say(name, f"Xid {xid}", severity,
                               f"NVRM Xid {xid} {_when(events)} ({meaning}): {events[-1].text}", fix))
     if nomem := by("nv-no-memory"):
         reported = [k for k in matches(Component.DRIVER, driver) if k.shows is Symptom.NV_NO_MEMORY]
         known = f"; driver {driver} {reported[0].symptom}" if reported else ""
-        found.append(_finding(
+        found.append(say(
             name, "NV_ERR_NO_MEMORY", Severity.WARN,
             f"NVRM could not allocate memory (NV_ERR_NO_MEMORY) {_when(nomem)}: unified memory ran short for the "
             f"GPU{known}",
@@ -210,7 +344,7 @@ def kernel_log_findings(name: str, log: KernelLog, driver: str | None = None) ->
             "node that stops answering comes back only with a power cycle", "NVIDIA/open-gpu-kernel-modules#1358"))
     for device in dict.fromkeys(e.device for e in by("mlx5-timeout")):
         events = [e for e in by("mlx5-timeout") if e.device == device]
-        found.append(_finding(
+        found.append(say(
             name, "mlx5 command timeout", Severity.FAIL,
             f"the ConnectX at {device} did not answer a driver command {_when(events)} (its firmware is stuck): "
             f"{events[-1].text}",
@@ -219,7 +353,7 @@ def kernel_log_findings(name: str, log: KernelLog, driver: str | None = None) ->
     for netdev in dict.fromkeys(e.device for e in by("link-down")):
         downs = [e for e in by("link-down") if e.device == netdev]
         if len(downs) >= 2:  # one down is a peer rebooting; more is a link that flaps
-            found.append(_finding(
+            found.append(say(
                 name, "link flaps", Severity.WARN,
                 f"{netdev} went down {_when(downs)}: the QSFP link flaps (a loose or failing cable, or a peer "
                 "rebooting again and again)", "reseat the QSFP cable at both ends; if it keeps flapping, try another "
@@ -229,7 +363,7 @@ def kernel_log_findings(name: str, log: KernelLog, driver: str | None = None) ->
         if events:
             devices = ", ".join(f"{d} (ConnectX)" if d in log.connectx else d for d in dict.fromkeys(e.device for e in events))
             bad = severity_word != "corrected"
-            found.append(_finding(
+            found.append(say(
                 name, "PCIe AER", Severity.FAIL if bad else Severity.WARN,
                 f"PCIe {severity_word} errors on {devices} {_when(events)}: the device's PCIe link "
                 f"{'lost data' if bad else 'is retrying (signal trouble; a slot short of power degrades so)'}",
@@ -239,7 +373,7 @@ def kernel_log_findings(name: str, log: KernelLog, driver: str | None = None) ->
     for e in by("oom-kill"):
         name_only = e.process.split("(", 1)[-1].rstrip(")")
         is_vllm = bool(VLLM_PROCESS.match(name_only))
-        found.append(_finding(
+        found.append(say(
             name, "OOM kill", Severity.WARN,
             f"the kernel's OOM killer killed {'vLLM ' if is_vllm else ''}process {e.process} at {e.time or 'an unknown time'}: "
             "unified memory (weights, KV cache and every process share the 128 GB) ran out",
@@ -247,6 +381,6 @@ def kernel_log_findings(name: str, log: KernelLog, driver: str | None = None) ->
             "rather than 64, and stop what else holds memory on the node" if is_vllm else
             "find what grew (the process named) and stop it, or leave vLLM more headroom"))
     if not found:
-        found.append(_finding(name, "kernel log", Severity.OK,
-                              f"{log.lines_read} lines of this boot read ({log.source}), none of the known errors"))
+        found.append(say(name, "kernel log", Severity.OK,
+                              f"{log.lines_read} lines{boot.of} read ({log.source}), none of the known errors"))
     return found

@@ -4,7 +4,9 @@ with the time, the meaning and the fix; the script that reads it is bounded in l
 
 from __future__ import annotations
 
+import json
 import subprocess
+from dataclasses import asdict
 from pathlib import Path
 
 from sparkcluster.node.finding import Severity
@@ -123,8 +125,127 @@ def test_the_reader_falls_back_and_bounds_what_it_prints(tmp_path):
         tool.chmod(0o755)
     out = subprocess.run(["sh", "-c", KERNEL_LOG_SCRIPT], capture_output=True, text=True, timeout=60,
                          env={"PATH": f"{bin_dir}:/usr/bin:/bin"}).stdout
-    assert out.startswith("source dmesg\n") and out.rstrip().endswith("read 5001")
-    assert len(out.encode()) <= MAX_BYTES + 64 and all(len(l) <= 5 + 400 for l in out.splitlines())
+    this_boot, _, rest = out.partition("previous ")  # then the previous boot's: the journal alone, unreadable here
+    assert this_boot.startswith("source dmesg\n") and this_boot.rstrip().endswith("read 5001")
+    assert len(this_boot.encode()) <= MAX_BYTES + 64 and all(len(l) <= 5 + 400 for l in this_boot.splitlines())
+    assert rest.startswith("unreadable\nprevious said No journal files were opened\n")
     log = parse_kernel_log(out.splitlines())
     assert log.source == "dmesg" and log.lines_read == 5001 and 0 < len(log.events) <= MAX_LINES
     assert log.events[-1].text.startswith("NVRM: Xid (PCI:000f:01:00): 13, pid=4999")  # the newest kept
+
+
+# ---- the previous boot (journalctl -k -b -1): where a node that hung or rebooted left its evidence ----------
+def previous(name: str | None = None, *said: str, last: str = "2026-11-27T02:18:02+00:00") -> list[str]:
+    """The previous boot's part of the section, as the script prints it after this boot's."""
+    if name is None:
+        return ["previous source journalctl", *(f"previous said {w}" for w in said), "previous read 0"]
+    lines = (FIXTURES / name).read_text().splitlines()
+    return ["previous source journalctl", *(f"previous line {l}" for l in lines), f"previous last {last}",
+            f"previous read {len(lines) + 900}"]
+
+
+NO_SUCH_BOOT_SAID = "Data from the specified boot (-1) is not available: No such boot ID in journal"
+NOT_PERSISTENT_SAID = "Specifying boot ID or boot offset has no effect, no persistent journal was found."
+
+
+def test_the_previous_boot_is_parsed_apart_with_when_it_ended():
+    log = parse_kernel_log(section("kernel-log-dmesg-iso.txt", "dmesg") + previous("kernel-log-previous-boot.txt"))
+    assert [e.kind for e in log.events] == ["xid", "aer", "oom-kill"]  # this boot's own, unchanged
+    before = log.previous_boot
+    assert before is not None and before.state == "read" and before.source == "journalctl"
+    assert before.lines_read == 909 and before.ended == "2026-11-27T02:18:02+00:00"
+    assert [(e.kind, e.xid) for e in before.events] == [("link-up", None), ("nv-no-memory", None), ("xid", 79),
+                                                        ("mlx5-timeout", None)]
+    assert before.events[2].time == "2026-11-27T02:17:58+00:00" and "0000:01:00.1" in before.connectx
+    json_log = json.loads(json.dumps(asdict(log)))  # as doctor --json and the bundle's health.json hold it
+    assert json_log["previous_boot"]["state"] == "read" and json_log["previous_boot"]["events"][2]["xid"] == 79
+    assert [e["kind"] for e in json_log["events"]] == ["xid", "aer", "oom-kill"]
+    assert parse_kernel_log(section("kernel-log-dmesg.txt")).previous_boot is None  # an older probe: not looked at
+
+
+def test_a_crash_in_the_previous_boot_is_named_so_and_ranks_as_this_boots_would():
+    found = kernel_log_findings("spark-2", parse_kernel_log(["source journalctl", "read 40",
+                                                             *previous("kernel-log-previous-boot.txt")]))
+    checks = by_check(found)
+    assert set(checks) == {"kernel log", "NV_ERR_NO_MEMORY (previous boot)", "Xid 79 (previous boot)",
+                           "mlx5 command timeout (previous boot)"}
+    assert checks["kernel log"].severity is Severity.OK and "40 lines of this boot" in checks["kernel log"].summary
+    x79 = checks["Xid 79 (previous boot)"]
+    assert x79.summary.startswith("spark-2: in the previous boot (its log ends at 2026-11-27T02:18:02+00:00): "
+                                  "NVRM Xid 79 at 2026-11-27T02:17:58+00:00 (GPU has fallen off the bus")
+    # ranked as this boot's: the same words, severity and fix as the same lines would get in this boot
+    now = by_check(kernel_log_findings("spark-2", parse_kernel_log(section("kernel-log-previous-boot.txt"))))
+    for check in ("Xid 79", "NV_ERR_NO_MEMORY", "mlx5 command timeout"):
+        was = checks[f"{check} (previous boot)"]
+        assert (was.severity, was.fix, was.nodes) == (now[check].severity, now[check].fix, now[check].nodes), check
+        assert was.summary == now[check].summary.replace("spark-2: ", "spark-2: in the previous boot (its log ends at "
+                                                         "2026-11-27T02:18:02+00:00): ", 1)
+    assert x79.severity is Severity.FAIL and "AC removed" in x79.fix
+    clean = kernel_log_findings("spark-1", parse_kernel_log(["source journalctl", "read 40", "previous source journalctl",
+                                                             "previous last 2026-11-27T02:18:02+00:00",
+                                                             "previous read 812"]))
+    assert [(f.check, f.severity) for f in clean] == [("kernel log", Severity.OK), ("kernel log (previous boot)",
+                                                                                   Severity.OK)]
+    assert clean[1].summary == ("spark-1: in the previous boot (its log ends at 2026-11-27T02:18:02+00:00): 812 lines "
+                                "read (journalctl), none of the known errors")
+
+
+def test_no_previous_boot_passes_and_a_journal_in_memory_is_an_info_with_the_fix():
+    none = kernel_log_findings("spark-1", parse_kernel_log(["source journalctl", "read 9",
+                                                            *previous(None, NO_SUCH_BOOT_SAID)]))
+    assert none[1].check == "kernel log (previous boot)" and none[1].severity is Severity.OK
+    assert none[1].summary == f"spark-1: the journal holds no boot before this one (journalctl: {NO_SUCH_BOOT_SAID})"
+    kept = parse_kernel_log(["source dmesg", "read 9", *previous(None, NOT_PERSISTENT_SAID)])
+    assert kept.previous_boot is not None and kept.previous_boot.state == "not kept"
+    info = kernel_log_findings("spark-1", kept)[1]
+    assert info.severity is Severity.INFO and "not kept" in info.summary and NOT_PERSISTENT_SAID in info.summary
+    for step in ("sudo mkdir -p /var/log/journal", "sudo systemd-tmpfiles --create --prefix /var/log/journal",
+                 "sudo journalctl --flush", "Storage=persistent"):
+        assert step in info.fix, step
+
+
+def test_an_unreadable_previous_boot_warns_once():
+    said = ["previous unreadable", "previous said sudo: a password is required"]
+    warn = kernel_log_findings("spark-1", parse_kernel_log(["source dmesg", "read 9", *said]))[1]
+    assert warn.severity is Severity.WARN and "sudo: a password is required" in warn.summary
+    assert "usermod -aG adm" in warn.fix
+    # this boot unreadable too: its one warning says it all
+    assert len(kernel_log_findings("spark-1", parse_kernel_log(["unreadable", *said]))) == 1
+
+
+def test_the_script_reads_the_previous_boot_from_the_simulators_journalctl(tmp_path):
+    """The script itself against the simulated Spark's journalctl: a previous boot planted, none, a journal in memory."""
+    from importlib import resources
+
+    from sparkcluster.sim.hardware import hardware_doc, kernel_log_entry
+    from sparkcluster.sim.topology import Subnets, build_topology
+
+    host_dir = resources.files("sparkcluster.sim") / "host"
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name in ("journalctl", "sim-kernel-log"):
+        (bin_dir / name).write_bytes((host_dir / name).read_bytes())
+        (bin_dir / name).chmod(0o755)
+    (bin_dir / "sudo").write_text("#!/bin/sh\necho 'sudo: a password is required' >&2; exit 1\n")
+    (bin_dir / "sudo").chmod(0o755)
+    spec = build_topology("lab", 1, Subnets(120), ["580.95.05"]).hosts[0]
+    xid = "NVRM: Xid (PCI:000f:01:00): 79, pid=2113, name=python3, GPU has fallen off the bus."
+
+    def read(**settings: object) -> KernelLog:
+        path = tmp_path / "hardware.json"
+        path.write_text(json.dumps(hardware_doc("lab", spec, settings)))
+        out = subprocess.run(["sh", "-c", KERNEL_LOG_SCRIPT], capture_output=True, text=True, timeout=60,
+                             env={"PATH": f"{bin_dir}:/usr/bin:/bin", "SPARKCLUSTER_SIM_HARDWARE": str(path)})
+        return parse_kernel_log(out.stdout.splitlines())
+
+    crashed = read(kernel_log_previous=[kernel_log_entry(xid, 100.0)])
+    assert crashed.source == "journalctl" and crashed.lines_read == 2 and not crashed.events
+    before = crashed.previous_boot
+    assert before is not None and before.state == "read" and before.lines_read == 3
+    assert [e.xid for e in before.events] == [79] and before.ended == before.events[0].time
+    x79 = by_check(kernel_log_findings("spark-2", crashed))["Xid 79 (previous boot)"]
+    assert x79.severity is Severity.FAIL and f"in the previous boot (its log ends at {before.ended})" in x79.summary
+    fresh = read().previous_boot
+    assert fresh is not None and fresh.state == "none" and fresh.said == (NO_SUCH_BOOT_SAID,)
+    memory = read(journal="volatile", kernel_log_previous=[kernel_log_entry(xid, 100.0)]).previous_boot
+    assert memory is not None and memory.state == "not kept" and memory.said == (NOT_PERSISTENT_SAID,)
