@@ -21,6 +21,7 @@ from ..engine.remote import source_env
 from ..staging.images import ImageInfo
 from .apikey import API_KEY_ENV
 from .caches import host_exports, make_dir_line
+from .keptlog import KEEPER_STOP_S, KEPT_ROLES, SERVE_STATE_DIR, keep_output, logs_or_kept, stop_keeper
 from .launch import (
     CONTAINER,
     DEFAULT_IMAGE,
@@ -32,7 +33,6 @@ from .launch import (
     docker_run_line,
 )
 
-HOST_STATE_DIR = "~/.cache/sparkcluster/serve"  # host runtime: <role>.pid and <role>.log
 CONTAINER_VLLM_LOG = "/tmp/sparkcluster-vllm.log"
 CONTAINER_VLLM_PID = "/tmp/sparkcluster-vllm.pid"
 ROUTER_CONTAINER = "vllm_router"  # docker: the router in a container of its own, from the same image
@@ -114,10 +114,11 @@ class DockerRuntime(Runtime):
     name = "docker"
 
     def start_main(self, argv: Sequence[str], env: NodeEnv) -> Command:
-        # `-e NAME` without a value: docker takes it from its client's environment, where the reader put it.
-        return env.started(docker_run_line(self.image, shell_path(env.env_file), argv, entrypoint=self.entrypoint,
-                                           env=env.env, docker_args=self.docker_args, caches=self.caches,
-                                           pass_env=tuple(env.secrets)))
+        # `-e NAME` without a value: docker takes it from its client's environment, where the reader put it. eugr's
+        # line exactly, then the keeper of its output (keptlog.py): its --rm takes `docker logs` along when it exits.
+        line = docker_run_line(self.image, shell_path(env.env_file), argv, entrypoint=self.entrypoint, env=env.env,
+                               docker_args=self.docker_args, caches=self.caches, pass_env=tuple(env.secrets))
+        return env.started(f"{line} && {keep_output(CONTAINER, 'main')}")
 
     def start_vllm_on_main(self, argv: Sequence[str], env: NodeEnv) -> Command:
         # The container already holds the env (--env-file, -e): no `bash -i` and .bashrc needed, as in eugr's. Its
@@ -132,7 +133,7 @@ class DockerRuntime(Runtime):
         options, command = container_command(argv, self.entrypoint)
         line = shlex.join(["docker", "run", "-d", "--rm", "--network", "host", "--name", ROUTER_CONTAINER,
                            *options, self.image, *command])
-        return env.started(line)
+        return env.started(f"{line} && {keep_output(ROUTER_CONTAINER, 'router')}")
 
     def run_in_env(self, argv: Sequence[str], env: NodeEnv, twin: bool = False) -> Command:
         """In the running vllm_node; with `twin`, where it does not run, in a short-lived container with the
@@ -152,9 +153,8 @@ class DockerRuntime(Runtime):
 
     def logs(self, role: str, lines: int, follow: bool) -> Command:
         f = ["-f"] if follow else []
-        if role in ("main", "router"):
-            name = CONTAINER if role == "main" else ROUTER_CONTAINER
-            return Command(shlex.join(["docker", "logs", "--tail", str(lines), *f, name]) + " 2>&1")
+        if role in ("main", "router"):  # once the container is gone, its output kept on the node
+            return Command(logs_or_kept(CONTAINER if role == "main" else ROUTER_CONTAINER, role, lines, follow))
         return Command(shlex.join(["docker", "exec", CONTAINER, "tail", "-n", str(lines), *f, CONTAINER_VLLM_LOG]) + " 2>&1")
 
     def stop_vllm(self) -> Command:
@@ -175,8 +175,10 @@ class DockerRuntime(Runtime):
                 f"do sleep 0.2; i=$((i+1)); done")
         router = (f"if docker inspect {ROUTER_CONTAINER} >/dev/null 2>&1; then docker rm -f {ROUTER_CONTAINER} "
                   ">/dev/null 2>&1; echo router; fi; ")
+        # The keepers end by themselves once their container is gone and its last lines are copied; a stuck one is stopped.
+        keepers = "; ".join(stop_keeper(role, KEEPER_STOP_S) for role in KEPT_ROLES)
         return Command(f"{router}if docker inspect {CONTAINER} >/dev/null 2>&1; then {vllm}docker stop -t {STOP_GRACE_S} {CONTAINER} "
-                       f">/dev/null 2>&1; docker rm -f {CONTAINER} >/dev/null 2>&1; echo container; fi; {gone}; "
+                       f">/dev/null 2>&1; docker rm -f {CONTAINER} >/dev/null 2>&1; echo container; fi; {gone}; {keepers}; "
                        f"! docker inspect {CONTAINER} >/dev/null 2>&1")
 
 
@@ -194,7 +196,7 @@ class HostRuntime(Runtime):
                 f"export PATH={shell_path(self.python_env)}/bin:\"$PATH\"{fixed}\n")
 
     def _start(self, role: str, argv: Sequence[str], env: NodeEnv) -> Command:
-        d = shell_path(HOST_STATE_DIR)
+        d = shell_path(SERVE_STATE_DIR)
         return env.started(f"mkdir -p {d} || exit 1\n{self._enter(env)}"
                            f"if kill -0 $(cat {d}/{role}.pid 2>/dev/null) 2>/dev/null; then echo 'already running' >&2; exit 3; fi\n"
                            f"setsid nohup {shlex.join(argv)} > {d}/{role}.log 2>&1 < /dev/null &\n"
@@ -213,18 +215,18 @@ class HostRuntime(Runtime):
         return Command(f"{self._enter(env)}exec {shlex.join(argv)}")
 
     def alive(self, role: str) -> Command:
-        return Command(f"kill -0 $(cat {shell_path(HOST_STATE_DIR)}/{role}.pid 2>/dev/null) 2>/dev/null")
+        return Command(f"kill -0 $(cat {shell_path(SERVE_STATE_DIR)}/{role}.pid 2>/dev/null) 2>/dev/null")
 
     def logs(self, role: str, lines: int, follow: bool) -> Command:
-        return Command(f"tail -n {lines}{' -f' if follow else ''} {shell_path(HOST_STATE_DIR)}/{role}.log 2>&1")
+        return Command(f"tail -n {lines}{' -f' if follow else ''} {shell_path(SERVE_STATE_DIR)}/{role}.log 2>&1")
 
     def stop_vllm(self) -> Command:
-        d = shell_path(HOST_STATE_DIR)
+        d = shell_path(SERVE_STATE_DIR)
         return Command(f"p=$(cat {d}/vllm.pid 2>/dev/null) && kill -TERM -- -$p 2>/dev/null && "
                        f"while kill -0 $p 2>/dev/null; do sleep 0.2; done; rm -f {d}/vllm.pid; true")
 
     def stop_all(self) -> Command:
-        d = shell_path(HOST_STATE_DIR)
+        d = shell_path(SERVE_STATE_DIR)
         # setsid made each process a group leader: signal the whole group (Ray's raylet, vLLM's workers). A SIGKILL
         # is not an exit: down returns once no process of the session still runs (seen: vLLM's API server still in
         # `ps` right after), so that a serve started next finds the node's memory free.

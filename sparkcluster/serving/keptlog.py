@@ -1,0 +1,69 @@
+"""A container's output kept on its node after the container is gone. eugr's `docker run --rm` (kept exact) removes
+the container, and its `docker logs` with it, the moment Ray or vLLM's main process dies: the very log a failed
+serve needs. So beside each container the Docker runtime starts a follower, detached from the SSH session, that
+copies `docker logs -f` into the serve state directory, where the host runtime writes its processes' logs: both
+runtimes leave `<role>.log` in one place. `logs` (and the root-cause reading of a failed start) falls back to it
+once the container is gone.
+
+The kept log is bounded for a serve that runs for weeks: `split` cuts the stream into chunks of KEPT_CHUNK_BYTES,
+each written over `<role>.log` after the one before moved to `<role>.log.1`, so the node keeps the last one to two
+chunks. No timestamps are added (`docker logs --timestamps`): the kept lines read exactly as the container's did,
+and vLLM's carry their own. Shell text only: runtime.py joins it to its commands."""
+
+from __future__ import annotations
+
+import shlex
+
+from ..engine.command import shell_path
+
+SERVE_STATE_DIR = "~/.cache/sparkcluster/serve"  # <role>.log (either runtime); the host runtime's <role>.pid
+KEPT_CHUNK_BYTES = 8 << 20  # the kept log is the last 8 to 16 MiB of the container's output
+KEEPER_STOP_S = 5  # how long down lets a keeper copy the container's last lines before it is stopped
+GONE_NOTICE = "the container is gone; its last output, kept by sparkcluster:"
+KEPT_ROLES = ("main", "router")  # the containers' own output (vLLM beside Ray writes a file inside vllm_node)
+
+
+def kept_log(role: str) -> str:
+    return f"{shell_path(SERVE_STATE_DIR)}/{role}.log"
+
+
+def _keeper_pid(role: str) -> str:
+    # Not <role>.pid, which the host runtime's stop and alive checks read as its own process.
+    return f"{shell_path(SERVE_STATE_DIR)}/{role}.keeper.pid"
+
+
+def _ours(pid: str, role: str) -> str:
+    """Shell that holds when `pid` still is this role's keeper (a pid file outliving a reboot may name another)."""
+    return f"ps -ww -o args= -p \"{pid}\" 2>/dev/null | grep -qF 'sparkcluster/serve/{role}.log'"
+
+
+def stop_keeper(role: str, wait_s: int = 0) -> str:
+    """Shell that stops `role`'s keeper, if one runs, after letting it end by itself for up to `wait_s` (it does once
+    the container is gone and its last lines are copied), and removes its pid file."""
+    pid = "$k"
+    wait = (f"i=0; while {_ours(pid, role)} && [ $i -lt {wait_s * 5} ]; do sleep 0.2; i=$((i+1)); done; "
+            if wait_s else "")
+    return (f"k=$(cat {_keeper_pid(role)} 2>/dev/null); if [ -n \"$k\" ]; then {wait}"
+            f"if {_ours(pid, role)}; then kill -- -\"$k\" 2>/dev/null; fi; fi; rm -f {_keeper_pid(role)}")
+
+
+def keep_output(container: str, role: str, chunk_bytes: int = KEPT_CHUNK_BYTES) -> str:
+    """Shell that starts the keeper of `container`'s output as `role`.log: detached (setsid, nohup, no terminal), so
+    that neither the SSH session closing nor the CLI exiting ends it; it ends with the container. Any keeper of the
+    role left from before is stopped, and the last serve's kept log replaced, as the host runtime's is."""
+    log = kept_log(role)
+    # split runs its filter with $SHELL: the login shell may not be a POSIX one.
+    rotate = f"if [ -s {log} ]; then mv -f {log} {log}.1; fi; exec cat > {log}"
+    pipeline = (f"docker logs -f {shlex.quote(container)} 2>&1 | "
+                f"SHELL=/bin/sh split -a 12 -b {chunk_bytes} --filter {shlex.quote(rotate)}")
+    return (f"mkdir -p {shell_path(SERVE_STATE_DIR)} && {{ {stop_keeper(role)}; rm -f {log}.1; : > {log}; "
+            f"setsid nohup sh -c {shlex.quote(pipeline)} > /dev/null 2>&1 < /dev/null & echo $! > {_keeper_pid(role)}; }}")
+
+
+def logs_or_kept(container: str, role: str, lines: int, follow: bool) -> str:
+    """Shell: the container's last `lines` while it exists; once it is gone, the kept log's, after GONE_NOTICE (and
+    not followed: nothing more will come); where neither exists, docker's own "No such container"."""
+    live = shlex.join(["docker", "logs", "--tail", str(lines), *(["-f"] if follow else []), container]) + " 2>&1"
+    log = kept_log(role)
+    return (f"if ! docker inspect {shlex.quote(container)} >/dev/null 2>&1 && [ -e {log} ]; then "
+            f"echo {shlex.quote(GONE_NOTICE)}; cat {log}.1 {log} 2>/dev/null | tail -n {lines}; else {live}; fi")

@@ -1,0 +1,141 @@
+"""A Docker serve's container output kept on the node after `--rm` removed the container (serving/keptlog.py): the
+commands as values, and the keeper's shell run for real on this machine against a stand-in `docker` (its bound, its
+detachment, its stop, and the `logs` fallback that reads it)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from pathlib import Path
+
+from sparkcluster.serving.keptlog import GONE_NOTICE, keep_output, logs_or_kept, stop_keeper
+from sparkcluster.serving.launch import docker_run_line
+from sparkcluster.serving.runtime import DockerRuntime, HostRuntime, NodeEnv
+
+ENV = NodeEnv("~/.config/sparkcluster/comm.env", {"HF_HUB_OFFLINE": "1"})
+EUGR = ("docker run -d --privileged --gpus all --rm --ipc=host --network host --name vllm_node "
+        '--env-file "$HOME"/.config/sparkcluster/comm.env -e HF_HUB_OFFLINE=1 '
+        '-v "${HF_HOME:-$HOME/.cache/huggingface}":/root/.cache/huggingface vllm-node ray start --block')
+# `docker logs -f` of a container that printed 1..LINES and is gone (with KEEP_RUNNING, one that goes on); `docker
+# logs --tail` and `docker inspect` of a container that is gone.
+FAKE_DOCKER = """#!/bin/sh
+case "$1" in
+  logs) [ "$2" = --tail ] && { echo "Error response from daemon: No such container: $4" >&2; exit 1; }
+        seq 1 "$LINES"; [ -n "$KEEP_RUNNING" ] && exec sleep 600; exit 0 ;;
+  inspect) echo "Error: No such object: $2" >&2; exit 1 ;;
+esac
+exit 3
+"""
+
+
+def test_the_container_starts_with_eugrs_exact_line_then_its_keeper():
+    start = DockerRuntime("vllm-node").start_main(["ray", "start", "--block"], ENV).script
+    assert start == f"{EUGR} && {keep_output('vllm_node', 'main')}"
+    assert start.startswith(docker_run_line("vllm-node", '"$HOME"/.config/sparkcluster/comm.env',
+                                            ["ray", "start", "--block"], env={"HF_HUB_OFFLINE": "1"}) + " && ")
+    router = DockerRuntime("vllm-node").start_router(["vllm-router", "--port", "8000"], ENV).script
+    assert router == ("docker run -d --rm --network host --name vllm_router vllm-node vllm-router --port 8000 && "
+                      + keep_output("vllm_router", "router"))
+
+
+def test_the_keeper_is_detached_bounded_and_writes_where_the_host_runtime_does():
+    keeper = keep_output("vllm_node", "main")
+    assert keeper == (
+        'mkdir -p "$HOME"/.cache/sparkcluster/serve && { k=$(cat "$HOME"/.cache/sparkcluster/serve/main.keeper.pid '
+        '2>/dev/null); if [ -n "$k" ]; then if ps -ww -o args= -p "$k" 2>/dev/null | grep -qF '
+        "'sparkcluster/serve/main.log'; then kill -- -\"$k\" 2>/dev/null; fi; fi; "
+        'rm -f "$HOME"/.cache/sparkcluster/serve/main.keeper.pid; rm -f "$HOME"/.cache/sparkcluster/serve/main.log.1; '
+        ': > "$HOME"/.cache/sparkcluster/serve/main.log; setsid nohup sh -c \'docker logs -f vllm_node 2>&1 | '
+        "SHELL=/bin/sh split -a 12 -b 8388608 --filter '\"'\"'if [ -s \"$HOME\"/.cache/sparkcluster/serve/main.log ]; "
+        'then mv -f "$HOME"/.cache/sparkcluster/serve/main.log "$HOME"/.cache/sparkcluster/serve/main.log.1; fi; '
+        "exec cat > \"$HOME\"/.cache/sparkcluster/serve/main.log'\"'\"'' > /dev/null 2>&1 < /dev/null & "
+        'echo $! > "$HOME"/.cache/sparkcluster/serve/main.keeper.pid; }')
+    # The host runtime's log of the same role is the same file; its pid file is not the keeper's.
+    assert HostRuntime("/v").logs("main", 5, False).script == 'tail -n 5 "$HOME"/.cache/sparkcluster/serve/main.log 2>&1'
+    assert "main.keeper.pid" not in HostRuntime("/v").stop_all().script
+
+
+def test_logs_read_the_container_while_it_exists_else_the_kept_log_saying_so():
+    assert DockerRuntime("vllm-node").logs("main", 20, follow=True).script == (
+        'if ! docker inspect vllm_node >/dev/null 2>&1 && [ -e "$HOME"/.cache/sparkcluster/serve/main.log ]; then '
+        "echo 'the container is gone; its last output, kept by sparkcluster:'; "
+        'cat "$HOME"/.cache/sparkcluster/serve/main.log.1 "$HOME"/.cache/sparkcluster/serve/main.log 2>/dev/null '
+        "| tail -n 20; else docker logs --tail 20 -f vllm_node 2>&1; fi")
+    assert DockerRuntime("vllm-node").logs("router", 5, follow=False).script == logs_or_kept("vllm_router", "router", 5,
+                                                                                            False)
+
+
+def test_down_lets_each_keeper_finish_then_stops_it():
+    script = DockerRuntime("vllm-node").stop_all().script
+    assert script.index("echo container; fi") < script.index("main.keeper.pid") < script.index("router.keeper.pid")
+    assert stop_keeper("main", 5) in script and stop_keeper("router", 5) in script
+
+
+def _node(tmp_path: Path, lines: int, keep_running: bool = False) -> dict[str, str]:
+    """The environment of a node whose `docker` is the stand-in, with its home in tmp_path."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    (bin_dir / "docker").write_text(FAKE_DOCKER)
+    (bin_dir / "docker").chmod(0o755)
+    env = {"HOME": str(tmp_path), "PATH": f"{bin_dir}:{os.environ['PATH']}", "LINES": str(lines)}
+    return env | ({"KEEP_RUNNING": "1"} if keep_running else {})
+
+
+def _sh(script: str, env: dict[str, str]) -> str:
+    return subprocess.run(["bash", "-c", script], env=env, check=True, capture_output=True, text=True,
+                          timeout=30).stdout
+
+
+def _keeper(tmp_path: Path, role: str = "main") -> int:
+    return int((tmp_path / ".cache/sparkcluster/serve" / f"{role}.keeper.pid").read_text())
+
+
+def _running(pid: int) -> bool:
+    """Whether `pid` runs (a zombie has ended: this machine's init may be slow to reap what it adopts)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def _ended(pid: int, within_s: float = 20) -> bool:
+    deadline = time.monotonic() + within_s
+    while _running(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return not _running(pid)
+
+
+def test_the_kept_log_holds_the_containers_last_output_within_its_bound(tmp_path):
+    env, chunk = _node(tmp_path, 50_000), 4096
+    _sh(keep_output("vllm_node", "main", chunk_bytes=chunk), env)  # returns at once: the keeper runs detached
+    pid = _keeper(tmp_path)
+    assert _ended(pid), "the keeper did not end with the container's output"
+    kept = tmp_path / ".cache/sparkcluster/serve"
+    log, older = kept / "main.log", kept / "main.log.1"
+    assert older.stat().st_size == chunk and 0 < log.stat().st_size <= chunk  # 288,894 bytes came: two chunks stay
+    assert (older.read_text() + log.read_text()).splitlines()[-1] == "50000"
+    shown = _sh(logs_or_kept("vllm_node", "main", 3, follow=False), env)
+    assert shown == f"{GONE_NOTICE}\n49998\n49999\n50000\n"
+
+
+def test_a_new_keeper_replaces_the_last_serves_log_and_down_stops_one_that_does_not_end(tmp_path):
+    env = _node(tmp_path, 5)
+    _sh(keep_output("vllm_node", "main", chunk_bytes=4096), env)
+    assert _ended(_keeper(tmp_path))
+    env = _node(tmp_path, 2, keep_running=True)
+    _sh(keep_output("vllm_node", "main", chunk_bytes=4096), env)
+    pid = _keeper(tmp_path)
+    assert int(subprocess.run(["ps", "-o", "sid=", "-p", str(pid)], capture_output=True, text=True).stdout) == pid
+    time.sleep(0.3)
+    assert _sh(logs_or_kept("vllm_node", "main", 10, follow=False), env) == f"{GONE_NOTICE}\n1\n2\n"
+    group = [int(p) for p in subprocess.run(["ps", "-o", "pid=", "-g", str(pid)], capture_output=True,
+                                            text=True).stdout.split()]
+    assert len(group) >= 3  # sh, docker logs -f (the stand-in's sleep), split (and its cat)
+    _sh(stop_keeper("main", 1), env)
+    assert all(_ended(p, 5) for p in group) and not (tmp_path / ".cache/sparkcluster/serve/main.keeper.pid").exists()
+
+
+def test_where_no_log_was_kept_docker_says_what_is_missing(tmp_path):
+    shown = _sh(logs_or_kept("vllm_node", "main", 5, follow=False) + "; true", _node(tmp_path, 0))
+    assert shown == "Error response from daemon: No such container: vllm_node\n"
