@@ -13,7 +13,11 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any
 
-from .scrape import SCRAPE_TIMEOUT_S, EndpointFigures, Reading, fetch, figures
+from .scrape import EndpointFigures, Reading, fetch, figures
+
+# How long one interval waits on the replicas' GETs: a scrape on the LAN takes milliseconds. A GET still running then
+# (each is bounded at scrape.SCRAPE_TIMEOUT_S) goes on in the background and is shown when it ends.
+WAIT_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -47,9 +51,9 @@ class ReplicaView:
 
 
 class ReplicaScraper:
-    """Scrapes every replica in parallel, each bounded by SCRAPE_TIMEOUT_S as the single endpoint's scrape is: one
-    that takes longer is shown as not answering and is not asked again until its GET ends, so a hung replica
-    never stalls the view of the others nor piles up requests on itself."""
+    """Scrapes every replica in parallel, waiting at most WAIT_S: one that takes longer is shown as not answering and
+    is not asked again until its GET ends, so a hung replica neither stalls the view of the others beyond WAIT_S
+    nor piles up requests on itself."""
 
     def __init__(self, targets: Sequence[ReplicaTarget]) -> None:
         self.targets = tuple(targets)
@@ -61,13 +65,13 @@ class ReplicaScraper:
         for target in self.targets:
             if target.index not in self.in_flight:
                 self.in_flight[target.index] = self.pool.submit(fetch, target.metrics_url)
-        wait(list(self.in_flight.values()), timeout=SCRAPE_TIMEOUT_S + 1)
+        wait(list(self.in_flight.values()), timeout=WAIT_S)
         return tuple(self._view(target) for target in self.targets)
 
     def _view(self, target: ReplicaTarget) -> ReplicaView:
         future = self.in_flight[target.index]
         if not future.done():
-            return ReplicaView(target, error=f"/metrics did not answer within {SCRAPE_TIMEOUT_S:g} s")
+            return ReplicaView(target, error=f"/metrics did not answer within {WAIT_S:g} s")
         del self.in_flight[target.index]
         reading = future.result()  # fetch turns every failure into the reading's error
         if reading.scrape is None:

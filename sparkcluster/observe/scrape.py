@@ -131,10 +131,11 @@ def figures(now: Scrape, before: Reading | None = None, now_at: float | None = N
 def summed(engines: Sequence[EndpointFigures]) -> EndpointFigures:
     """Several engines' figures as the one endpoint they answer behind a router: requests running and waiting, token
     rates and preemptions add up. KV-cache use, the prefix-cache hit rate and latency quantiles stay each engine's
-    own (a mean of quantiles is no quantile of the whole), so the sum leaves them out."""
+    own (a mean of quantiles is no quantile of the whole), so the sum leaves them out. A figure one engine lacks
+    (its first reading since it came back, a counter reset) leaves the sum unknown: a part is not the whole."""
     def add(values: Iterable[float | None]) -> float | None:
-        present = [v for v in values if v is not None]
-        return sum(present) if present else None
+        known = list(values)
+        return None if not known or any(v is None for v in known) else sum(v for v in known if v is not None)
 
     intervals = [e.interval_s for e in engines if e.interval_s is not None]
     return EndpointFigures(
