@@ -16,7 +16,7 @@ import asyncio
 import math
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import aiohttp
@@ -29,6 +29,7 @@ DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"
 ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
 ACCEPTED_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
 POSITION_LABEL = "position"
+REPLICA_LABEL = "sparkcluster_replica"  # which replica behind the router a sample came from
 PREFIX_HITS = ("vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total")  # the older name before V1
 PREFIX_QUERIES = ("vllm:prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries_total")
 PREEMPTIONS = "vllm:num_preemptions_total"
@@ -95,9 +96,15 @@ class EngineDeltas:
 
 
 def _delta(before: Scrape, after: Scrape, name: str) -> float | None:
-    """A counter's increase; None where either scrape lacks it or it went down (the server restarted)."""
-    a, b = before.total(name), after.total(name)
-    return b - a if a is not None and b is not None and b >= a else None
+    """A counter's increase, summed over its series (each engine's own, and behind a router each replica's: see
+    snapshot_engines); None where either scrape lacks it or any series went down (that engine restarted: a sum
+    would hide the reset behind another engine's growth)."""
+    if before.total(name) is None or after.total(name) is None:
+        return None
+    earlier = {s.labels: s.value for s in before.samples if s.name == name and math.isfinite(s.value)}
+    increases = [s.value - earlier.get(s.labels, 0.0) for s in after.samples
+                 if s.name == name and math.isfinite(s.value)]
+    return None if any(d < 0 for d in increases) else sum(increases)
 
 
 def _by_position(scrape: Scrape) -> dict[int, float]:
@@ -173,7 +180,10 @@ async def snapshot_engines(client: aiohttp.ClientSession, metrics_urls: Sequence
     at = min((s.at for s in taken), default=time.monotonic())
     if not taken or len(scrapes) < len(taken):
         return Snapshot(at, None)
-    return Snapshot(at, Scrape(tuple(sample for scrape in scrapes for sample in scrape.samples),
+    # Each replica's samples get its index as a label: every replica's engine is `engine="0"`, and a counter's
+    # delta is taken series by series.
+    return Snapshot(at, Scrape(tuple(replace(sample, labels=(*sample.labels, (REPLICA_LABEL, str(i))))
+                                     for i, scrape in enumerate(scrapes) for sample in scrape.samples),
                                sum(scrape.skipped for scrape in scrapes), any(scrape.truncated for scrape in scrapes)))
 
 

@@ -4,6 +4,7 @@ unknowns named, secrets masked, and JSON that reads back to the same value."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -17,8 +18,8 @@ from sparkcluster.bench.receipt import (
     RecipeUsed,
     masked_env,
 )
-from sparkcluster.bench.receipt_metrics import EngineDeltas, SpecDecode, deltas
-from sparkcluster.observe.prometheus import parse
+from sparkcluster.bench.receipt_metrics import REPLICA_LABEL, EngineDeltas, SpecDecode, deltas
+from sparkcluster.observe.prometheus import Scrape, parse
 from tests.helpers import run_cli
 from tests.openai_stub import running_stub
 
@@ -189,3 +190,15 @@ def test_llama_benchys_json_csv_and_arena_files_carry_the_receipt(tmp_path: Path
     assert (tmp_path / "b.csv").read_text().splitlines()[0].startswith("model,")  # llama-benchy's header, alone
     in_arena = json.loads((tmp_path / "out" / "receipt.json").read_text())
     assert in_arena["bench"]["method"] == "llama-benchy" and in_arena["metrics"]["speculative"] is True
+
+
+def test_one_replicas_reset_is_not_hidden_by_anothers_growth() -> None:
+    # Failed before: behind the router the replicas' samples were summed first, so replica 0 restarting (10 -> 2
+    # preemptions) while replica 1 added 20 read as 12 preemptions over the run.
+    def two(first: int, second: int) -> Scrape:
+        replicas = [parse(f'vllm:num_preemptions_total{{engine="0"}} {n}\n') for n in (first, second)]
+        return Scrape(tuple(replace(s, labels=(*s.labels, (REPLICA_LABEL, str(i))))
+                            for i, scrape in enumerate(replicas) for s in scrape.samples))
+
+    assert deltas(two(10, 0), two(2, 20)).preemptions is None  # type: ignore[union-attr]
+    assert deltas(two(10, 0), two(12, 20)).preemptions == 22  # type: ignore[union-attr]
