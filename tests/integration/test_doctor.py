@@ -235,6 +235,8 @@ def test_a_bundle_of_every_shape_of_secret_holds_none_of_them(sim, tmp_path):
 
 
 XID_79 = "NVRM: Xid (PCI:000f:01:00): 79, pid=2113, name=python3, GPU has fallen off the bus."
+XID_119 = ("NVRM: Xid (PCI:000f:01:00): 119, pid=2113, name=python3, Timeout after 6s of waiting for RPC response from "
+           "GPU0 GSP! Expected function 76 (GSP_RM_CONTROL) (0x20801348 0x4).")
 
 
 def sim_hardware(cluster: SimCluster, host: str, *flags: str) -> None:
@@ -245,13 +247,18 @@ def sim_hardware(cluster: SimCluster, host: str, *flags: str) -> None:
 def test_a_cma_kernel_names_kho_off_and_a_planted_xid_is_named_with_its_meaning(sim):
     """Issue 42's proof: kernel 7.0.0-1019-nvidia with CMA 0 on spark-2 is named there with kho=off (how to set it,
     how to check it, where owners reported it); an NVRM Xid line in spark-2's kernel log is named there with its
-    time and meaning; the others' kernel logs are read and clean."""
-    sim_hardware(sim, "spark-2", "--kernel", "7.0.0-1019-nvidia", "--cma-total-kb", "0", "--kernel-log", XID_79)
+    time and meaning; the others' kernel logs are read and clean. The Xid spark-2's previous boot ended with
+    (journalctl -k -b -1) is named there "in the previous boot"; spark-3, whose journal lives in memory, is told how
+    to keep it."""
+    sim_hardware(sim, "spark-2", "--kernel", "7.0.0-1019-nvidia", "--cma-total-kb", "0", "--kernel-log", XID_79,
+                 "--kernel-log-previous", XID_119)
+    sim_hardware(sim, "spark-3", "--journal", "volatile")
     try:
         code, report = doctor(sim)
         text = run_cli("doctor", "-i", str(sim.inventory_path), timeout=300).stdout
     finally:
         sim_hardware(sim, "spark-2", "--clear")
+        sim_hardware(sim, "spark-3", "--clear")
     assert code == 1 and not report["ok"]
     cma = named(report, "CMA")
     assert len(cma) == 1 and cma[0]["nodes"] == ["spark-2"] and cma[0]["severity"] == "fail"
@@ -265,13 +272,29 @@ def test_a_cma_kernel_names_kho_off_and_a_planted_xid_is_named_with_its_meaning(
     assert "fallen off the bus" in xid[0]["summary"] and "power-cycle" in xid[0]["fix"]
     assert re.search(r"at \d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[+-]\d\d:\d\d", xid[0]["summary"]), xid[0]["summary"]
     assert report["nodes"]["spark-2"]["health"]["kernel_log"]["source"] == "journalctl"
-    clean = [f for f in report["findings"] if f["group"] == "kernel log" and f["severity"] == "ok"]
+    clean = [f for f in report["findings"] if f["check"] == "kernel log" and f["severity"] == "ok"]
     assert sorted(n for f in clean for n in f["nodes"]) == ["spark-1", "spark-3"]
     assert "spark-2: NVRM Xid 79" in text and "kho=off" in text and "reported: MiaAI-Lab" in text
+    # the previous boot: its Xid named on spark-2 as such, kept apart from this boot's in --json
+    before = named(report, "Xid 119 (previous boot)")
+    assert len(before) == 1 and before[0]["nodes"] == ["spark-2"] and before[0]["severity"] == "fail", before
+    stamp = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[+-]\d\d:\d\d"
+    assert re.match(rf"spark-2: in the previous boot \(its log ends at {stamp}\): NVRM Xid 119 at {stamp} \(GSP RPC "
+                    r"timeout", before[0]["summary"]), before[0]["summary"]
+    kernel_log = report["nodes"]["spark-2"]["health"]["kernel_log"]
+    assert [e["xid"] for e in kernel_log["events"]] == [79] and kernel_log["previous_boot"]["state"] == "read"
+    assert [e["xid"] for e in kernel_log["previous_boot"]["events"]] == [119]
+    assert "spark-2: in the previous boot (its log ends at" in text
+    # spark-1's journal begins with this boot; spark-3's keeps none: an info with the fix, doctor's verdict unchanged
+    assert report["nodes"]["spark-1"]["health"]["kernel_log"]["previous_boot"]["state"] == "none"
+    memory = [f for f in report["findings"] if f["check"] == "kernel log (previous boot)" and f["severity"] == "info"]
+    assert [f["nodes"] for f in memory] == [["spark-3"]] and "no persistent journal was found" in memory[0]["summary"]
+    assert "sudo mkdir -p /var/log/journal" in memory[0]["fix"] and "journal lives in memory" in text
     # --clear put the defaults back: the kernel log is empty again, CMA is there
     _, after = doctor(sim)
-    assert not named(after, "Xid 79") and not named(after, "CMA"), [f["summary"] for f in after["findings"]
-                                                                    if f["severity"] != "ok"]
+    assert not named(after, "Xid 79") and not named(after, "CMA") and not named(after, "Xid 119 (previous boot)"), [
+        f["summary"] for f in after["findings"] if f["severity"] != "ok"]
+    assert not [f for f in after["findings"] if f["group"] == "kernel log" and f["severity"] != "ok"]
 
 
 def test_a_hot_throttled_gpu_is_named_on_its_node_and_top_gives_every_nodes_telemetry(sim):
