@@ -1,7 +1,8 @@
 """`doctor --bundle FILE.tar.gz`: what a stranger needs to diagnose the cluster, from every node, in one archive:
 the doctor's report and facts, the comm env, the netplan file sparkcluster wrote, ibdev2netdev, ethtool (settings,
-FEC, driver and firmware) of each twin, the mlx5 lines of the kernel log, `nvidia-smi -q`, versions, the last
-verify verdict and its log, the serve record, and the tail of vLLM's and Ray's logs.
+FEC, driver and firmware) of each twin, the mlx5 lines of this boot's and the previous boot's kernel log,
+`nvidia-smi -q`, versions, the last verify verdict and its log, the serve record, and the tail of vLLM's and Ray's
+logs.
 
 Every file passes the scrubber before it is written; MANIFEST.json lists each item per node (present or why not)
 and what was scrubbed where, by kind and count, never by value."""
@@ -29,6 +30,7 @@ from ..engine.transport import Unreachable
 from ..nccl.lastlog import LAST_VERIFY_LOG
 from ..nccl.lastverify import LAST_VERIFY_PATH
 from ..node.addressing import NETPLAN_FILE
+from ..node.kernellog import NO_SUCH_BOOT, NOT_PERSISTENT
 from ..node.network import COMM_ENV_PATH
 from ..serving.launch import CONTAINER
 from ..serving.record import RECORD_FILE, read_record
@@ -70,6 +72,10 @@ PRIVILEGED_ITEMS: dict[str, str] = {
     "netplan.yaml": f"if [ -f {NETPLAN_FILE} ]; then cat {NETPLAN_FILE}; else echo '{ABSENT}sparkcluster wrote no "
                     f"netplan file here ({NETPLAN_FILE}): the addresses were there before bootstrap'; fi",
     "kernel-mlx5.txt": "{ dmesg 2>/dev/null || journalctl -k --no-pager 2>/dev/null; } | grep -i mlx5 | tail -n 300; true",
+    # The previous boot's too (the journal alone keeps it): a node that hung or rebooted left its evidence there;
+    # journalctl's own words where it holds no such boot, or keeps no journal on disk, say why the file is empty.
+    "kernel-mlx5-previous-boot.txt": "journalctl -k -b -1 -o short-iso --no-pager 2>&1 | grep -i -e mlx5 "
+                                     f"-e '{NO_SUCH_BOOT}' -e '{NOT_PERSISTENT}' | tail -n 300; true",
 }
 HEAD_ITEMS = ("serve.json",)
 NODE_FILES = (*NODE_ITEMS, *PRIVILEGED_ITEMS, "logs.txt", "facts.json", "health.json")
