@@ -249,3 +249,27 @@ def test_the_script_reads_the_previous_boot_from_the_simulators_journalctl(tmp_p
     assert fresh is not None and fresh.state == "none" and fresh.said == (NO_SUCH_BOOT_SAID,)
     memory = read(journal="volatile", kernel_log_previous=[kernel_log_entry(xid, 100.0)]).previous_boot
     assert memory is not None and memory.state == "not kept" and memory.said == (NOT_PERSISTENT_SAID,)
+
+
+def test_doctor_prints_the_previous_boot_apart_and_an_info_with_its_fix_without_failing():
+    import io
+
+    from rich.console import Console
+
+    from sparkcluster.doctor.render import render
+    from sparkcluster.doctor.run import DoctorReport
+
+    found = (kernel_log_findings("spark-1", parse_kernel_log(["source journalctl", "read 9",
+                                                              *previous(None, NOT_PERSISTENT_SAID)]))
+             + kernel_log_findings("spark-2", parse_kernel_log(["source journalctl", "read 9",
+                                                                *previous("kernel-log-previous-boot.txt")])))
+    report = DoctorReport("", {}, {}, tuple(found))
+    out = io.StringIO()
+    render(Console(file=out, width=400, soft_wrap=True, color_system=None), report)
+    text = out.getvalue()
+    assert "ok   kernel log: spark-1, spark-2" in text
+    assert "info kernel log (previous boot): spark-1: the previous boot's kernel log is not kept" in text
+    assert "fix: keep the journal on disk: sudo mkdir -p /var/log/journal" in text
+    assert "FAIL Xid 79 (previous boot): spark-2: in the previous boot (its log ends at 2026-11-27T02:18:02+00:00)" in text
+    assert report.failed  # the previous boot's Xid 79 fails as this boot's would
+    assert not DoctorReport("", {}, {}, tuple(f for f in found if f.nodes == ("spark-1",))).failed  # info: no failure
