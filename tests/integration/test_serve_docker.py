@@ -22,6 +22,8 @@ from tests.helpers import bootstrapped, require_sim, run_cli, ssh, unique_name
 pytestmark = [pytest.mark.sim, pytest.mark.docker, pytest.mark.slow]
 RAY_ENV = Path(__file__).resolve().parents[2] / ".venv-ray"
 TAG = "vllm-node"
+KEPT = "~/.cache/sparkcluster/serve"  # where a container's output is kept after it is gone (serving/keptlog.py)
+GONE = "the container is gone; its last output, kept by sparkcluster:"
 MODEL = "acme/tiny"
 
 
@@ -212,8 +214,22 @@ def test_native_launcher_runs_one_rank_per_node(two):
             assert ("--headless" in argv) == (host is worker)
             assert record["env"]["VLLM_HOST_IP"] == host.fabric_ips[0]
         assert http(f"http://{head.mgmt_ip}:8000/health")[0] == 200
+        # The worker's rank dies: eugr's --rm removes its container and `docker logs` with it, but not its output.
+        keepers = {h.name: ssh(two, h.name, f"cat {KEPT}/main.keeper.pid").stdout.strip() for h in (head, worker)}
+        ssh(two, worker.name, "docker kill vllm_node >/dev/null && i=0; while docker inspect vllm_node >/dev/null 2>&1 "
+                              "&& [ $i -lt 50 ]; do sleep 0.2; i=$((i+1)); done")
+        kept = sc(two, "logs", "--node", worker.name, "-n", "5")
+        shown = kept.stdout.splitlines()
+        assert kept.returncode == 0 and GONE in shown, kept.stdout
+        assert f"INFO headless rank 1 of 2 waiting for {head.fabric_ips[0]}" in shown[shown.index(GONE) + 1:], shown
     finally:
         assert sc(two, "down").returncode == 0
+    # down let the head's keeper copy its container's last lines, then left no keeper on any node.
+    kept = sc(two, "logs", "--node", head.name, "-n", "5")
+    assert GONE in kept.stdout and "Starting vLLM API server" in kept.stdout, kept.stdout
+    for host, pid in keepers.items():
+        left = ssh(two, host, f"ls {KEPT}; ps -o stat= -p {pid} | grep -v Z; true").stdout.split()
+        assert left == ["main.log"], (host, left)  # no keeper's pid file, nor its process (a zombie has ended)
 
 
 def test_a_node_on_its_management_address_is_refused_and_nothing_is_left(two, tmp_path):
