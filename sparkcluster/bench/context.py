@@ -66,7 +66,8 @@ def halved_to_fit(sizes: Sizes, context: int, reserved: int = 0) -> Sizes:
     """`sizes` with the ones not given halved until a request of `reserved` tokens before its prompt (llama-benchy's
     depth), the prompt and the output fits `context` (a default prompt with room to spare: FILL); what the sizes
     given leave may still pass it, which each method words in its own flags."""
-    limit = (context if sizes.prompt_given else int(context * FILL)) - reserved
+    room = context - reserved  # the spare share is of what the depth leaves, not of the whole context
+    limit = room if sizes.prompt_given else int(room * FILL)
     prompt, output = _halved(sizes, limit)
     return Sizes(prompt, output, sizes.prompt_given, sizes.output_given)
 

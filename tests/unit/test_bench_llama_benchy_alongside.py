@@ -32,10 +32,10 @@ from tests.unit.test_bench_llama_benchy import benchy, corpus
 
 def test_the_default_pp_is_halved_once_for_the_whole_grid_and_tg_kept():
     found = fit_grid(cells((0, 128), (2048,), (32,), (1, 2)), 512, pp_given=False)
-    # 75% of 512 = 384 for the deepest request: 128 + pp + 32, pp halved from 2048 to 128 (128 + 256 + 32 > 384)
-    assert {(c.depth, c.pp, c.tg) for c in found.cells} == {(0, 128, 32), (128, 128, 32)}
+    # depth 128 leaves 384 of 512, 75% of it 288 for pp + 32: pp halved from 2048 to 256 (512 + 32 > 288)
+    assert {(c.depth, c.pp, c.tg) for c in found.cells} == {(0, 256, 32), (128, 256, 32)}
     assert [c.concurrency for c in found.cells] == [1, 2, 1, 2]  # llama-benchy's order kept
-    assert found.note == ("the served context is 512 tokens (max_model_len): pp 128, the default 2048 halved to fit "
+    assert found.note == ("the served context is 512 tokens (max_model_len): pp 256, the default 2048 halved to fit "
                           "beside depth 128 and tg 32; --pp sets it")
 
 
@@ -61,10 +61,19 @@ def test_a_pp_given_that_cannot_fit_is_refused_naming_the_largest_that_fits():
 
 
 def test_a_depth_past_the_context_names_the_largest_depth():
-    with pytest.raises(DoesNotFit) as e:  # even the default pp halved down to 1 cannot make room beside it
+    with pytest.raises(DoesNotFit) as e:  # the default pp halved to its floor (64) cannot make room beside it
         fit_grid(cells((600,), (2048,), (32,), (1,)), 512, pp_given=False)
-    assert e.value.message.startswith("the cell d=600 pp=1 tg=32 c=1 cannot fit")
-    assert e.value.fix.startswith("the largest --depth that fits with --pp 1 and --tg 32 is 479;")
+    assert e.value.message.startswith("the cell d=600 pp=64 tg=32 c=1 cannot fit")
+    assert e.value.fix.startswith("the largest --depth that fits with --pp 64 and --tg 32 is 416;")
+
+
+def test_a_deep_cell_is_given_the_room_its_depth_leaves_and_no_prompt_of_a_few_tokens():
+    # Failed before: the spare share was taken off the whole context before the depth: at depth 3000 of 4096 the
+    # default pp fell to 32 though 512 fits with room; at depth 4000 to a 1-token prompt, measured as such.
+    found = fit_grid(cells((0, 3000), (2048,), (32,), (1,)), 4096, pp_given=False)
+    assert {c.pp for c in found.cells} == {512}  # 75% of the 1096 left: 822 for pp + 32
+    with pytest.raises(DoesNotFit, match="the cell d=4000 pp=64 tg=32 c=1 cannot fit"):
+        fit_grid(cells((0, 4000), (2048,), (32,), (1,)), 4096, pp_given=False)
 
 
 def test_a_profiles_grid_is_never_changed_only_refused():

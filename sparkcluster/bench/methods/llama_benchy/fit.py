@@ -1,8 +1,8 @@
 """llama-benchy's grid and the served context. vLLM refuses (HTTP 400) a request whose depth and prompt fill the
 model's `max_model_len` (`/v1/models` lists it), and cuts short the output of one whose output then passes it;
 llama-benchy 0.4.0 sends every such request anyway, and fails the cell on its 400s or measures a tg it never got. Here the grid is checked against the context before any request: the default --pp (2048) is
-halved until every cell fits (bench/context.py's rule, with room to spare), once for the whole grid so every depth
-keeps the same pp; --tg is kept (its default of 32 is short already, and a decode figure needs tokens), and so is
+halved until every cell fits (bench/context.py's rule, with room to spare beside the depth), once for the whole grid
+so every depth keeps the same pp, and no further than MIN_FITTED_PP; --tg is kept (its default of 32 is short already, and a decode figure needs tokens), and so is
 anything given, a profile's whole grid included. A grid that cannot fit is refused (exit 2), naming the cell that
 passes most and the largest size that would fit.
 
@@ -17,6 +17,9 @@ from dataclasses import dataclass, replace
 
 from ...context import DoesNotFit, Sizes, halved_to_fit
 from .schedule import Cell
+
+
+MIN_FITTED_PP = 64  # the default --pp is halved no further than this; below, the grid is refused
 
 
 @dataclass(frozen=True)
@@ -40,6 +43,9 @@ def fit_grid(cells: Sequence[Cell], context: int | None, pp_given: bool, profile
     if not pp_given and profile is None:
         pp = halved_to_fit(Sizes(worst.pp, worst.tg, prompt_given=False, output_given=True), context,
                            reserved=worst.depth).prompt_tokens
+    if pp < MIN_FITTED_PP < worst.pp:  # a prompt of a few tokens measures no prefill: refuse at the smallest default
+        smallest = tuple(replace(c, pp=MIN_FITTED_PP) for c in cells)
+        raise refusal(smallest, max(smallest, key=tokens), context, profile)
     fitted = tuple(replace(c, pp=pp) for c in cells) if pp != worst.pp else tuple(cells)
     worst = max(fitted, key=tokens)
     if tokens(worst) > context:
