@@ -18,7 +18,6 @@ from dataclasses import dataclass, replace
 from ...context import DoesNotFit, Sizes, halved_to_fit
 from .schedule import Cell
 
-
 MIN_FITTED_PP = 64  # the default --pp is halved no further than this; below, the grid is refused
 
 
