@@ -1,7 +1,8 @@
-"""The layouts side by side: one table of concurrency by layout (generation tokens/s, TTFT and ITL at p50) with the
-best layout at each concurrency marked, and the same as one JSON document (`layouts`: a list of {layout, rows,
-receipt}, each receipt its own measurement's; `best`: concurrency -> layout). Best is the most generation tokens/s, the aggregate a user's clients receive; a
-row with failed requests never wins. Figures from a CPU build of vLLM (the simulator's) are said to be so."""
+"""The layouts side by side: one table of concurrency by layout (generation tokens/s, TTFT and ITL at p50) with the best
+layout at each concurrency marked, and the same as one JSON document (`layouts`: a list of {layout, rows, receipt},
+each receipt its own measurement's; `best`: concurrency -> layout). Best is the most generation tokens/s, the
+aggregate a user's clients receive; a row with failed requests never wins. Figures from a CPU build of vLLM (the
+simulator's) are said to be so."""
 
 from __future__ import annotations
 

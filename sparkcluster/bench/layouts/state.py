@@ -1,8 +1,8 @@
-"""What a `bench --layouts` run keeps beside its results so that a run cut short resumes: the inputs the figures
-depend on, and each layout measured so far with its rows, timings and receipt (what produced its figures, as
-`bench --json`'s: a resumed run keeps the receipts of the layouts measured before it). Written after every layout (atomically: a
-Ctrl-C mid-write never leaves half a file that a resume would trust); read before anything connects, so a state of
-other inputs is refused up front rather than mixed with new figures."""
+"""What a `bench --layouts` run keeps beside its results so that a run cut short resumes: the inputs the figures depend
+on, and each layout measured so far with its rows, timings and receipt (what produced its figures, as `bench
+--json`'s: a resumed run keeps the receipts of the layouts measured before it). Written after every layout
+(atomically: a Ctrl-C mid-write never leaves half a file that a resume would trust); read before anything connects,
+so a state of other inputs is refused up front rather than mixed with new figures."""
 
 from __future__ import annotations
 

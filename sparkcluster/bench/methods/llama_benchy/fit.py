@@ -1,14 +1,15 @@
-"""llama-benchy's grid and the served context. vLLM refuses (HTTP 400) a request whose depth and prompt fill the
-model's `max_model_len` (`/v1/models` lists it), and cuts short the output of one whose output then passes it;
-llama-benchy 0.4.0 sends every such request anyway, and fails the cell on its 400s or measures a tg it never got. Here the grid is checked against the context before any request: the default --pp (2048) is
-halved until every cell fits (bench/context.py's rule, with room to spare beside the depth), once for the whole grid
-so every depth keeps the same pp, and no further than MIN_FITTED_PP; --tg is kept (its default of 32 is short already, and a decode figure needs tokens), and so is
-anything given, a profile's whole grid included. A grid that cannot fit is refused (exit 2), naming the cell that
-passes most and the largest size that would fit.
+"""llama-benchy's grid and the served context. vLLM refuses (HTTP 400) a request whose depth and prompt fill the model's
+`max_model_len` (`/v1/models` lists it), and cuts short the output of one whose output then passes it; llama-benchy
+0.4.0 sends every such request anyway, and fails the cell on its 400s or measures a tg it never got. Here the grid is
+checked against the context before any request: the default --pp (2048) is halved until every cell fits
+(bench/context.py's rule, with room to spare beside the depth), once for the whole grid so every depth keeps the same
+pp, and no further than MIN_FITTED_PP; --tg is kept (its default of 32 is short already, and a decode figure needs
+tokens), and so is anything given, a profile's whole grid included. A grid that cannot fit is refused (exit 2),
+naming the cell that passes most and the largest size that would fit.
 
 With prompts adapted (the default) the server sees depth + pp tokens, the chat template's own overhead taken off;
---no-adapt-prompt and --no-cache add a few tokens this cannot know before the warm-up, so a cell at the very edge
-may still get its 400, told by the server's message."""
+--no-adapt-prompt and --no-cache add a few tokens this cannot know before the warm-up, so a cell at the very edge may
+still get its 400, told by the server's message."""
 
 from __future__ import annotations
 
