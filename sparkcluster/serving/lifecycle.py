@@ -119,12 +119,14 @@ def diagnosis(session: Session, runtime: RuntimeChoice, launcher: Launcher, rout
 
 
 def whole_log(runtime: RuntimeChoice, node: str) -> str:
-    """Where the rest of a failed start's log is: the host runtime's stay on the node until the next serve; a
-    container's go with it when the failed serve stops it."""
+    """Where the rest of a failed start's log is: on the node until the next serve, the host runtime's files and a
+    container's output kept once the failed serve stopped it (keptlog.py); vLLM's file inside vllm_node beside Ray
+    is not kept."""
     if runtime.name == "host":
         return f"the whole log: `sparkcluster logs --runtime host --node {node} -n {DIAGNOSIS_LINES}`"
-    return ("the container's log went with it when serve stopped it: to read it whole, serve again and follow it "
-            f"with `sparkcluster logs --node {node} -f` meanwhile")
+    return (f"the whole log, kept on the node after serve stopped the container: `sparkcluster logs --node {node} "
+            f"-n {DIAGNOSIS_LINES}` (vLLM's own beside Ray went with it: serve again and follow it with "
+            f"`sparkcluster logs --node {node} -f` meanwhile)")
 
 
 class StopState(StrEnum):

@@ -9,9 +9,14 @@ import subprocess
 import time
 from pathlib import Path
 
+from sparkcluster.engine.command import Command
+from sparkcluster.engine.inventory import Host, Inventory
+from sparkcluster.engine.session import Session
+from sparkcluster.engine.transport import Result
 from sparkcluster.serving.keptlog import GONE_NOTICE, keep_output, logs_or_kept, stop_keeper
 from sparkcluster.serving.launch import docker_run_line
-from sparkcluster.serving.runtime import DockerRuntime, HostRuntime, NodeEnv
+from sparkcluster.serving.lifecycle import diagnosis
+from sparkcluster.serving.runtime import DockerRuntime, HostRuntime, NodeEnv, RuntimeChoice
 
 ENV = NodeEnv("~/.config/sparkcluster/comm.env", {"HF_HUB_OFFLINE": "1"})
 EUGR = ("docker run -d --privileged --gpus all --rm --ipc=host --network host --name vllm_node "
@@ -75,7 +80,7 @@ def test_down_lets_each_keeper_finish_then_stops_it():
 def _node(tmp_path: Path, lines: int, keep_running: bool = False) -> dict[str, str]:
     """The environment of a node whose `docker` is the stand-in, with its home in tmp_path."""
     bin_dir = tmp_path / "bin"
-    bin_dir.mkdir(exist_ok=True)
+    bin_dir.mkdir(parents=True, exist_ok=True)
     (bin_dir / "docker").write_text(FAKE_DOCKER)
     (bin_dir / "docker").chmod(0o755)
     env = {"HOME": str(tmp_path), "PATH": f"{bin_dir}:{os.environ['PATH']}", "LINES": str(lines)}
@@ -139,3 +144,35 @@ def test_a_new_keeper_replaces_the_last_serves_log_and_down_stops_one_that_does_
 def test_where_no_log_was_kept_docker_says_what_is_missing(tmp_path):
     shown = _sh(logs_or_kept("vllm_node", "main", 5, follow=False) + "; true", _node(tmp_path, 0))
     assert shown == "Error response from daemon: No such container: vllm_node\n"
+
+
+class _Node:
+    """A node whose commands run for real in bash, in its own home (where its kept logs are), with the stand-in
+    docker whose containers are gone."""
+
+    def __init__(self, tmp_path: Path, kept: str) -> None:
+        self.env = _node(tmp_path, 0)
+        (tmp_path / ".cache/sparkcluster/serve").mkdir(parents=True)
+        (tmp_path / ".cache/sparkcluster/serve/main.log").write_text(kept)
+
+    def run(self, command: Command) -> Result:
+        done = subprocess.run(["bash", "-c", command.script], env=self.env, capture_output=True, text=True, timeout=30)
+        return Result(command, done.returncode, done.stdout, done.stderr, 0.0)
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_failed_start_whose_container_is_gone_is_told_by_the_kept_logs_first_error(tmp_path):
+    """Native launcher, the worker's rank died with its container: its root cause comes from the kept log, as from
+    docker logs before (the notice line is no error), and the fix points at that log."""
+    failed = (Path(__file__).resolve().parents[1] / "fixtures/vllm/cpu-0.32-max-model-len-too-long.log").read_text()
+    hosts = (Host("spark-1", "10.0.0.1", "head"), Host("spark-2", "10.0.0.2", "worker"))
+    nodes = {"spark-1": _Node(tmp_path / "1", "INFO 11-27 16:25:01 [a.py:1] waiting for the workers\n"),
+             "spark-2": _Node(tmp_path / "2", failed)}
+    session = Session(Inventory(Path("inv.yml"), "t", hosts, {}), nodes)  # type: ignore[arg-type]
+    found = diagnosis(session, RuntimeChoice("docker"), "native")
+    assert found.cause.startswith("pydantic_core._pydantic_core.ValidationError: 1 validation error for ModelConfig")
+    assert found.cause.endswith("(spark-2's vLLM log)"), found.cause
+    assert found.fix.startswith("the whole log, kept on the node after serve stopped the container: "
+                                "`sparkcluster logs --node spark-2 -n 1000`"), found.fix
