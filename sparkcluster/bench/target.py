@@ -85,8 +85,7 @@ def from_cluster(session: Session, nodes: NodesRead | None = None) -> Target:
     if record and record.serving and runtime.name == "docker":
         image_id = inspect(session.transport(session.head), runtime.image).id
     target = from_record(record, image_id, client_api_key(session.inventory, session.head))
-    if record is None:
-        return target
+    assert record is not None  # from_record refused a cluster with nothing served
     return replace(target, served=read_served(session, record, image_id, nodes),
                    engine_metrics=engine_metrics(session.hosts, record.serving))
 
