@@ -87,7 +87,7 @@ def from_cluster(session: Session, nodes: NodesRead | None = None) -> Target:
     target = from_record(record, image_id, client_api_key(session.inventory, session.head))
     assert record is not None  # from_record refused a cluster with nothing served
     return replace(target, served=read_served(session, record, image_id, nodes),
-                   engine_metrics=engine_metrics(session.hosts, record.serving))
+                   engine_metrics=engine_metrics(session.inventory.every_host, record.serving))
 
 
 def engine_metrics(hosts: Sequence[Host], serving: Serving | None) -> tuple[str, ...]:

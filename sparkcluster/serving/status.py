@@ -195,8 +195,9 @@ def status(session: Session, chosen: RuntimeChoice) -> ClusterStatus:
             ray = RayStatus(error=e.message)
     if serving is None:
         return ClusterStatus(record, nodes, ray)
-    addresses = {h.name: h.address for h in session.hosts}
-    placements = [p for p in serving.replicas if p.head in addresses]  # as its nodes, one outside --limit is left out
+    # A replica is read over HTTP, outside --limit too: the endpoint's figures are all the replicas' sum.
+    addresses = {h.name: h.address for h in session.inventory.every_host}
+    placements = [p for p in serving.replicas if p.head in addresses]
     with ThreadPoolExecutor(max_workers=1 + len(placements)) as pool:  # each measures over the same second
         server = pool.submit(server_status, session, serving, not placements)
         replicas = tuple(pool.map(lambda p: replica_status(p, addresses[p.head], nodes), placements))

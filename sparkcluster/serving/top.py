@@ -48,8 +48,9 @@ def alive_checks(runtime: RuntimeChoice, host: Host, node_roles: list[str]) -> A
 
 def replica_targets(hosts: Sequence[Host], serving: Serving | None) -> tuple[ReplicaTarget, ...]:
     """Each replica behind the router and where this machine reaches its own /metrics: its rank 0's address at
-    the replica's port, as `status` asks its /health. A replica whose first node is not selected (--limit) is left
-    out, as its nodes are."""
+    the replica's port, as `status` asks its /health. Callers pass every host, those --limit left out too (HTTP
+    reaches them, and the endpoint's figures are every replica's); a replica whose first node is not among `hosts`
+    is left out."""
     address = {h.name: h.address for h in hosts}
     return tuple(ReplicaTarget(p.index, p.nodes, metrics_url(f"http://{address[p.head]}:{p.port}"))
                  for p in (serving.replicas if serving else ()) if p.head in address)
@@ -72,7 +73,7 @@ def _source(args: argparse.Namespace, connect: Connect) -> Iterator[Source]:
 
         sampler = NodeSampler(session, checks)
         # --url names one endpoint to watch; otherwise the recorded replicas, each at its own /metrics
-        replicas = () if url else replica_targets(session.hosts, serving)
+        replicas = () if url else replica_targets(session.inventory.every_host, serving)
         source = Source(url or serving_url, sampler, launcher, None if (url or serving_url) else note, replicas)
         try:
             yield source

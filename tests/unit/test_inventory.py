@@ -382,6 +382,16 @@ def test_limit_by_host_and_group_keeps_file_order(tmp_path):
     assert inv.limit(["all"]).hosts == inv.hosts
 
 
+def test_limit_keeps_the_hosts_it_leaves_out_for_what_reaches_them_over_http(tmp_path):
+    # Behind the router, `status`, `top` and bench's receipt sum every replica's /metrics: one on a host --limit
+    # left out was dropped from the sum before, which still read as the endpoint's.
+    inv = load(tmp_path, FOUR)
+    narrowed = inv.limit(["spark-1", "spark-3"]).limit(["spark-1"])
+    assert [h.name for h in narrowed.hosts] == ["spark-1"]
+    assert [h.name for h in narrowed.unselected] == ["spark-2", "spark-4", "spark-3"]
+    assert {h.name for h in narrowed.every_host} == {h.name for h in inv.hosts} and inv.unselected == ()
+
+
 def test_limit_rejects_unknown_names_and_a_selection_without_the_head(tmp_path):
     inv = load(tmp_path, FOUR)
     with pytest.raises(InventoryError, match=r"no host or group named 'rakc1' \(did you mean 'rack1'\?\)"):

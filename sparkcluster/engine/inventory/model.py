@@ -84,6 +84,14 @@ class Inventory:
     format: str = "sparkcluster"  # or "ansible"
     # Every host's name in the file's order, kept through --limit: what numbers a node stably (fabric addresses).
     everyone: tuple[str, ...] = ()
+    # The hosts --limit left out: nothing connects to them, but an HTTP figure of theirs (a replica's /metrics behind
+    # the router) is still part of the endpoint's.
+    unselected: tuple[Host, ...] = ()
+
+    @property
+    def every_host(self) -> tuple[Host, ...]:
+        """The selected hosts, then those --limit left out."""
+        return (*self.hosts, *self.unselected)
 
     @property
     def head(self) -> Host:
@@ -112,4 +120,5 @@ class Inventory:
             raise InventoryError(f"{self.path}: the selection {', '.join(names) or '(empty)'} leaves out the head {self.head.name}",
                                  f"include it as well ({', '.join([self.head.name, *names])}): every command needs the head")
         return replace(self, hosts=tuple(h for h in self.hosts if h.name in selected),
-                       everyone=self.everyone or tuple(h.name for h in self.hosts))
+                       everyone=self.everyone or tuple(h.name for h in self.hosts),
+                       unselected=(*self.unselected, *(h for h in self.hosts if h.name not in selected)))
