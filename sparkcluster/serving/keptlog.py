@@ -1,7 +1,7 @@
 """A container's output kept on its node after the container is gone. eugr's `docker run --rm` (kept exact) removes
 the container, and its `docker logs` with it, the moment Ray or vLLM's main process dies: the very log a failed
 serve needs. So beside each container the Docker runtime starts a follower, detached from the SSH session, that
-copies `docker logs -f` into the serve state directory, where the host runtime writes its processes' logs: both
+copies `docker logs -f` (and the log vLLM beside Ray writes inside vllm_node) into the serve state directory, where the host runtime writes its processes' logs: both
 runtimes leave `<role>.log` in one place. `logs` (and the root-cause reading of a failed start) falls back to it
 once the container is gone.
 
@@ -20,7 +20,7 @@ SERVE_STATE_DIR = "~/.cache/sparkcluster/serve"  # <role>.log (either runtime); 
 KEPT_CHUNK_BYTES = 8 << 20  # the kept log is the last 8 to 16 MiB of the container's output
 KEEPER_STOP_S = 5  # how long down lets a keeper copy the container's last lines before it is stopped
 GONE_NOTICE = "the container is gone; its last output, kept by sparkcluster:"
-KEPT_ROLES = ("main", "router")  # the containers' own output (vLLM beside Ray writes a file inside vllm_node)
+KEPT_ROLES = ("main", "vllm", "router")  # each container's output, and the log of vLLM beside Ray inside vllm_node
 
 
 def kept_log(role: str) -> str:
@@ -47,23 +47,39 @@ def stop_keeper(role: str, wait_s: int = 0) -> str:
             f"if {_ours(pid, role)}; then kill -- -\"$k\" 2>/dev/null; fi; fi; rm -f {_keeper_pid(role)}")
 
 
-def keep_output(container: str, role: str, chunk_bytes: int = KEPT_CHUNK_BYTES) -> str:
-    """Shell that starts the keeper of `container`'s output as `role`.log: detached (setsid, nohup, no terminal), so
-    that neither the SSH session closing nor the CLI exiting ends it; it ends with the container. Any keeper of the
-    role left from before is stopped, and the last serve's kept log replaced, as the host runtime's is."""
+def container_output(container: str) -> str:
+    """A container's output from its start, streamed until the container is gone."""
+    return f"docker logs -f {shlex.quote(container)}"
+
+
+def file_output(container: str, path: str, pid_file: str) -> str:
+    """A log file inside `container` from its first line, streamed until the process writing it ends (or the
+    container does). That process writes its pid to `pid_file` as it starts: waited for up to 10 s, past the pid of
+    one stopped before it; tail --pid then exits after the last lines the process wrote."""
+    inner = (f"i=0; while [ $i -lt 100 ]; do p=$(cat {pid_file} 2>/dev/null); "
+             f"[ -n \"$p\" ] && kill -0 \"$p\" 2>/dev/null && break; sleep 0.1; i=$((i+1)); done; "
+             f"exec tail -n +1 -F --pid=\"${{p:-1}}\" {path}")
+    return shlex.join(["docker", "exec", container, "sh", "-c", inner])
+
+
+def keep_output(source: str, role: str, chunk_bytes: int = KEPT_CHUNK_BYTES) -> str:
+    """Shell that starts the keeper of `source`'s output (container_output, file_output) as `role`.log: detached
+    (setsid, nohup, no terminal), so that neither the SSH session closing nor the CLI exiting ends it; it ends with
+    its source. Any keeper of the role left from before is stopped, and the last serve's kept log replaced, as the
+    host runtime's is."""
     log = kept_log(role)
     # split runs its filter with $SHELL: the login shell may not be a POSIX one.
     rotate = f"if [ -s {log} ]; then mv -f {log} {log}.1; fi; exec cat > {log}"
-    pipeline = (f"docker logs -f {shlex.quote(container)} 2>&1 | "
+    pipeline = (f"{source} 2>&1 | "
                 f"SHELL=/bin/sh split -a 12 -b {chunk_bytes} --filter {shlex.quote(rotate)}")
     return (f"mkdir -p {shell_path(SERVE_STATE_DIR)} && {{ {stop_keeper(role)}; rm -f {log}.1; : > {log}; "
             f"setsid nohup sh -c {shlex.quote(pipeline)} > /dev/null 2>&1 < /dev/null & echo $! > {_keeper_pid(role)}; }}")
 
 
-def logs_or_kept(container: str, role: str, lines: int, follow: bool) -> str:
-    """Shell: the container's last `lines` while it exists; once it is gone, the kept log's, after GONE_NOTICE (and
-    not followed: nothing more will come); where neither exists, docker's own "No such container"."""
-    live = shlex.join(["docker", "logs", "--tail", str(lines), *(["-f"] if follow else []), container]) + " 2>&1"
+def logs_or_kept(container: str, role: str, lines: int, live: str) -> str:
+    """Shell: `live` (the last `lines` read from the container) while the container exists; once it is gone, the
+    kept log's, after GONE_NOTICE (and not followed: nothing more will come); where neither exists, `live`, which
+    says "No such container"."""
     log = kept_log(role)
     return (f"if ! docker inspect {shlex.quote(container)} >/dev/null 2>&1 && [ -e {log} ]; then "
             f"echo {shlex.quote(GONE_NOTICE)}; cat {log}.1 {log} 2>/dev/null | tail -n {lines}; else {live}; fi")

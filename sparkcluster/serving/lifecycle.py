@@ -119,14 +119,12 @@ def diagnosis(session: Session, runtime: RuntimeChoice, launcher: Launcher, rout
 
 
 def whole_log(runtime: RuntimeChoice, node: str) -> str:
-    """Where the rest of a failed start's log is: on the node until the next serve, the host runtime's files and a
-    container's output kept once the failed serve stopped it (keptlog.py); vLLM's file inside vllm_node beside Ray
-    is not kept."""
+    """Where the rest of a failed start's log is: on the node until the next serve, the host runtime's files and
+    what was kept of a container once the failed serve stopped it (keptlog.py)."""
     if runtime.name == "host":
         return f"the whole log: `sparkcluster logs --runtime host --node {node} -n {DIAGNOSIS_LINES}`"
     return (f"the whole log, kept on the node after serve stopped the container: `sparkcluster logs --node {node} "
-            f"-n {DIAGNOSIS_LINES}` (vLLM's own beside Ray went with it: serve again and follow it with "
-            f"`sparkcluster logs --node {node} -f` meanwhile)")
+            f"-n {DIAGNOSIS_LINES}`")
 
 
 class StopState(StrEnum):

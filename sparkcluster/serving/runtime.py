@@ -21,7 +21,16 @@ from ..engine.remote import source_env
 from ..staging.images import ImageInfo
 from .apikey import API_KEY_ENV
 from .caches import host_exports, make_dir_line
-from .keptlog import KEEPER_STOP_S, KEPT_ROLES, SERVE_STATE_DIR, keep_output, logs_or_kept, stop_keeper
+from .keptlog import (
+    KEEPER_STOP_S,
+    KEPT_ROLES,
+    SERVE_STATE_DIR,
+    container_output,
+    file_output,
+    keep_output,
+    logs_or_kept,
+    stop_keeper,
+)
 from .launch import (
     CONTAINER,
     DEFAULT_IMAGE,
@@ -118,14 +127,16 @@ class DockerRuntime(Runtime):
         # line exactly, then the keeper of its output (keptlog.py): its --rm takes `docker logs` along when it exits.
         line = docker_run_line(self.image, shell_path(env.env_file), argv, entrypoint=self.entrypoint, env=env.env,
                                docker_args=self.docker_args, caches=self.caches, pass_env=tuple(env.secrets))
-        return env.started(f"{line} && {keep_output(CONTAINER, 'main')}")
+        return env.started(f"{line} && {keep_output(container_output(CONTAINER), 'main')}")
 
     def start_vllm_on_main(self, argv: Sequence[str], env: NodeEnv) -> Command:
         # The container already holds the env (--env-file, -e): no `bash -i` and .bashrc needed, as in eugr's. Its
         # secrets are passed again, by name: vLLM's own (its API key) were not among Ray's when the container started.
         inner = f"echo $$ > {CONTAINER_VLLM_PID}; exec {shlex.join(argv)} >> {CONTAINER_VLLM_LOG} 2>&1"
         by_name = [a for name in sorted(env.secrets) for a in ("-e", name)]
-        return env.started(shlex.join(["docker", "exec", "-d", *by_name, CONTAINER, "sh", "-c", inner]))
+        line = shlex.join(["docker", "exec", "-d", *by_name, CONTAINER, "sh", "-c", inner])
+        # Its log is a file inside vllm_node, gone with it: kept on the node as the containers' output is.
+        return env.started(f"{line} && {keep_output(file_output(CONTAINER, CONTAINER_VLLM_LOG, CONTAINER_VLLM_PID), 'vllm')}")
 
     def start_router(self, argv: Sequence[str], env: NodeEnv) -> Command:
         # A container of its own (no GPU, the host's network), so that a replica's vllm_node stops and starts alone.
@@ -133,7 +144,7 @@ class DockerRuntime(Runtime):
         options, command = container_command(argv, self.entrypoint)
         line = shlex.join(["docker", "run", "-d", "--rm", "--network", "host", "--name", ROUTER_CONTAINER,
                            *options, self.image, *command])
-        return env.started(f"{line} && {keep_output(ROUTER_CONTAINER, 'router')}")
+        return env.started(f"{line} && {keep_output(container_output(ROUTER_CONTAINER), 'router')}")
 
     def run_in_env(self, argv: Sequence[str], env: NodeEnv, twin: bool = False) -> Command:
         """In the running vllm_node; with `twin`, where it does not run, in a short-lived container with the
@@ -152,10 +163,14 @@ class DockerRuntime(Runtime):
         return Command(f"docker exec {CONTAINER} sh -c 'kill -0 $(cat {CONTAINER_VLLM_PID} 2>/dev/null) 2>/dev/null'")
 
     def logs(self, role: str, lines: int, follow: bool) -> Command:
+        # Once the container is gone, what was kept of it on the node (keptlog.py).
         f = ["-f"] if follow else []
-        if role in ("main", "router"):  # once the container is gone, its output kept on the node
-            return Command(logs_or_kept(CONTAINER if role == "main" else ROUTER_CONTAINER, role, lines, follow))
-        return Command(shlex.join(["docker", "exec", CONTAINER, "tail", "-n", str(lines), *f, CONTAINER_VLLM_LOG]) + " 2>&1")
+        if role in ("main", "router"):
+            name = CONTAINER if role == "main" else ROUTER_CONTAINER
+            return Command(logs_or_kept(name, role, lines, shlex.join(["docker", "logs", "--tail", str(lines), *f, name])
+                                        + " 2>&1"))
+        live = shlex.join(["docker", "exec", CONTAINER, "tail", "-n", str(lines), *f, CONTAINER_VLLM_LOG]) + " 2>&1"
+        return Command(logs_or_kept(CONTAINER, role, lines, live))
 
     def stop_vllm(self) -> Command:
         inner = (f"p=$(cat {CONTAINER_VLLM_PID} 2>/dev/null) && kill $p 2>/dev/null; "

@@ -173,6 +173,11 @@ def test_two_nodes_reproduce_eugrs_container_and_serve(two):
     assert down.returncode == 0, down.stderr
     assert running_anywhere(two) == []
     assert http(f"http://{head.mgmt_ip}:8000/health")[0] == 0
+    # The container and vLLM's log inside it are gone; both were kept on the head, each under its role.
+    kept = sc(two, "logs", "--node", head.name, "-n", "200").stdout
+    ray, vllm = kept.split("== vllm ==")
+    assert GONE in ray and "Ray runtime started" in ray, kept
+    assert GONE in vllm and vllm.count("Starting vLLM API server") == 2, kept  # both serves' vLLM, as in the container
     again = sc(two, "down", "--json")  # idempotent
     assert again.returncode == 0 and set(json.loads(again.stdout)["stopped"].values()) == {""}
 
@@ -228,8 +233,9 @@ def test_native_launcher_runs_one_rank_per_node(two):
     kept = sc(two, "logs", "--node", head.name, "-n", "5")
     assert GONE in kept.stdout and "Starting vLLM API server" in kept.stdout, kept.stdout
     for host, pid in keepers.items():
-        left = ssh(two, host, f"ls {KEPT}; ps -o stat= -p {pid} | grep -v Z; true").stdout.split()
-        assert left == ["main.log"], (host, left)  # no keeper's pid file, nor its process (a zombie has ended)
+        files, running = ssh(two, host, f"ls {KEPT}; echo --; ps -o stat= -p {pid} | grep -v Z; true").stdout.split("--")
+        assert "main.log" in files.split() and "keeper.pid" not in files, (host, files)
+        assert running.strip() == "", (host, running)  # nor the keeper's process (a zombie has ended)
 
 
 def test_a_node_on_its_management_address_is_refused_and_nothing_is_left(two, tmp_path):

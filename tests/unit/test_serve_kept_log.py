@@ -1,6 +1,6 @@
 """A Docker serve's container output kept on the node after `--rm` removed the container (serving/keptlog.py): the
 commands as values, and the keeper's shell run for real on this machine against a stand-in `docker` (its bound, its
-detachment, its stop, and the `logs` fallback that reads it)."""
+detachment, its stop, vLLM's file beside Ray, and the `logs` fallback and root cause that read it)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,14 @@ from sparkcluster.engine.command import Command
 from sparkcluster.engine.inventory import Host, Inventory
 from sparkcluster.engine.session import Session
 from sparkcluster.engine.transport import Result
-from sparkcluster.serving.keptlog import GONE_NOTICE, keep_output, logs_or_kept, stop_keeper
+from sparkcluster.serving.keptlog import (
+    GONE_NOTICE,
+    container_output,
+    file_output,
+    keep_output,
+    logs_or_kept,
+    stop_keeper,
+)
 from sparkcluster.serving.launch import docker_run_line
 from sparkcluster.serving.lifecycle import diagnosis
 from sparkcluster.serving.runtime import DockerRuntime, HostRuntime, NodeEnv, RuntimeChoice
@@ -29,6 +36,7 @@ case "$1" in
   logs) [ "$2" = --tail ] && { echo "Error response from daemon: No such container: $4" >&2; exit 1; }
         seq 1 "$LINES"; [ -n "$KEEP_RUNNING" ] && exec sleep 600; exit 0 ;;
   inspect) echo "Error: No such object: $2" >&2; exit 1 ;;
+  exec) shift 2; exec "$@" ;;  # in the container: here
 esac
 exit 3
 """
@@ -36,16 +44,16 @@ exit 3
 
 def test_the_container_starts_with_eugrs_exact_line_then_its_keeper():
     start = DockerRuntime("vllm-node").start_main(["ray", "start", "--block"], ENV).script
-    assert start == f"{EUGR} && {keep_output('vllm_node', 'main')}"
+    assert start == f"{EUGR} && {keep_output(container_output('vllm_node'), 'main')}"
     assert start.startswith(docker_run_line("vllm-node", '"$HOME"/.config/sparkcluster/comm.env',
                                             ["ray", "start", "--block"], env={"HF_HUB_OFFLINE": "1"}) + " && ")
     router = DockerRuntime("vllm-node").start_router(["vllm-router", "--port", "8000"], ENV).script
     assert router == ("docker run -d --rm --network host --name vllm_router vllm-node vllm-router --port 8000 && "
-                      + keep_output("vllm_router", "router"))
+                      + keep_output(container_output("vllm_router"), "router"))
 
 
 def test_the_keeper_is_detached_bounded_and_writes_where_the_host_runtime_does():
-    keeper = keep_output("vllm_node", "main")
+    keeper = keep_output(container_output("vllm_node"), "main")
     assert keeper == (
         'mkdir -p "$HOME"/.cache/sparkcluster/serve && { k=$(cat "$HOME"/.cache/sparkcluster/serve/main.keeper.pid '
         '2>/dev/null); if [ -n "$k" ]; then if ps -ww -o args= -p "$k" 2>/dev/null | grep -qF '
@@ -67,8 +75,10 @@ def test_logs_read_the_container_while_it_exists_else_the_kept_log_saying_so():
         "echo 'the container is gone; its last output, kept by sparkcluster:'; "
         'cat "$HOME"/.cache/sparkcluster/serve/main.log.1 "$HOME"/.cache/sparkcluster/serve/main.log 2>/dev/null '
         "| tail -n 20; else docker logs --tail 20 -f vllm_node 2>&1; fi")
-    assert DockerRuntime("vllm-node").logs("router", 5, follow=False).script == logs_or_kept("vllm_router", "router", 5,
-                                                                                            False)
+    assert DockerRuntime("vllm-node").logs("router", 5, follow=False).script == logs_or_kept(
+        "vllm_router", "router", 5, "docker logs --tail 5 vllm_router 2>&1")
+    assert DockerRuntime("vllm-node").logs("vllm", 5, follow=False).script == logs_or_kept(
+        "vllm_node", "vllm", 5, "docker exec vllm_node tail -n 5 /tmp/sparkcluster-vllm.log 2>&1")
 
 
 def test_down_lets_each_keeper_finish_then_stops_it():
@@ -113,27 +123,27 @@ def _ended(pid: int, within_s: float = 20) -> bool:
 
 def test_the_kept_log_holds_the_containers_last_output_within_its_bound(tmp_path):
     env, chunk = _node(tmp_path, 50_000), 4096
-    _sh(keep_output("vllm_node", "main", chunk_bytes=chunk), env)  # returns at once: the keeper runs detached
+    _sh(keep_output(container_output("vllm_node"), "main", chunk_bytes=chunk), env)  # returns at once: the keeper runs detached
     pid = _keeper(tmp_path)
     assert _ended(pid), "the keeper did not end with the container's output"
     kept = tmp_path / ".cache/sparkcluster/serve"
     log, older = kept / "main.log", kept / "main.log.1"
     assert older.stat().st_size == chunk and 0 < log.stat().st_size <= chunk  # 288,894 bytes came: two chunks stay
     assert (older.read_text() + log.read_text()).splitlines()[-1] == "50000"
-    shown = _sh(logs_or_kept("vllm_node", "main", 3, follow=False), env)
+    shown = _sh(DockerRuntime("vllm-node").logs("main", 3, follow=False).script, env)
     assert shown == f"{GONE_NOTICE}\n49998\n49999\n50000\n"
 
 
 def test_a_new_keeper_replaces_the_last_serves_log_and_down_stops_one_that_does_not_end(tmp_path):
     env = _node(tmp_path, 5)
-    _sh(keep_output("vllm_node", "main", chunk_bytes=4096), env)
+    _sh(keep_output(container_output("vllm_node"), "main", chunk_bytes=4096), env)
     assert _ended(_keeper(tmp_path))
     env = _node(tmp_path, 2, keep_running=True)
-    _sh(keep_output("vllm_node", "main", chunk_bytes=4096), env)
+    _sh(keep_output(container_output("vllm_node"), "main", chunk_bytes=4096), env)
     pid = _keeper(tmp_path)
     assert int(subprocess.run(["ps", "-o", "sid=", "-p", str(pid)], capture_output=True, text=True).stdout) == pid
     time.sleep(0.3)
-    assert _sh(logs_or_kept("vllm_node", "main", 10, follow=False), env) == f"{GONE_NOTICE}\n1\n2\n"
+    assert _sh(DockerRuntime("vllm-node").logs("main", 10, follow=True).script, env) == f"{GONE_NOTICE}\n1\n2\n"
     group = [int(p) for p in subprocess.run(["ps", "-o", "pid=", "-g", str(pid)], capture_output=True,
                                             text=True).stdout.split()]
     assert len(group) >= 3  # sh, docker logs -f (the stand-in's sleep), split (and its cat)
@@ -141,8 +151,37 @@ def test_a_new_keeper_replaces_the_last_serves_log_and_down_stops_one_that_does_
     assert all(_ended(p, 5) for p in group) and not (tmp_path / ".cache/sparkcluster/serve/main.keeper.pid").exists()
 
 
+def test_vllm_beside_ray_is_kept_from_its_file_until_that_vllm_exits(tmp_path):
+    """The log vLLM writes inside vllm_node (the stand-in docker runs `docker exec` here): followed from its first
+    line, past the pid file a vLLM stopped before left, until the new vLLM exits; then the keeper ends by itself."""
+    env = _node(tmp_path, 0)
+    log, pid_file = tmp_path / "vllm-in-container.log", tmp_path / "vllm-in-container.pid"
+    log.write_text("INFO the vLLM before\n")
+    stopped = subprocess.Popen(["true"])
+    stopped.wait()
+    pid_file.write_text(f"{stopped.pid}\n")
+    _sh(keep_output(file_output("vllm_node", str(log), str(pid_file)), "vllm"), env)
+    keeper = _keeper(tmp_path, "vllm")
+    vllm = subprocess.Popen(["sleep", "60"])
+    try:
+        time.sleep(0.3)
+        pid_file.write_text(f"{vllm.pid}\n")  # as the new vLLM's `echo $$` does, a moment after the start returned
+        with log.open("a") as f:
+            f.write("INFO Starting vLLM API server\n")
+        time.sleep(1.5)
+        assert _running(keeper), "the keeper stopped while its vLLM runs"
+        with log.open("a") as f:
+            f.write("ERROR its last words\n")
+    finally:
+        vllm.kill()
+        vllm.wait()
+    assert _ended(keeper, 10), "the keeper outlived its vLLM"
+    kept = (tmp_path / ".cache/sparkcluster/serve/vllm.log").read_text()
+    assert kept == "INFO the vLLM before\nINFO Starting vLLM API server\nERROR its last words\n"
+
+
 def test_where_no_log_was_kept_docker_says_what_is_missing(tmp_path):
-    shown = _sh(logs_or_kept("vllm_node", "main", 5, follow=False) + "; true", _node(tmp_path, 0))
+    shown = _sh(DockerRuntime("vllm-node").logs("main", 5, follow=False).script + "; true", _node(tmp_path, 0))
     assert shown == "Error response from daemon: No such container: vllm_node\n"
 
 
@@ -174,5 +213,5 @@ def test_a_failed_start_whose_container_is_gone_is_told_by_the_kept_logs_first_e
     found = diagnosis(session, RuntimeChoice("docker"), "native")
     assert found.cause.startswith("pydantic_core._pydantic_core.ValidationError: 1 validation error for ModelConfig")
     assert found.cause.endswith("(spark-2's vLLM log)"), found.cause
-    assert found.fix.startswith("the whole log, kept on the node after serve stopped the container: "
+    assert found.fix.endswith("the whole log, kept on the node after serve stopped the container: "
                                 "`sparkcluster logs --node spark-2 -n 1000`"), found.fix

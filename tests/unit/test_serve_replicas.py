@@ -22,7 +22,7 @@ from sparkcluster.engine.session import Session
 from sparkcluster.recipes.load import load_recipe
 from sparkcluster.recipes.types import Recipe
 from sparkcluster.serving.fit import check_fit, parse_weights
-from sparkcluster.serving.keptlog import keep_output, logs_or_kept
+from sparkcluster.serving.keptlog import container_output, keep_output, logs_or_kept
 from sparkcluster.serving.launch import Node, ServeArgs
 from sparkcluster.serving.layout import Layout, Placement, choose_layout
 from sparkcluster.serving.parallel import check_layout
@@ -166,9 +166,10 @@ def test_the_router_is_a_process_each_runtime_starts_watches_and_stops_like_vllm
     # an image whose entrypoint is `vllm serve` gets the router's own as entrypoint
     assert docker.start_router(["vllm-router", "--port", "8000"], ENV) == Command(
         "docker run -d --rm --network host --name vllm_router --entrypoint vllm-router vllm-node --port 8000 && "
-        + keep_output("vllm_router", "router"))  # the keeper of its output: test_serve_kept_log.py
+        + keep_output(container_output("vllm_router"), "router"))  # the keeper of its output: test_serve_kept_log.py
     assert docker.alive("router").script == "test \"$(docker inspect -f '{{.State.Running}}' vllm_router 2>/dev/null)\" = true"
-    assert docker.logs("router", 20, follow=False) == Command(logs_or_kept("vllm_router", "router", 20, False))
+    assert docker.logs("router", 20, follow=False) == Command(
+        logs_or_kept("vllm_router", "router", 20, "docker logs --tail 20 vllm_router 2>&1"))
     assert docker.stop_all().script.startswith("if docker inspect vllm_router >/dev/null 2>&1; then docker rm -f vllm_router")
 
 

@@ -18,7 +18,7 @@ from sparkcluster.engine.session import Session
 from sparkcluster.nccl.verdict import Verdict, VerdictStatus
 from sparkcluster.nccl.verifyresult import VerifyResult
 from sparkcluster.serving import phases
-from sparkcluster.serving.keptlog import keep_output, logs_or_kept
+from sparkcluster.serving.keptlog import container_output, file_output, keep_output, logs_or_kept
 from sparkcluster.serving.launch import Node, ServeArgs
 from sparkcluster.serving.lifecycle import ray_commands, running_current, vllm_commands
 from sparkcluster.serving.nodes import node_env
@@ -50,13 +50,16 @@ def test_docker_runtime_commands():
         "docker run -d --privileged --gpus all --rm --ipc=host --network host --name vllm_node "
         '--env-file "$HOME"/.config/sparkcluster/comm.env -e HF_HUB_OFFLINE=1 '
         '-v "${HF_HOME:-$HOME/.cache/huggingface}":/root/.cache/huggingface vllm-node ray start --block && '
-        + keep_output("vllm_node", "main"))
+        + keep_output(container_output("vllm_node"), "main"))
     assert docker.start_vllm_on_main(["vllm", "serve", "m"], ENV) == Command(
         "docker exec -d vllm_node sh -c 'echo $$ > /tmp/sparkcluster-vllm.pid; "
-        "exec vllm serve m >> /tmp/sparkcluster-vllm.log 2>&1'")
+        "exec vllm serve m >> /tmp/sparkcluster-vllm.log 2>&1' && "
+        + keep_output(file_output("vllm_node", "/tmp/sparkcluster-vllm.log", "/tmp/sparkcluster-vllm.pid"), "vllm"))
     assert docker.run_in_env(["python3", "-c", "print(1)"], ENV) == Command("docker exec -i vllm_node python3 -c 'print(1)'")
-    assert docker.logs("main", 50, follow=True) == Command(logs_or_kept("vllm_node", "main", 50, True))
-    assert docker.logs("vllm", 50, follow=False) == Command("docker exec vllm_node tail -n 50 /tmp/sparkcluster-vllm.log 2>&1")
+    assert docker.logs("main", 50, follow=True) == Command(
+        logs_or_kept("vllm_node", "main", 50, "docker logs --tail 50 -f vllm_node 2>&1"))
+    assert docker.logs("vllm", 50, follow=False) == Command(
+        logs_or_kept("vllm_node", "vllm", 50, "docker exec vllm_node tail -n 50 /tmp/sparkcluster-vllm.log 2>&1"))
     twin = docker.run_in_env(["python3", "-"], ENV, twin=True).script
     assert twin.startswith(f"if {docker.alive('main').script}; then docker exec -i vllm_node python3 -; else docker run --rm -i ")
 
@@ -108,7 +111,7 @@ def test_cluster_start_commands_give_each_node_its_own_address_and_env():
     runtime = RuntimeChoice("docker", "vllm-node")
     ray = ray_commands(c, runtime, NODES, {"RECIPE": "1"})
     assert list(ray) == ["spark-1", "spark-2"]
-    kept = f" && {keep_output('vllm_node', 'main')}"  # after eugr's line, the keeper of its output
+    kept = f" && {keep_output(container_output('vllm_node'), 'main')}"  # after eugr's line, the keeper of its output
     assert ray["spark-1"].script.endswith("vllm-node ray start --block --head --port 6379 --node-ip-address "
                                           "192.168.177.11 --include-dashboard=True --dashboard-host 0.0.0.0 "
                                           "--dashboard-port 8265 --disable-usage-stats" + kept)
@@ -132,10 +135,12 @@ def test_node_env_layers_inventory_then_host_then_recipe():
 def test_logs_commands():
     runtime, (head, worker) = RuntimeChoice("docker"), inventory().hosts
     shown = logs_command(ServeRecord("docker", "ray", "vllm-node", ()), runtime, head, head, 20, follow=False)
-    assert shown == Command(f"echo '== main =='; {logs_or_kept('vllm_node', 'main', 20, False)}; echo '== vllm =='; "
-                            "docker exec vllm_node tail -n 20 /tmp/sparkcluster-vllm.log 2>&1", timeout=60)
+    main = logs_or_kept("vllm_node", "main", 20, "docker logs --tail 20 vllm_node 2>&1")
+    vllm = logs_or_kept("vllm_node", "vllm", 20, "docker exec vllm_node tail -n 20 /tmp/sparkcluster-vllm.log 2>&1")
+    assert shown == Command(f"echo '== main =='; {main}; echo '== vllm =='; {vllm}", timeout=60)
     followed = logs_command(ServeRecord("docker", "native", "vllm-node", ()), runtime, worker, head, 20, follow=True)
-    assert followed == Command(f"{logs_or_kept('vllm_node', 'main', 20, True)}; wait", timeout=60)
+    assert followed == Command(f"{logs_or_kept('vllm_node', 'main', 20, 'docker logs --tail 20 -f vllm_node 2>&1')}; wait",
+                               timeout=60)
 
 
 def test_stop_all_serving_stops_both_runtimes():
