@@ -1,14 +1,14 @@
-"""A container's output kept on its node after the container is gone. eugr's `docker run --rm` (kept exact) removes
-the container, and its `docker logs` with it, the moment Ray or vLLM's main process dies: the very log a failed
-serve needs. So beside each container the Docker runtime starts a follower, detached from the SSH session, that
-copies `docker logs -f` (and the log vLLM beside Ray writes inside vllm_node) into the serve state directory, where the host runtime writes its processes' logs: both
-runtimes leave `<role>.log` in one place. `logs` (and the root-cause reading of a failed start) falls back to it
-once the container is gone.
+"""A container's output kept on its node after the container is gone. eugr's `docker run --rm` (kept exact) removes the
+container, and its `docker logs` with it, the moment Ray or vLLM's main process dies: the very log a failed serve
+needs. So beside each container the Docker runtime starts a follower, detached from the SSH session, that copies
+`docker logs -f` (and the log vLLM beside Ray writes inside vllm_node) into the serve state directory, where the host
+runtime writes its processes' logs: both runtimes leave `<role>.log` in one place. `logs` (and the root-cause reading
+of a failed start) falls back to it once the container is gone.
 
 The kept log is bounded for a serve that runs for weeks: `split` cuts the stream into chunks of KEPT_CHUNK_BYTES,
 each written over `<role>.log` after the one before moved to `<role>.log.1`, so the node keeps the last one to two
-chunks. No timestamps are added (`docker logs --timestamps`): the kept lines read exactly as the container's did,
-and vLLM's carry their own. Shell text only: runtime.py joins it to its commands."""
+chunks. No timestamps are added (`docker logs --timestamps`): the kept lines read exactly as the container's did, and
+vLLM's carry their own. Shell text only: runtime.py joins it to its commands."""
 
 from __future__ import annotations
 
