@@ -23,11 +23,10 @@ from sparkcluster.bench.explain.sides import sides
 from sparkcluster.bench.layouts import cli as layouts_cli
 from sparkcluster.bench.layouts import report, run, state
 from sparkcluster.bench.layouts.run import Planned, Swept, measure_layouts
-from sparkcluster.bench.metrics import ServerSide
 from sparkcluster.bench.receipt import BenchParams, Engine, NodeReceipt, Receipt
 from sparkcluster.bench.receipt_metrics import EngineDeltas, Snapshot, between, snapshot_engines
 from sparkcluster.bench.receipt_sources import NodesRead, Served
-from sparkcluster.bench.sweep import Level, Prepared, SweepOptions
+from sparkcluster.bench.sweep import Level, SweepOptions
 from sparkcluster.bench.target import Target, engine_metrics
 from sparkcluster.engine.cliapp import selected_inventory
 from sparkcluster.engine.errors import SparkclusterError
@@ -37,6 +36,7 @@ from sparkcluster.serving.layout import Placement
 from sparkcluster.serving.record import Launched, ServeRecord, Serving
 from tests.openai_stub import running_stub
 from tests.unit.test_bench_layouts import INPUTS, TP2, TWO_REPLICAS, inventory_file, measured, planned, row
+from tests.unit.test_bench_layouts import Cluster as ServingCluster
 from tests.unit.test_bench_llama_benchy import corpus
 
 MODEL = "local/tiny-llama"
@@ -89,24 +89,16 @@ def test_a_state_an_earlier_sparkcluster_wrote_resumes_with_its_receipts_unknown
     assert tp.receipt is None and tp.rows == (row(1, 40.0, 0.05, 0.02),)
 
 
-class Cluster:
-    """Serves layouts and measures them as run.py calls them; each measurement's receipt names what was served."""
+class Cluster(ServingCluster):
+    """test_bench_layouts' cluster, whose each measurement's receipt names what was served."""
 
     def __init__(self, fail_on: str | None = None, created: str = "2026-11-27T19:00:00+00:00") -> None:
-        self.served: list[str] = []
-        self.fail_on, self.created = fail_on, created
-
-    def serve(self, item: Planned) -> dict[str, float]:
-        if item.kind == self.fail_on:
-            raise SparkclusterError(f"{item.kind}: vLLM did not start", "read its log")
-        self.served.append(item.kind)
-        return {"launch": 1.0}
+        super().__init__(fail_on)
+        self.created = created
 
     def measure(self, item: Planned) -> Swept:
         command, tp, replicas = (TP_COMMAND, 2, 1) if item.kind == "tp" else (REPLICA_COMMAND, 1, 2)
-        return Swept([Level(row(1, 50.0 * len(self.served), 0.1, 0.02), ServerSide(0.1, None, 0, 32, 64))],
-                     Prepared(server_version="0.32.0"), "0.32.0+cpu", receipt(command, tp, replicas,
-                                                                             created=self.created))
+        return dataclasses.replace(super().measure(item), receipt=receipt(command, tp, replicas, created=self.created))
 
 
 def test_a_resumed_run_keeps_the_receipts_of_the_layouts_measured_before_it(tmp_path):
