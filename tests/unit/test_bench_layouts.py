@@ -243,19 +243,24 @@ def test_a_state_file_that_does_not_read_is_refused(tmp_path, text):
 
 # ---- the command: a run cut short prints what it measured, and the same command finishes it -----------------------
 
-def test_the_command_cut_short_shows_what_it_measured_and_the_same_command_measures_only_the_rest(
-        tmp_path, capsys, monkeypatch):
-    cluster = Cluster(fail_on="replicas")
-
+def on_cluster(monkeypatch: pytest.MonkeyPatch, cluster: Cluster, staged_s: float):
+    """`bench --layouts`' command wired to `cluster` (serve and measure) in place of a connected one; its `connect`."""
     @contextmanager
     def connect(args, check, require_all=True):
         check(selected_inventory(args))  # the layouts sized and the state read, as before a real connection
         yield object()
 
     monkeypatch.setattr(layouts_cli, "one_at_a_time", lambda session: nullcontext())
-    monkeypatch.setattr(layouts_cli, "stage_once", lambda session, todo, emit: 3.0)
+    monkeypatch.setattr(layouts_cli, "stage_once", lambda session, todo, emit: staged_s)
     monkeypatch.setattr(layouts_cli, "serve_on", lambda session, emit: cluster.serve)
     monkeypatch.setattr(layouts_cli, "sweep_on", lambda session, options, emit: cluster.measure)
+    return connect
+
+
+def test_the_command_cut_short_shows_what_it_measured_and_the_same_command_measures_only_the_rest(
+        tmp_path, capsys, monkeypatch):
+    cluster = Cluster(fail_on="replicas")
+    connect = on_cluster(monkeypatch, cluster, staged_s=3.0)
     out = tmp_path / "out"
     argv = ["bench", "-i", str(inventory_file(tmp_path, 2)), "--layouts", "tp,replicas", "--model", "org/m",
             "--concurrency", "1", "--out", str(out)]

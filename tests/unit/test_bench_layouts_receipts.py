@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
-from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 import aiohttp
@@ -20,7 +19,6 @@ from sparkcluster.bench.cli import cmd_bench
 from sparkcluster.bench.explain.facts import Cause
 from sparkcluster.bench.explain.lineup import explain
 from sparkcluster.bench.explain.sides import sides
-from sparkcluster.bench.layouts import cli as layouts_cli
 from sparkcluster.bench.layouts import report, run, state
 from sparkcluster.bench.layouts.run import Planned, Swept, measure_layouts
 from sparkcluster.bench.receipt import BenchParams, Engine, NodeReceipt, Receipt
@@ -28,14 +26,13 @@ from sparkcluster.bench.receipt_metrics import EngineDeltas, Snapshot, between, 
 from sparkcluster.bench.receipt_sources import NodesRead, Served
 from sparkcluster.bench.sweep import Level, SweepOptions
 from sparkcluster.bench.target import Target, engine_metrics
-from sparkcluster.engine.cliapp import selected_inventory
 from sparkcluster.engine.errors import SparkclusterError
 from sparkcluster.engine.inventory import Host
 from sparkcluster.observe.prometheus import parse
 from sparkcluster.serving.layout import Placement
 from sparkcluster.serving.record import Launched, ServeRecord, Serving
 from tests.openai_stub import running_stub
-from tests.unit.test_bench_layouts import INPUTS, TP2, TWO_REPLICAS, inventory_file, measured, planned, row
+from tests.unit.test_bench_layouts import INPUTS, TP2, TWO_REPLICAS, inventory_file, measured, on_cluster, planned, row
 from tests.unit.test_bench_layouts import Cluster as ServingCluster
 from tests.unit.test_bench_llama_benchy import corpus
 
@@ -314,16 +311,7 @@ def test_a_layout_not_named_not_held_or_without_a_receipt_is_refused_with_the_fi
 
 def test_the_text_says_where_each_layouts_receipt_is_and_how_to_explain_two(tmp_path, capsys, monkeypatch):
     cluster = Cluster()
-
-    @contextmanager
-    def connect(args, check, require_all=True):  # noqa: ANN001, ANN202
-        check(selected_inventory(args))
-        yield object()
-
-    monkeypatch.setattr(layouts_cli, "one_at_a_time", lambda session: nullcontext())
-    monkeypatch.setattr(layouts_cli, "stage_once", lambda session, todo, emit: 0.0)
-    monkeypatch.setattr(layouts_cli, "serve_on", lambda session, emit: cluster.serve)
-    monkeypatch.setattr(layouts_cli, "sweep_on", lambda session, options, emit: cluster.measure)
+    connect = on_cluster(monkeypatch, cluster, staged_s=0.0)
     out = tmp_path / "out"
     args = cli.build_parser(["bench"]).parse_args(["bench", "-i", str(inventory_file(tmp_path, 2)), "--layouts",
                                                    "tp,replicas", "--model", MODEL, "--concurrency", "1", "--out",
