@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import time
 from collections.abc import Callable
 from contextlib import nullcontext
@@ -222,6 +223,9 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser], app:
     deg.add_argument("--delay", help="a delay each way, e.g. 2ms: netem, or where the kernel has none an NFQUEUE "
                                      "daemon (with --rate too: both)")
     deg.add_argument("--clear", action="store_true", help="lift the rate and the delay")
+    # `--delay -1ms` is a bad value, not an unknown option: argparse (before 3.13) takes only plain numbers for
+    # negative values, so the check that names what is wrong with it would never see it.
+    deg._negative_number_matcher = re.compile(r"^-\.?\d")
     deg.set_defaults(func=cmd_sim_degrade)
 
     hw = named(sim_cmds.add_parser("hardware", help="give one host another driver, kernel, BIOS, CMA pool, "

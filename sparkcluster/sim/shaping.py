@@ -48,7 +48,15 @@ def check_degrade(rate: str | None, delay: str | None) -> None:
     if rate is not None and not tc_rate(rate):
         raise UsageError(f"invalid rate {rate!r}", "give a tc rate such as 2gbit or 500mbit")
     if delay is not None and not _tc_time(delay):
-        raise UsageError(f"invalid delay {delay!r}", "give a tc time such as 2ms or 500us")
+        raise UsageError(f"invalid delay {delay!r}", "give a tc time such as 2ms or 500us (not negative)")
+    if delay is not None and _seconds(delay) > LONGEST_DELAY_S:
+        raise UsageError(f"invalid delay {delay!r}: longer than {LONGEST_DELAY_S:g}s",
+                         f"give at most {LONGEST_DELAY_S:g}s each way, e.g. 500ms")
+
+
+# tc keeps a delay in a 32-bit count of its ticks (about 4295 s at most, its error then is "Illegal ... time (too
+# large)"); past a minute each way nothing the simulator serves or verifies would finish anyway.
+LONGEST_DELAY_S = 60.0
 
 
 def tc_rate(rate: str) -> bool:

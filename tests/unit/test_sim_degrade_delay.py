@@ -65,6 +65,8 @@ def test_the_twins_packets_go_to_its_queue_both_ways_and_pass_when_no_daemon_lis
     (["--clear", "--delay", "2ms"], "--clear lifts every limit: it takes no --rate or --delay"),
     ([], "sim degrade needs --rate, --delay (or both), or --clear"),
     (["--delay", "2 ms"], "invalid delay '2 ms'"),
+    (["--delay", "-1ms"], "invalid delay '-1ms'"),  # a bad value, not argparse's "expected one argument"
+    (["--delay", "99999999999s"], "invalid delay '99999999999s': longer than 60s"),  # not tc's "too large"
 ])
 def test_a_bad_degrade_is_refused_before_anything_changes(flags, error):
     out = run_cli("sim", "degrade", "--name", "no-such-cluster", "spark-2", "1", *flags)
