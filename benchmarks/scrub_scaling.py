@@ -1,4 +1,4 @@
-"""The support bundle's scrubber (sparkcluster/doctor/scrub) on hostile node text, as round 5's H3 found it: N
+"""The support bundle's scrubber (sparkcluster/engine/scrub) on hostile node text, as round 5's H3 found it: N
 private-key BEGIN lines without an END (each followed by 200 characters). The baseline is the pattern the scrubber
 used before (a lazy `.*?` to the END, which reads to the end of the text for every BEGIN without one: time N
 squared), measured in the same run; then the whole scrubber (every pass) on the same text and on other shapes
@@ -18,7 +18,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from sparkcluster.doctor.scrub import Scrubber  # noqa: E402
+from sparkcluster.engine.scrub import Scrubber  # noqa: E402
 
 OLD_PRIVATE_KEY = re.compile(r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----.*?-----END [A-Z0-9 ]*PRIVATE KEY-----", re.S)
 SHAPES: dict[str, Callable[[int], str]] = {

@@ -25,6 +25,7 @@ from .. import __version__
 from ..engine.command import Command, shell_path
 from ..engine.facts import split_sections
 from ..engine.inventory import Host
+from ..engine.scrub import ITEM_CAP_BYTES, Scrubber, capped, secrets_in
 from ..engine.session import Session
 from ..engine.transport import Unreachable
 from ..nccl.lastlog import LAST_VERIFY_LOG
@@ -37,7 +38,6 @@ from ..serving.record import RECORD_FILE, read_record
 from ..serving.runtime import RuntimeChoice
 from ..serving.status import logs_command
 from .run import DoctorReport
-from .scrub import ITEM_CAP_BYTES, Scrubber, capped, secrets_in
 
 LOG_LINES = 200
 

@@ -13,6 +13,7 @@ from ..engine.console import err as err_console
 from ..engine.console import out as console
 from ..engine.errors import EXIT_FAILED, EXIT_OK, SparkclusterError, UsageError
 from ..engine.report import print_json
+from ..engine.scrub import Scrubber
 from ..engine.session import Session
 from ..serving.launch import DEFAULT_IMAGE, RUNTIMES
 from ..serving.record import read_record
@@ -20,7 +21,6 @@ from ..serving.runtime import FROM_FLAG, ClusterRuntime, cluster_runtime
 from . import baseline, bundle
 from .render import render
 from .run import run_doctor
-from .scrub import Scrubber
 
 
 def image_to_check(session: Session, given: str | None, runtime: ClusterRuntime) -> str:

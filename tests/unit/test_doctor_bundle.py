@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from sparkcluster.doctor.bundle import Bundle, write
-from sparkcluster.doctor.scrub import SCRUBBED, Scrubber, secrets_in
 from sparkcluster.engine.errors import UsageError
+from sparkcluster.engine.scrub import SCRUBBED, Scrubber, secrets_in
 from sparkcluster.nccl.report import report
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"

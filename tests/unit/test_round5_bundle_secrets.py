@@ -17,11 +17,11 @@ import yaml
 
 from sparkcluster.doctor import cli as doctor_cli
 from sparkcluster.doctor.bundle import Bundle, write
-from sparkcluster.doctor.scrub import SCRUBBED, Scrubber, capped, secrets_in
-from sparkcluster.doctor.scrub import blocks as scrub_blocks
 from sparkcluster.engine.command import MASK, masked_env
 from sparkcluster.engine.errors import UsageError
 from sparkcluster.engine.inventory import Host, Inventory
+from sparkcluster.engine.scrub import SCRUBBED, Scrubber, capped, secrets_in
+from sparkcluster.engine.scrub import blocks as scrub_blocks
 from sparkcluster.serving.nodes import node_env
 
 # Names serve hid and the bundle kept, or that neither treated as a secret (S3's first bullet).

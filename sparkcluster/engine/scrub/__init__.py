@@ -1,8 +1,9 @@
-"""What keeps secrets out of a support bundle: the values the inventory and the sudo prompt hold (every value under a
-secret name, whatever its shape), any value text assigns to a secret name (serve's own rule for names), secrets known
-by their shape (private keys, URL passwords, tokens), wherever they appear. Each replacement is counted by kind,
-never shown, so the manifest can say what was scrubbed. Every pass is linear in its text, and each item is capped in
-bytes before it is scrubbed, so what a node prints cannot make the bundle hang."""
+"""What keeps secrets out of what others may read (the support bundle, a bench receipt): the values the inventory
+and the sudo prompt hold (every value under a secret name, whatever its shape), any value text assigns to a secret
+name (serve's own rule for names), secrets known by their shape (private keys, URL passwords, tokens), wherever they
+appear. Each replacement is counted by kind, never shown, so the manifest can say what was scrubbed. Every pass is
+linear in its text, and each item is capped in bytes before it is scrubbed, so what a node prints cannot make the
+bundle hang. In engine (it knows no wing) so that doctor and bench share one scrubber."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from ...engine.secret_names import is_secret_name
+from ..secret_names import is_secret_name
 from .blocks import private_keys, putty_keys
 from .marks import SCRUBBED, Tally
 from .shapes import bearer_tokens, token_shapes, url_passwords

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 
-from ...engine.secret_names import is_secret_name
+from ..secret_names import is_secret_name
 from .marks import SCRUBBED, Tally
 
 # A name where one can begin, optionally quoted (JSON, Python's repr), then `:` or `=` (not `==`).
