@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
+import sys
+from collections.abc import Callable
 
 from ..engine import flags
 from ..engine.cliapp import App, Connect
@@ -21,22 +24,35 @@ def cmd_verify(args: argparse.Namespace, connect: Connect) -> int:
     with connect(args) as session:
         result = run_verify(session, backend=args.backend, sizes=args.sizes, min_busbw=args.min_busbw,
                             per_twin=args.twins)
-    if args.json:
+    failing = (VerdictStatus.FAIL, VerdictStatus.WARN) if args.strict else (VerdictStatus.FAIL,)
+
+    def render() -> None:
+        if not args.json:
+            report.render_verify(console, result)
+            return
         print_json({"backend": result.backend, "verdict": dataclasses.asdict(result.verdict),
                     "rows": [dataclasses.asdict(r) for r in result.rows], "carried_by": result.carried_by,
                     "twins": result.twins, "topology": result.topology,
                     "links": [m.to_json() for m in result.links], "skipped_links": result.skipped_links,
                     "control_plane": [a.to_json() for a in result.control_plane],
                     **(result.latency or Latency(())).to_json()})
-    else:
-        report.render_verify(console, result)
-    failing = (VerdictStatus.FAIL, VerdictStatus.WARN) if args.strict else (VerdictStatus.FAIL,)
-    return EXIT_FAILED if result.verdict.status in failing else EXIT_OK
+    return shown(render, EXIT_FAILED if result.verdict.status in failing else EXIT_OK)
 
 
 def cmd_nccl_report(args: argparse.Namespace) -> int:
     code, text = report.report(args.logfiles, json_output=args.json, min_busbw=args.min_busbw)
-    print(text)
+    return shown(lambda: print(text), code)
+
+
+def shown(render: Callable[[], None], code: int) -> int:
+    """The verdict's exit code, also where the reader left early (`nccl-report ... | head -1`): a script under
+    `set -o pipefail` must not read a FAIL as a pass. The closed pipe is no error of ours (no traceback), and
+    stdout then points at /dev/null, so that the interpreter's last flush at exit finds nowhere to fail."""
+    try:
+        render()
+        sys.stdout.flush()
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return code
 
 
