@@ -98,6 +98,57 @@ def test_a_linked_inventory_is_edited_at_its_target_and_the_link_stays(tmp_path)
     assert link.is_symlink() and "runtime: host" in target.read_text()
 
 
+@pytest.mark.parametrize("text", [
+    "vars:\n  runtime: >-\n    docker\n  user: me\nhosts: {a: {address: h}}\n",
+    "vars:\n  runtime: |\n    docker\n\n  user: me\nhosts: {a: {address: h}}\n",
+])
+def test_a_block_scalar_value_is_replaced_keeping_the_line_breaks_after_it(text):
+    """Round 6 W9: `runtime: >-` then `docker` on its own line took its line break with it, joining the next key."""
+    done = edited(text, ("vars",), "runtime", "host")
+    assert yaml.safe_load(done)["vars"] == {"runtime": "host", "user": "me"}
+    assert done.startswith("vars:\n  runtime: host\n")
+
+
+def test_a_read_only_inventory_is_left_alone_and_named(tmp_path):
+    """Round 6 W2: a 0444 file was rewritten anyway (replacing it needs only the folder's write bit)."""
+    path = written(tmp_path)
+    path.chmod(0o444)
+    with pytest.raises(InventoryError, match="is read-only, so it is left as it is") as refused:
+        set_shared_var(load_inventory(path, check_files=False), "runtime", "host")
+    assert "chmod u+w" in refused.value.fix and path.read_text() == INVENTORY
+    assert oct(path.stat().st_mode & 0o777) == "0o444"
+
+
+def test_a_hard_linked_inventory_is_left_alone_so_its_names_keep_one_text(tmp_path):
+    """Round 6 W8: the rename gave one name the new text and left the other with the old."""
+    path = written(tmp_path)
+    other = tmp_path / "other.yml"
+    os.link(path, other)
+    with pytest.raises(InventoryError, match="has 2 names \\(hard links\\)"):
+        set_shared_var(load_inventory(path, check_files=False), "runtime", "host")
+    assert path.read_text() == other.read_text() == INVENTORY and path.stat().st_ino == other.stat().st_ino
+
+
+def test_an_edit_saved_while_recording_is_kept_and_the_record_refused(tmp_path, monkeypatch):
+    """Round 6 W3: an edit saved between the read and the rename was silently lost."""
+    import sparkcluster.engine.inventory as inventory_package
+
+    path = written(tmp_path)
+    real_load = inventory_package.load_inventory
+
+    def load_while_the_user_saves(file, **kw):  # the validation of the edited copy runs in that window
+        with open(path, "a") as f:
+            f.write("# USER EDIT\n")
+        return real_load(file, **kw)
+
+    inventory = load_inventory(path, check_files=False)
+    monkeypatch.setattr(inventory_package, "load_inventory", load_while_the_user_saves)
+    with pytest.raises(InventoryError, match="changed while runtime was being recorded in it; left as it now is"):
+        set_shared_var(inventory, "runtime", "host")
+    assert path.read_text() == INVENTORY + "# USER EDIT\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["id_test", "inventory.yml"]  # no temporary left
+
+
 def test_a_host_that_sets_its_own_runtime_is_named_and_the_file_left_alone(tmp_path):
     text = INVENTORY.replace("{address: 127.0.0.2, port: 9}", "{address: 127.0.0.2, port: 9, vars: {runtime: docker}}")
     path = written(tmp_path, text)

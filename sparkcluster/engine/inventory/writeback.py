@@ -35,7 +35,9 @@ def set_shared_var(inventory: Inventory, key: str, value: str) -> bool:
     path = Path(os.path.realpath(inventory.path))  # a linked inventory: its target changes, the link stays
     by_hand = f"add `{key}: {value}` under the inventory's {'all: vars:' if inventory.format == 'ansible' else 'vars:'}"
     try:
-        raw = path.read_bytes().decode("utf-8")
+        raw_bytes = path.read_bytes()
+        raw = raw_bytes.decode("utf-8")
+        _check_replaceable(inventory.path, path, by_hand)
     except (OSError, UnicodeDecodeError) as e:
         raise InventoryError(f"{inventory.path}: cannot read it to record {key}: {e}", by_hand) from None
     bom = _BOM if raw.startswith(_BOM) else ""
@@ -58,6 +60,9 @@ def set_shared_var(inventory: Inventory, key: str, value: str) -> bool:
                                  f"`{key}` in {'its' if len(shadowed) == 1 else 'their'} own or a group's vars, "
                                  f"over the shared `{key}: {value}`",
                                  f"remove `{key}` there: one cluster has one {key}")
+        if path.read_bytes() != raw_bytes:  # saved by someone else meanwhile: their edit is not ours to drop
+            raise InventoryError(f"{inventory.path}: changed while {key} was being recorded in it; left as it now is",
+                                 f"run the command again, or {by_hand}")
         os.replace(tmp, path)
     except OSError as e:
         raise InventoryError(f"{inventory.path}: cannot write it to record {key}: {e.strerror or e}", by_hand) from None
@@ -65,6 +70,18 @@ def set_shared_var(inventory: Inventory, key: str, value: str) -> bool:
         if os.path.exists(tmp):
             os.unlink(tmp)
     return True
+
+
+def _check_replaceable(shown: str, path: Path, by_hand: str) -> None:
+    """A file the edit would wrong by replacing it: one its owner made read-only (root too respects that), and one
+    with other names (hard links), which would go on holding the old text."""
+    st = path.stat()
+    if not st.st_mode & 0o222 or not os.access(path, os.W_OK):
+        raise InventoryError(f"{shown}: is read-only, so it is left as it is",
+                             f"make it writable (`chmod u+w {shown}`) and run the command again, or {by_hand}")
+    if st.st_nlink > 1:
+        raise InventoryError(f"{shown}: has {st.st_nlink} names (hard links); a new file in its place would leave "
+                             "the others with the old text", by_hand)
 
 
 def edited(text: str, at: tuple[str, ...], key: str, value: str) -> str:
@@ -89,6 +106,9 @@ def edited(text: str, at: tuple[str, ...], key: str, value: str) -> str:
             if child.start_mark.index == child.end_mark.index:  # `vars:` with nothing after it
                 colon = text.index(":", key_node.end_mark.index) + 1
                 return text[:colon] + " " + new + text[colon:]
+            if isinstance(child, ScalarNode) and child.style in ("|", ">"):  # a block scalar's span ends past
+                old = text[child.start_mark.index:child.end_mark.index]     # its line breaks: they stay
+                new += old[len(old.rstrip(" \t\r\n")):]
             return text[:child.start_mark.index] + new + text[child.end_mark.index:]
         if not isinstance(child, MappingNode):
             raise InventoryError(f"`{name}` (line {key_node.start_mark.line + 1}) is not a mapping",
