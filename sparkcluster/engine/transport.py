@@ -101,11 +101,11 @@ EOF_AFTER_EXIT_S = 2.0  # how long output may still arrive after a command's exi
 
 
 class Held:
-    """A remote command kept alive by an open channel (Transport.hold); `release()` ends it and waits briefly
-    for it to exit, so what it held is free when release returns."""
+    """A remote command kept alive by an open channel on a connection of its own (Transport.hold); `release()`
+    ends it, waits briefly for it to exit, so what it held is free when release returns, and closes the connection."""
 
-    def __init__(self, channel: paramiko.Channel, permits: threading.BoundedSemaphore) -> None:
-        self._channel, self._permits, self._released = channel, permits, False
+    def __init__(self, channel: paramiko.Channel, connection: _Connection) -> None:
+        self._channel, self._connection, self._released = channel, connection, False
 
     def release(self, wait_s: float = 5.0) -> None:
         import paramiko
@@ -122,7 +122,7 @@ class Held:
             pass  # the connection is gone, and the command with it
         finally:
             self._channel.close()
-            self._permits.release()
+            self._connection.close()
 
 
 def _trust_new_keys(path: Path) -> paramiko.MissingHostKeyPolicy:
@@ -318,22 +318,22 @@ class Transport:
     def hold(self, command: Command, first_line_timeout: float = 30.0) -> tuple[str, Held]:
         """Start a command whose life is this handle's: its stdin (`command.stdin` first) stays open until the
         handle is released, or the connection is lost (this process killed included), and then it ends. Returns
-        its first line of output, its answer, with the handle. For what must not outlive this run: a lock."""
+        its first line of output, its answer, with the handle. For what must not outlive this run: a lock.
+        The channel runs on a connection of its own, which reconnect() and close() leave alone: they end their
+        connection's channels, and serve's stop of every node (a reconnect) let its lock go as its Ray phase began,
+        so a second serve or up ran beside it."""
         import paramiko
 
-        conn = self._connect()
-        if not self._channels.acquire(timeout=first_line_timeout):
-            raise self._unreachable(f"{self.host.address}: no free SSH channel for {command.label()}",
-                                    _reachability_fix(self.host))
+        conn = self._open_with_retries()
         try:
             channel = conn.transport.open_session()
             channel.settimeout(1.0)
             channel.exec_command(command.line())
             if command.stdin:
                 channel.sendall(command.stdin.encode())
-            held = Held(channel, self._channels)
+            held = Held(channel, conn)
         except (paramiko.SSHException, OSError, EOFError) as e:
-            self._channels.release()
+            conn.close()
             raise self._unreachable(f"{self.host.address} dropped off while starting {command.label()}: {e}",
                                     _reachability_fix(self.host)) from None
         line, deadline = b"", time.monotonic() + first_line_timeout
