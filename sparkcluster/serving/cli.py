@@ -103,7 +103,7 @@ def one_at_a_time(session: Session) -> AbstractContextManager[None]:
 def cmd_up(args: argparse.Namespace, connect: Connect) -> int:
     opts = options(args)
     phases = Phases()
-    with connect(args, _runtime_set_up(args)) as session, one_at_a_time(session):
+    with connect(args, _runtime_set_up(args, starts=True)) as session, one_at_a_time(session):
         opts = _on_cluster(opts, args, session.inventory)
         _, _, members, reused = up(session, opts, phases, _emit(args))
     if args.json:
@@ -118,7 +118,7 @@ def sized(args: argparse.Namespace, opts: ServeOptions, inventory: Inventory, sh
     """The layout for the selected nodes (replicas x TP x PP: serving/layout.py), the cluster's runtime and the
     launcher that takes (one node or replicas: no Ray); and what the runtime needs of the inventory (the host
     runtime: python_env), before anything is staged. `bench --layouts` sizes each layout it serves here too."""
-    _runtime_set_up(args, show)(inventory)
+    _runtime_set_up(args, show, starts=True)(inventory)
     layout = check_layout(opts.replicas or inventory_replicas(inventory), opts.tp, opts.pp, inventory, opts.recipe)
     chosen = _on_cluster(dataclasses.replace(opts, tp=layout.tp, pp=layout.pp, replicas=layout.replicas), args,
                          inventory)
@@ -151,14 +151,16 @@ def cmd_serve(args: argparse.Namespace, connect: Connect) -> int:
     return EXIT_OK
 
 
-def _runtime_set_up(args: argparse.Namespace, show: bool = True) -> Callable[[Inventory], None]:
-    """Before connecting: the cluster's runtime, said under the inventory's line (`show`, unless --json), and every
-    node has what it needs of the inventory (the host runtime: its python_env), or the command is bad input (exit 2)."""
+def _runtime_set_up(args: argparse.Namespace, show: bool = True, starts: bool = False) -> Callable[[Inventory], None]:
+    """Before connecting: the cluster's runtime, said under the inventory's line (`show`, unless --json), and, for
+    what `starts` an engine (serve, up), every node has what that needs of the inventory (the host runtime: its
+    python_env), or the command is bad input (exit 2). status and logs need none: after `bootstrap --runtime host`,
+    before a vLLM environment exists, they answer."""
     def check(inventory: Inventory) -> None:
         if show and not args.json:
             err_console.print(cluster_runtime(inventory, args.runtime).shown(), highlight=False)
-        for host in inventory.hosts:
-            _chosen(args, inventory).on(host)
+        for host in inventory.hosts if starts else ():
+            _chosen(args, inventory).check_starts(host)
     return check
 
 

@@ -199,11 +199,16 @@ class DockerRuntime(Runtime):
 
 @dataclass(frozen=True)
 class HostRuntime(Runtime):
-    python_env: str  # a virtual environment on the node holding ray and vllm
+    # A virtual environment on the node holding ray and vllm; None before one exists (after `bootstrap --runtime
+    # host`): watching, reading logs and stopping need none, entering the serving env (a start, the probe) does.
+    python_env: str | None
     caches: bool = False  # the node's compile/JIT cache directory in every library's variable
+    node: str = field(default="", compare=False)  # named in the error of an env without python_env
     name = "host"
 
     def _enter(self, env: NodeEnv) -> str:
+        if self.python_env is None:  # serve and up refuse this before connecting (RuntimeChoice.check_starts)
+            raise no_python_env(self.node)
         # The comm env first, then the caches, then the fixed variables, so a recipe's or the inventory's serve_env wins.
         fixed = f" {exports(env.env)}" if env.env else ""
         caches = f"{make_dir_line()} && {host_exports()}\n" if self.caches else ""
@@ -250,7 +255,7 @@ class HostRuntime(Runtime):
         stop_one = (f"p=$(cat {d}/$r.pid 2>/dev/null); if [ -n \"$p\" ] && kill -0 \"$p\" 2>/dev/null; then "
                     f"kill -TERM -- -\"$p\" 2>/dev/null; {grace}; kill -KILL -- -\"$p\" 2>/dev/null; {gone}; echo $r; fi; "
                     f"rm -f {d}/$r.pid")
-        ray = f"{shell_path(self.python_env)}/bin/ray"
+        ray = f"{shell_path(self.python_env or '/nonexistent')}/bin/ray"  # no env: no Ray of ours to stop
         raylet = "pgrep -u \"$(id -u)\" -f 'ray/core/src/ray/(raylet|gcs)' >/dev/null 2>&1"
         return Command(f"for r in router vllm main; do {stop_one}; done; "
                        f"if [ -x {ray} ] && {raylet}; then {ray} stop --force >/dev/null 2>&1; "
@@ -278,20 +283,30 @@ class RuntimeChoice:
         return replace(self, entrypoint=head_image.entrypoint, image_id=head_image.id)
 
     def on(self, host: Host) -> Runtime:
+        """How `host` starts, watches, reads and stops the serving processes. Only a start (and the serving env:
+        the probe, Ray's members) needs the host runtime's python_env: status, logs, top and doctor --bundle work on
+        a node bootstrapped for the host runtime before its vLLM environment exists."""
         if self.name == "docker":
             return DockerRuntime(self.image, self.entrypoint, self.docker_args, self.caches)
         env = host.vars.get("python_env")
-        if not env:
-            raise UsageError(f"{host.name}: the host runtime needs `python_env` (a virtual environment with "
-                             "ray and vllm) in the inventory", "set vars: {python_env: /path/to/venv}, or "
-                             "use --runtime docker")
-        return HostRuntime(str(env), self.caches)
+        return HostRuntime(str(env) if env else None, self.caches, host.name)
+
+    def check_starts(self, host: Host) -> None:
+        """What starting an engine on `host` needs of the inventory (the host runtime: python_env), checked by what
+        starts one (serve, up) before it connects: bad input, exit 2."""
+        if self.name == "host" and not host.vars.get("python_env"):
+            raise no_python_env(host.name)
 
     def start_fix(self) -> str:
         if self.name == "docker":
             return (f"check Docker on that node (docker ps) and the image {self.image}; "
                     "`sparkcluster down` clears leftovers")
         return "check python_env on that node holds ray and vllm; `sparkcluster down` clears leftovers"
+
+
+def no_python_env(node: str) -> UsageError:
+    return UsageError(f"{node}: the host runtime needs `python_env` (a virtual environment with ray and vllm) in "
+                      "the inventory to start an engine", "set vars: {python_env: /path/to/venv}, or use --runtime docker")
 
 
 def stop_all_serving(host: Host) -> Command:

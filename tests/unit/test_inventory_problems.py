@@ -103,14 +103,15 @@ def test_problems_of_several_hosts_and_groups_are_all_reported(tmp_path: Path) -
     assert "reserved" in found[0] and "spark-9" in found[1] and "'bogus'" in found[2] and "no address" in found[3]
 
 
-def test_status_of_the_host_runtime_without_python_env_is_exit_2_with_a_json_error(
+def test_status_of_the_host_runtime_without_python_env_goes_on_to_connect(
         tmp_path: Path, no_connection: None, capsys: pytest.CaptureFixture[str]) -> None:
+    """Only what starts an engine needs python_env (issue 46): status connects, here to no_connection's refusal."""
     path = tmp_path / "inv.yml"
     path.write_text("hosts:\n  spark-1: {address: 192.168.1.50, role: head}\n")
-    assert cli.main(["status", "-i", str(path), "--runtime", "host"]) == 2
-    assert cli.main(["status", "-i", str(path), "--runtime", "host", "--json"]) == 2
-    doc = json.loads(capsys.readouterr().out)
-    assert "python_env" in doc["error"] and doc["fix"]
+    for json_flag in ([], ["--json"]):
+        with pytest.raises(AssertionError, match="connected"):
+            cli.main(["status", "-i", str(path), "--runtime", "host", *json_flag])
+    assert "python_env" not in capsys.readouterr().err
 
 
 def test_serve_and_up_of_the_host_runtime_without_python_env_are_exit_2_before_connecting(

@@ -100,9 +100,9 @@ def test_runtime_choice_is_completed_by_the_image_check():
                                                                     timeout=30)
 
 
-def test_the_host_runtime_needs_a_python_env():
+def test_the_host_runtime_needs_a_python_env_to_start():
     with pytest.raises(SparkclusterError, match="spark-1: the host runtime needs `python_env`"):
-        RuntimeChoice("host").on(inventory().hosts[0])
+        RuntimeChoice("host").on(inventory().hosts[0]).start_main(["ray", "start"], ENV)
     assert RuntimeChoice("host").on(inventory(python_env="/v").hosts[0]) == HostRuntime("/v", caches=True)
 
 
