@@ -44,6 +44,8 @@ from .runtime import RuntimeChoice
 
 # A placement group stays reserved a few seconds after its vLLM exits: a new one must wait.
 PLACEMENT_GROUP_RELEASE_S = 5
+# One node (eugr's solo mode) has no link between nodes to probe: a lone rank's probe saw no connection and failed.
+ONE_NODE_PROBE = "one node: vLLM's ranks talk to no other node, so no link between nodes carries its traffic to probe"
 T = TypeVar("T")
 
 
@@ -185,7 +187,9 @@ def serve(session: Session, opts: ServeOptions, emit: Emit) -> ServeResult:
             stop_everywhere(session)
             runtime = _checked_image(session, opts, phases, emit)
         verified = None
-        if opts.verify:
+        if opts.verify and len(session.hosts) == 1:  # the probe's verdict is on traffic between ranks: none here
+            phases.skipped["verify"] = ONE_NODE_PROBE
+        elif opts.verify:
             verified = phases.run("verify", lambda: probe(session, runtime, opts, emit), emit)
         if opts.recipe.mods:
             phases.run("mods", lambda: apply_mods(session, runtime, opts.recipe.mods), emit)
