@@ -166,7 +166,9 @@ def _not_applicable(doc: dict[str, Any]) -> set[str]:
         out |= {"engine.image", "engine.image_id", "engine.image_digest"}
     if engine.get("runtime") == "docker":
         out.add("engine.python_env")
-    if engine.get("command") is not None:  # serve's record was read: it names the recipe where one was used
+    # serve's record was read and names no recipe: none was used. One it names is read field by field: a sha256
+    # that could not be taken (the file gone by then) is unknown, as any other.
+    if engine.get("command") is not None and engine.get("recipe") is None:
         out.add("engine.recipe")
     if metrics.get("speculative") is False:
         out.add("metrics.spec_decode")
@@ -182,7 +184,7 @@ def _unknown(doc: Any, path: str, skip: set[str] | None = None) -> list[str]:
     if isinstance(doc, dict):
         return [p for k, v in doc.items() if k != "unknown"
                 for p in _unknown(v, f"{path}.{k}" if path else str(k), skip)]
-    if isinstance(doc, list):  # the nodes, by name
+    if isinstance(doc, (list, tuple)):  # the nodes and a recipe's mods, by name
         return [p for i, v in enumerate(doc)
                 for p in _unknown(v, f"{path}[{v.get('name', i) if isinstance(v, dict) else i}]", skip)]
     return []

@@ -8,6 +8,7 @@ The override order, lowest first: the recipe's defaults, sparkcluster's options 
 
 from __future__ import annotations
 
+import hashlib
 import math
 import shlex
 from collections.abc import Sequence
@@ -77,8 +78,9 @@ def load_recipe(name_or_path: str, inputs: Inputs | None = None, *, nodes: int |
         return _load_path(existing, name_or_path if existing == path else str(existing), inputs, nodes, trust)
     names = bundled_names()
     if name_or_path in names:
-        text = (BUNDLED / f"{name_or_path}.yml").read_text()
-        return _from_text(text, f"recipe {name_or_path}", name_or_path, None, inputs, nodes, ())
+        data = (BUNDLED / f"{name_or_path}.yml").read_bytes()
+        recipe = _from_text(data.decode(), f"recipe {name_or_path}", name_or_path, None, inputs, nodes, ())
+        return replace(recipe, sha256=hashlib.sha256(data).hexdigest())
     from .registry import resolve_unscoped
 
     unscoped = resolve_unscoped(name_or_path)

@@ -69,6 +69,9 @@ class Recipe:
     reference: Reference | None = None
     format: Format = "sparkcluster"
     source: str = ""  # the file as shown in messages ("recipe default" for a bundled one)
+    # A bundled recipe's file by content, hashed as it is loaded: it lies inside the installed package, so `source`
+    # names no file a receipt could hash later. None for any other (serve hashes a recipe file as it launches).
+    sha256: str | None = None
     tp: int | None = None
     pp: int | None = None
     launcher: RecipeLauncher | None = None

@@ -8,14 +8,12 @@ import hashlib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from ..engine.secret_names import is_secret_name
+from ..engine.secret_names import masked_argv
 from ..recipes.types import Recipe
 from .launch import Launcher, Node, ServeArgs, vllm_serve_argv
 from .layout import Placement
 from .record import Launched
 from .router import replica_nodes
-
-MASKED = "***"
 
 
 def file_sha256(path: Path) -> str | None:
@@ -37,27 +35,11 @@ def tree_sha256(folder: Path) -> str | None:
     return digest.hexdigest()
 
 
-def masked_argv(argv: Sequence[str]) -> tuple[str, ...]:
-    """The command line with a secret flag's value masked (--api-key KEY, --hf-token=T: engine/secret_names.py's
-    rule), for a record anyone reading the head's files, or a published receipt, may see."""
-    out: list[str] = []
-    masking_next = False
-    for word in argv:
-        if masking_next and not word.startswith("--"):
-            out.append(MASKED)
-            masking_next = False
-            continue
-        name, eq, _ = word.removeprefix("--").partition("=")
-        secret = word.startswith("--") and is_secret_name(name)
-        out.append(f"--{name}={MASKED}" if secret and eq else word)
-        masking_next = secret and not eq
-    return tuple(out)
-
-
 def launched(args: ServeArgs, launcher: Launcher, nodes: Mapping[str, Node], head: str,
              placements: Sequence[Placement], recipe: Recipe) -> Launched:
     """The head's (or replica 0's head's) `vllm serve` argv as the launcher runs it, and the recipe's source with the
-    sha256 of its file and of each mod's folder (None where the source is no file of this machine)."""
+    sha256 of its file (a bundled recipe's as loaded) and of each mod's folder (None where the source is no file of
+    this machine)."""
     if placements:
         first = placements[0]
         members = replica_nodes(nodes, first)
@@ -66,5 +48,6 @@ def launched(args: ServeArgs, launcher: Launcher, nodes: Mapping[str, Node], hea
     else:
         argv = vllm_serve_argv(args, launcher, nodes[head], len(nodes))
     source = recipe.source or None
-    return Launched(masked_argv(argv), source, file_sha256(Path(source)) if source else None,
+    digest = recipe.sha256 or (file_sha256(Path(source)) if source else None)
+    return Launched(masked_argv(argv), source, digest,
                     tuple((m.name, tree_sha256(m.path)) for m in recipe.mods))
