@@ -12,8 +12,8 @@ Baseline out; two Baselines in, the changes out.
 from __future__ import annotations
 
 import json
+import math
 import os
-import tempfile
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime, timezone
@@ -24,6 +24,7 @@ from rich.console import Console
 
 from ..engine.errors import UsageError
 from ..engine.inventory import Host
+from ..engine.localfiles import check_replaceable, read_json, replacing
 from ..engine.nodetext import as_markup
 from ..engine.session import Session
 from ..nccl.lastverify import LAST_VERIFY_COMMAND
@@ -112,7 +113,13 @@ def busbw_of(record: Mapping[str, Any]) -> dict[str, float]:
 
 
 def _number(value: object) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
+    """A positive figure a float holds (a 400-digit integer does not: arithmetic on it overflows)."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return False
+    try:
+        return math.isfinite(float(value)) and value > 0
+    except OverflowError:
+        return False
 
 
 def last_verify_records(session: Session, names: list[str]) -> dict[str, dict[str, Any]]:
@@ -243,20 +250,10 @@ def from_json(doc: object, where: str) -> Baseline:
 
 
 def read(text: str) -> Baseline:
-    """A baseline file, checked before anything connects: a UsageError (exit 2) names what is wrong and the fix."""
-    path = Path(text).expanduser()
-    try:
-        raw = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise UsageError(f"--baseline {text}: no such file", SAVE_FIX) from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise UsageError(f"--baseline {text}: cannot read it ({getattr(e, 'strerror', None) or e})",
-                         "name a readable baseline file") from None
-    try:
-        doc = json.loads(raw)
-    except json.JSONDecodeError as e:
-        raise UsageError(f"{text}:{e.lineno}: not JSON ({e.msg})", f"name the file --save-baseline wrote, or {SAVE_FIX}"
-                         ) from None
+    """A baseline file, checked before anything connects: a UsageError (exit 2) names what is wrong and the fix (a
+    FIFO, a device, an endless or hostile file among them: engine/localfiles.py)."""
+    doc = read_json(Path(text).expanduser(), f"--baseline {text}", "a sparkcluster baseline",
+                    f"name the file --save-baseline wrote, or {SAVE_FIX}")
     return from_json(doc, text)
 
 
@@ -270,21 +267,18 @@ def writable(text: str) -> Path:
                                                                                   "existing one")
     if not os.access(path.parent, os.W_OK):
         raise UsageError(f"--save-baseline {text}: cannot write in {path.parent}", "name a file in a folder you can write")
+    check_replaceable(path, f"--save-baseline {text}", _SAVE_AT)
     return path
 
 
+_SAVE_AT = "name a regular file (a new one, or a baseline saved before), e.g. ~/baseline.json"
+
+
 def write(baseline: Baseline, path: Path) -> None:
-    """Atomically: a reader (or a crash) sees the old baseline or the new one, never half of one."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(baseline.to_json(), f, indent=2)
-            f.write("\n")
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    """Atomically and never through a link (engine/localfiles.py): a reader (or a crash) sees the old baseline or
+    the new one, never half of one."""
+    with replacing(path, 0o644, f"--save-baseline {path}", _SAVE_AT) as f:
+        f.write((json.dumps(baseline.to_json(), indent=2) + "\n").encode())
 
 
 

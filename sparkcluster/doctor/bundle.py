@@ -9,12 +9,9 @@ and what was scrubbed where, by kind and count, never by value."""
 
 from __future__ import annotations
 
-import contextlib
 import io
 import json
-import os
 import tarfile
-import tempfile
 import time
 from collections import Counter
 from dataclasses import dataclass, field, replace
@@ -25,6 +22,7 @@ from .. import __version__
 from ..engine.command import Command, shell_path
 from ..engine.facts import split_sections
 from ..engine.inventory import Host
+from ..engine.localfiles import replacing
 from ..engine.scrub import ITEM_CAP_BYTES, Scrubber, capped, secrets_in
 from ..engine.session import Session
 from ..engine.transport import Unreachable
@@ -194,19 +192,11 @@ def write(bundle: Bundle, path: Path, scrubber: Scrubber) -> None:
 
 
 def _archive(path: Path, root: str, texts: dict[str, str]) -> None:
-    """A temporary file of its own in the target's folder, created exclusively and never through a link (mkstemp:
-    O_CREAT|O_EXCL|O_NOFOLLOW, mode 0600, a random name another user cannot plant a link at), renamed over `path`
-    once whole (a link at `path` itself is replaced, its target untouched)."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as raw, tarfile.open(fileobj=raw, mode="w:gz") as tar:
-            for name, text in sorted(texts.items()):
-                data = text.encode()
-                info = tarfile.TarInfo(f"{root}/{name}")
-                info.size, info.mode, info.mtime = len(data), 0o600, int(time.time())
-                tar.addfile(info, io.BytesIO(data))
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    """Through engine/localfiles.py's writer (never through a link planted at the temporary's name or the target),
+    private (0600): the scrubber removes the secrets it knows, not every one a log may hold."""
+    with replacing(path, 0o600) as raw, tarfile.open(fileobj=raw, mode="w:gz") as tar:
+        for name, text in sorted(texts.items()):
+            data = text.encode()
+            info = tarfile.TarInfo(f"{root}/{name}")
+            info.size, info.mode, info.mtime = len(data), 0o600, int(time.time())
+            tar.addfile(info, io.BytesIO(data))
