@@ -110,8 +110,8 @@ def test_a_bare_url_result_says_what_it_cannot_know(tmp_path):
 
 
 @pytest.mark.parametrize(("content", "said"), [
-    (None, "No such file or directory"),
-    ("rows,of,csv\n", "is not a bench result (not JSON"),
+    (None, "no such file"),
+    ("rows,of,csv\n", "not JSON (Expecting value), so not a bench result"),
     ('{"hello": 1}', "is not a bench result (it holds neither `rows` nor `benchmarks`)"),
     ('{"rows": []}', "holds no receipt"),
     ('{"rows": [], "receipt": {"version": 99}}', "its receipt cannot be read: receipt version 99"),

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from ...engine.errors import UsageError
 from ...recipes.command import FlagValue, canonical, flag_words
 from ..receipt import Receipt
+from ..receipt_shape import figure
 from .flags import Effect, effect_of
 
 
@@ -162,7 +163,8 @@ def receipt_facts(receipt: Receipt) -> tuple[list[Fact], set[str]]:
               for k, v in {"method": receipt.bench.method, **receipt.bench.parameters}.items()]
     facts.append(Fact("prompt set sha256", Cause.LOAD, receipt.bench.prompt_digest, "bench",
                       "the prompts' content", path="bench.prompt_digest"))
-    return [_applies(f, set(receipt.unknown())) for f in facts], unknown
+    marked_unknown = set(receipt.unknown())  # once: it serialises the whole receipt (per fact: quadratic in nodes)
+    return [_applies(f, marked_unknown) for f in facts], unknown
 
 
 LAYOUT_GROUP = "layout"  # facts only a layout of a `bench --layouts` result has: lined up only against another
@@ -198,7 +200,7 @@ def _text(value: object) -> str | float | None:
     if isinstance(value, bool):
         return str(value).lower()
     if isinstance(value, int | float):
-        return float(value)
+        return float(value) if figure(value) else str(value)  # an integer no float holds is shown whole
     return json.dumps(value, sort_keys=True)
 
 

@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ...engine.nodetext import printable
 from .facts import CAUSES, LAYOUT_GROUP, NOT_SET, Cause, Fact
 from .flags import EFFECT_NAMES, Effect
 from .sides import NEVER_RECORDED, Side
@@ -186,4 +187,5 @@ def render(found: Explanation) -> str:
     if found.never_recorded:
         lines += ["", "the published row never recorded:", *(f"  {n}" for n in found.never_recorded)]
     lines += ["", f"the same on both sides: {len(found.same)} field{'s' if len(found.same) != 1 else ''}"]
-    return "\n".join(lines)
+    # Every value here comes from someone's file: an escape in one would retitle or clear the reader's terminal.
+    return "\n".join(printable(line) for line in lines)

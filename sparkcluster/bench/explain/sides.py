@@ -5,13 +5,13 @@ never recorded. Bad input is a UsageError naming what is wrong and the fix."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ...engine.errors import UsageError
+from ...engine.localfiles import read_json
 from ...recipes.command import canonical
 from ...recipes.load import load_recipe
 from ...recipes.types import Recipe
@@ -38,15 +38,29 @@ _SUSTAINED = (("generation_tps", "generation tok/s"), ("prefill_tps", "prefill t
 _BENCHY = (("tg_throughput", "tg t/s"), ("pp_throughput", "pp t/s"), ("ttfr", "ttfr ms"))
 
 
+def _figure(value: object) -> float | None:
+    """A number of the file as a float, None for anything else; OverflowError for an integer no float holds."""
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def _object(value: object) -> Mapping[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _entries(items: Sequence[object], shown: str, field: str) -> list[Mapping[str, Any]]:
+    """A result's rows (or llama-benchy's benchmarks) are objects: anything else is no result of ours."""
+    if not all(isinstance(item, dict) for item in items):
+        raise UsageError(f"{shown}: its `{field}` hold something other than objects, so it is not a bench result", _FIX)
+    return [item for item in items if isinstance(item, dict)]
+
+
 def _sustained_numbers(rows: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, float]]:
     out: dict[str, dict[str, float]] = {}
     for row in rows:
-        figures = {label: float(row[key]) for key, label in _SUSTAINED if isinstance(row.get(key), int | float)}
-        for key, label in (("ttft_s", "TTFT mean s"), ("itl_s", "ITL mean s")):
-            mean = (row.get(key) or {}).get("mean") if isinstance(row.get(key), dict) else None
-            if isinstance(mean, int | float):
-                figures[label] = float(mean)
-        out[f"c={row.get('concurrency')}"] = figures
+        found = {label: _figure(row.get(key)) for key, label in _SUSTAINED}
+        found |= {label: _figure(_object(row.get(key)).get("mean"))
+                  for key, label in (("ttft_s", "TTFT mean s"), ("itl_s", "ITL mean s"))}
+        out[f"c={row.get('concurrency')}"] = {label: v for label, v in found.items() if v is not None}
     return out
 
 
@@ -56,17 +70,17 @@ def _benchy_numbers(benchmarks: Sequence[Mapping[str, Any]]) -> dict[str, dict[s
         phase = " (context load)" if b.get("is_context_prefill_phase") else ""
         row = f"pp{b.get('prompt_size')} tg{b.get('response_size')} @ d{b.get('context_size')} " \
               f"c={b.get('concurrency')}{phase}"
-        out[row] = {label: float(b[key]["mean"]) for key, label in _BENCHY
-                    if isinstance(b.get(key), dict) and isinstance(b[key].get("mean"), int | float)}
+        found = {label: _figure(_object(b.get(key)).get("mean")) for key, label in _BENCHY}
+        out[row] = {label: v for label, v in found.items() if v is not None}
     return out
 
 
 def _ceiling(doc: Mapping[str, Any], numbers: Mapping[str, Mapping[str, float]]) -> list[Fact]:
     """The decode ceiling (memory bandwidth over bytes per token) and the c=1 row's share of it."""
-    limit = ((doc.get("config") or {}).get("decode_ceiling") or {}).get("tokens_per_s")
-    if not isinstance(limit, int | float) or limit <= 0:
+    limit = _figure(_object(_object(doc.get("config")).get("decode_ceiling")).get("tokens_per_s"))
+    if limit is None or not limit > 0:
         return []
-    out = [Fact("decode ceiling tok/s", Cause.CEILING, float(limit), "ceiling",
+    out = [Fact("decode ceiling tok/s", Cause.CEILING, limit, "ceiling",
                 "memory bandwidth over the bytes each token reads: no engine decodes one stream faster")]
     single = numbers.get("c=1", {}).get("generation tok/s")
     if single is not None:
@@ -84,20 +98,14 @@ def _file_and_layout(spec: str) -> tuple[str, str | None]:
 
 
 def _read(path: str, shown: str) -> Any:
-    try:
-        if Path(path).stat().st_size > MAX_FILE_BYTES:
-            raise UsageError(f"{shown} is larger than {MAX_FILE_BYTES >> 20} MiB: not a bench result", _FIX)
-        return json.loads(Path(path).read_text(encoding="utf-8"))
-    except OSError as e:
-        raise UsageError(f"{shown}: {e.strerror or e}", _FIX) from None
-    except (UnicodeDecodeError, ValueError):
-        raise UsageError(f"{shown} is not a bench result (not JSON; a CSV carries no receipt)", _FIX) from None
+    """A regular file of at most MAX_FILE_BYTES that parses (engine/localfiles.py), or exit 2 naming it."""
+    return read_json(Path(path), shown, "a bench result (a CSV carries no receipt)", _FIX, MAX_FILE_BYTES)
 
 
 def _layout_entry(doc: Mapping[str, Any], path: str, kind: str | None, shown: str) -> tuple[dict[str, Any], str]:
     """The entry of the layout named in a `bench --layouts` result (its rows and its receipt), and the layout as
     shown: `tp (TP 2 x PP 1)`."""
-    entries = {e.get("layout"): e for e in doc["layouts"] if isinstance(e, dict)}
+    entries = {e["layout"]: e for e in doc["layouts"] if isinstance(e, dict) and isinstance(e.get("layout"), str)}
     held = ", ".join(map(str, entries)) or "none"
     example = " ".join(f"{path}:{k}" for k in list(entries)[:2]) or f"{path}:tp"
     if kind is None:
@@ -130,7 +138,7 @@ def load_result(spec: str) -> Side:
                          f"give the file alone (--explain {path} ...), or a layouts.json `bench --layouts` wrote")
     if not isinstance(doc, dict) or not (isinstance(doc.get("rows"), list) or isinstance(doc.get("benchmarks"), list)):
         raise UsageError(f"{shown} is not a bench result (it holds neither `rows` nor `benchmarks`)", _FIX)
-    found = doc.get("receipt") or (doc.get("sparkcluster") or {}).get("receipt")
+    found = doc.get("receipt") or _object(doc.get("sparkcluster")).get("receipt")
     if found is None:
         raise UsageError(f"{shown} holds no receipt: it was written by a bench without receipts, or by "
                          "llama-benchy itself", "measure again with this sparkcluster's `bench --json`, or compare "
@@ -140,10 +148,15 @@ def load_result(spec: str) -> Side:
     except ValueError as e:
         raise UsageError(f"{shown}: its receipt cannot be read: {e}", "measure again with this sparkcluster's "
                          "`bench --json`") from None
-    numbers = (_sustained_numbers(doc["rows"]) if isinstance(doc.get("rows"), list)
-               else _benchy_numbers(doc["benchmarks"]))
+    try:
+        numbers = (_sustained_numbers(_entries(doc["rows"], shown, "rows")) if isinstance(doc.get("rows"), list)
+                   else _benchy_numbers(_entries(doc["benchmarks"], shown, "benchmarks")))
+        ceiling = _ceiling(doc, numbers)
+    except OverflowError:
+        raise UsageError(f"{shown}: a figure of it is a number no float holds (hundreds of digits), so it is not a "
+                         "bench result", _FIX) from None
     facts, unknown = receipt_facts(receipt)
-    facts += _ceiling(doc, numbers)
+    facts += ceiling
     if layout is not None:
         facts += layout_facts(layout, receipt)
     return Side(spec, {f.key: f for f in facts}, frozenset(unknown), numbers, layout=kind)
