@@ -12,7 +12,8 @@ from collections.abc import Callable
 from ..engine import flags
 from ..engine.cliapp import App, Connect
 from ..engine.console import out as console
-from ..engine.errors import EXIT_FAILED, EXIT_OK
+from ..engine.errors import EXIT_FAILED, EXIT_OK, UsageError
+from ..engine.inventory import Inventory
 from ..engine.report import print_json
 from . import report, thresholds
 from .latency import Latency
@@ -20,8 +21,16 @@ from .verdict import VerdictStatus
 from .verify import run_verify
 
 
+def two_nodes_or_more(inventory: Inventory) -> None:
+    """The probe judges the traffic between nodes: one node alone has none, and its lone rank's run failed with "no
+    connection between the ranks was seen", as if something were broken. Bad input, before connecting."""
+    if len(inventory.hosts) == 1:
+        raise UsageError(f"verify probes the links between nodes: {inventory.hosts[0].name} alone has none",
+                         "verify two nodes or more (--limit NODE1,NODE2); a one-node serve needs no probe")
+
+
 def cmd_verify(args: argparse.Namespace, connect: Connect) -> int:
-    with connect(args) as session:
+    with connect(args, two_nodes_or_more) as session:
         result = run_verify(session, backend=args.backend, sizes=args.sizes, min_busbw=args.min_busbw,
                             per_twin=args.twins)
     failing = (VerdictStatus.FAIL, VerdictStatus.WARN) if args.strict else (VerdictStatus.FAIL,)

@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
+from sparkcluster import cli
+from sparkcluster.engine import session as session_module
 from sparkcluster.engine.inventory import Host, Inventory
 from sparkcluster.engine.session import Session
 from sparkcluster.recipes.load import Recipe
@@ -62,3 +64,15 @@ def test_one_node_serves_without_the_probe_and_says_why(probed):
 def test_two_nodes_still_probe(probed):
     result = served(2)
     assert probed == [2] and "verify" in result.phases and "verify" not in result.skipped
+
+
+def test_verify_of_one_node_is_refused_before_connecting(tmp_path, monkeypatch, capsys):
+    """The same lone rank's probe under `verify` failed as if something were broken: exit 2 before connecting."""
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("connected although one node has no link to probe")
+    monkeypatch.setattr(session_module, "Transport", refuse)
+    path = tmp_path / "inv.yml"
+    path.write_text("hosts:\n  spark-1: {address: 10.0.0.1, role: head}\n  spark-2: {address: 10.0.0.2}\n")
+    assert cli.main(["verify", "-i", str(path), "--limit", "spark-1"]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "verify probes the links between nodes: spark-1 alone has none" in err and "--limit NODE1,NODE2" in err
