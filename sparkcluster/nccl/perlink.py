@@ -4,6 +4,7 @@ latency; a dead or slow link outranks anything but a FAIL of the whole collectiv
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 
@@ -120,6 +121,18 @@ def _pair_links(fabric: Fabric | None, facts: Mapping[str, HostFacts], measures:
     return out
 
 
+# A twin's run may take this many times its sibling's before it is called too slow (at least the minimum): a twin
+# delayed 500 ms each way otherwise held verify for the whole --timeout (684 s against 32 s healthy).
+TWIN_BUDGET_RATIO = 5.0
+TWIN_BUDGET_MIN_S = 60.0
+
+
+def twin_budget(timeout: float, took: Sequence[float]) -> float:
+    """The seconds a twin's run may take: the whole timeout until one twin finished, then a multiple of the
+    fastest."""
+    return min(timeout, max(TWIN_BUDGET_MIN_S, TWIN_BUDGET_RATIO * min(took))) if took else timeout
+
+
 def with_twins(session: Session, result: VerifyResult, choices: Mapping[str, QsfpChoice], env_files: Mapping[str, str],
                 script: str, timeout: float, in_serving_env: Mapping[str, RunInEnv] | None,
                 fabric: Fabric | None = None) -> VerifyResult:
@@ -127,12 +140,15 @@ def with_twins(session: Session, result: VerifyResult, choices: Mapping[str, Qsf
     backend = result.backend
     head = session.head.name
     readings: dict[str, list[Latency]] = {}  # by twin label, one per run
+    took: list[float] = []  # seconds, per twin run that finished
 
     def run(twin: Twin) -> list[BandwidthRow]:
         sizes = GLOO_TWIN_SIZES if backend == "gloo" else NCCL_TWIN_SIZES
-        commands = probe_commands(session, twin.ips[head], backend, sizes, env_files, script, timeout, in_serving_env,
-                                  extra_env=twin_env(twin, backend), port=MASTER_PORT + 1 + twin.index)
+        commands = probe_commands(session, twin.ips[head], backend, sizes, env_files, script, twin_budget(timeout, took),
+                                  in_serving_env, extra_env=twin_env(twin, backend), port=MASTER_PORT + 1 + twin.index)
+        started = time.monotonic()
         output = "\n".join(run_probe(session, commands).values())
+        took.append(time.monotonic() - started)
         _keep(readings, twin.label, read_latency(output))
         return read_probe_output(output)[0]
 

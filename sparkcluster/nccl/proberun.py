@@ -58,6 +58,10 @@ def probe_commands(session: Session, master: str, backend: str, sizes: str | Non
     return commands
 
 
+class ProbeTimedOut(SparkclusterError):
+    """A rank that did not finish in its time: the link under it is slow, which is not the same as dead."""
+
+
 def run_probe(session: Session, commands: Mapping[str, Command]) -> dict[str, str]:
     """Every rank at once (they rendezvous with each other); node -> its output. A rank that fails is an error
     naming its node, with the end of its output."""
@@ -71,8 +75,14 @@ def run_probe(session: Session, commands: Mapping[str, Command]) -> dict[str, st
                                         "down: " + "; ".join(down),
                                         "bring those links up (check the QSFP cables; `ip -br link` on the node "
                                         "shows their state), then run verify again")
+            if result.timed_out:
+                raise ProbeTimedOut(f"the probe on {host.name} did not finish within {result.duration:.0f} s",
+                                    "a link that slow is slowed, not cut: time it with `ping -c 5 -I NETDEV PEER` on "
+                                    "the node (a healthy twin answers in well under a millisecond)")
             tail = "\n".join(result.stdout.strip().splitlines()[-8:]) or result.stderr_tail(8)
-            raise SparkclusterError(f"the probe failed on {host.name} (exit {result.exit_code}):\n{tail}",
+            last = tail.splitlines()[-1].strip() if tail.strip() else "no output"
+            # The first line says why on its own: verdicts quote only that line.
+            raise SparkclusterError(f"the probe failed on {host.name} (exit {result.exit_code}): {last}\n{tail}",
                                     "run `sparkcluster bootstrap` first; check torch on the node and that the "
                                     "nodes reach each other on the fabric")
         return host.name, result.stdout

@@ -14,6 +14,7 @@ from ..engine.errors import SparkclusterError
 from ..engine.facts import HostFacts
 from ..node.network import QsfpChoice
 from .logs import BandwidthRow
+from .proberun import ProbeTimedOut
 from .verdict import Verdict, VerdictStatus
 
 MAX_RATIO = 2.0  # twins of one port differing by more than this: one of them is degraded
@@ -41,6 +42,7 @@ class TwinMeasure:
     twin: Twin
     busbw_gbps: float | None  # at the largest size; None when the run over it failed
     error: str = ""
+    timed_out: bool = False  # the run did not finish in its time: a slow twin, not a dead one
 
 
 def twins_of(choices: Mapping[str, QsfpChoice], facts: Mapping[str, HostFacts]) -> list[Twin]:
@@ -79,6 +81,8 @@ def measure(twins: Sequence[Twin], run: Callable[[Twin], Sequence[BandwidthRow]]
     for twin in twins:
         try:
             out.append(TwinMeasure(twin, best_at_largest(run(twin))))
+        except ProbeTimedOut as e:
+            out.append(TwinMeasure(twin, None, e.message.splitlines()[0], timed_out=True))
         except SparkclusterError as e:
             out.append(TwinMeasure(twin, None, e.message.splitlines()[0]))
     return out
@@ -123,6 +127,13 @@ def judge_twins(measures: Sequence[TwinMeasure], head: str) -> Verdict | None:
     dead = [m for m in measures if not m.busbw_gbps]
     if dead:
         m = dead[0]
+        if m.timed_out:
+            netdev = m.twin.netdevs[head]
+            peer = next(ip for node, ip in m.twin.ips.items() if node != head)
+            return Verdict(VerdictStatus.FAIL, f"{m.twin.label} is too slow to finish the probe: {m.error}",
+                           f"time it: `ping -c 5 -I {netdev} {peer}` on {head} (a healthy twin answers in well under "
+                           f"a millisecond); a slow one: `ethtool -S {netdev}` on both ends (pause frames, discards), "
+                           "the cable, the switch port", details, (), False)
         return Verdict(VerdictStatus.FAIL, f"{m.twin.label} carries nothing on its own"
                                            f"{f': {m.error}' if m.error else ''}",
                        f"check that twin on every node: `ip addr show {m.twin.netdevs[head]}` (its own /24, up), "

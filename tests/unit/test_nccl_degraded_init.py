@@ -1,15 +1,24 @@
 """A ConnectX that initialised degraded (issue 42): its twin's link reports 200G and full PCIe width, yet verify
 measures a small fraction of its peers' (or of one twin's rate on real Sparks): named as that, with the fix (reload
-the driver, or power-cycle with AC removed). A twin at PCIe x2, or one that carried nothing, stays what it was."""
+the driver, or power-cycle with AC removed). A twin at PCIe x2, or one that carried nothing, stays what it was. And a twin too slow to finish
+the probe (round 6 L5) is named slow, soon, not dead after the whole timeout."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 
+import pytest
+
+from sparkcluster.engine.command import Command
+from sparkcluster.engine.errors import SparkclusterError
 from sparkcluster.engine.facts import HostFacts, PcieLink, parse_probe
+from sparkcluster.engine.transport import Result
 from sparkcluster.nccl.finding import VerdictStatus
 from sparkcluster.nccl.links import Measured, degraded_init, named_degraded
+from sparkcluster.nccl.perlink import TWIN_BUDGET_MIN_S, twin_budget
+from sparkcluster.nccl.proberun import ProbeTimedOut, run_probe
 from sparkcluster.nccl.twins import Twin, TwinMeasure, judge_twins
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
@@ -68,3 +77,61 @@ def test_a_dead_twin_stays_named_as_dead():
     facts = {"spark-1": spark(), "spark-2": spark()}
     dead = judge_twins([TwinMeasure(twin(0), None, "timeout"), TwinMeasure(twin(1), 1.2)], "spark-1")
     assert named_degraded(dead, measured(None, 1.2), facts, "nccl") == dead
+
+
+class _Transport:
+    """What keep_log and the link-state read reach: a node that takes every command and has every link up."""
+
+    def run(self, command):
+        return Result(command, 0, "", "", 0.0)
+
+
+class _Session:
+    """Two nodes whose probe commands end as `results` says."""
+
+    def __init__(self, results):
+        self.hosts = [SimpleNamespace(name=name) for name in results]
+        self.results = results
+
+    def run(self, host, command):
+        return self.results[host.name]
+
+    def each(self, work):
+        return [work(host) for host in self.hosts]
+
+    def transport(self, host):
+        return _Transport()
+
+
+def test_a_probe_that_runs_out_of_time_is_named_slow_and_a_failed_one_says_why_on_its_first_line():
+    """Round 6 L5: a twin delayed 500 ms each way held verify 684 s, then was called dead with an empty reason
+    ("the probe failed on spark-1 (exit -1):") and a cabling fix."""
+    command = Command("probe", timeout=120)
+    slow = {"spark-1": Result(command, -1, "", "\n(timed out after 120 s)", 120.4, timed_out=True),
+            "spark-2": Result(command, 0, "ok", "", 3.0)}
+    with pytest.raises(ProbeTimedOut) as timed_out:
+        run_probe(_Session(slow), {"spark-1": command, "spark-2": command})
+    assert timed_out.value.message == "the probe on spark-1 did not finish within 120 s"
+    failed = {"spark-1": Result(command, 1, "init\nRuntimeError: Connection reset by peer\n", "", 2.0),
+              "spark-2": Result(command, 0, "ok", "", 3.0)}
+    with pytest.raises(SparkclusterError) as refused:
+        run_probe(_Session(failed), {"spark-1": command, "spark-2": command})
+    assert refused.value.message.splitlines()[0] == (
+        "the probe failed on spark-1 (exit 1): RuntimeError: Connection reset by peer")
+
+
+def test_a_twin_too_slow_to_finish_is_named_slow_with_a_fix_that_times_it():
+    t1 = Twin(1, {"spark-1": "enP2p1s0f1np1", "spark-2": "enP2p1s0f1np1"}, {},
+              {"spark-1": "192.168.101.1", "spark-2": "192.168.101.2"})
+    verdict = judge_twins([TwinMeasure(twin(0), 1.2), TwinMeasure(
+        t1, None, "the probe on spark-1 did not finish within 120 s", timed_out=True)], "spark-1")
+    assert verdict is not None and verdict.cause == (
+        "twin 1 (enP2p1s0f1np1) is too slow to finish the probe: the probe on spark-1 did not finish within 120 s")
+    assert "`ping -c 5 -I enP2p1s0f1np1 192.168.101.2` on spark-1" in verdict.fix and "cable seated" not in verdict.fix
+
+
+def test_a_twin_s_run_gets_the_timeout_until_one_finished_then_a_multiple_of_the_fastest():
+    assert twin_budget(600, []) == 600
+    assert twin_budget(600, [4.0]) == TWIN_BUDGET_MIN_S  # 5 x 4 s is under the floor
+    assert twin_budget(600, [30.0, 20.0]) == 100.0
+    assert twin_budget(80, [30.0]) == 80  # never past the timeout given
