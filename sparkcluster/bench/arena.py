@@ -9,7 +9,6 @@ from __future__ import annotations
 import datetime
 import hashlib
 import json
-import os
 import shlex
 from collections.abc import Sequence
 from pathlib import Path
@@ -19,6 +18,7 @@ from urllib.parse import urlsplit
 import yaml
 
 from .. import __version__
+from ..engine.localfiles import write_text
 from .methods.llama_benchy.arithmetic import BenchmarkRun
 from .methods.llama_benchy.formats import csv_text
 from .methods.llama_benchy.schedule import BenchyOptions, Cell
@@ -60,16 +60,10 @@ def resume(out: Path, plan: Sequence[Cell]) -> tuple[list[dict[str, Any]], list[
     return done, todo
 
 
-def _write(path: Path, text: str) -> None:
-    """Through a temporary file, so Ctrl-C mid-write never leaves half a file that a resume would trust."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(path.name + ".partial")
-    temporary.write_text(text, encoding="utf-8")
-    os.replace(temporary, path)
-
-
 def save_cell(out: Path, cell: Cell, doc: dict[str, Any]) -> None:
-    _write(cell_file(out, cell), json.dumps(doc, indent=2))
+    """Through engine/localfiles.py, as every Arena file: Ctrl-C mid-write never leaves half a file that a resume
+    would trust, and a link planted in the folder is replaced, never written through."""
+    write_text(cell_file(out, cell), json.dumps(doc, indent=2))
 
 
 def measured(out: Path, plan: Sequence[Cell]) -> list[dict[str, Any]]:
@@ -146,9 +140,9 @@ def write(out: Path, profile: Profile, target: Target, opts: BenchyOptions, star
     runs = [BenchmarkRun.from_json(b) for b in merged["benchmarks"]]
     recipe = recipe_text(target)
     ended = datetime.datetime.now(datetime.timezone.utc)
-    _write(out / "benchmark.json", json.dumps(merged, indent=2))
-    _write(out / "benchmark.csv", csv_text(merged["model"], runs, merged["max_concurrency"], arena=True))
-    _write(out / "metadata.json", json.dumps(metadata(profile, target, opts, started, ended, len(docs) == len(plan),
+    write_text(out / "benchmark.json", json.dumps(merged, indent=2))
+    write_text(out / "benchmark.csv", csv_text(merged["model"], runs, merged["max_concurrency"], arena=True))
+    write_text(out / "metadata.json", json.dumps(metadata(profile, target, opts, started, ended, len(docs) == len(plan),
                                                       resumed, recipe), indent=2))
-    _write(out / "recipe.yaml", recipe)
+    write_text(out / "recipe.yaml", recipe)
     return len(docs)

@@ -10,6 +10,7 @@ from array import array
 from pathlib import Path
 from typing import Any
 
+from ..engine.localfiles import write_text
 from ..observe.scrape import SCRAPE_TIMEOUT_S
 from . import prompts
 from .corpus import Corpus
@@ -83,8 +84,8 @@ def receipt_path(output: Path) -> Path:
 
 
 def save(path: Path, receipt: Receipt) -> Path:
-    path.write_text(json.dumps(receipt.to_json(), indent=2) + "\n", encoding="utf-8")
-    return path
+    """Through engine/localfiles.py: a link planted at FILE.csv.receipt.json is replaced, never written through."""
+    return write_text(path, json.dumps(receipt.to_json(), indent=2) + "\n")
 
 
 def write_beside(output: Path, receipt: Receipt) -> Path:

@@ -236,7 +236,7 @@ def test_a_state_of_other_settings_is_refused_naming_what_differs(tmp_path):
 def test_a_state_file_that_does_not_read_is_refused(tmp_path, text):
     path = tmp_path / state.STATE_FILE
     path.write_text(text)
-    with pytest.raises(UsageError, match="is not a bench --layouts state file") as e:
+    with pytest.raises(UsageError, match="not a bench --layouts state file") as e:
         state.load(path, {})
     assert f"delete {path}" in e.value.fix
 

@@ -209,3 +209,102 @@ def test_a_write_that_fails_leaves_the_old_file_and_no_temporary(tmp_path):
         f.write(b"half")
         raise RuntimeError("interrupted")
     assert path.read_text() == "old" and [p.name for p in tmp_path.iterdir()] == ["r.json"]
+
+
+# ---- bench --layouts: its state and its results ------------------------------------------------------------------
+
+def _state(tmp_path: Path) -> tuple[Path, dict]:
+    from tests.unit.test_bench_layouts import TP2, measured, row
+
+    from sparkcluster.bench.layouts import state
+
+    path = tmp_path / state.STATE_FILE
+    state.load(path, {"model": "m"}).record(measured("tp", TP2, [row(1, 40.0, 0.05, 0.02)]))
+    return path, json.loads(path.read_text())
+
+
+@pytest.mark.parametrize("where, value, said", [
+    ("done.0.serve_s", float("inf"), "serve_s is inf, not a finite number"),
+    ("done.0.rows.0.generation_tps", int(HUGE), "rows' generation_tps is a number of 400 digits"),
+    ("done.0.rows.0.requests", 1.5, "rows' requests is '1.5', not a whole number"),
+    ("done.0.phases.launch", "soon", "phases.launch is 'soon', not a number"),
+])
+def test_a_tampered_layouts_state_is_refused(tmp_path, where, value, said):
+    """Failed before: `serve_s: 1e999` was taken as infinity, a 400-digit figure an OverflowError traceback."""
+    from sparkcluster.bench.layouts import state
+
+    path, doc = _state(tmp_path)
+    text = json.dumps(_set(doc, where, value)).replace("Infinity", "1e999")  # as a hand would write it
+    path.write_text(text)
+    with pytest.raises(UsageError) as e:
+        state.load(path, {"model": "m"})
+    assert said in e.value.message and "not a bench --layouts state file" in e.value.message
+
+
+def test_a_deep_or_special_layouts_state_is_refused(tmp_path):
+    """Failed before: RecursionError traceback; a FIFO would hang the run before it connected."""
+    from sparkcluster.bench.layouts import state
+
+    path = tmp_path / state.STATE_FILE
+    path.write_text(DEEP)
+    with pytest.raises(UsageError, match="nested deeper than"):
+        state.load(path, {})
+    path.unlink()
+    os.mkfifo(path)
+    with pytest.raises(UsageError, match=r"not a regular file \(a FIFO\)"):
+        state.load(path, {})
+
+
+def test_a_state_names_the_cluster_beyond_its_inventory_path_and_node_names(tmp_path):
+    """Failed before: another cluster behind the same ./inventory.yml and node names resumed the first's figures."""
+    from sparkcluster.bench.layouts import state
+    from sparkcluster.engine.inventory import load_inventory
+
+    first = tmp_path / "inventory.yml"
+    first.write_text("hosts:\n  spark-1: {address: 10.0.0.1, role: head}\n  spark-2: {address: 10.0.0.2}\n")
+    one = state.cluster(load_inventory(first))
+    assert one == state.cluster(load_inventory(first))  # stable: the same inventory, the same identity
+    first.write_text("hosts:\n  spark-1: {address: 10.9.0.1, role: head}\n  spark-2: {address: 10.9.0.2}\n")
+    assert state.cluster(load_inventory(first)) != one
+
+
+def test_layouts_results_and_state_never_follow_a_planted_link(tmp_path, monkeypatch, capsys):
+    """Failed before: `--out DIR` with DIR/layouts.json -> victim.txt wrote the results into victim.txt, and a link
+    at DIR/layouts-state.json.partial was written through the same way."""
+    from tests.unit.test_bench_layouts import Cluster, inventory_file, on_cluster
+
+    from sparkcluster import cli
+    from sparkcluster.bench.cli import cmd_bench
+
+    out = tmp_path / "out"
+    out.mkdir()
+    victims = [tmp_path / "victim.txt", tmp_path / "victim2.txt"]
+    for victim, name in zip(victims, ("layouts.json", "layouts-state.json.partial"), strict=True):
+        victim.write_text("mine")
+        (out / name).symlink_to(victim)
+    args = cli.build_parser(["bench"]).parse_args(["bench", "-i", str(inventory_file(tmp_path, 2)), "--layouts", "tp",
+                                                   "--model", "org/m", "--concurrency", "1", "--out", str(out), "--json"])
+    args.remote = []
+    assert cmd_bench(args, on_cluster(monkeypatch, Cluster(), staged_s=1.0)) == 0
+    assert [v.read_text() for v in victims] == ["mine", "mine"]
+    assert json.loads((out / "layouts.json").read_text())["layouts"][0]["layout"] == "tp"
+    assert json.loads((out / "layouts-state.json").read_text())["inputs"]["cluster"].startswith("sha256:")
+
+
+def test_a_receipt_beside_a_csv_and_the_arena_files_never_follow_a_planted_link(tmp_path):
+    """Failed before (by code, as the report says): write_text through whatever lay at FILE.csv.receipt.json."""
+    from sparkcluster.bench import arena, receipts
+    from sparkcluster.bench.methods.llama_benchy.schedule import Cell
+
+    victim = tmp_path / "victim.txt"
+    victim.write_text("mine")
+    beside = tmp_path / "bench.csv.receipt.json"
+    beside.symlink_to(victim)
+    receipts.write_beside(tmp_path / "bench.csv", receipt())
+    cell = Cell(depth=0, pp=8, tg=4, concurrency=1)
+    cell_link = arena.cell_file(tmp_path / "arena", cell)
+    cell_link.parent.mkdir(parents=True)
+    cell_link.symlink_to(victim)
+    arena.save_cell(tmp_path / "arena", cell, {"benchmarks": []})
+    assert victim.read_text() == "mine" and not beside.is_symlink() and "engine" in beside.read_text()
+    assert not cell_link.is_symlink() and json.loads(cell_link.read_text()) == {"benchmarks": []}

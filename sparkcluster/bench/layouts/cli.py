@@ -24,6 +24,7 @@ from ...engine.console import out as console
 from ...engine.console import print_error
 from ...engine.errors import EXIT_INTERRUPTED, EXIT_OK, SparkclusterError, UsageError
 from ...engine.inventory import Inventory
+from ...engine.localfiles import write_text
 from ...engine.report import print_json
 from ...serving import render
 from ...serving.cli import one_at_a_time, options, sized
@@ -94,7 +95,8 @@ def _one_layout(args: argparse.Namespace, layout: Layout) -> argparse.Namespace:
 
 def inputs(args: argparse.Namespace, inventory: Inventory, sweep: SweepOptions) -> dict[str, Any]:
     """What the figures depend on: a state measured otherwise is refused rather than resumed."""
-    return {"inventory": str(inventory.path), "nodes": [h.name for h in inventory.hosts], "model": args.model,
+    return {"inventory": str(inventory.path), "nodes": [h.name for h in inventory.hosts],
+            "cluster": state.cluster(inventory), "model": args.model,
             "recipe": args.recipe, "sets": [list(s) for s in args.sets], "vllm_flags": list(args.remote),
             "runtime": args.runtime, "launcher": args.launcher, "image": args.image,
             "concurrency": list(sweep.concurrency), "prompt_tokens": sweep.prompt_tokens if sweep.prompt_given
@@ -155,7 +157,7 @@ def cmd(args: argparse.Namespace, connect: Connect, sweep: SweepOptions, progres
     doc = report.document(measured, config(args, planned, sweep, started), stage_s)
     if measured:
         out.mkdir(parents=True, exist_ok=True)
-        (out / RESULTS_FILE).write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
+        write_text(out / RESULTS_FILE, json.dumps(doc, indent=1) + "\n")  # a link planted there is replaced
     if failure:
         doc["error"] = {"message": failure.message, "fix": failure.fix}
     if args.json:

@@ -6,13 +6,16 @@ so a state of other inputs is refused up front rather than mixed with new figure
 
 from __future__ import annotations
 
+import hashlib
 import json
-import os
-from dataclasses import asdict, dataclass, field
+import math
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from ...engine.errors import UsageError
+from ...engine.inventory import Inventory
+from ...engine.localfiles import read_json, write_text
 from ...serving.layout import LAYOUT_KINDS, Layout, LayoutKind
 from ..methods.closed_loop.arithmetic import Distribution, Row
 from ..metrics import ServerSide
@@ -47,13 +50,15 @@ class Measured:
 
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> Measured:
-        """Raises ValueError, KeyError or TypeError for an entry that does not read (a receipt's among them)."""
+        """Raises ValueError, KeyError or TypeError for an entry that does not read (a receipt's among them); every
+        figure a finite number (a state is a file anyone can edit: 1e999 reads as infinity, 400 digits overflow)."""
         receipt = doc.get("receipt")
         return cls(kind(doc["layout"]), Layout.from_json(doc["shape"]), tuple(row_from_json(r) for r in doc["rows"]),
-                   tuple(ServerSide(**s) if s else None for s in doc["server"]), doc["server_version"],
-                   float(doc["serve_s"]), float(doc["measure_s"]),
-                   {str(k): float(v) for k, v in doc["phases"].items()}, doc["vllm_build"],
-                   None if receipt is None else Receipt.from_json(receipt))
+                   tuple(_server_from_json(s) if s else None for s in doc["server"]),
+                   _text(doc["server_version"], "server_version"), _number(doc["serve_s"], "serve_s"),
+                   _number(doc["measure_s"], "measure_s"),
+                   {str(k): _number(v, f"phases.{k}") for k, v in doc["phases"].items()},
+                   _text(doc["vllm_build"], "vllm_build"), None if receipt is None else Receipt.from_json(receipt))
 
 
 def kind(text: object) -> LayoutKind:
@@ -64,8 +69,40 @@ def kind(text: object) -> LayoutKind:
 
 
 def row_from_json(doc: dict[str, Any]) -> Row:
-    """The inverse of Row.to_json."""
-    return Row(**{**doc, **{name: Distribution(**doc[name]) for name in DISTRIBUTIONS}})
+    """The inverse of Row.to_json, each figure checked as Measured.from_json checks its own."""
+    values: dict[str, Any] = {}
+    for f in fields(Row):
+        value, where = doc[f.name], f"rows' {f.name}"
+        if f.name in DISTRIBUTIONS:
+            values[f.name] = Distribution(**{k: _number(v, f"{where}.{k}", optional=True) for k, v in value.items()})
+        else:
+            values[f.name] = _number(value, where, whole=f.type == "int")
+    return Row(**values)
+
+
+def _server_from_json(doc: dict[str, Any]) -> ServerSide:
+    return ServerSide(**{f.name: _number(doc[f.name], f"server.{f.name}", optional=True, whole="int" in str(f.type))
+                         for f in fields(ServerSide)})
+
+
+def _number(value: object, where: str, optional: bool = False, whole: bool = False) -> Any:
+    """A finite float (or int), None where `optional`; ValueError naming `where` otherwise."""
+    if value is None and optional:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int if whole else int | float):
+        raise ValueError(f"{where} is {str(value)[:40]!r}, not a {'whole ' if whole else ''}number")
+    try:
+        if not math.isfinite(float(value)):
+            raise ValueError(f"{where} is {value}, not a finite number")
+    except OverflowError:
+        raise ValueError(f"{where} is a number of {len(str(value))} digits, more than a figure holds") from None
+    return value if whole else float(value)
+
+
+def _text(value: object, where: str) -> str | None:
+    if value is not None and not isinstance(value, str):
+        raise ValueError(f"{where} is {str(value)[:40]!r}, not text")
+    return value
 
 
 @dataclass
@@ -81,26 +118,24 @@ class LayoutState:
         self.save()
 
     def save(self) -> None:
+        """Through engine/localfiles.py: never through a link planted at the file or its temporary."""
         doc = {"version": STATE_VERSION, "inputs": self.inputs, "done": [m.to_json() for m in self.done.values()]}
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        temporary = self.path.with_name(self.path.name + ".partial")
-        temporary.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
-        os.replace(temporary, self.path)
+        write_text(self.path, json.dumps(doc, indent=1) + "\n")
 
 
 def load(path: Path, inputs: dict[str, Any]) -> LayoutState:
     """The state in `path` (none yet: an empty one). A file that does not parse, or was measured with other inputs,
     is refused (exit 2) naming what differs: its figures are not comparable with this run's."""
-    if not path.exists():
+    if not path.exists() and not path.is_symlink():
         return LayoutState(path, inputs)
     start_afresh = f"give another --out, or delete {path} to measure every layout afresh"
+    doc = read_json(path, str(path), "a bench --layouts state file", start_afresh)
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
         if doc.get("version") not in READABLE_VERSIONS:
             raise ValueError(f"version {doc.get('version')!r}, not {' or '.join(map(str, READABLE_VERSIONS))}")
         recorded: dict[str, Any] = doc["inputs"]
         done = [Measured.from_json(m) for m in doc["done"]]
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
         raise UsageError(f"{path} is not a bench --layouts state file ({e})", start_afresh) from None
     differs = [f"{key} {recorded.get(key)!r}, now {value!r}" for key, value in inputs.items()
                if recorded.get(key) != value]
@@ -108,3 +143,11 @@ def load(path: Path, inputs: dict[str, Any]) -> LayoutState:
         raise UsageError(f"{path} holds layouts measured with other settings ({'; '.join(differs)}), whose figures "
                          "do not compare with this run's", f"run with the same settings to resume, or {start_afresh}")
     return LayoutState(path, inputs, {m.layout: m for m in done})
+
+
+def cluster(inventory: Inventory) -> str:
+    """Which cluster the figures were measured on, beyond the inventory's path and node names (another cluster
+    behind the same ./inventory.yml and names would resume this one's figures): a digest of each node's name,
+    address, port and pinned fabric, stable while the inventory says the same of its nodes."""
+    hosts = sorted((h.name, h.address, h.port, h.qsfp_interface, h.fabric_ip, list(h.hcas)) for h in inventory.hosts)
+    return "sha256:" + hashlib.sha256(json.dumps(hosts).encode()).hexdigest()[:16]
