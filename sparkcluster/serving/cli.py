@@ -122,6 +122,7 @@ def sized(args: argparse.Namespace, opts: ServeOptions, inventory: Inventory, sh
     layout = check_layout(opts.replicas or inventory_replicas(inventory), opts.tp, opts.pp, inventory, opts.recipe)
     chosen = _on_cluster(dataclasses.replace(opts, tp=layout.tp, pp=layout.pp, replicas=layout.replicas), args,
                          inventory)
+    chosen = with_model(chosen, inventory)
     if chosen.recipe.mods and chosen.runtime == "docker" and chosen.launcher == "native":
         raise UsageError(f"recipe {chosen.recipe.name} brings mods, which the docker runtime runs only beside Ray "
                          "(the native launcher's containers start vLLM at once)",
@@ -129,11 +130,26 @@ def sized(args: argparse.Namespace, opts: ServeOptions, inventory: Inventory, sh
     return chosen
 
 
+def with_model(opts: ServeOptions, inventory: Inventory) -> ServeOptions:
+    """--model, else the recipe's, else the inventory's first `models:` entry (what bootstrap staged): the bundled
+    `default` recipe names no model, and `serve --tp 2` on an inventory listing one serves that one."""
+    if opts.model or opts.recipe.model:
+        return opts
+    if not inventory.models:
+        raise UsageError(f"recipe {opts.recipe.name!r} names no model, and the inventory lists none under `models:`",
+                         "give one with --model ORG/NAME, or list it under `models:` in the inventory (bootstrap "
+                         "stages it)")
+    return dataclasses.replace(opts, model=inventory.models[0])
+
+
 def cmd_serve(args: argparse.Namespace, connect: Connect) -> int:
     opts = options(args)
-    hub_model(opts.serve_args())  # a bad model or revision, or a recipe without a model, fails before any connection
 
-    with connect(args, lambda inventory: sized(args, opts, inventory, show=True)) as session:
+    def check(inventory: Inventory) -> None:
+        # a bad model or revision, or no model at all, fails before any connection
+        hub_model(sized(args, opts, inventory, show=True).serve_args())
+
+    with connect(args, check) as session:
         opts = sized(args, opts, session.inventory)  # checked before connecting
         if args.check:
             doc = plan(session, opts)
@@ -307,7 +323,8 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser], app:
                    help="engines behind vLLM's router (vllm-router) on the head at the endpoint's port, TP x PP each "
                         "on nodes/N nodes; replicas x TP x PP = the nodes (default: the recipe's, else the "
                         "inventory's `replicas`, else 1)")
-    s.add_argument("--model", help="ORG/NAME[@REVISION] (staged on every node first), or a path on the nodes")
+    s.add_argument("--model", help="ORG/NAME[@REVISION] (staged on every node first), or a path on the nodes "
+                                    "(default: the recipe's, else the inventory's first `models:` entry)")
     s.add_argument("--recipe", help="a bundled recipe (default, gpt-oss-120b, nemotron-3-super), @REGISTRY/NAME, "
                                     "or a recipe file (sparkcluster's, eugr's v1 or sparkrun's v2)")
     s.add_argument("--launcher", choices=LAUNCHERS,
