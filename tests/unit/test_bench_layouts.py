@@ -5,6 +5,7 @@ layout again."""
 from __future__ import annotations
 
 import json
+import shlex
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
@@ -15,13 +16,13 @@ from sparkcluster import cli
 from sparkcluster.bench.cli import cmd_bench
 from sparkcluster.bench.layouts import choice, report, state
 from sparkcluster.bench.layouts import cli as layouts_cli
-from sparkcluster.bench.layouts.cli import serve_hint
 from sparkcluster.bench.layouts.run import Planned, Swept, measure_layouts
 from sparkcluster.bench.methods.closed_loop.arithmetic import Distribution, Row
 from sparkcluster.bench.metrics import ServerSide
 from sparkcluster.bench.sweep import Level, Prepared
 from sparkcluster.engine.cliapp import selected_inventory
 from sparkcluster.engine.errors import SparkclusterError, UsageError
+from sparkcluster.serving.cli import options, sized
 from sparkcluster.serving.layout import Layout
 from sparkcluster.serving.phases import ServeOptions
 
@@ -161,10 +162,6 @@ def test_figures_of_a_cpu_vllm_are_said_to_be_so():
     assert "not which layout is fastest on DGX Sparks" in note
 
 
-def test_the_hint_serves_the_layout_that_won():
-    assert serve_hint(TP2) == "sparkcluster serve --tp 2"
-    assert serve_hint(PP2) == "sparkcluster serve --tp 1 --pp 2"
-    assert serve_hint(TWO_REPLICAS) == "sparkcluster serve --tp 1 --replicas 2"
 
 
 # ---- the resume state ----------------------------------------------------------------------------------------------
@@ -288,3 +285,43 @@ def test_the_command_cut_short_shows_what_it_measured_and_the_same_command_measu
     assert doc["best"] == {"1": "replicas"} and doc["wall_s"]["stage"] == 3.0
     assert doc["cpu_vllm"].startswith("these figures are a CPU build of vLLM's (vLLM 0.32.0+cpu")
     assert json.loads((out / "layouts.json").read_text())["layouts"] == doc["layouts"]
+
+
+# ---- the serve line of the best layout: pasted, it serves that layout as measured (README audit round 3, item 4) ---
+
+def test_the_serve_line_printed_for_the_best_layout_serves_it_as_measured(tmp_path, capsys, monkeypatch):
+    """The inventory lists the model (the bundled `default` recipe names none) and says `replicas: 2`, which a bare
+    `serve --tp 2` would take: the line says TP, PP and replicas, the inventory, the model and the vLLM flags, and
+    reads the API key from a variable rather than printing it. Parsed by serve's own parser and sized on the same
+    inventory, it is the layout bench served, with the same model and flags."""
+    inventory = tmp_path / "inv.yml"
+    inventory.write_text("name: t\nvars: {user: spark, replicas: 2}\nhosts:\n"
+                         "  spark-1: {address: 192.168.1.11, role: head}\n"
+                         "  spark-2: {address: 192.168.1.12, role: worker}\nmodels: [org/m]\n")
+    connect = on_cluster(monkeypatch, Cluster(), staged_s=1.0)
+    served: dict[str, ServeOptions] = {}
+    monkeypatch.setattr(layouts_cli, "stage_once", lambda session, todo, emit: served.update(
+        {item.kind: item.options for item in todo}) or 1.0)
+    args = cli.build_parser(["bench"]).parse_args(["bench", "-i", str(inventory), "--layouts", "replicas,tp",
+                                                    "--concurrency", "1", "--out", str(tmp_path / "out")])
+    args.remote = ["--max-model-len", "512", "--api-key", "sk-secret"]
+    assert cmd_bench(args, connect) == 0
+    out = capsys.readouterr().out
+    said = next(line for line in out.splitlines() if line.startswith("serve the best: "))
+    assert "sk-secret" not in out
+    line = said.split("`")[1]  # tp won (the fake cluster measures the later layout faster)
+    assert said.startswith("serve the best: tp at c=1: `sparkcluster serve --tp 2 --pp 1 --replicas 1 ")
+    assert said.endswith('-- --max-model-len 512 --api-key "$API_KEY"` (with API_KEY set: a secret\'s value is '
+                         'never printed)')
+
+    argv = [w.replace("$API_KEY", "sk-secret") for w in shlex.split(line)]  # as the shell expands it
+    assert argv[:2] == ["sparkcluster", "serve"]
+    remote = argv[argv.index("--") + 1:]
+    serve_args = cli.build_parser(["serve"]).parse_args(argv[1:argv.index("--")])
+    serve_args.remote = remote
+    pasted = sized(serve_args, options(serve_args), selected_inventory(serve_args))
+    assert pasted.layout == TP2 == served["tp"].layout
+    assert pasted.serve_args() == served["tp"].serve_args()  # model, TP, PP, port, name, flags, env
+    assert pasted.serve_args().model == "org/m"
+    assert (pasted.runtime, pasted.launcher, pasted.image, pasted.recipe) == (
+        served["tp"].runtime, served["tp"].launcher, served["tp"].image, served["tp"].recipe)

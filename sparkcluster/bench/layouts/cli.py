@@ -30,6 +30,7 @@ from ...serving import render
 from ...serving.cli import one_at_a_time, options, sized
 from ...serving.launch import LAUNCHERS, RUNTIMES
 from ...serving.layout import Layout
+from ...serving.phases import hub_model
 from ...serving.progress import ignore as serve_quietly
 from ...serving.recipes_cli import add_recipe_flags
 from ..sweep import Emit, SweepOptions
@@ -105,9 +106,27 @@ def inputs(args: argparse.Namespace, inventory: Inventory, sweep: SweepOptions) 
             "prefix_cache": sweep.prefix_cache}
 
 
-def serve_hint(layout: Layout) -> str:
-    words = [f"--tp {layout.tp}"] + ([f"--pp {layout.pp}"] if layout.pp > 1 else [])
-    return "sparkcluster serve " + " ".join(words + ([f"--replicas {layout.replicas}"] if layout.routed else []))
+def serve_hint(args: argparse.Namespace, item: Planned) -> str:
+    """The `serve` line that serves a measured layout as it was measured (choice.serve_line): with what bench was
+    given that serve takes too, and the model it served (--model, else the inventory's where the recipe names none)."""
+    flags: list[str] = []
+    inventory = getattr(args, "inventory_arg", None) or args.inventory
+    flags += ["-i", inventory] if inventory else []
+    flags += ["--limit", args.limit] if args.limit else []
+    flags += ["--recipe", args.recipe] if args.recipe else []
+    flags += ["--model", item.options.model] if item.options.model else []
+    for key, value in args.sets:
+        flags += ["--set", f"{key}={value}"]
+    flags += ["--trust"] if args.trust else []
+    for name in ("runtime", "launcher", "image"):
+        flags += [f"--{name}", getattr(args, name)] if getattr(args, name) else []
+    flags += [f"--docker-arg={a}" for a in args.docker_arg or ()]
+    flags += [] if args.verify else ["--no-verify"]
+    for name in ("up_timeout", "ready_timeout"):
+        if getattr(args, name) != SERVE_DEFAULTS[name]:
+            flags += [f"--{name.replace('_', '-')}", f"{getattr(args, name):g}"]
+    line, variables = choice.serve_line(item.layout, flags, args.remote)
+    return f"`{line}`" + (f" (with {', '.join(variables)} set: a secret's value is never printed)" if variables else "")
 
 
 def cmd(args: argparse.Namespace, connect: Connect, sweep: SweepOptions, progressing: Progressing) -> int:
@@ -115,8 +134,6 @@ def cmd(args: argparse.Namespace, connect: Connect, sweep: SweepOptions, progres
     out = Path(args.out or DEFAULT_OUT)
     if out.exists() and not out.is_dir():
         raise UsageError(f"--out {out} is a file", "give a directory for the results and the resume state")
-    base = options(_one_layout(args, Layout()))
-    base.serve_args()  # a recipe without a model fails here, before any connection
     planned: list[Planned] = []
     states: list[state.LayoutState] = []
 
@@ -126,6 +143,7 @@ def cmd(args: argparse.Namespace, connect: Connect, sweep: SweepOptions, progres
             with choice.refused_as(kind, layout):
                 flags_ = _one_layout(args, layout)
                 planned.append(Planned(kind, layout, sized(flags_, options(flags_), inventory, show=not planned)))
+        hub_model(planned[0].options.serve_args())  # a bad model or revision fails here, before any connection
         states.append(state.load(out / state.STATE_FILE, inputs(args, inventory, sweep)))
 
     started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
@@ -163,7 +181,7 @@ def cmd(args: argparse.Namespace, connect: Connect, sweep: SweepOptions, progres
     if args.json:
         print_json(doc)
     elif measured:
-        show(measured, planned, sweep, doc, out)
+        show(measured, planned, sweep, doc, out, args)
     if failure:
         kept = (f"; the layouts measured are kept in {out}: the same command again measures only the rest"
                 if measured else "")
@@ -184,7 +202,7 @@ def config(args: argparse.Namespace, planned: list[Planned], sweep: SweepOptions
 
 
 def show(measured: list[state.Measured], planned: list[Planned], sweep: SweepOptions, doc: dict[str, Any],
-         out: Path) -> None:
+         out: Path, args: argparse.Namespace) -> None:
     console.print(report.render(measured, sweep.concurrency, f"{doc['config']['model']}: each layout measured the "
                                                              "same way (generation tok/s is all streams' output)"))
     for m in measured:
@@ -194,11 +212,11 @@ def show(measured: list[state.Measured], planned: list[Planned], sweep: SweepOpt
         console.print(f"[bold yellow]note:[/] {doc['cpu_vllm']}", highlight=False)
     best = doc["best"]
     if best:
-        layouts = {item.kind: item.layout for item in planned}
+        items = {item.kind: item for item in planned}
         winners = dict.fromkeys(best.values())
         console.print("serve the best: " + "; ".join(
-            f"{kind} at c={','.join(c for c, k in best.items() if k == kind)}: `{serve_hint(layouts[kind])}`"
-            for kind in winners if kind in layouts), highlight=False, markup=False)
+            f"{kind} at c={','.join(c for c, k in best.items() if k == kind)}: {serve_hint(args, items[kind])}"
+            for kind in winners if kind in items), highlight=False, markup=False, soft_wrap=True)
     console.print(f"results, each layout with the receipt of its measurement: {out / RESULTS_FILE}; the resume "
                   f"state: {out / state.STATE_FILE}", highlight=False, markup=False)
     if len(measured) > 1:
