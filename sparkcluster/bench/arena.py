@@ -19,6 +19,7 @@ import yaml
 
 from .. import __version__
 from ..engine.localfiles import write_text
+from ..engine.secret_names import masked_argv
 from .methods.llama_benchy.arithmetic import BenchmarkRun
 from .methods.llama_benchy.formats import csv_text
 from .methods.llama_benchy.schedule import BenchyOptions, Cell
@@ -78,7 +79,7 @@ def recipe_text(target: Target) -> str:
     port, flags). The record's `recipe` is only a name here: a file of that name on this machine is never read,
     since the name comes from the head and the local file (if any) is not what the head ran."""
     config = target.config
-    flags = [str(f) for f in config.get("recipe_flags") or ()]
+    flags = masked_argv([str(f) for f in config.get("recipe_flags") or ()])  # what the Arena publishes
     port = urlsplit(str(config.get("endpoint") or "")).port or 8000
     # Only what the record says: an endpoint given by --url has no recorded TP or PP, and "-tp None" is no recipe.
     parallel = {key: config[name] for key, name in (("tensor_parallel", "tp"), ("pipeline_parallel", "pp"))

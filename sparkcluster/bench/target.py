@@ -12,6 +12,7 @@ from urllib.parse import urlsplit
 
 from ..engine.errors import SparkclusterError, UsageError
 from ..engine.inventory import Host
+from ..engine.secret_names import masked_argv
 from ..engine.session import Session
 from ..serving.apikey import environment_key
 from ..serving.nodes import client_api_key
@@ -70,7 +71,9 @@ def from_record(record: ServeRecord | None, image_id: str | None, api_key: str |
         "nodes": list(record.nodes), "replicas": max(1, len(serving.replicas)),  # engines behind the router
         "image": record.image if docker else None, "image_id": image_id if docker else None,
         # Recorded by serve where it keeps them; null otherwise, so a reader sees what is not known.
-        "recipe": serving.recipe, "recipe_flags": list(serving.flags),
+        "recipe": serving.recipe,
+        # Masked again: a record serve wrote before it masked its flags holds them as given.
+        "recipe_flags": list(masked_argv(serving.flags)),
         "nccl_verdict": None if verify is None else {"backend": verify.backend, "status": str(verify.status),
                                                      "cause": verify.cause},
     }, api_key)

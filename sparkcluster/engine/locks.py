@@ -22,6 +22,7 @@ from contextlib import contextmanager
 from .command import Command
 from .errors import SparkclusterError
 from .inventory import Host
+from .secret_names import masked_argv
 from .session import Session
 from .transport import Held
 
@@ -48,8 +49,9 @@ class Busy(SparkclusterError):
 
 
 def this_run() -> str:
-    """Who this run is, on one line: enough for another user to find it and decide."""
-    command = shlex.join(["sparkcluster", *sys.argv[1:]]).replace("\n", " ")[:200]
+    """Who this run is, on one line: enough for another user to find it and decide. A secret on the command line
+    (`serve -- --api-key KEY`) is masked: the lock file outlives the run, and a refused run prints it."""
+    command = shlex.join(["sparkcluster", *masked_argv(sys.argv[1:])]).replace("\n", " ")[:200]
     started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
     return f"`{command}` (pid {os.getpid()} on {socket.gethostname()}, since {started})"
 

@@ -5,11 +5,19 @@ A name is cut into words (snake_case, kebab-case, dotted and camelCase alike) an
 one: HF_TOKEN, HF_TOKEN_2, OPENAI_KEY, apiKey, SECRET_KEY_BASE, MYSQL_PWD, ansible_become_pass, X-Auth-Token,
 Set-Cookie (not a bare `key`); or when the name says password or secret anywhere (PGPASSWORD, CLIENTSECRET). Words only, not any
 substring: TOKENIZERS_PARALLELISM, max_num_batched_tokens (a count of tokens), KEYRING_BACKEND and author are not
-secrets, so their values stay readable where a stranger diagnoses the cluster."""
+secrets, so their values stay readable where a stranger diagnoses the cluster; nor is a secret word next to one that
+makes the name a measure of it (long_prefill_token_threshold, num_experts_per_token, returned_token_ids): masked,
+a recipe's figures would be lost from every record and published recipe.
+
+`masked_argv` is the one masking of a command line, shared by the serve record, the lock file, bench's config and
+receipt, and the Arena recipe, so that what one hides the others hide too."""
 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
+
+MASKED = "***"  # what stands for a secret's value in a record or a receipt
 
 # The words of a name: runs of capitals not followed by lowercase (HTTP in HTTPProxy), capitalised or lowercase
 # runs (Api, key), and digits. Separators (_ - . space) are whatever lies between.
@@ -22,6 +30,10 @@ _SECRET_ANYWHERE = re.compile(r"passw|secret|credential", re.IGNORECASE)
 # Whole names that merely look like a secret's: the shell's working folders, and a bare `key` (a key/value pair's
 # key, sparkcluster's own `key:` path to the SSH key, comm.env's "KEY=value lines" comment).
 _NOT_SECRETS = frozenset({"pwd", "oldpwd", "key", "keys"})
+# Words that, right after a secret word, make the name a measure or an index of it (a threshold of tokens, token
+# ids, a key's id), and `per` right before one (experts per token).
+_MEASURES = frozenset({"threshold", "thresholds", "id", "ids", "num", "prob", "budget", "budgets", "count", "limit",
+                       "size", "len", "length"})
 
 
 def is_secret_name(name: str) -> bool:
@@ -31,4 +43,25 @@ def is_secret_name(name: str) -> bool:
         return False
     if _SECRET_ANYWHERE.search(name):
         return True
-    return any(_SECRET_WORD.fullmatch(word.lower()) for word in _WORDS.findall(name))
+    words = [word.lower() for word in _WORDS.findall(name)]
+    return any(_SECRET_WORD.fullmatch(word) and (i + 1 == len(words) or words[i + 1] not in _MEASURES)
+               and (i == 0 or words[i - 1] != "per") for i, word in enumerate(words))
+
+
+def masked_argv(argv: Sequence[str]) -> tuple[str, ...]:
+    """The command line with a secret flag's value masked (`--api-key KEY`, `--hf-token=T`), and a secret's value
+    assigned in a word (`--set api_key=KEY`), for what anyone reading the head's files, a lock, or a published receipt
+    or recipe may see. A flag without a value (`--hf-token` alone: vLLM's stored login) stays as it is."""
+    out: list[str] = []
+    masking_next = False
+    for word in argv:
+        if masking_next and not word.startswith("--"):
+            out.append(MASKED)
+            masking_next = False
+            continue
+        flag = word.startswith("--")
+        name, eq, _ = word.removeprefix("--").partition("=")
+        secret = is_secret_name(name) and (flag or (bool(eq) and not name.startswith("-")))
+        out.append(f"{'--' if flag else ''}{name}={MASKED}" if secret and eq else word)
+        masking_next = flag and secret and not eq
+    return tuple(out)

@@ -8,14 +8,12 @@ import hashlib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from ..engine.secret_names import is_secret_name
+from ..engine.secret_names import masked_argv
 from ..recipes.types import Recipe
 from .launch import Launcher, Node, ServeArgs, vllm_serve_argv
 from .layout import Placement
 from .record import Launched
 from .router import replica_nodes
-
-MASKED = "***"
 
 
 def file_sha256(path: Path) -> str | None:
@@ -35,23 +33,6 @@ def tree_sha256(folder: Path) -> str | None:
     except OSError:
         return None
     return digest.hexdigest()
-
-
-def masked_argv(argv: Sequence[str]) -> tuple[str, ...]:
-    """The command line with a secret flag's value masked (--api-key KEY, --hf-token=T: engine/secret_names.py's
-    rule), for a record anyone reading the head's files, or a published receipt, may see."""
-    out: list[str] = []
-    masking_next = False
-    for word in argv:
-        if masking_next and not word.startswith("--"):
-            out.append(MASKED)
-            masking_next = False
-            continue
-        name, eq, _ = word.removeprefix("--").partition("=")
-        secret = word.startswith("--") and is_secret_name(name)
-        out.append(f"--{name}={MASKED}" if secret and eq else word)
-        masking_next = secret and not eq
-    return tuple(out)
 
 
 def launched(args: ServeArgs, launcher: Launcher, nodes: Mapping[str, Node], head: str,

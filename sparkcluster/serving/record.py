@@ -11,6 +11,7 @@ from typing import Any
 from ..engine.command import Command
 from ..engine.errors import SparkclusterError
 from ..engine.inventory import Host
+from ..engine.secret_names import masked_argv
 from ..engine.session import Session
 from ..engine.transport import Unreachable
 from ..nccl.verdict import VerdictStatus
@@ -84,7 +85,9 @@ class ServeRecord:
             "nodes": list(self.nodes), "ray_fingerprint": self.ray_fingerprint,
             "serving": None if serving is None else {
                 "model": serving.model, "served_name": serving.served_name, "port": serving.port,
-                "endpoint": serving.endpoint, "tp": serving.tp, "pp": serving.pp, "recipe": serving.recipe, "flags": list(serving.flags),
+                "endpoint": serving.endpoint, "tp": serving.tp, "pp": serving.pp, "recipe": serving.recipe,
+                # Any secret left in vLLM's flags masked: the head's users read this file, bench publishes it.
+                "flags": list(masked_argv(serving.flags)),
                 "replicas": [{"index": p.index, "nodes": list(p.nodes), "port": p.port} for p in serving.replicas],
                 "launched": None if serving.launched is None else {
                     "command": list(serving.launched.command), "recipe_source": serving.launched.recipe_source,

@@ -52,7 +52,7 @@ def test_the_reports_env_payload_from_an_untrusted_registry_is_refused_naming_bo
     registry(tmp_path, "evil", {"recipes/envrce.yaml": ENV_RCE})
     error = refused("@evil/envrce")  # failed before: loaded, with both variables in its env
     assert error.message.startswith("@evil/envrce is from the registry 'evil', which is not trusted")
-    assert "env PYTHONWARNINGS is not a tuning variable" in error.message and "env BROWSER" in error.message
+    assert "env PYTHONWARNINGS is not one of the 40 variables" in error.message and "env BROWSER" in error.message
     assert "serve with --trust" in error.fix and "recipes add-registry evil URL --trust" in error.fix
     assert dict(load_recipe("@evil/envrce", trust=True).env)["BROWSER"].startswith("/bin/sh")  # the user's call
     refused("envrce")  # by its bare name too
@@ -65,37 +65,33 @@ def test_a_trusted_registrys_recipe_keeps_its_env_and_flags(tmp_path):
     assert "PYTHONWARNINGS" in recipe.env and "--trust-remote-code" in recipe.flags
 
 
-@pytest.mark.parametrize(("name", "why"), [
-    ("LD_PRELOAD", "not a tuning variable"), ("LD_LIBRARY_PATH", "not a tuning variable"),
-    ("PYTHONPATH", "not a tuning variable"), ("PYTHONSTARTUP", "not a tuning variable"),
-    ("PYTHONWARNINGS", "not a tuning variable"), ("BASH_ENV", "not a tuning variable"), ("ENV", "not a tuning"),
-    ("BROWSER", "not a tuning variable"), ("PATH", "not a tuning variable"), ("TORCHINDUCTOR_CACHE_DIR", "not a"),
-    ("HF_TOKEN", "secret's name"), ("HF_HUB_TOKEN_PATH", "secret's name"), ("VLLM_API_KEY", "secret's name"),
-    ("HF_HOME", "names a home"), ("HF_HUB_CACHE", "names a cache"), ("HF_ENDPOINT", "names a endpoint"),
-    ("HF_DATASETS_TRUST_REMOTE_CODE", "Python files"), ("NCCL_NET_PLUGIN", "names a plugin"),
-    ("NCCL_CONF_FILE", "names a file"), ("NCCL_DEBUG_FILE", "names a file"), ("CUDA_INJECTION64_PATH", "a path"),
-    ("CUDA_HOME", "names a home"), ("OMP_TOOL_LIBRARIES", "names a libraries"), ("TORCH_HOME", "names a home"),
-    ("VLLM_LOGGING_CONFIG_PATH", "names a path"), ("VLLM_RUST_FRONTEND_PATH", "names a path"),
-    ("VLLM_SERVER_DEV_MODE", "collective_rpc"), ("VLLM_ALLOW_INSECURE_SERIALIZATION", "unpickle"),
-    ("VLLM_PLUGINS", "names a plugins"), ("OMP_TOOL_VERBOSE_INIT", "writes"), ("VLLM_LOGGING_STREAM", "ext://"),
-    ("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", "unpickle"),
-])
-def test_a_variable_that_runs_code_opens_files_or_is_secret_is_refused(name, why):
-    reason = trustgate.env_refusal(name)
-    assert reason is not None and why in reason, reason
-
-
 @pytest.mark.parametrize("name", [
-    # each family's names the community's recipes set (the corpus counts are in trustgate's docstring) ...
-    "VLLM_MARLIN_USE_ATOMIC_ADD", "VLLM_DISTRIBUTED_EXECUTOR_CONFIG", "PYTORCH_CUDA_ALLOC_CONF",
-    "TORCH_NCCL_ASYNC_ERROR_HANDLING", "OMP_NUM_THREADS", "CUTE_DSL_ARCH", "B12X_MOE_FORCE_A8",
-    "TILELANG_CLEANUP_TEMP_FILES", "DG_JIT_USE_NVRTC",
-    # ... and tuning names of the other allowed families, including those with a place word not at the end
-    "NCCL_IB_HCA", "NCCL_SOCKET_IFNAME", "CUDA_VISIBLE_DEVICES", "CUDA_CACHE_DISABLE", "HF_HUB_OFFLINE",
-    "HF_HUB_ENABLE_HF_TRANSFER", "VLLM_DISABLE_COMPILE_CACHE", "VLLM_XGRAMMAR_CACHE_MB", "VLLM_ATTENTION_BACKEND",
+    "LD_PRELOAD", "LD_LIBRARY_PATH", "PYTHONPATH", "PYTHONSTARTUP", "PYTHONWARNINGS", "BASH_ENV", "ENV", "BROWSER",
+    "PATH", "TORCHINDUCTOR_CACHE_DIR", "HF_TOKEN", "HF_HUB_TOKEN_PATH", "VLLM_API_KEY", "HF_HOME", "HF_HUB_CACHE",
+    "HF_ENDPOINT", "HF_DATASETS_TRUST_REMOTE_CODE", "NCCL_NET_PLUGIN", "NCCL_CONF_FILE", "NCCL_DEBUG_FILE",
+    "CUDA_INJECTION64_PATH", "CUDA_HOME", "OMP_TOOL_LIBRARIES", "TORCH_HOME", "VLLM_LOGGING_CONFIG_PATH",
+    "VLLM_RUST_FRONTEND_PATH", "VLLM_SERVER_DEV_MODE", "VLLM_ALLOW_INSECURE_SERIALIZATION", "VLLM_PLUGINS",
+    "OMP_TOOL_VERBOSE_INIT", "VLLM_LOGGING_STREAM", "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD",
 ])
-def test_a_variable_that_only_tunes_passes(name):
-    assert trustgate.env_refusal(name) is None
+def test_a_variable_that_runs_code_opens_files_or_is_secret_is_refused(name):
+    reason = trustgate.env_refusal(name, "1")  # whatever its value: the name is not on the allow-list
+    assert reason is not None and reason.startswith("is not one of the 40 variables an untrusted recipe may"), reason
+
+
+@pytest.mark.parametrize(("name", "value"), [
+    # names the community's recipes set, with their values (test_recipe_trustgate_allowlist holds all 96) ...
+    ("VLLM_MARLIN_USE_ATOMIC_ADD", "1"), ("VLLM_DISTRIBUTED_EXECUTOR_CONFIG",
+                                          '{"placement_group_options":{"strategy":"SPREAD"}}'),
+    ("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True"), ("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1"),
+    ("OMP_NUM_THREADS", "4"), ("CUTE_DSL_ARCH", "sm_121a"), ("B12X_MOE_FORCE_A8", "1"),
+    ("TILELANG_CLEANUP_TEMP_FILES", "1"), ("DG_JIT_USE_NVRTC", "0"),
+    # ... and other values of the same shapes
+    ("VLLM_USE_DEEP_GEMM", "1"), ("VLLM_FLOAT32_MATMUL_PRECISION", "medium"), ("OMP_NUM_THREADS", "16"),
+    ("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:False,max_split_size_mb:512"),
+    ("VLLM_DISTRIBUTED_EXECUTOR_CONFIG", '{"placement_group_options": {"strategy": "STRICT_SPREAD"}}'),
+])
+def test_a_variable_that_only_tunes_passes(name, value):
+    assert trustgate.env_refusal(name, value) is None
 
 
 @pytest.mark.parametrize(("flag", "value", "why"), [
@@ -162,9 +158,9 @@ def test_an_untrusted_base_cannot_bring_env_into_a_users_own_recipe(tmp_path):
     error = refused(str(mine))  # failed before: the user's own file is trusted, and the base's env came along
     assert error.message.startswith(f"{mine} includes a base recipe from the registry 'evil', which is not trusted")
     assert "env PYTHONWARNINGS" in error.message
-    mine.write_text("recipe_version: '2'\ninclude: '@evil/base'\nmodel: me/mine\nenv: {VLLM_X: '1'}\n")
+    mine.write_text("recipe_version: '2'\ninclude: '@evil/base'\nmodel: me/mine\nenv: {VLLM_USE_DEEP_GEMM: '1'}\n")
     error = refused(str(mine))  # the top's own tuning does not launder the base's
-    assert "VLLM_X" not in error.message
+    assert "VLLM_USE_DEEP_GEMM" not in error.message and "env PYTHONWARNINGS" in error.message
     assert load_recipe(str(mine), trust=True).env["PYTHONWARNINGS"]
 
 
