@@ -69,6 +69,7 @@ class ServeArgs:
     served_name: str | None = None
     flags: tuple[str, ...] = ()  # recipe flags merged with the user's extra args
     env: Mapping[str, str] = field(default_factory=dict)  # recipe environment (e.g. VLLM_USE_FLASHINFER_...)
+    host: str = "0.0.0.0"  # where its API server listens: a guarded replica's is the node's loopback (router.py)
 
 
 def vllm_serve_argv(args: ServeArgs, launcher: Launcher, node: Node, nnodes: int) -> list[str]:
@@ -85,7 +86,7 @@ def vllm_serve_argv(args: ServeArgs, launcher: Launcher, node: Node, nnodes: int
                  "--master-addr", node.head_ip, "--master-port", str(NATIVE_MASTER_PORT)]
         if not node.is_head:
             return argv + ["--headless", *args.flags]
-    argv += ["--host", "0.0.0.0", "--port", str(args.port)]
+    argv += ["--host", args.host, "--port", str(args.port)]
     if args.served_name:
         argv += ["--served-model-name", args.served_name]
     return argv + list(args.flags)

@@ -210,7 +210,7 @@ def serve(session: Session, opts: ServeOptions, emit: Emit) -> ServeResult:
                 [heads[p.head] for p in placements]), emit)
 
             def route() -> Readiness:
-                start(session, router_command(session, runtime, nodes, placements, args.port), "the router",
+                start(session, router_command(session, runtime, nodes, placements, args), "the router",
                       runtime.start_fix())
                 return ready_at(base, router=True)
             ready: Readiness = phases.run("router", route, emit)
@@ -263,7 +263,7 @@ def plan(session: Session, opts: ServeOptions) -> dict[str, Any]:
         doc["layout"] = layout.to_json()
         doc["replicas"] = [{"index": p.index, "nodes": list(p.nodes), "port": p.port} for p in placements]
         started = [replica_commands(session, runtime, nodes, placements, args),
-                   router_command(session, runtime, nodes, placements, args.port)]
+                   router_command(session, runtime, nodes, placements, args)]
     else:
         started = [vllm_commands(session, runtime, nodes, opts.launcher, args)]
     for each in started:

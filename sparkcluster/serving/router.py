@@ -6,16 +6,28 @@ these are their command lines, as values.
 vllm-router against a plain proxy (nginx round robin), measured on loopback in front of two instant OpenAI
 servers (benchmarks/router_overhead.py): see the README's "TP or replicas?" for the numbers. The router also
 health-checks the replicas, takes one that stops answering out of rotation and retries a request that met it, which
-a plain proxy does only in part."""
+a plain proxy does only in part.
+
+Neither answers the LAN itself (issue 46, F1/F2): each listens on its node's loopback, behind the key guard
+(keyguard.py, its child), which forwards only the OpenAI API, with the key, and what status and top read. vLLM
+checks its key only under /v1 (its /invocations generates without it) and vllm-router checks none (its admin API,
+/add_worker and the like, would take a stranger's worker from anyone): no option of either closes a path. The router's
+admin API is then reached only on the head itself (`status` reads its workers there: serving/status.py)."""
 
 from __future__ import annotations
 
+import ast
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
+from pathlib import Path
+from urllib.parse import urlsplit
 
 from ..engine.command import Command
-from ..engine.inventory import Host
+from ..engine.errors import SparkclusterError
+from ..engine.inventory import Host, Inventory
 from ..engine.session import Session
+from . import keyguard
 from .launch import Node, ServeArgs, vllm_serve_argv
 from .layout import Placement
 from .nodes import node_env
@@ -27,14 +39,87 @@ ROUTER = "vllm-router"
 ROUTER_POLICY = "round_robin"
 HEALTH_INTERVAL_S = 5  # a replica that stops answering is out of rotation after 2 failed checks, ~10 s
 HEALTH_FAILURES = 2
+LOOPBACK = "127.0.0.1"
+INNER_OFFSET = 20000  # a guarded server's own port: its public port + this (8000 -> 28000), on the loopback only
+
+def _program(path: str) -> str:
+    """A module's code as a node's `python3 -c` runs it: without its docstring and comments, which stay here."""
+    tree = ast.parse(Path(path).read_text(encoding="utf-8"))
+    tree.body = [node for node in tree.body if not (isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)
+                                                    and isinstance(node.value.value, str))]
+    return ast.unparse(tree)
+
+
+GUARD_SOURCE = _program(keyguard.__file__)
+
+
+def inner_port(port: int) -> int:
+    """Where a guarded server listens on its node's loopback: the guard's port shifted clear of the replicas' ports
+    (port+1...), Ray's (6379, 8265, 10002-19999) and vLLM's."""
+    return port + INNER_OFFSET if port + INNER_OFFSET <= 65535 else port - INNER_OFFSET
+
+
+def guarded(argv: Sequence[str], port: int) -> list[str]:
+    """`argv` (a server listening on the loopback at inner_port(port)) as the key guard's child, the guard answering
+    on every address at `port`. The key reaches the guard as VLLM_API_KEY, on stdin as every secret (runtime.py)."""
+    return ["python3", "-c", GUARD_SOURCE, "--listen", f"0.0.0.0:{port}", "--upstream", str(inner_port(port)),
+            "--", *argv]
 
 
 def router_argv(workers: Sequence[str], port: int) -> list[str]:
-    """`vllm-router` in front of `workers` (base URLs), answering on every address at `port`. It is started once
-    the replicas answer, so its start-up check of the workers passes at its first look."""
-    return [ROUTER, "--host", "0.0.0.0", "--port", str(port), "--worker-urls", *workers, "--policy", ROUTER_POLICY,
-            "--health-check-interval-secs", str(HEALTH_INTERVAL_S), "--health-failure-threshold", str(HEALTH_FAILURES),
-            "--worker-startup-check-interval", "1"]
+    """`vllm-router` in front of `workers` (base URLs), behind the key guard at `port`: the router itself on the
+    head's loopback. It is started once the replicas answer, so its start-up check of the workers passes at its
+    first look. No --api-key: vllm-router checks none of its clients with it, and sends it to the workers itself."""
+    return guarded([ROUTER, "--host", LOOPBACK, "--port", str(inner_port(port)), "--worker-urls", *workers,
+                    "--policy", ROUTER_POLICY, "--health-check-interval-secs", str(HEALTH_INTERVAL_S),
+                    "--health-failure-threshold", str(HEALTH_FAILURES), "--worker-startup-check-interval", "1"], port)
+
+
+def list_workers_url(port: int) -> str:
+    """The router's admin list of its workers, on the head's loopback (behind the guard, nowhere else)."""
+    return f"http://{LOOPBACK}:{inner_port(port)}/list_workers"
+
+
+# Read on the head by the serving environment's Python (in either runtime), bounded in time and size.
+_READ_URL = ("import sys, urllib.request; "
+             "sys.stdout.write(urllib.request.urlopen(sys.argv[1], timeout=5).read(1 << 20).decode())")
+
+
+def workers_command(runtime: RuntimeChoice, inventory: Inventory, head: Host, port: int) -> Command:
+    """The head's command that prints the router's /list_workers (JSON: {"urls": [...]})."""
+    command = runtime.on(head).run_in_env(["python3", "-c", _READ_URL, list_workers_url(port)], node_env(inventory, head))
+    return replace(command, timeout=30)
+
+
+def listed_workers(text: str) -> tuple[str, ...]:
+    """The worker URLs of /list_workers' answer. Raises SparkclusterError for anything else."""
+    try:
+        urls = json.loads(text)["urls"]
+    except (ValueError, KeyError, TypeError) as e:
+        raise SparkclusterError(f"the router's /list_workers answered no list of workers ({text[:200]!r})",
+                                "check the router's log: `sparkcluster logs --node HEAD`") from e
+    if not isinstance(urls, list) or not all(isinstance(u, str) for u in urls):
+        raise SparkclusterError(f"the router's /list_workers answered no list of workers ({text[:200]!r})",
+                                "check the router's log: `sparkcluster logs --node HEAD`")
+    return tuple(urls)
+
+
+def worker_problems(listed: Sequence[str], expected: Mapping[str, str], unplaced_ports: Sequence[int] = ()) -> list[str]:
+    """What is wrong with the router's workers against the record: `expected` maps each replica's worker URL to its
+    label ("replica 1 on spark-2"). A listed worker serve did not start gets requests, the key and the prompts of
+    clients; a replica that is not listed gets none. `unplaced_ports`: replicas whose head's fabric address is not
+    known here (outside --limit), any worker at their port taken for them."""
+    def norm(url: str) -> str:
+        return url.rstrip("/")
+    known = {norm(u) for u in expected}
+    problems = [f"the router sends requests to {u[:200]!r}, a worker serve did not start: it receives clients' "
+                "prompts and key (one added through the router's admin API, on the head's loopback); "
+                "`sparkcluster serve` again, or `down`, drops it"
+                for u in listed if norm(u) not in known and urlsplit(u).port not in unplaced_ports]
+    listed_norm = {norm(u) for u in listed}
+    problems += [f"{label} ({url}) is not among the router's workers: it gets no requests; `sparkcluster serve` "
+                 "again restores it" for url, label in expected.items() if norm(url) not in listed_norm]
+    return problems
 
 
 def replica_nodes(nodes: Mapping[str, Node], placement: Placement) -> dict[str, Node]:
@@ -56,17 +141,20 @@ def replica_commands(session: Session, runtime: RuntimeChoice, nodes: Mapping[st
     commands = {}
     for placement in placements:
         members = replica_nodes(nodes, placement)
-        replica_args = replace(args, port=placement.port)
+        # Rank 0's API server on its loopback, behind the guard at the replica's port; the other ranks serve no HTTP.
+        replica_args = replace(args, port=inner_port(placement.port), host=LOOPBACK)
         for name, node in members.items():
             argv = vllm_serve_argv(replica_args, "native", node, len(members))
+            argv = guarded(argv, placement.port) if node.is_head else argv
             commands[name] = runtime.on(hosts[name]).start_main(argv, node_env(session.inventory, hosts[name],
                                                                                  args.env))
     return commands
 
 
 def router_command(session: Session, runtime: RuntimeChoice, nodes: Mapping[str, Node],
-                   placements: Sequence[Placement], port: int) -> dict[str, Command]:
-    """head -> the command that starts the router in front of every replica."""
+                   placements: Sequence[Placement], args: ServeArgs) -> dict[str, Command]:
+    """head -> the command that starts the router in front of every replica, at `args.port`; its guard gets the
+    replicas' env, the key given by flag included (apikey.key_to_env)."""
     head: Host = session.head
-    argv = router_argv([worker_url(nodes, p) for p in placements], port)
-    return {head.name: runtime.on(head).start_router(argv, node_env(session.inventory, head))}
+    argv = router_argv([worker_url(nodes, p) for p in placements], args.port)
+    return {head.name: runtime.on(head).start_router(argv, node_env(session.inventory, head, args.env))}

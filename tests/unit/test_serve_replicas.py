@@ -138,15 +138,18 @@ def test_each_replica_is_its_own_engine_on_its_port_and_the_router_fronts_them_o
     placements = Layout(2).place(list(NODES), 8000)
     args = ServeArgs("org/m", tp=1, port=8000, served_name="m", flags=("--max-model-len", "512"))
     commands = replica_commands(session, runtime, NODES, placements, args)
-    # vLLM alone on each node (no Ray, no --nnodes: a replica of one node), each at its own port
-    assert "setsid nohup vllm serve org/m --tensor-parallel-size 1 --host 0.0.0.0 --port 8001 --served-model-name m " \
-           "--max-model-len 512 > \"$HOME\"/.cache/sparkcluster/serve/main.log" in commands["spark-1"].script
-    assert "--port 8002" in commands["spark-2"].script and "--distributed-executor-backend" not in commands["spark-2"].script
-    router = router_command(session, runtime, NODES, placements, 8000)
+    # vLLM alone on each node (no Ray, no --nnodes: a replica of one node), each on its loopback behind the key guard
+    # at its own port (issue 46, F1: vLLM's /invocations needs no key)
+    assert ("vllm serve org/m --tensor-parallel-size 1 --host 127.0.0.1 --port 28001 --served-model-name m "
+            "--max-model-len 512 > \"$HOME\"/.cache/sparkcluster/serve/main.log") in commands["spark-1"].script
+    assert " --listen 0.0.0.0:8001 --upstream 28001 -- vllm serve" in commands["spark-1"].script
+    assert "--port 28002" in commands["spark-2"].script and "--distributed-executor-backend" not in commands["spark-2"].script
+    router = router_command(session, runtime, NODES, placements, args)
     assert list(router) == ["spark-1"]  # on the head only, at the endpoint's port, reaching replicas on the fabric
-    assert ("setsid nohup vllm-router --host 0.0.0.0 --port 8000 --worker-urls http://10.77.0.11:8001 "
-            "http://10.77.0.12:8002 --policy round_robin --health-check-interval-secs 5 --health-failure-threshold 2 "
-            "--worker-startup-check-interval 1 > \"$HOME\"/.cache/sparkcluster/serve/router.log") in router["spark-1"].script
+    assert (" --listen 0.0.0.0:8000 --upstream 28000 -- vllm-router --host 127.0.0.1 --port 28000 --worker-urls "
+            "http://10.77.0.11:8001 http://10.77.0.12:8002 --policy round_robin --health-check-interval-secs 5 "
+            "--health-failure-threshold 2 --worker-startup-check-interval 1 > \"$HOME\"/.cache/sparkcluster/serve/"
+            "router.log") in router["spark-1"].script
 
 
 def test_replicas_of_two_nodes_rank_inside_each_replica():
