@@ -109,6 +109,8 @@ def status_table(console: Console, state: ClusterStatus) -> None:
                           highlight=False)
             if replica.figures is not None:  # its own: the router's /metrics is one replica in turn
                 console.print(f"    {escape(replica.figures.summary())}", highlight=False)
+        for problem in state.router_problems:  # a stranger among the router's workers, or a replica missing
+            console.print(f"[bold red]problem:[/] {escape(problem)}", highlight=False)
     elif server:
         console.print(f"vLLM {'[green]healthy[/]' if server.healthy else '[red]not answering[/]'} "
                       f"{escape(server.served_name)} ({escape(server.model)}) at {server.endpoint}", highlight=False)

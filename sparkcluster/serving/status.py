@@ -17,11 +17,13 @@ from ..nccl.lastverify import LAST_VERIFY_COMMAND, last_verify
 from ..observe.scrape import EndpointFigures, fetch, figures, summed
 from .apikey import unauthorized
 from .caches import parse_size, size_command
+from .launch import Node
 from .layout import Placement
 from .membership import judge_members, ray_members
 from .nodes import client_api_key, read_nodes
 from .readiness import http, served_models
 from .record import ServeRecord, Serving, fabric_ips, other_ips, read_record
+from .router import listed_workers, worker_problems, worker_url, workers_command
 from .runtime import RuntimeChoice
 
 SUMMARY_WINDOW_S = 1.0  # the interval status' one-line endpoint summary covers
@@ -120,6 +122,9 @@ class ClusterStatus:
     server: ServerStatus | None = None
     error: str | None = None  # the nodes could not be read at all
     replicas: tuple[ReplicaStatus, ...] = ()  # behind the router (server: the router's endpoint); empty: one engine
+    # The router's workers against the record (a stranger, a missing replica), read on the head: none is healthy.
+    router_problems: tuple[str, ...] = ()
+    router_workers: tuple[str, ...] | None = None  # as the router lists them; None: not read
 
     @property
     def healthy(self) -> bool:
@@ -130,7 +135,8 @@ class ClusterStatus:
                 and not (self.ray and self.ray.problems)
                 and all(s is ProcessState.RUNNING for s in processes)
                 and (self.server is None or self.server.healthy)
-                and all(r.healthy for r in self.replicas))
+                and all(r.healthy for r in self.replicas)
+                and not self.router_problems)
 
     def to_json(self) -> dict[str, Any]:
         doc: dict[str, Any] = {"state": self.record.to_json() if self.record else {}}
@@ -145,6 +151,9 @@ class ClusterStatus:
                 "metrics_error": self.server.metrics_error, "models_error": self.server.models_error}
             if self.replicas:
                 doc["replicas"] = [r.to_json() for r in self.replicas]
+            if self.replicas or self.router_workers is not None or self.router_problems:
+                doc["router"] = {"workers": None if self.router_workers is None else list(self.router_workers),
+                                 "problems": list(self.router_problems)}
         doc["nodes"] = {name: node.to_json() for name, node in self.nodes.items()}
         return doc
 
@@ -201,7 +210,29 @@ def status(session: Session, chosen: RuntimeChoice) -> ClusterStatus:
     with ThreadPoolExecutor(max_workers=1 + len(placements)) as pool:  # each measures over the same second
         server = pool.submit(server_status, session, serving, not placements)
         replicas = tuple(pool.map(lambda p: replica_status(p, addresses[p.head], nodes), placements))
-    return ClusterStatus(record, nodes, ray, behind_router(server.result(), replicas), replicas=replicas)
+    workers, problems = (router_workers(session, runtime, serving, fabric)
+                         if nodes[session.head.name].processes.get("router") is ProcessState.RUNNING else (None, ()))
+    return ClusterStatus(record, nodes, ray, behind_router(server.result(), replicas), replicas=replicas,
+                         router_problems=problems, router_workers=workers)
+
+
+def router_workers(session: Session, runtime: RuntimeChoice, serving: Serving,
+                   fabric: dict[str, Node]) -> tuple[tuple[str, ...] | None, tuple[str, ...]]:
+    """(the router's workers, what is wrong with them against the record), read on the head's loopback, where alone
+    the router's admin API answers (router.py): a worker serve did not start would receive clients' prompts and key."""
+    expected = {worker_url(fabric, p): f"replica {p.index} on {p.head}" for p in serving.replicas if p.head in fabric}
+    unplaced = [p.port for p in serving.replicas if p.head not in fabric]
+    try:
+        answer = session.run(session.head, workers_command(runtime, session.inventory, session.head, serving.port))
+        if not answer.ok:
+            return None, (f"the router's workers could not be read on {session.head.name}: "
+                          f"{(answer.stderr or answer.stdout).strip()[-300:]}",)
+        listed = listed_workers(answer.stdout)
+    except Unreachable as e:
+        return None, (f"the router's workers could not be read: {e.message}",)
+    except SparkclusterError as e:
+        return None, (e.message,)
+    return listed, tuple(worker_problems(listed, expected, unplaced))
 
 
 def behind_router(server: ServerStatus, replicas: tuple[ReplicaStatus, ...]) -> ServerStatus:
