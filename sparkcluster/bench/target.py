@@ -8,12 +8,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
-from urllib.parse import urlsplit
 
-from ..engine.errors import SparkclusterError, UsageError
+from ..engine.errors import SparkclusterError
 from ..engine.inventory import Host
 from ..engine.secret_names import masked_argv
 from ..engine.session import Session
+from ..observe.endpoint import endpoint_address
 from ..serving.apikey import environment_key
 from ..serving.nodes import client_api_key
 from ..serving.record import ServeRecord, Serving
@@ -39,17 +39,10 @@ class Target:
 
 
 def base_url(url: str) -> str:
-    """`host:8000`, `http://host:8000`, `http://host:8000/v1/` -> `http://host:8000/v1`."""
-    text = url.strip().rstrip("/")
-    if "://" not in text:
-        text = "http://" + text
-    parts = urlsplit(text)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise UsageError(f"--url {url!r} is not an http(s) address", "e.g. --url http://192.168.1.50:8000/v1")
-    path = parts.path.rstrip("/")
-    if not path.endswith("/v1"):
-        path += "/v1"
-    return f"{parts.scheme}://{parts.netloc}{path}"
+    """`host:8000`, `http://host:8000`, `http://host:8000/v1/` -> `http://host:8000/v1` (observe/endpoint.py: never
+    a user or password)."""
+    address = endpoint_address(url)
+    return address if address.endswith("/v1") else address + "/v1"
 
 
 def from_url(url: str, model: str | None) -> Target:

@@ -14,16 +14,16 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlsplit
 
 from rich.console import Console, Group
 from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from ..engine.errors import EXIT_FAILED, EXIT_OK, UsageError
+from ..engine.errors import EXIT_FAILED, EXIT_OK
 from ..engine.report import print_json
 from ..node.gputelemetry import HOT_C, GpuTelemetry
+from .endpoint import endpoint_address
 from .nodeprobe import MemorySource, NodeSample, NodeSampler
 from .replicas import ReplicaScraper, ReplicaTarget, ReplicaView
 from .scrape import EndpointFigures, Reading, fetch, figures, metrics_url, summed
@@ -107,12 +107,9 @@ class Source:
 
 
 def url_of(text: str) -> str:
-    """--url as given (`host:8000`, `http://host:8000/v1`) -> its /metrics address."""
-    full = text.strip() if "://" in text else "http://" + text.strip()
-    parts = urlsplit(full)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise UsageError(f"--url {text!r} is not an http(s) address", "e.g. --url http://192.168.1.50:8000/v1")
-    return metrics_url(f"{parts.scheme}://{parts.netloc}{parts.path}")
+    """--url as given (`host:8000`, `http://host:8000/v1`) -> its /metrics address (endpoint.py: never a user or
+    password)."""
+    return metrics_url(endpoint_address(text))
 
 
 # ---- rendering ----------------------------------------------------------------------------------------------
