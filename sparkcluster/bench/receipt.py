@@ -14,12 +14,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import __version__
-from ..engine.secret_names import is_secret_name
+from ..engine.scrub import Scrubber
+from ..engine.secret_names import MASKED, is_secret_name
 from .receipt_metrics import EngineDeltas
 
 RECEIPT_VERSION = 1
 READABLE_VERSIONS = (1,)
-MASKED = "***"
 
 
 @dataclass(frozen=True)
@@ -147,8 +147,11 @@ class Receipt:
 
 
 def masked_env(env: dict[str, str]) -> dict[str, str]:
-    """A comm env as a receipt shows it: a secret's value (engine/secret_names.py's rule) never leaves the node."""
-    return {k: MASKED if is_secret_name(k) else v for k, v in env.items()}
+    """A comm env as a receipt shows it: a secret's value (engine/secret_names.py's rule) never leaves the node, and
+    any other value is scrubbed as the support bundle scrubs it (a password in a proxy's URL, an `hf_` token under
+    a name that does not say so)."""
+    scrubber = Scrubber(())
+    return {k: MASKED if is_secret_name(k) else scrubber.scrub(v)[0] for k, v in env.items()}
 
 
 def _plain(value: Any) -> Any:
