@@ -27,6 +27,7 @@ from ...engine.inventory import Inventory
 from ...engine.localfiles import write_text
 from ...engine.report import print_json
 from ...serving import render
+from ...serving.apikey import figure_inputs, figure_set
 from ...serving.cli import one_at_a_time, options, sized
 from ...serving.launch import LAUNCHERS, RUNTIMES
 from ...serving.layout import Layout
@@ -95,10 +96,12 @@ def _one_layout(args: argparse.Namespace, layout: Layout) -> argparse.Namespace:
 
 
 def inputs(args: argparse.Namespace, inventory: Inventory, sweep: SweepOptions) -> dict[str, Any]:
-    """What the figures depend on: a state measured otherwise is refused rather than resumed."""
+    """What the figures depend on: a state measured otherwise is refused rather than resumed. No secret: the state
+    is a file of the working folder, and a key is no figure input (apikey.figure_inputs)."""
     return {"inventory": str(inventory.path), "nodes": [h.name for h in inventory.hosts],
             "cluster": state.cluster(inventory), "model": args.model,
-            "recipe": args.recipe, "sets": [list(s) for s in args.sets], "vllm_flags": list(args.remote),
+            "recipe": args.recipe, "sets": [list(figure_set(*s)) for s in args.sets],
+            "vllm_flags": list(figure_inputs(args.remote)),
             "runtime": args.runtime, "launcher": args.launcher, "image": args.image,
             "concurrency": list(sweep.concurrency), "prompt_tokens": sweep.prompt_tokens if sweep.prompt_given
             else None, "output_tokens": sweep.output_tokens if sweep.output_given else None, "runs": sweep.runs,
