@@ -22,6 +22,7 @@ from typing import Any
 
 from ..engine.command import Command
 from ..engine.inventory import Host
+from ..engine.nodetext import printable
 from ..engine.session import Session
 from ..engine.transport import Unreachable
 
@@ -154,6 +155,13 @@ def parse_row(row: str, fields: Sequence[str] = TELEMETRY_FIELDS) -> GpuTelemetr
     return from_values(dict(zip(fields, words)))
 
 
+def failure_words(rows: Sequence[str], rc: str) -> str:
+    """Why nvidia-smi gave no telemetry, in its own words, made printable here where they are read: a wrapped or
+    broken nvidia-smi's escape sequences (`ESC]0;title BEL`, `ESC[2J`) would otherwise retitle and clear the
+    terminal of whoever reads `top`, `doctor` or a JSON document. Its exit code where it said nothing."""
+    return printable(" ".join(rows)).strip()[:200] or f"nvidia-smi exited {rc or '?'}"
+
+
 def parse_output(text: str) -> GpuTelemetry | str:
     """What telemetry_command printed: the telemetry, or why there is none (nvidia-smi's own words)."""
     lines = [line.strip() for line in text.splitlines() if line.strip()]
@@ -164,7 +172,7 @@ def parse_output(text: str) -> GpuTelemetry | str:
     if rc == "141":
         return f"nvidia-smi printed more than {TELEMETRY_OUTPUT_LIMIT} bytes: {' '.join(rows)[:100]!r}"
     if rc != "0" or not rows:
-        return " ".join(rows)[:200] or f"nvidia-smi exited {rc or '?'}"
+        return failure_words(rows, rc)
     return parse_row(rows[0]) or f"nvidia-smi printed {rows[0][:100]!r}"
 
 

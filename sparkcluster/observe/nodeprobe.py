@@ -26,7 +26,14 @@ from ..engine.command import Command
 from ..engine.inventory import Host
 from ..engine.session import Session
 from ..engine.transport import Unreachable
-from ..node.gputelemetry import TELEMETRY_FIELDS, TELEMETRY_FORMAT, GpuTelemetry, from_values, parse_number
+from ..node.gputelemetry import (
+    TELEMETRY_FIELDS,
+    TELEMETRY_FORMAT,
+    GpuTelemetry,
+    failure_words,
+    from_values,
+    parse_number,
+)
 
 PROBE_TIMEOUT_S = 10.0  # the transport's bound on one probe
 NODE_DEADLINE_S = 8  # the probe's own deadline on the node: it ends there before the transport gives up
@@ -125,7 +132,7 @@ def _gpu(lines: list[str]) -> tuple[float | None, int | None, int | None, str | 
     if rc in ("124", "137"):
         return None, None, None, f"nvidia-smi gave no answer within {GPU_DEADLINE_S} s (stopped)", None
     if rc != "0" or not rows:
-        return None, None, None, (" ".join(rows).strip()[:200] or f"nvidia-smi exited {rc or '?'}"), None
+        return None, None, None, failure_words(rows, rc), None
     words = [w.strip() for w in rows[0].split(",")]
     if len(words) != len(GPU_FIELDS):
         return None, None, None, f"nvidia-smi printed {rows[0][:100]!r}", None

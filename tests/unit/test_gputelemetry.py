@@ -75,6 +75,16 @@ def test_failures_are_nvidia_smis_words():
     assert parse_row("garbage") is None
 
 
+# Round 6, F10: a wrapped nvidia-smi on spark-2 printing a title change, a screen clear and a colour around its words.
+HOSTILE_SMI = "\x1b]0;PWNED\x07\x1b[2JNVIDIA-SMI has failed\x1b[31m RED\n"
+
+
+def test_nvidia_smis_words_are_printable_where_they_are_parsed():
+    said = parse_output(HOSTILE_SMI + "rc=9\n")  # c930bdd: the escapes and the BEL, as printed
+    assert said == "NVIDIA-SMI has failed RED", repr(said)
+    assert parse_output("\x1b[2J\x07\nrc=9\n") == "nvidia-smi exited 9"  # nothing printable left: its exit code
+
+
 def test_the_command_bounds_nvidia_smi_on_the_node(tmp_path):
     script = telemetry_command().script
     assert "timeout -k 1 5 nvidia-smi --query-gpu=temperature.gpu,power.draw,clocks.sm,clocks.mem," in script

@@ -106,6 +106,18 @@ def test_a_node_that_stops_answering_is_shown_as_such():
     json.dumps(doc)
 
 
+def test_a_failing_nvidia_smis_escape_sequences_never_reach_tops_table_or_json():
+    """Round 6, F10: `top` printed `^[]0;PWNED^[[2JNVIDIA-SMI has failed^[[31m RED` in spark-2's row."""
+    text = "@x:gpu\n\x1b]0;PWNED\x07\x1b[2JNVIDIA-SMI has failed\x1b[31m RED\n@x:rc=9\n@x:mem\nMemTotal: 100 kB\n"
+    node = parse_probe("spark-2", text, "x", ["main"])
+    assert node.gpu_error == "NVIDIA-SMI has failed RED", repr(node.gpu_error)  # c930bdd: the escapes kept
+    console = Console(width=200, record=True, color_system=None)
+    console.print(render(sample([node]), 1.0))
+    shown = console.export_text()
+    assert "nvidia-smi: NVIDIA-SMI has failed RED" in shown and "\x1b" not in shown and "\x07" not in shown
+    assert "\\u001b" not in json.dumps(sample([node]).to_json()) and "\x07" not in line(sample([node]))
+
+
 def test_an_endpoint_that_does_not_answer():
     top = TopSample(0.0, EndpointView("http://h:8000/metrics", error="/metrics did not answer: refused"), [])
     console = Console(width=120, record=True, color_system=None)
