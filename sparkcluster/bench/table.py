@@ -5,12 +5,14 @@ generation, peak, TTFT p50, ITL p50) with the server's own figures beside each r
 from __future__ import annotations
 
 import dataclasses
+import io
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
 from rich.table import Table
 
+from ..engine.localfiles import write_text
 from .ceiling import per_stream_decode
 from .metrics import ServerSide
 from .render import ms, percent, tps
@@ -63,8 +65,10 @@ def write_csv(levels: Sequence[Level], out: TextIO) -> None:
 
 
 def save_csv(levels: Sequence[Level], path: Path) -> None:
-    with path.open("w", newline="") as out:
-        write_csv(levels, out)
+    """Through engine/localfiles.py, as every result: a link planted at the CSV is replaced, never written through."""
+    out = io.StringIO(newline="")
+    write_csv(levels, out)
+    write_text(path, out.getvalue())
 
 
 def server_doc(server: ServerSide | None) -> dict[str, Any] | None:

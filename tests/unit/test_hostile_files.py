@@ -291,7 +291,7 @@ def test_layouts_results_and_state_never_follow_a_planted_link(tmp_path, monkeyp
     assert json.loads((out / "layouts-state.json").read_text())["inputs"]["cluster"].startswith("sha256:")
 
 
-def test_a_receipt_beside_a_csv_and_the_arena_files_never_follow_a_planted_link(tmp_path):
+def test_a_csv_its_receipt_and_the_arena_files_never_follow_a_planted_link(tmp_path):
     """Failed before (by code, as the report says): write_text through whatever lay at FILE.csv.receipt.json."""
     from sparkcluster.bench import arena, receipts
     from sparkcluster.bench.methods.llama_benchy.schedule import Cell
@@ -308,3 +308,12 @@ def test_a_receipt_beside_a_csv_and_the_arena_files_never_follow_a_planted_link(
     arena.save_cell(tmp_path / "arena", cell, {"benchmarks": []})
     assert victim.read_text() == "mine" and not beside.is_symlink() and "engine" in beside.read_text()
     assert not cell_link.is_symlink() and json.loads(cell_link.read_text()) == {"benchmarks": []}
+    from tests.unit.test_bench_layouts import row
+
+    from sparkcluster.bench import table
+    from sparkcluster.bench.sweep import Level
+
+    csv = tmp_path / "bench.csv"
+    csv.symlink_to(victim)
+    table.save_csv([Level(row(1, 40.0, 0.05, 0.02), None)], csv)
+    assert victim.read_text() == "mine" and csv.read_text().startswith("concurrency,")
