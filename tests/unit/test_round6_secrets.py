@@ -65,14 +65,6 @@ def test_every_spelling_of_the_hf_token_flag_is_taken_and_the_flag_alone_stays()
     assert e.value.exit_code == 2 and "serve_env: {HF_TOKEN: TOKEN}" in e.value.fix
 
 
-def test_recipes_show_and_serve_check_print_no_hf_token():
-    result = run_cli("recipes", "show", "default", "--model", "local/tiny-llama", "--json", "--", "--hf-token", HF)
-    assert result.returncode == 0, result.stderr
-    doc = json.loads(result.stdout)
-    assert HF not in result.stdout + result.stderr and "--hf-token" not in " ".join(doc["commands"])
-    assert doc["env"]["HF_TOKEN"] == "********"
-
-
 def record_with(flags: tuple[str, ...]) -> ServeRecord:
     return ServeRecord("docker", "ray", "vllm-node:1", ("spark-1", "spark-2"),
                        Serving("org/model", "model", 8000, "http://10.0.0.1:8000/v1", 2, "qwen3", flags))

@@ -105,12 +105,14 @@ def test_a_recipe_flag_and_the_inventory_serve_env_give_the_key_too_and_the_flag
         assert "from-the-inventory" not in command.line() and "VLLM_API_KEY=from-the-inventory\n" in (command.stdin or "")
 
 
-def test_recipes_show_masks_the_key():
-    result = run_cli("recipes", "show", "default", "--model", "local/tiny-llama", "--json", "--", "--api-key", KEY)
+@pytest.mark.parametrize("flag, secret, variable", [("--api-key", KEY, "VLLM_API_KEY"),
+                                                    ("--hf-token", "hf_" + "FLAGCANARY77", "HF_TOKEN")])  # issue 46, F3
+def test_recipes_show_masks_the_key(flag, secret, variable):
+    result = run_cli("recipes", "show", "default", "--model", "local/tiny-llama", "--json", "--", flag, secret)
     assert result.returncode == 0, result.stderr
     doc = json.loads(result.stdout)
-    assert KEY not in result.stdout + result.stderr and "--api-key" not in " ".join(doc["commands"])
-    assert doc["env"]["VLLM_API_KEY"] == "********"
+    assert secret not in result.stdout + result.stderr and flag not in " ".join(doc["commands"])
+    assert doc["env"][variable] == "********"
 
 
 def test_readiness_sends_the_key_to_a_server_that_wants_one():
