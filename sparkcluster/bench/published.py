@@ -16,6 +16,7 @@ from pathlib import Path
 from rich.table import Table
 
 from ..engine.errors import UsageError
+from ..engine.localfiles import read_bytes
 from .compare import Compared, ratio_table
 from .methods.llama_benchy.arithmetic import BenchmarkRun
 from .methods.llama_benchy.formats import CSV_COLUMNS, Line, lines
@@ -80,12 +81,11 @@ def rows_of_runs(runs: Sequence[BenchmarkRun]) -> list[Row]:
 def load(path: Path) -> Published:
     """A llama-benchy CSV or JSON (or an Arena benchmark.csv / sparkrun merged JSON); UsageError otherwise."""
     shown = str(path)
+    data = read_bytes(path, f"--compare {shown}", "a results file", "give a results file", MAX_FILE_BYTES)
     try:
-        if path.stat().st_size > MAX_FILE_BYTES:
-            raise UsageError(f"--compare {shown} is larger than {MAX_FILE_BYTES >> 20} MiB", "give a results file")
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise UsageError(f"--compare {shown}: {getattr(e, 'strerror', None) or e}", "give a readable file") from None
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise UsageError(f"--compare {shown}: not UTF-8 text", "give a results file") from None
     if path.suffix.lower() == ".json":
         return Published(shown, tuple(_json_rows(text, shown)))
     return Published(shown, tuple(_csv_rows(text, shown)))

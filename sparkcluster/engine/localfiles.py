@@ -30,7 +30,7 @@ from .errors import UsageError
 MAX_JSON_BYTES = 64 << 20
 MAX_DEPTH = 100  # deeper than anything sparkcluster writes (a receipt is about 6 levels), shallow enough to walk
 
-_KINDS = {stat.S_IFDIR: "a folder", stat.S_IFIFO: "a FIFO", stat.S_IFCHR: "a character device",
+_KINDS = {stat.S_IFDIR: "a directory", stat.S_IFIFO: "a FIFO", stat.S_IFCHR: "a character device",
           stat.S_IFBLK: "a block device", stat.S_IFSOCK: "a socket"}
 
 

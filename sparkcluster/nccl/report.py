@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from ..engine.errors import EXIT_FAILED, EXIT_OK, UsageError
+from ..engine.localfiles import kind_of
 from . import bundles, controlplane, latency, links
 from .bundles import Opener, bundle_ref
 from .logs import RankLog, format_table, read_capped_lines, read_log, read_probe_output
@@ -96,12 +97,8 @@ def _check_regular(path: str) -> None:
     except OSError as e:
         raise UsageError(f"{path}: cannot read it ({e.strerror})", "pass readable log files") from None
     if not stat.S_ISREG(mode):
-        raise UsageError(f"{path}: not a regular file ({_KINDS.get(stat.S_IFMT(mode), 'a special file')})",
+        raise UsageError(f"{path}: not a regular file ({kind_of(mode)})",
                          "save the log to a file first (e.g. `... 2>&1 | tee nccl.log`) and pass that file")
-
-
-_KINDS = {stat.S_IFDIR: "a directory", stat.S_IFIFO: "a FIFO", stat.S_IFCHR: "a character device",
-          stat.S_IFBLK: "a block device", stat.S_IFSOCK: "a socket"}
 
 
 def _open(path: str) -> TextIO:

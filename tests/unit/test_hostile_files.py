@@ -317,3 +317,16 @@ def test_a_csv_its_receipt_and_the_arena_files_never_follow_a_planted_link(tmp_p
     csv.symlink_to(victim)
     table.save_csv([Level(row(1, 40.0, 0.05, 0.02), None)], csv)
     assert victim.read_text() == "mine" and csv.read_text().startswith("concurrency,")
+
+
+def test_a_published_file_to_compare_with_is_read_as_a_result_is(tmp_path):
+    """`bench --compare FILE`: a FIFO hung and a link to /dev/zero ran out of memory, as --explain's did."""
+    from sparkcluster.bench import published
+
+    fifo = tmp_path / "fifo.csv"
+    os.mkfifo(fifo)
+    zero = tmp_path / "zero.json"
+    zero.symlink_to("/dev/zero")
+    for path, kind in ((fifo, "a FIFO"), (zero, "a character device")):
+        with pytest.raises(UsageError, match=rf"not a regular file \({kind}\)"):
+            published.load(path)
