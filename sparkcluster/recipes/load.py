@@ -49,7 +49,7 @@ COMMUNITY_KEYS = {"recipe_version", "sparkrun_version", "runtime", "container", 
                   "cluster_only", "model_revision", "pre_exec", "post_exec", "post_commands", "containers",
                   "layout", "scheduler", "cluster_config", "distribution_config", "executor"}
 FORMATS_FIX = ('sparkcluster recipes have flags:; eugr recipes start `recipe_version: "1"`, sparkrun recipes '
-               '`recipe_version: "2"` (see README "Bringing a recipe")')
+               '`recipe_version: "2"` (see docs/recipes.md, "Bringing a recipe")')
 
 
 def bundled_names() -> list[str]:

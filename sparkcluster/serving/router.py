@@ -4,7 +4,7 @@ the endpoint's port. Both start as a node's processes through the runtime, like 
 these are their command lines, as values.
 
 vllm-router against a plain proxy (nginx round robin), measured on loopback in front of two instant OpenAI
-servers (benchmarks/router_overhead.py): see the README's "TP or replicas?" for the numbers. The router also
+servers (benchmarks/router_overhead.py): see docs/serve.md, "TP or replicas?", for the numbers. The router also
 health-checks the replicas, takes one that stops answering out of rotation and retries a request that met it, which
 a plain proxy does only in part.
 

@@ -140,7 +140,7 @@ class DockerRuntime(Runtime):
 
     def start_router(self, argv: Sequence[str], env: NodeEnv) -> Command:
         # A container of its own (no GPU, the host's network), so that a replica's vllm_node stops and starts alone.
-        # The image must hold vllm-router (`pip install vllm-router` in its Dockerfile: README, "TP or replicas?").
+        # The image must hold vllm-router (`pip install vllm-router` in its Dockerfile: docs/serve.md, "TP or replicas?").
         # Its key guard takes the API key by name from the reader's environment (`-e NAME`), never on a command line.
         options, command = container_command(argv, self.entrypoint)
         by_name = [a for name in sorted(env.secrets) for a in ("-e", name)]
