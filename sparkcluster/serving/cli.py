@@ -144,6 +144,7 @@ def with_model(opts: ServeOptions, inventory: Inventory) -> ServeOptions:
 
 def cmd_serve(args: argparse.Namespace, connect: Connect) -> int:
     opts = options(args)
+    opts.flags_and_env()  # a secret flag serve cannot hand over fails before the inventory is read
 
     def check(inventory: Inventory) -> None:
         # a bad model or revision, or no model at all, fails before any connection

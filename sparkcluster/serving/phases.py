@@ -77,12 +77,16 @@ class ServeOptions:
     def runtime_choice(self) -> RuntimeChoice:
         return RuntimeChoice(self.runtime, self.image, self.docker_args, caches=self.caches)
 
+    def flags_and_env(self) -> tuple[tuple[str, ...], dict[str, str]]:
+        """vLLM's flags and env: its secrets (the API key, the Hugging Face token) leave its command line (every user
+        of a node reads that) for its environment (stdin). UsageError for a secret flag serve cannot hand over."""
+        return key_to_env(merged_flags(self.recipe, self.extra), self.recipe.env)
+
     def serve_args(self) -> ServeArgs:
         model = self.model or self.recipe.model
         if not model:
             raise UsageError(f"recipe {self.recipe.name!r} names no model", "give one with --model ORG/NAME")
-        # vLLM's API key leaves its command line (every user of a node reads that) for its environment (stdin).
-        flags, env = key_to_env(merged_flags(self.recipe, self.extra), self.recipe.env)
+        flags, env = self.flags_and_env()
         return ServeArgs(model=model, tp=self.tp or 0, pp=self.pp or 1, port=self.port or self.recipe.port or DEFAULT_VLLM_PORT,
                          served_name=self.served_name or self.recipe.served_model_name or model, flags=flags, env=env)
 
