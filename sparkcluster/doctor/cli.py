@@ -12,6 +12,7 @@ from ..engine.cliapp import App, Connect
 from ..engine.console import err as err_console
 from ..engine.console import out as console
 from ..engine.errors import EXIT_FAILED, EXIT_OK, SparkclusterError, UsageError
+from ..engine.localfiles import check_replaceable
 from ..engine.report import print_json
 from ..engine.scrub import Scrubber
 from ..engine.session import Session
@@ -47,6 +48,7 @@ def bundle_path(text: str) -> Path:
         raise UsageError(f"--bundle {text}: no folder {path.parent}", "create it first, or name a file in an existing one")
     if path.is_dir():
         raise UsageError(f"--bundle {text}: {path} is a folder", f"name a file in it, e.g. {path}/bundle.tar.gz")
+    check_replaceable(path, f"--bundle {text}", "name a regular file, e.g. ~/sparkcluster-bundle.tar.gz")
     try:  # the one sure test: make a file there as the bundle will (access() says yes to root on /proc)
         fd, probe = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".probe", dir=path.parent)
     except OSError as e:

@@ -330,3 +330,15 @@ def test_a_published_file_to_compare_with_is_read_as_a_result_is(tmp_path):
     for path, kind in ((fifo, "a FIFO"), (zero, "a character device")):
         with pytest.raises(UsageError, match=rf"not a regular file \({kind}\)"):
             published.load(path)
+
+
+def test_a_bundle_is_never_written_over_a_device(tmp_path):
+    """The bundle's writer (now engine/localfiles.py) replaced whatever lay at its path once whole: a FIFO (as root,
+    /dev/null) is refused before anything connects."""
+    from sparkcluster.doctor.cli import bundle_path
+
+    fifo = tmp_path / "b.tar.gz"
+    os.mkfifo(fifo)
+    with pytest.raises(UsageError, match=r"--bundle .*b.tar.gz: .* is a FIFO, not a regular file"):
+        bundle_path(str(fifo))
+
