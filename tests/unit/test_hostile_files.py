@@ -228,6 +228,7 @@ def _state(tmp_path: Path) -> tuple[Path, dict]:
     ("done.0.rows.0.generation_tps", int(HUGE), "rows' generation_tps is a number of 400 digits"),
     ("done.0.rows.0.requests", 1.5, "rows' requests is '1.5', not a whole number"),
     ("done.0.phases.launch", "soon", "phases.launch is 'soon', not a number"),
+    ("inputs", ["model"], "inputs is \"['model']\", not an object"),
 ])
 def test_a_tampered_layouts_state_is_refused(tmp_path, where, value, said):
     """Failed before: `serve_s: 1e999` was taken as infinity, a 400-digit figure an OverflowError traceback."""

@@ -134,6 +134,8 @@ def load(path: Path, inputs: dict[str, Any]) -> LayoutState:
         if doc.get("version") not in READABLE_VERSIONS:
             raise ValueError(f"version {doc.get('version')!r}, not {' or '.join(map(str, READABLE_VERSIONS))}")
         recorded: dict[str, Any] = doc["inputs"]
+        if not isinstance(recorded, dict):
+            raise ValueError(f"inputs is {str(recorded)[:40]!r}, not an object")
         done = [Measured.from_json(m) for m in doc["done"]]
     except (ValueError, KeyError, TypeError, AttributeError) as e:
         raise UsageError(f"{path} is not a bench --layouts state file ({e})", start_afresh) from None
