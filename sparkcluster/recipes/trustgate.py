@@ -117,7 +117,7 @@ def flag_refusal(flag: str, value: FlagValue) -> str | None:
 def _abbreviated(flag: str) -> str | None:
     """The refused flag that vLLM's parser would read `flag` as, an unambiguous prefix (any prefix of one, here:
     an ambiguous one only fails vLLM's start)."""
-    if not flag.startswith("--") or flag in EXACT_PREFIXES:
+    if not flag.startswith("--") or flag == "--" or flag in EXACT_PREFIXES:
         return None
     return next((f for f in (*CODE_FLAGS, *CODE_VALUES) if f.startswith(flag) and f != flag), None)
 

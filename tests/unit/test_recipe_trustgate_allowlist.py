@@ -141,6 +141,7 @@ def test_a_flag_that_logs_what_clients_send_or_names_a_place_is_refused(flag, va
 @pytest.mark.parametrize(("flag", "value"), [
     ("--model", "a/b"), ("--reasoning-parser", "qwen3"),  # vLLM's own flags that are prefixes of refused ones
     ("--uvicorn-log-level", "info"), ("--no-enable-log-requests", None), ("--max-log-len", "100"),
+    ("--", None),  # argparse's end of options, a prefix of nothing
     ("--compilation-config", '{"mode": 3, "cudagraph_mode": "FULL_AND_PIECEWISE"}'),
 ])
 def test_a_flag_near_a_refused_one_passes(flag, value):
