@@ -226,7 +226,7 @@ def _state(tmp_path: Path) -> tuple[Path, dict]:
 @pytest.mark.parametrize("where, value, said", [
     ("done.0.serve_s", float("inf"), "serve_s is inf, not a finite number"),
     ("done.0.rows.0.generation_tps", int(HUGE), "rows' generation_tps is a number of 400 digits"),
-    ("done.0.rows.0.requests", 1.5, "rows' requests is '1.5', not a whole number"),
+    ("done.0.rows.0.requests", 1.5, "rows' requests is 1.5, not a whole number"),
     ("done.0.phases.launch", "soon", "phases.launch is 'soon', not a number"),
     ("inputs", ["model"], "inputs is \"['model']\", not an object"),
 ])

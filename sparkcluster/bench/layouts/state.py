@@ -86,17 +86,20 @@ def _server_from_json(doc: dict[str, Any]) -> ServerSide:
 
 
 def _number(value: object, where: str, optional: bool = False, whole: bool = False) -> Any:
-    """A finite float (or int), None where `optional`; ValueError naming `where` otherwise."""
+    """A finite float (an int where `whole`: 3.0 reads as 3), None where `optional`; ValueError naming `where`."""
     if value is None and optional:
         return None
-    if isinstance(value, bool) or not isinstance(value, int if whole else int | float):
-        raise ValueError(f"{where} is {str(value)[:40]!r}, not a {'whole ' if whole else ''}number")
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"{where} is {str(value)[:40]!r}, not a number")
     try:
-        if not math.isfinite(float(value)):
-            raise ValueError(f"{where} is {value}, not a finite number")
+        number = float(value)
     except OverflowError:
         raise ValueError(f"{where} is a number of {len(str(value))} digits, more than a figure holds") from None
-    return value if whole else float(value)
+    if not math.isfinite(number):
+        raise ValueError(f"{where} is {value}, not a finite number")
+    if whole and not number.is_integer():
+        raise ValueError(f"{where} is {value}, not a whole number")
+    return int(value) if whole else number
 
 
 def _text(value: object, where: str) -> str | None:
