@@ -15,6 +15,8 @@ import hashlib
 import json
 import shlex
 import subprocess
+import sys
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -34,6 +36,7 @@ MODEL = "local/tiny-llama"
 VLLM_FLAGS = ["--", "--max-model-len", "512", "--enforce-eager"]
 CANARY = "hf_SERVEENV" + "CANARY42"  # split: the test's own argv never holds it whole
 API_KEY = "sk-" + "APIKEY" + "CANARY39"  # vLLM's --api-key (issue 39, S5), split the same way
+HF_FLAG = "hf_" + "FLAGCANARY77"  # vLLM's --hf-token (issue 46, F3), split the same way
 BOOK = ROOT / "README.md"  # any text of a few thousand words: bench --method llama-benchy cuts prompts from it
 # Each `bench --json` below by what was served (its stdout), so test_bench_explain_... compares two of them with no
 # serve of its own.
@@ -178,17 +181,24 @@ def test_real_vllm_serves_with_tp2_across_two_nodes_over_ray(cluster, tmp_path):
     launcher serves the same way in test_an_eugr_recipe_with_a_mod_serves_tp2_... The inventory's HF_TOKEN reaches
     the serving processes but no command line on a node, nor --check's output. `bench` with its default prompt and
     output fits them to the served 512 tokens. Then a sparkrun recipe serves TP 1 x PP 2 over the same Ray (one Ray
-    start and one `down` fewer than a test of its own)."""
+    start and one `down` fewer than a test of its own). While the serve starts Ray, an `up` is refused: the serve
+    holds its lock to the end (README audit round 3, item 1: its stop of every node let the lock go)."""
     check = sc(cluster, "serve", "--tp", "2", "--model", MODEL, "--check", "--json", *VLLM_FLAGS)
     assert check.returncode == 0 and "ray start" in check.stdout, check.stderr[-2000:]
     assert CANARY not in check.stdout + check.stderr  # failed before: twice, in the start lines
     try:
         with argv_watched(cluster, ["spark-2"], [CANARY]) as seen:
-            result = sc(cluster, "serve", "--tp", "2", "--model", MODEL, "--ready-timeout", "300", "--json",
-                        *VLLM_FLAGS)
-            assert result.returncode == 0, result.stderr[-3000:]
-            assert CANARY not in result.stdout + result.stderr
-            served = json.loads(result.stdout)
+            serving = subprocess.Popen(
+                [sys.executable, "-m", "sparkcluster", "serve", "-i", str(cluster.inventory_path), "--tp", "2",
+                 "--model", MODEL, "--ready-timeout", "300", "--json", *VLLM_FLAGS],
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            try:
+                an_up_is_refused_while_the_serve_starts_ray(cluster)
+            finally:
+                out, err = serving.communicate(timeout=600)
+            assert serving.returncode == 0, err[-3000:]
+            assert CANARY not in out + err
+            served = json.loads(out)
             assert served["launcher"] == "ray" and served["runtime"] == "host", served
             serves_tp2_on_the_fabric(cluster, served, "RayWorkerProc")
             raylet = ssh(cluster, "spark-2", "pgrep -o -f raylet").stdout.strip()
@@ -199,6 +209,18 @@ def test_real_vllm_serves_with_tp2_across_two_nodes_over_ray(cluster, tmp_path):
     finally:
         down_leaves_nothing(cluster)
     never_seen(seen)  # it watched, and never saw the token
+
+
+def an_up_is_refused_while_the_serve_starts_ray(cluster: SimCluster) -> None:
+    """Once the worker's raylet runs (the serve's Ray phase, after its stop of every node), an `up` is refused at
+    once (exit 1), naming the serve that holds the lock, and stops nothing: the serve goes on to answer."""
+    deadline = time.monotonic() + 300  # the model is staged to the worker first
+    while not ssh(cluster, "spark-2", "pgrep -f '[r]aylet'", check=False).stdout.strip():
+        assert time.monotonic() < deadline, "Ray never started on spark-2"
+        time.sleep(0.5)
+    second = sc(cluster, "up", timeout=120)
+    assert second.returncode == 1, second.stdout + second.stderr[-2000:]
+    assert "spark-1: a serve or up of this cluster is already running there: " in " ".join(second.stderr.split())
 
 
 def test_serve_refuses_a_fallback_onto_the_management_network(cluster, tmp_path):
@@ -393,7 +415,9 @@ def test_an_eugr_recipe_with_a_mod_serves_tp2_unmodified_on_the_mlx5_link_local_
     found by the command's relative path. The same served cluster is then measured by `bench`, both methods
     (one vLLM start for both: each costs a minute or more on the CPU). It is served with vLLM's --api-key (issue 39,
     S5): no user of either node sees the key on a command line while it starts, readiness passes with it, a request
-    without it is refused, `status` names the refusal and `bench` sends the key."""
+    without it is refused, `status` names the refusal and `bench` sends the key. Its --hf-token goes the same way
+    (issue 46, F3: it was on both nodes' process lists, in serve.json and in bench's config), and the lock file the
+    serve leaves on the head keeps neither (F14)."""
     head = cluster.topology.hosts[0]
     recipe = eugr_checkout(tmp_path, TEMPLATE_MOD)
     # --check first: each mod and where it comes from, then every node's lines (the mods', then vLLM's).
@@ -410,15 +434,18 @@ def test_an_eugr_recipe_with_a_mod_serves_tp2_unmodified_on_the_mlx5_link_local_
         node = out[out.index(f"  {host}: "):]
         assert node.index("mods/tiny-template && chmod +x run.sh && ./run.sh") < node.index(f"--node-rank {rank}"), out
     try:
-        with argv_watched(cluster, ["spark-1", "spark-2"], [API_KEY]) as seen:  # vLLM starts on both nodes
+        with argv_watched(cluster, ["spark-1", "spark-2"], [API_KEY, HF_FLAG]) as seen:  # vLLM starts on both
             result = sc(cluster, "serve", "--runtime", "host", "--launcher", "native", "--recipe", str(recipe),
-                        "--ready-timeout", "300", "--json", "--", "--api-key", API_KEY)
+                        "--ready-timeout", "300", "--json", "--", "--api-key", API_KEY, "--hf-token", HF_FLAG)
         never_seen(seen)  # failed before: `vllm serve ... --api-key sk-...` on both nodes
         assert result.returncode == 0, result.stderr[-3000:]  # readiness asked with the key (failed before: 401)
         served = json.loads(result.stdout)
         assert "mods" in served["phases"] and served["api_key"] is True
-        assert API_KEY not in result.stdout + result.stderr + ssh(cluster, "spark-1", "cat ~/.config/sparkcluster/"
-                                                                                       "serve.json").stdout
+        lock = ssh(cluster, "spark-1", "cat ~/.cache/sparkcluster/locks/serve.lock").stdout  # the serve's own words
+        assert "-- --api-key '***' --hf-token '***'` (pid " in lock, lock
+        kept = result.stdout + result.stderr + lock + ssh(cluster, "spark-1", "cat ~/.config/sparkcluster/"
+                                                                             "serve.json").stdout
+        assert API_KEY not in kept and HF_FLAG not in kept, kept
         serves_tp2_on_the_fabric(cluster, served, "Worker_TP", API_KEY)  # vLLM's native multi-node
         base = f"http://{head.mgmt_ip}:8000/v1"
         assert http(f"{base}/models", None, timeout=30)[0] == 401  # vLLM did get the key, and wants it
@@ -432,6 +459,7 @@ def test_an_eugr_recipe_with_a_mod_serves_tp2_unmodified_on_the_mlx5_link_local_
             env = ssh(cluster, host, "for p in $(pgrep -f 'vllm serve'); do tr '\\0' '\\n' < /proc/$p/environ; "
                                      "done").stdout
             assert "SPARKCLUSTER_RECIPE_MARK=21" in env and f"VLLM_API_KEY={API_KEY}" in env.split("\n"), host
+            assert f"HF_TOKEN={HF_FLAG}" in env.split("\n"), host  # the flag's token, on stdin, wins over serve_env's
             assert "dropped tiny-chat.jinja" not in env
             assert ssh(cluster, host, "cat ~/tiny-chat.jinja").stdout.startswith("{% for m in messages %}")
         status = sc(cluster, "status", "--json")  # this machine has no key, nor does the inventory
@@ -439,6 +467,7 @@ def test_an_eugr_recipe_with_a_mod_serves_tp2_unmodified_on_the_mlx5_link_local_
             f"{base}/models answered 401: the endpoint wants an API key, and none was sent; give it in this "
             "machine's environment (`export VLLM_API_KEY=KEY`)"), status.stdout
         bench_measures_the_served_cluster(cluster, tmp_path, "tiny-llama", "--enforce-eager", API_KEY)
+        assert HF_FLAG not in BENCH_RESULTS["eugr recipe, --max-model-len 384 --chat-template"]  # config, receipt
     finally:
         down_leaves_nothing(cluster)
 
@@ -518,15 +547,18 @@ def registry_checkout(root: Path) -> Path:
 
 def test_a_registry_recipe_by_file_serves_on_one_node_with_its_mod_and_no_ray(cluster, tmp_path):
     """~60 s: one node runs vLLM alone (no Ray, no launcher flag, as eugr's solo mode and sparkrun on one host),
-    after the mod found in the registry's mods folder ran; the chat template it dropped is the one in use."""
+    after the mod found in the registry's mods folder ran; the chat template it dropped is the one in use. The probe
+    is skipped, saying why: one node has no link between nodes to probe."""
     head = cluster.topology.hosts[0]
     recipe = registry_checkout(tmp_path)
-    result = sc(cluster, "serve", "--limit", "spark-1", "--runtime", "host", "--recipe", str(recipe), "--no-verify",
+    result = sc(cluster, "serve", "--limit", "spark-1", "--runtime", "host", "--recipe", str(recipe),
                 "--ready-timeout", "300", "--json")
     try:
         assert result.returncode == 0, result.stderr[-3000:]
         doc = json.loads(result.stdout)
         assert doc["launcher"] == "native" and "mods" in doc["phases"] and "ray" not in doc["phases"], doc
+        # Failed before without --no-verify: `probe (gloo): FAIL no connection between the ranks was seen` (issue 46)
+        assert "verify" not in doc["phases"] and doc["skipped"]["verify"].startswith("one node: "), doc
         code, text = http(f"http://{head.mgmt_ip}:8000/v1/chat/completions",
                           {"model": "tiny-one", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4},
                           timeout=60)
@@ -653,12 +685,15 @@ def test_two_replicas_answer_through_vllms_router_and_one_that_dies_is_named_whi
     check = sc(cluster, "serve", "--replicas", "2", "--model", MODEL, "--check", "--json", *VLLM_FLAGS)
     assert check.returncode == 0, check.stderr[-2000:]
     lines = json.loads(check.stdout)["commands"]
-    assert "vllm serve local/tiny-llama --tensor-parallel-size 1 --host 0.0.0.0 --port 8001" in lines["spark-1"][0]
-    assert "--port 8002" in lines["spark-2"][0] and "ray start" not in check.stdout
-    assert f"vllm-router --host 0.0.0.0 --port 8000 --worker-urls http://{head.fabric_ips[0]}:8001 " \
-           f"http://{worker.fabric_ips[0]}:8002" in lines["spark-1"][1]
+    # issue 46: each server on its node's loopback, behind the key guard at its public port
+    assert "--listen 0.0.0.0:8001 --upstream 28001 -- vllm serve local/tiny-llama --tensor-parallel-size 1 --host " \
+           "127.0.0.1 --port 28001" in lines["spark-1"][0]
+    assert "--port 28002" in lines["spark-2"][0] and "ray start" not in check.stdout
+    assert f"--listen 0.0.0.0:8000 --upstream 28000 -- vllm-router --host 127.0.0.1 --port 28000 --worker-urls " \
+           f"http://{head.fabric_ips[0]}:8001 http://{worker.fabric_ips[0]}:8002" in lines["spark-1"][1]
     try:
-        served = sc(cluster, "serve", "--replicas", "2", "--model", MODEL, "--no-verify", "--json", *VLLM_FLAGS)
+        served = sc(cluster, "serve", "--replicas", "2", "--model", MODEL, "--no-verify", "--json", *VLLM_FLAGS,
+                    "--api-key", API_KEY)  # given by flag: the guards get it as the replicas do (issue 46)
         assert served.returncode == 0, served.stderr[-3000:]
         doc = json.loads(served.stdout)
         assert doc["endpoint"] == f"http://{head.mgmt_ip}:8000/v1" and doc["launcher"] == "native"
@@ -667,16 +702,20 @@ def test_two_replicas_answer_through_vllms_router_and_one_that_dies_is_named_whi
         before = [vllm_counters(r)["generation"] for r in replicas]
         body = {"model": MODEL, "prompt": "The cluster of sparks", "max_tokens": 4, "temperature": 0}
         for _ in range(4):
-            code, text = http(f"{doc['endpoint']}/completions", body, timeout=60)
+            code, text = http(f"{doc['endpoint']}/completions", body, timeout=60, api_key=API_KEY)
             assert code == 200, text
         after = [vllm_counters(r)["generation"] for r in replicas]
         assert all(a > b for a, b in zip(after, before)), (before, after)  # round robin: both replicas served
+        every_path_that_runs_the_model_needs_the_key(cluster, body)
 
         status = sc(cluster, "status", "--json")
         assert status.returncode == 0, status.stdout + status.stderr
         state = json.loads(status.stdout)
         assert [(r["nodes"], r["healthy"]) for r in state["replicas"]] == [(["spark-1"], True), (["spark-2"], True)]
         assert state["nodes"]["spark-1"]["router"] == "running" and state["server"]["health"] == 200
+        assert state["router"] == {"workers": [f"http://{head.fabric_ips[0]}:8001", f"http://{worker.fabric_ips[0]}:8002"],
+                                   "problems": []}, state["router"]
+        the_routers_admin_api_takes_no_order_from_the_lan_and_status_names_a_stranger(cluster)
         # each replica's own /metrics, the endpoint's their sum (the router's /metrics is one replica in turn)
         assert all(r["figures"] is not None for r in state["replicas"]), state["replicas"]
         assert state["server"]["figures"]["running"] == sum(r["figures"]["running"] for r in state["replicas"])
@@ -697,7 +736,7 @@ def test_two_replicas_answer_through_vllms_router_and_one_that_dies_is_named_whi
 
         ssh(cluster, "spark-2", 'kill -KILL -- -"$(cat ~/.cache/sparkcluster/serve/main.pid)"')
         for _ in range(6):  # at once and while the router's health checks take it out: every request answered
-            code, text = http(f"{doc['endpoint']}/completions", body, timeout=60)
+            code, text = http(f"{doc['endpoint']}/completions", body, timeout=60, api_key=API_KEY)
             assert code == 200, text
         status = sc(cluster, "status")
         assert status.returncode == 1, status.stdout + status.stderr
@@ -718,6 +757,77 @@ def test_two_replicas_answer_through_vllms_router_and_one_that_dies_is_named_whi
     for host in ("spark-1", "spark-2"):
         left = processes(cluster, host)
         assert "vllm serve" not in left and "vllm-router" not in left and "vllm::router" not in left, left
+
+
+def lan_request(c: SimCluster, host: str, url: str, body: dict | None = None) -> int:
+    """The HTTP status `host` (standing in for any host on the management LAN) gets for `url`, POST with `body`
+    (GET without); 0: refused, nothing answered."""
+    code = ("import json, sys, urllib.request, urllib.error\n"
+            "data = sys.argv[2].encode() if sys.argv[2] else None\n"
+            "req = urllib.request.Request(sys.argv[1], data=data, headers={'Content-Type': 'application/json'})\n"
+            "try:\n    print(urllib.request.urlopen(req, timeout=30).status)\n"
+            "except urllib.error.HTTPError as e:\n    print(e.code)\n"
+            "except OSError:\n    print(0)\n")
+    out = c.exec_in(host, ["python3", "-c", code, url, json.dumps(body) if body is not None else ""],
+                    capture_output=True, text=True, timeout=60)
+    return int(out.stdout.strip())
+
+
+def every_path_that_runs_the_model_needs_the_key(c: SimCluster, body: dict) -> None:
+    """Issue 46, F1 (failed before: /invocations generated without the key, 200, on each replica's port and through
+    the router; /tokenize too). From this machine and from spark-2's namespace: the router's and the replicas' ports
+    answer the API only with the key and nothing else at all; the servers' own ports answer only their node."""
+    head, worker = c.topology.hosts
+    for base in (f"http://{head.mgmt_ip}:8000", f"http://{head.mgmt_ip}:8001", f"http://{worker.mgmt_ip}:8002"):
+        assert http(f"{base}/invocations", body, timeout=30)[0] == 404, base
+        assert http(f"{base}/invocations", body, timeout=30, api_key=API_KEY)[0] == 404, base  # never forwarded
+        assert http(f"{base}/tokenize", {"model": MODEL, "prompt": "x"}, timeout=30)[0] == 404, base
+        assert http(f"{base}/v1/completions", body, timeout=30)[0] == 401, base
+        assert lan_request(c, "spark-2", f"{base}/invocations", body) == 404, base
+        assert http(f"{base}/health", None, timeout=30)[0] == 200, base  # what status reads, without the key
+    for ip, port in ((head.mgmt_ip, 28000), (head.mgmt_ip, 28001), (worker.mgmt_ip, 28002)):
+        assert http(f"http://{ip}:{port}/health", None, timeout=10)[0] == 0, (ip, port)  # loopback only
+    assert lan_request(c, "spark-1", f"http://{head.fabric_ips[0]}:28001/health") == 0
+
+
+STRANGER = ("import http.server, json, sys\n"
+            "class H(http.server.BaseHTTPRequestHandler):\n"
+            "    def do_GET(self):\n"
+            "        out = json.dumps({'object': 'list', 'data': []}).encode()\n"
+            "        self.send_response(200); self.send_header('Content-Length', str(len(out))); self.end_headers()\n"
+            "        self.wfile.write(out)\n"
+            "    do_POST = do_GET\n"
+            "http.server.ThreadingHTTPServer(('0.0.0.0', 9999), H).serve_forever()\n")
+
+
+def the_routers_admin_api_takes_no_order_from_the_lan_and_status_names_a_stranger(c: SimCluster) -> None:
+    """Issue 46, F2 (failed before: /add_worker from the LAN, no key, 200, and the stranger got clients' prompts and
+    key while `status` said healthy, exit 0): from this machine and spark-2's namespace every admin route of the
+    router is 404 at the endpoint; a worker added on the head itself (where alone the router's admin API answers)
+    is named by `status`, exit 1, until it is removed."""
+    head, worker = c.topology.hosts
+    stranger = f"http://{worker.mgmt_ip}:9999"
+    for path in (f"/add_worker?url={stranger}", f"/remove_worker?url=http://{worker.fabric_ips[0]}:8002",
+                 "/flush_cache"):
+        assert http(f"http://{head.mgmt_ip}:8000{path}", {}, timeout=30)[0] == 404, path
+        assert lan_request(c, "spark-2", f"http://{head.mgmt_ip}:8000{path}", {}) == 404, path
+    for path in ("/list_workers", "/workers", "/get_loads"):
+        assert http(f"http://{head.mgmt_ip}:8000{path}", None, timeout=30)[0] == 404, path
+        assert lan_request(c, "spark-2", f"http://{head.mgmt_ip}:8000{path}") == 404, path
+    c.exec_in("spark-2", ["sh", "-c", f"python3 -c {shlex.quote(STRANGER)} >/dev/null 2>&1 & echo $! > /tmp/stranger.pid"],
+              check=True, timeout=30)
+    try:
+        assert lan_request(c, "spark-1", f"http://127.0.0.1:28000/add_worker?url={stranger}", {}) == 200
+        status = sc(c, "status")
+        assert status.returncode == 1, status.stdout + status.stderr
+        said = " ".join(status.stdout.split())
+        assert f"problem: the router sends requests to '{stranger}', a worker serve did not start" in said, said
+        state = json.loads(sc(c, "status", "--json").stdout)
+        assert stranger in state["router"]["workers"] and len(state["router"]["problems"]) == 1, state["router"]
+    finally:
+        lan_request(c, "spark-1", f"http://127.0.0.1:28000/remove_worker?url={stranger}", {})
+        c.exec_in("spark-2", ["sh", "-c", "kill $(cat /tmp/stranger.pid)"], timeout=30)
+    assert sc(c, "status").returncode == 0
 
 
 # ---- issue 40: the layout chosen by measurement -------------------------------------------------------------------
