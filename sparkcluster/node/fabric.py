@@ -321,6 +321,7 @@ def cabling_problems(fabric: Fabric, expected: str = "auto",
                 f"{link.a.node} is cabled to itself: port {link.a.port} ({link.a.netdev}) reaches its own port "
                 f"{link.b.port} ({link.b.netdev})",
                 f"move one end of that cable from {link.a.node} to the next node's free port"))
+    problems += _silent_on_both_ports(fabric)
     kind = fabric.kind
     # An incomplete picture (a twin Up but silent, a node that saw and showed nothing) is no evidence of a mixed,
     # open or partial cabling: such a node is left to the preflight (which names what it cannot reach) and to
@@ -345,6 +346,30 @@ def cabling_problems(fabric: Fabric, expected: str = "auto",
             f"set vars: {{fabric: {{topology: {kind.value}}}}} (or auto) in the inventory, or re-cable as a "
             f"{expected}"))
     return problems
+
+
+def _silent_on_both_ports(fabric: Fabric) -> list[Problem]:
+    """A node cabled to itself whose twins have no IPv6 link-local address (our netplan turns it off; so does the
+    simulator's addressed start) is heard by nobody: its own addresses are local to it, so no echo of its can cross
+    the cable, and it reads as silent rather than as a link from itself to itself. It is still told apart: both its
+    ports have a link (a carrier: something powered at each far end), no node answered on either and none saw it,
+    while every other twin of every node answered. A peer that did not answer (loaded, unaddressed) would leave the
+    twins facing it silent too, and two such nodes may be cabled to each other: then nothing is claimed."""
+    if fabric.unprobed:
+        return []
+    silent_nodes = {end.node for end in fabric.silent}
+    if len(silent_nodes) != 1 or next(iter(silent_nodes)) not in fabric.silent_nodes:
+        return []
+    node = next(iter(silent_nodes))
+    ports = {port: [e.netdev for e in fabric.silent if e.port == port] for port in (0, 1)}
+    if not all(ports.values()):
+        return []
+    listed = "; ".join(f"port {port}: {', '.join(netdevs)}" for port, netdevs in ports.items())
+    return [Problem(
+        f"{node} looks cabled to itself: both its QSFP ports have a link ({listed}), yet nobody answered on either "
+        "and no node saw it, while every other node's twins answered",
+        f"if a cable runs from {node}'s port 0 to its own port 1, move one end to the next node's free port (on a "
+        f"switch, to the switch); if the cables go to a machine outside the inventory, add it or unplug them")]
 
 
 def _open_ring(fabric: Fabric) -> list[Problem]:
