@@ -134,15 +134,29 @@ def parse_clock_events(word: str) -> tuple[ClockEvent, ...] | None:
     return tuple(event for event, bit in EVENT_BITS.items() if mask & bit)
 
 
+# What a GPU can report at all, per figure: outside it a value is a broken or forged reading (round 6 T9: 1e308 C,
+# -500 W, 1e20 MHz were shown as figures), so it is unknown rather than a number that alarms or reassures.
+PLAUSIBLE: dict[str, tuple[float, float]] = {
+    "temperature.gpu": (-40.0, 200.0), "power.draw": (0.0, 5000.0), "clocks.sm": (0.0, 10000.0),
+    "clocks.mem": (0.0, 50000.0),
+}
+
+
+def _figure_of(values: Mapping[str, str], name: str) -> float | None:
+    value = parse_number(values.get(name, ""))
+    low, high = PLAUSIBLE[name]
+    return value if value is not None and low <= value <= high else None
+
+
 def from_values(values: Mapping[str, str]) -> GpuTelemetry:
-    """Query field name -> the word nvidia-smi printed for it; fields not asked for are unknown."""
-    clock = {name: parse_number(values.get(name, "")) for name in ("clocks.sm", "clocks.mem")}
+    """Query field name -> the word nvidia-smi printed for it; fields not asked for, or out of any GPU's range,
+    are unknown."""
     return GpuTelemetry(
-        temperature_c=parse_number(values.get("temperature.gpu", "")),
-        power_w=parse_number(values.get("power.draw", "")),
+        temperature_c=_figure_of(values, "temperature.gpu"),
+        power_w=_figure_of(values, "power.draw"),
         # No GPU runs at 0 MHz: a 0 is a clock the driver does not expose (GB10's memory clock).
-        sm_clock_mhz=clock["clocks.sm"] or None,
-        mem_clock_mhz=clock["clocks.mem"] or None,
+        sm_clock_mhz=_figure_of(values, "clocks.sm") or None,
+        mem_clock_mhz=_figure_of(values, "clocks.mem") or None,
         clock_events=parse_clock_events(values.get("clocks_event_reasons.active", "")),
     )
 

@@ -68,6 +68,15 @@ def test_units_and_several_reasons():
     assert t.throttles == (ClockEvent.HW_SLOWDOWN, ClockEvent.HW_THERMAL_SLOWDOWN, ClockEvent.HW_POWER_BRAKE_SLOWDOWN)
 
 
+def test_figures_no_gpu_can_report_are_unknown_not_shown():
+    """Round 6 T9: `1e308, -500, 99999999999999999999` were taken as 1e308 C, -500 W and a 1e20 MHz clock."""
+    t = parse_row("1e308, -500, 99999999999999999999, 0, 0x0000000000000001")
+    assert t == GpuTelemetry(None, None, None, None, (ClockEvent.GPU_IDLE,))
+    assert t.summary() == "? C, ? W, SM ? MHz, not throttled"
+    edge = parse_row("-5, 0, 3000, 0, 0x0")
+    assert edge is not None and (edge.temperature_c, edge.power_w, edge.sm_clock_mhz) == (-5.0, 0.0, 3000.0)
+
+
 def test_failures_are_nvidia_smis_words():
     assert parse_output(fixture("driver-gone.txt") + "rc=9\n").startswith("NVIDIA-SMI has failed because")
     assert parse_output("rc=124\n") == "nvidia-smi gave no answer within 5 s (a hung GPU driver?)"
