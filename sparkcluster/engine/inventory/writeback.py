@@ -37,7 +37,7 @@ def set_shared_var(inventory: Inventory, key: str, value: str) -> bool:
     try:
         raw_bytes = path.read_bytes()
         raw = raw_bytes.decode("utf-8")
-        _check_replaceable(inventory.path, path, by_hand)
+        _check_replaceable(str(inventory.path), path, by_hand)
     except (OSError, UnicodeDecodeError) as e:
         raise InventoryError(f"{inventory.path}: cannot read it to record {key}: {e}", by_hand) from None
     bom = _BOM if raw.startswith(_BOM) else ""
