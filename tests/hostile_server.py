@@ -3,8 +3,9 @@ route is `http://127.0.0.1:PORT/<mode>/v1`, and `/<mode>/metrics`, `/<mode>/vers
 mode's misbehaviour answers as a healthy server would, so each route tests one thing.
 
     python -m tests.hostile_server --port 0        # prints `port N` once it listens
+    python -m tests.hostile_server --port 0 --every trickle    # every path misbehaves (`status` asks /health)
 
-Loopback only. Every endless answer stops when the client goes away.
+Loopback only. Every endless answer stops when the client goes away (a trickle also after TRICKLE_FOR_S).
 """
 
 from __future__ import annotations
@@ -50,6 +51,10 @@ METRICS_MODES = {
     "metrics-garbage": "not-a-number",
 }
 SCRAPE_MODES = (*METRICS_MODES, "metrics-endless", "accept-never-answer")  # what `top` reads: /metrics only
+# Any path: the headers, then a body a byte a second (for TRICKLE_FOR_S, then the connection closes: a client without
+# a deadline of its own waits that long), or a body sent at full speed that never ends.
+ANY_PATH_MODES = ("trickle", "endless-body")
+TRICKLE_FOR_S = 120
 ENDLESS_MODES = ("stream-endless-tokens", "stream-endless-comments", "stream-no-line-break", "models-huge",
                  "accept-never-answer")
 
@@ -68,11 +73,16 @@ def metrics(value: str = "1.0") -> str:
 
 
 class Hostile:
+    def __init__(self, every: str | None = None) -> None:
+        self.every = every  # the mode of every path (no mode in the path): a server whose /health misbehaves
+
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             while True:
                 _, path, body = await read_request(reader)
                 mode, _, rest = path.lstrip("/").partition("/")
+                if self.every is not None:
+                    mode, rest = self.every, path.lstrip("/")
                 streamed = not body or json.loads(body).get("stream", False)
                 await self.answer(mode, "/" + rest, writer, streamed)
                 await writer.drain()
@@ -84,6 +94,15 @@ class Hostile:
     async def answer(self, mode: str, path: str, writer: asyncio.StreamWriter, streamed: bool) -> None:
         if mode == "accept-never-answer":
             await asyncio.sleep(3600)
+        if mode == "trickle":
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 100000\r\n\r\n")
+            for _ in range(TRICKLE_FOR_S):
+                writer.write(b"x")
+                await writer.drain()
+                await asyncio.sleep(1)
+            raise ConnectionError("trickled long enough")
+        if mode == "endless-body":
+            await self.endless(writer, b"x" * 65536)
         if path == "/v1/models":
             if mode == "models-huge":
                 await self.endless(writer, b'{"object": "list", "data": [' + b'{"id": "m"}, ' * 4096)
@@ -147,8 +166,8 @@ class Hostile:
         writer.write(b"0\r\n\r\n")
 
 
-async def serve(port: int) -> None:
-    server = await asyncio.start_server(Hostile().handle, "127.0.0.1", port, backlog=256)
+async def serve(port: int, every: str | None = None) -> None:
+    server = await asyncio.start_server(Hostile(every).handle, "127.0.0.1", port, backlog=256)
     print(f"port {server.sockets[0].getsockname()[1]}", flush=True)
     async with server:
         await server.serve_forever()
@@ -157,10 +176,11 @@ async def serve(port: int) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--port", type=int, default=0)
-    port = parser.parse_args().port
+    parser.add_argument("--every", choices=ANY_PATH_MODES, help="the misbehaviour of every path")
+    args = parser.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
     try:
-        asyncio.run(serve(port))
+        asyncio.run(serve(args.port, args.every))
     except KeyboardInterrupt:
         pass
 

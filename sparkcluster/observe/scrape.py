@@ -9,18 +9,15 @@ since the server started, and say so (`since_start`).
 
 from __future__ import annotations
 
-import http.client
-import socket
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from .bounded import request
 from .prometheus import MAX_TEXT_CHARS, Histogram, Scrape, parse, rate
 
-SCRAPE_TIMEOUT_S = 5.0
+SCRAPE_TIMEOUT_S = 5.0  # the whole GET's, body included (observe/bounded.py)
 RUNNING = ("vllm:num_requests_running",)
 WAITING = ("vllm:num_requests_waiting",)
 KV_USAGE = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")  # the older name before vLLM V1
@@ -78,17 +75,15 @@ class EndpointFigures:
 
 
 def fetch(metrics_url: str, timeout: float = SCRAPE_TIMEOUT_S) -> Reading:
-    """GET /metrics, at most MAX_TEXT_CHARS of it; any failure is the reading's error, never an exception."""
+    """GET /metrics, whole within `timeout` and MAX_TEXT_CHARS bytes (a vLLM scrape is 10-60 KB); any failure is the
+    reading's error, never an exception."""
     at = time.monotonic()
-    try:
-        with urllib.request.urlopen(metrics_url, timeout=timeout) as response:
-            body = response.read(MAX_TEXT_CHARS + 1)
-        return Reading(at, parse(body.decode("utf-8", errors="replace")))
-    except urllib.error.HTTPError as e:
-        return Reading(at, None, f"/metrics answered HTTP {e.code}")
-    except (urllib.error.URLError, http.client.HTTPException, socket.timeout, OSError, ValueError) as e:
-        reason = getattr(e, "reason", None) or e
-        return Reading(at, None, f"/metrics did not answer: {reason}")
+    answer = request(metrics_url, timeout_s=timeout, limit_bytes=MAX_TEXT_CHARS)
+    if answer.error is not None:
+        return Reading(at, None, f"/metrics {answer.error}")
+    if answer.status != 200:
+        return Reading(at, None, f"/metrics answered HTTP {answer.status}")
+    return Reading(at, parse(answer.text))
 
 
 def figures(now: Scrape, before: Reading | None = None, now_at: float | None = None) -> EndpointFigures:

@@ -6,18 +6,20 @@ from __future__ import annotations
 
 import json
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..engine.errors import SparkclusterError
+from ..observe.bounded import request
 from .apikey import bearer, unauthorized
 
 # /health is one small HTTP request to the head, answered at once (refused while vLLM starts, then 200): polled 4x
 # a second it costs nothing, and serve returns within a quarter second of vLLM being up, not within a second.
 POLL_S = 0.25
 COMPLETION_TIMEOUT_S = 120.0
+# What serve and status read here (/health, the model list, a four-token completion) is a few KB: a body past this
+# is no answer (an endless one ran `status` out of memory).
+MAX_ANSWER_BYTES = 1 << 20
 
 
 class NotReady(SparkclusterError):
@@ -43,17 +45,12 @@ class Readiness:
 
 def http(url: str, body: dict[str, object] | None = None, timeout: float = 5.0,
          api_key: str | None = None) -> tuple[int, str]:
-    """(status, text); status 0 when nothing answered. `api_key`: sent as vLLM wants it (a bearer token)."""
+    """(status, text); status 0 when no whole answer came within `timeout` (the whole request's, not each read's)
+    and MAX_ANSWER_BYTES. `api_key`: sent as vLLM wants it (a bearer token)."""
     data = json.dumps(body).encode() if body is not None else None
     headers = {**({"Content-Type": "application/json"} if data else {}), **bearer(api_key)}
-    request = urllib.request.Request(url, data=data, headers=headers)
-    try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
-            return response.status, response.read().decode(errors="replace")
-    except urllib.error.HTTPError as e:
-        return e.code, e.read().decode(errors="replace")
-    except (urllib.error.URLError, OSError, TimeoutError):
-        return 0, ""
+    answer = request(url, timeout_s=timeout, limit_bytes=MAX_ANSWER_BYTES, data=data, headers=headers)
+    return answer.status, answer.text
 
 
 def served_models(text: str) -> list[str]:
