@@ -6,7 +6,12 @@ by the rest of the picture: both its ports have a link, nobody saw it, and every
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from sparkcluster.engine.inventory import Host, Inventory
+from sparkcluster.node.discovery import check_cabling, fabric_from
 from sparkcluster.node.fabric import build_fabric, cabling_problems
+from tests.unit.test_discovery_link_local import recorded
 from tests.unit.test_fabric_graph import NODES3, RING3, TWINS, cabled
 
 SELF = ("spark-3", 0, "spark-3", 1)
@@ -60,3 +65,25 @@ def test_one_silent_port_or_two_silent_nodes_claim_nothing():
     facts, answers = cabled([("spark-2", 0, "spark-3", 1), ("spark-2", 1, "spark-3", 0)], NODES3)
     both = silenced(silenced(answers, "spark-2"), "spark-3")  # two nodes heard by nobody may be cabled to each other
     assert not any("itself" in p.what for p in cabling_problems(build_fabric(NODES3, facts, both)))
+
+
+# ---- as recorded on the simulator (tests/fixtures/discovery/README.md) ---------------------------------------------
+
+def inventory(nodes: list[str]) -> Inventory:
+    return Inventory(Path("inv.yml"), "t", tuple(Host(n, f"192.168.43.1{i}", "head" if i == 1 else "worker")
+                                                 for i, n in enumerate(nodes, 1)), {})
+
+
+def test_recorded_fresh_ring_its_own_port_answers_on_each_twin():
+    nodes, facts, answers = recorded("ring3-self-fresh")
+    own = {str(a).split("/")[0] for i in facts["spark-3"].interfaces for a in i.ipv6_link_local}
+    assert all(set(answered) <= own and len(answered) == 2 for answered in answers["spark-3"].values())
+    problems = check_cabling(inventory(nodes), fabric_from(nodes, facts, answers), facts).problems
+    assert [p.what.split(":")[0] for p in problems] == ["spark-3 is cabled to itself"] * 2
+
+
+def test_recorded_addressed_switch_the_silent_node_is_named():
+    nodes, facts, answers = recorded("switch3-self-addressed")
+    assert answers["spark-3"] and not any(answers["spark-3"].values())  # four twins Up, nobody answering
+    problems = check_cabling(inventory(nodes), fabric_from(nodes, facts, answers), facts).problems
+    assert [p.what.split(":")[0] for p in problems] == ["spark-3 looks cabled to itself"]
