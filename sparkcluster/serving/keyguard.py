@@ -1,15 +1,20 @@
-"""The key guard: a program serve runs on a node, in front of a server it starts as its child (vllm-router, or a
-replica's vLLM), which listens on the node's loopback only. Its source is the program: serve hands it to the node's
-Python as `python3 -c SOURCE` (serving/router.py:guarded), so it imports nothing of sparkcluster, only the standard
-library and aiohttp (a dependency of vLLM, so in every vLLM environment and image).
+"""The key guard: a program serve runs on a node, in front of a server it starts as its child (a vLLM that answers
+HTTP, or vllm-router), which listens on the node's loopback only. Its source is the program: serve hands it to the
+node's Python as `python3 -c SOURCE` (serving/guard.py), so it imports nothing but the standard library: it runs
+in any vLLM environment or image, and in the router's container, with nothing to install.
 
 Why a guard (issue 46, F1/F2): vLLM checks its API key only under /v1, /v2, /inference and /cohere, so
-`POST /invocations` and /tokenize run the model without it; vllm-router checks no key at all (its --api-key is
-the key it *sends* to workers, even on a client's keyless /invocations), and serves /add_worker, /remove_worker,
-/list_workers and /flush_cache on the endpoint's port to anyone. Neither has an option that closes a path. The
-guard forwards only the OpenAI API (/v1/...) and what `status` and `top` read (/health, /metrics, /version), the
-API only with the key (VLLM_API_KEY from its environment, where serve put it off the process list); every other
-path is answered 404 here and never reaches the server. The router's admin API stays on the head's loopback.
+`POST /invocations` and /tokenize run the model without it; vllm-router checks no key at all (its --api-key is the
+key it *sends* to workers, even on a client's keyless /invocations), and serves /add_worker, /remove_worker,
+/list_workers and /flush_cache on the endpoint's port to anyone. Neither has an option that closes a path. The guard
+forwards only the OpenAI API (/v1/...) and what `status` and `top` read (/health, /metrics, /version), the API only
+with the key (VLLM_API_KEY from its environment, where serve put it off the process list); every other path is
+answered 404 here and never reaches the server. The router's admin API is then reached on the head's loopback only.
+
+One request per connection (the answer says `Connection: close`): a second request on a kept connection would
+otherwise pass unchecked. A request's body is read only once its key is checked, and only with a Content-Length;
+anything a strict parser might read two ways (a line break inside a header, two Content-Lengths, chunked bodies)
+is refused. The server's answer is relayed byte for byte as it comes, so streamed completions stream.
 
 It exits when its child does (with its status), and on SIGTERM or SIGINT stops the child and waits for it, so the
 runtimes stop it as they stopped the server alone.
@@ -20,22 +25,27 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+import json
 import os
 import re
 import signal
 import sys
-from collections.abc import AsyncIterator
-
-from aiohttp import ClientError, ClientSession, ClientTimeout, web
 
 KEY_ENV = "VLLM_API_KEY"
 OPEN = ("/health", "/metrics", "/version")  # read without the key by status and top; they run no model
 API = "/v1/"  # the OpenAI API, the only one clients of this tool use; with the key
 SAFE_PATH = re.compile(r"(/[A-Za-z0-9_\-]+(\.[A-Za-z0-9_\-]+)*)+/?")  # no dot segments, no empty ones, nothing encoded
-HOP = frozenset({"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer",
-                 "transfer-encoding", "upgrade", "host", "content-length"})
-CLIENT = web.AppKey("client", ClientSession)
-MAX_BODY = 64 * 1024 * 1024  # a request body, read only once its key is checked
+METHOD = re.compile(r"[A-Z]{3,10}")
+TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")  # a header's name, as HTTP defines it
+HOP = frozenset({"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "proxy-connection", "te",
+                 "trailer", "upgrade", "expect", "content-length"})
+SINGLE = ("content-length", "authorization", "host")  # twice: refused, as two readers may take different ones
+REASONS = {400: "Bad Request", 401: "Unauthorized", 404: "Not Found", 408: "Request Timeout", 411: "Length Required",
+           413: "Payload Too Large", 502: "Bad Gateway"}
+MAX_HEAD = 64 * 1024
+MAX_BODY = 64 * 1024 * 1024
+HEAD_S = 30  # a client's request line and headers must come within this
+BODY_S = 300
 STOP_S = 30  # how long a stopped guard waits for its child before killing it
 
 
@@ -50,49 +60,100 @@ def decide(method: str, path: str, authorization: str | None, key: str | None) -
     return 0 if ok else 401
 
 
-def app(upstream: str, key: str | None) -> web.Application:
-    """The guard's web application, forwarding what `decide` lets through to `upstream` (a base URL)."""
-    async def forward(request: web.Request) -> web.StreamResponse:
-        status = decide(request.method, request.raw_path.split("?", 1)[0], request.headers.get("Authorization"), key)
-        if status == 404:
-            return web.json_response({"error": f"{request.path[:200]} is not served here"}, status=404)
-        if status:
-            return web.json_response({"error": "Unauthorized"}, status=401)
-        headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP}
-        body = await request.read() if request.body_exists else None
+def refusal(status: int, message: str) -> bytes:
+    body = json.dumps({"error": message}).encode()
+    return (f"HTTP/1.1 {status} {REASONS[status]}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode() + body
+
+
+def parse_head(head: bytes) -> tuple[str, str, list[tuple[str, str]]] | int:
+    """(method, target, headers with lower-case names) of a request's head, or the status that refuses it."""
+    text = head.decode("latin-1")
+    lines = text[:-4].split("\r\n")
+    if any(c in text[:-4].replace("\r\n", "") for c in "\r\n\0"):
+        return 400
+    words = lines[0].split(" ")
+    if len(words) != 3 or not METHOD.fullmatch(words[0]) or words[2] not in ("HTTP/1.0", "HTTP/1.1"):
+        return 400
+    headers = []
+    for line in lines[1:]:
+        name, colon, value = line.partition(":")
+        if not colon or not TOKEN.fullmatch(name):
+            return 400
+        headers.append((name.lower(), value.strip()))
+    names = [n for n, _ in headers]
+    if "transfer-encoding" in names:
+        return 411
+    if any(names.count(n) > 1 for n in SINGLE):
+        return 400
+    return words[0], words[1], headers
+
+
+async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, upstream: int, key: str | None) -> None:
+    """One client connection: one request, checked, forwarded to the loopback's `upstream` port, its answer relayed."""
+    try:
         try:
-            async with request.app[CLIENT].request(request.method, upstream + request.raw_path, headers=headers,
-                                                     data=body, allow_redirects=False) as answer:
-                response = web.StreamResponse(status=answer.status, headers={
-                    k: v for k, v in answer.headers.items() if k.lower() not in HOP})
-                await response.prepare(request)
-                async for chunk in answer.content.iter_any():  # streamed completions pass as they come
-                    await response.write(chunk)
-                await response.write_eof()
-                return response
-        except ClientError as e:
-            return web.json_response({"error": f"the server behind the guard did not answer: {e}"}, status=502)
-
-    async def client(application: web.Application) -> AsyncIterator[None]:
-        application[CLIENT] = ClientSession(timeout=ClientTimeout(total=None, sock_connect=10), auto_decompress=False)
-        yield
-        await application[CLIENT].close()
-
-    application = web.Application(client_max_size=MAX_BODY)
-    application.cleanup_ctx.append(client)
-    application.router.add_route("*", "/{tail:.*}", forward)
-    return application
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), HEAD_S)
+        except asyncio.LimitOverrunError:
+            writer.write(refusal(400, "the request's head is too long"))
+            return
+        except (asyncio.IncompleteReadError, asyncio.TimeoutError):
+            return
+        parsed = parse_head(head)
+        if isinstance(parsed, int):
+            writer.write(refusal(parsed, "a request this guard does not forward"))
+            return
+        method, target, headers = parsed
+        given = dict(headers)
+        length = given.get("content-length", "0")
+        if not length.isdigit() or int(length) > MAX_BODY:
+            writer.write(refusal(413 if length.isdigit() else 400, "the request's Content-Length"))
+            return
+        status = decide(method, target.split("?", 1)[0], given.get("authorization"), key)
+        if status:
+            writer.write(refusal(status, f"{target.split('?', 1)[0][:200]} is not served here" if status == 404
+                                 else "Unauthorized"))
+            return
+        if given.get("expect", "").lower() == "100-continue":
+            writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        try:
+            body = await asyncio.wait_for(reader.readexactly(int(length)), BODY_S)
+        except (asyncio.IncompleteReadError, asyncio.TimeoutError):
+            writer.write(refusal(408, "the request's body did not come whole"))
+            return
+        try:
+            up_reader, up_writer = await asyncio.open_connection("127.0.0.1", upstream)
+        except OSError as e:
+            writer.write(refusal(502, f"the server behind the guard did not answer: {e}"))
+            return
+        try:
+            kept = "".join(f"{n}: {v}\r\n" for n, v in headers if n not in HOP)
+            up_writer.write(f"{method} {target} HTTP/1.1\r\n{kept}Content-Length: {len(body)}\r\n"
+                            "Connection: close\r\n\r\n".encode("latin-1") + body)
+            await up_writer.drain()
+            while chunk := await up_reader.read(65536):  # as it comes: streamed completions stream
+                writer.write(chunk)
+                await writer.drain()
+        finally:
+            up_writer.close()
+    except (ConnectionError, OSError):
+        pass  # the client or the server went away: nothing to answer
+    finally:
+        try:
+            await writer.drain()
+        except (ConnectionError, OSError):
+            pass
+        writer.close()
 
 
 async def run(argv: list[str]) -> int:
     split = argv.index("--")
     options = dict(zip(argv[:split:2], argv[1:split:2]))
     host, _, port = options["--listen"].rpartition(":")
-    key = os.environ.get(KEY_ENV) or None
-    runner = web.AppRunner(app(f"http://127.0.0.1:{options['--upstream']}", key), access_log=None)
-    await runner.setup()
-    await web.TCPSite(runner, host, int(port)).start()  # a port already taken fails here, before the child starts
-    print(f"keyguard: {options['--listen']} -> 127.0.0.1:{options['--upstream']}, "
+    upstream, key = int(options["--upstream"]), os.environ.get(KEY_ENV) or None
+    # A port already taken fails here, before the child starts.
+    server = await asyncio.start_server(lambda r, w: handle(r, w, upstream, key), host, int(port), limit=MAX_HEAD)
+    print(f"keyguard: {options['--listen']} -> 127.0.0.1:{upstream}, "
           f"{'the API with the key' if key else 'no key given'}; other paths refused", file=sys.stderr, flush=True)
     child = await asyncio.create_subprocess_exec(*argv[split + 1:])
     stop = asyncio.Event()
@@ -100,6 +161,7 @@ async def run(argv: list[str]) -> int:
         asyncio.get_running_loop().add_signal_handler(sig, stop.set)
     waits = [asyncio.ensure_future(child.wait()), asyncio.ensure_future(stop.wait())]
     await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    server.close()
     if child.returncode is None:
         child.terminate()
         try:
@@ -107,7 +169,6 @@ async def run(argv: list[str]) -> int:
         except asyncio.TimeoutError:
             child.kill()
             await child.wait()
-    await runner.cleanup()
     code = child.returncode or 0
     return 128 - code if code < 0 else code
 

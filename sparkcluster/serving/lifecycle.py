@@ -15,7 +15,8 @@ from ..engine.inventory import Host
 from ..engine.session import Session
 from ..engine.transport import Unreachable
 from .caches import NODE_CACHE_DIR, parse_size, purge_command
-from .launch import CONTAINER, Launcher, Node, ServeArgs, ray_start_argv, vllm_serve_argv
+from .guard import engine_argv
+from .launch import CONTAINER, Launcher, Node, ServeArgs, ray_start_argv
 from .nodes import node_env
 from .readiness import Diagnosis
 from .rootcause import LogRead, root_cause
@@ -41,9 +42,9 @@ def vllm_commands(session: Session, runtime: RuntimeChoice, nodes: Mapping[str, 
     """node -> the command that starts its vLLM: the head's only with Ray, every node's (rank order) without."""
     nnodes, head = len(session.hosts), session.head
     if launcher == "ray":
-        argv = vllm_serve_argv(args, "ray", nodes[head.name], nnodes)
+        argv = engine_argv(args, "ray", nodes[head.name], nnodes)  # behind the key guard (guard.py)
         return {head.name: runtime.on(head).start_vllm_on_main(argv, node_env(session.inventory, head, args.env))}
-    return {h.name: runtime.on(h).start_main(vllm_serve_argv(args, "native", nodes[h.name], nnodes),
+    return {h.name: runtime.on(h).start_main(engine_argv(args, "native", nodes[h.name], nnodes),
                                              node_env(session.inventory, h, args.env)) for h in session.hosts}
 
 

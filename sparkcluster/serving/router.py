@@ -8,27 +8,22 @@ servers (benchmarks/router_overhead.py): see docs/serve.md, "TP or replicas?", f
 health-checks the replicas, takes one that stops answering out of rotation and retries a request that met it, which
 a plain proxy does only in part.
 
-Neither answers the LAN itself (issue 46, F1/F2): each listens on its node's loopback, behind the key guard
-(keyguard.py, its child), which forwards only the OpenAI API, with the key, and what status and top read. vLLM
-checks its key only under /v1 (its /invocations generates without it) and vllm-router checks none (its admin API,
-/add_worker and the like, would take a stranger's worker from anyone): no option of either closes a path. The router's
-admin API is then reached only on the head itself (`status` reads its workers there: serving/status.py)."""
+Neither answers the LAN itself: each listens on its node's loopback behind the key guard (guard.py), so the router's
+admin API (/add_worker, /list_workers...) is reached only on the head itself, where `status` reads its workers."""
 
 from __future__ import annotations
 
-import ast
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from pathlib import Path
 from urllib.parse import urlsplit
 
 from ..engine.command import Command
 from ..engine.errors import SparkclusterError
 from ..engine.inventory import Host, Inventory
 from ..engine.session import Session
-from . import keyguard
-from .launch import Node, ServeArgs, vllm_serve_argv
+from .guard import LOOPBACK, engine_argv, guarded, inner_port
+from .launch import Node, ServeArgs
 from .layout import Placement
 from .nodes import node_env
 from .runtime import RuntimeChoice
@@ -39,31 +34,6 @@ ROUTER = "vllm-router"
 ROUTER_POLICY = "round_robin"
 HEALTH_INTERVAL_S = 5  # a replica that stops answering is out of rotation after 2 failed checks, ~10 s
 HEALTH_FAILURES = 2
-LOOPBACK = "127.0.0.1"
-INNER_OFFSET = 20000  # a guarded server's own port: its public port + this (8000 -> 28000), on the loopback only
-
-def _program(path: str) -> str:
-    """A module's code as a node's `python3 -c` runs it: without its docstring and comments, which stay here."""
-    tree = ast.parse(Path(path).read_text(encoding="utf-8"))
-    tree.body = [node for node in tree.body if not (isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)
-                                                    and isinstance(node.value.value, str))]
-    return ast.unparse(tree)
-
-
-GUARD_SOURCE = _program(keyguard.__file__)
-
-
-def inner_port(port: int) -> int:
-    """Where a guarded server listens on its node's loopback: the guard's port shifted clear of the replicas' ports
-    (port+1...), Ray's (6379, 8265, 10002-19999) and vLLM's."""
-    return port + INNER_OFFSET if port + INNER_OFFSET <= 65535 else port - INNER_OFFSET
-
-
-def guarded(argv: Sequence[str], port: int) -> list[str]:
-    """`argv` (a server listening on the loopback at inner_port(port)) as the key guard's child, the guard answering
-    on every address at `port`. The key reaches the guard as VLLM_API_KEY, on stdin as every secret (runtime.py)."""
-    return ["python3", "-c", GUARD_SOURCE, "--listen", f"0.0.0.0:{port}", "--upstream", str(inner_port(port)),
-            "--", *argv]
 
 
 def router_argv(workers: Sequence[str], port: int) -> list[str]:
@@ -141,11 +111,9 @@ def replica_commands(session: Session, runtime: RuntimeChoice, nodes: Mapping[st
     commands = {}
     for placement in placements:
         members = replica_nodes(nodes, placement)
-        # Rank 0's API server on its loopback, behind the guard at the replica's port; the other ranks serve no HTTP.
-        replica_args = replace(args, port=inner_port(placement.port), host=LOOPBACK)
+        replica_args = replace(args, port=placement.port)
         for name, node in members.items():
-            argv = vllm_serve_argv(replica_args, "native", node, len(members))
-            argv = guarded(argv, placement.port) if node.is_head else argv
+            argv = engine_argv(replica_args, "native", node, len(members))  # rank 0 behind the key guard
             commands[name] = runtime.on(hosts[name]).start_main(argv, node_env(session.inventory, hosts[name],
                                                                                  args.env))
     return commands

@@ -16,6 +16,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -28,17 +29,13 @@ from rich.console import Console
 from sparkcluster.engine.inventory import Host, Inventory
 from sparkcluster.engine.session import Session
 from sparkcluster.serving import keyguard
+from sparkcluster.serving.guard import GUARD_SOURCE, inner_port
 from sparkcluster.serving.launch import Node, ServeArgs
 from sparkcluster.serving.layout import Layout
+from sparkcluster.serving.lifecycle import vllm_commands
 from sparkcluster.serving.record import ServeRecord, Serving
 from sparkcluster.serving.render import status_table
-from sparkcluster.serving.router import (
-    GUARD_SOURCE,
-    inner_port,
-    replica_commands,
-    router_command,
-    worker_problems,
-)
+from sparkcluster.serving.router import replica_commands, router_command, worker_problems
 from sparkcluster.serving.runtime import DockerRuntime, NodeEnv, RuntimeChoice
 from sparkcluster.serving.status import (
     ClusterStatus,
@@ -99,11 +96,13 @@ def test_the_guard_streams_what_it_forwards_with_the_clients_key_and_refuses_the
     async def scenario() -> list[tuple[int, str]]:
         inner = web.Application()
         inner.router.add_route("*", "/{tail:.*}", upstream)
-        port, guard_port = _free_port(), _free_port()
-        runners = [web.AppRunner(inner), web.AppRunner(keyguard.app(f"http://127.0.0.1:{port}", KEY))]
-        for runner, at in zip(runners, (port, guard_port)):
-            await runner.setup()
-            await web.TCPSite(runner, "127.0.0.1", at).start()
+        runner = web.AppRunner(inner)
+        await runner.setup()
+        port = _free_port()
+        await web.TCPSite(runner, "127.0.0.1", port).start()
+        guard = await asyncio.start_server(lambda r, w: keyguard.handle(r, w, port, KEY), "127.0.0.1", 0,
+                                           limit=keyguard.MAX_HEAD)
+        guard_port = guard.sockets[0].getsockname()[1]
         answers = []
         async with ClientSession() as client:
             for path, key in (("/v1/completions?x=1", KEY), ("/v1/completions", None), ("/invocations", KEY),
@@ -112,8 +111,8 @@ def test_the_guard_streams_what_it_forwards_with_the_clients_key_and_refuses_the
                 async with client.post(f"http://127.0.0.1:{guard_port}{path}", data=b'{"prompt": "p"}',
                                        headers=headers) as answer:
                     answers.append((answer.status, await answer.text()))
-        for runner in runners:
-            await runner.cleanup()
+        guard.close()
+        await runner.cleanup()
         return answers
 
     answers = asyncio.run(scenario())
@@ -122,6 +121,63 @@ def test_the_guard_streams_what_it_forwards_with_the_clients_key_and_refuses_the
     assert "/invocations is not served here" in answers[2][1]
     # Only the keyed API request and the open /health reached the server; the body and the client's key with it.
     assert seen == [("/v1/completions?x=1", f"Bearer {KEY}", b'{"prompt": "p"}'), ("/health", None, b'{"prompt": "p"}')]
+
+
+def _raw(port: int, data: bytes) -> bytes:
+    """What a client sending `data` as is (no HTTP library to tidy it) gets back."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(data)
+        out = b""
+        while chunk := s.recv(65536):
+            out += chunk
+        return out
+
+
+def test_the_guard_takes_one_request_a_connection_and_refuses_what_could_be_read_two_ways():
+    seen: list[bytes] = []
+
+    def serve(port_box: list[int]) -> None:
+        server = socket.socket()
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        port_box.append(server.getsockname()[1])
+        while True:
+            conn, _ = server.accept()
+            with conn:
+                seen.append(conn.recv(65536))
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
+
+    box: list[int] = []
+    threading.Thread(target=serve, args=(box,), daemon=True).start()
+    while not box:
+        time.sleep(0.01)
+
+    async def scenario() -> list[bytes]:
+        guard = await asyncio.start_server(lambda r, w: keyguard.handle(r, w, box[0], KEY), "127.0.0.1", 0,
+                                           limit=keyguard.MAX_HEAD)
+        port = guard.sockets[0].getsockname()[1]
+        auth = f"Authorization: Bearer {KEY}\r\n".encode()
+        requests = [
+            # a second request kept on the connection after a permitted one never reaches the server
+            b"GET /v1/models HTTP/1.1\r\nHost: x\r\n" + auth + b"\r\n"
+            b"POST /invocations HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}",
+            b"POST /v1/completions HTTP/1.1\r\n" + auth + b"Content-Length: 2\r\nContent-Length: 40\r\n\r\n{}",
+            b"POST /v1/completions HTTP/1.1\r\n" + auth + b"Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+            b"GET /v1/models HTTP/1.1\r\n" + auth + b"X: a\nAuthorization: Bearer other\r\n\r\n",
+            b"GET /v1/models HTTP/1.1\r\n" + auth + auth + b"\r\n",
+            b"GET http://10.0.0.9/v1/models HTTP/1.1\r\n" + auth + b"\r\n",
+        ]
+        answers = [await asyncio.to_thread(_raw, port, r) for r in requests]
+        guard.close()
+        return answers
+
+    first, *refused = asyncio.run(scenario())
+    assert first.startswith(b"HTTP/1.1 200 OK") and first.endswith(b"ok") and b"invocations" not in first
+    assert [a.split(b"\r\n", 1)[0] for a in refused] == [b"HTTP/1.1 400 Bad Request", b"HTTP/1.1 411 Length Required",
+                                                         b"HTTP/1.1 400 Bad Request", b"HTTP/1.1 400 Bad Request",
+                                                         b"HTTP/1.1 404 Not Found"]
+    (forwarded,) = seen  # only the first request reached the server, asked to close after one answer
+    assert forwarded.startswith(b"GET /v1/models HTTP/1.1\r\n") and b"connection: close" in forwarded.lower()
 
 
 CHILD = ("import http.server, sys\n"
@@ -204,6 +260,21 @@ def test_the_router_and_each_replica_listen_on_the_loopback_behind_the_guard_whi
     docker = DockerRuntime("vllm-node").start_router(["python3", "-c", "x"], NodeEnv("e", {}, {"VLLM_API_KEY": KEY}))
     assert "docker run -d --rm --network host --name vllm_router -e VLLM_API_KEY vllm-node python3" in docker.script
     assert KEY not in docker.script
+
+
+def test_a_single_engine_answers_behind_the_guard_too_and_its_other_ranks_serve_no_http():
+    # Failed before: one engine's vLLM answered /invocations on 0.0.0.0:8000 without the key (issue 46, F1).
+    session = _session()
+    runtime = RuntimeChoice("host", caches=False)
+    args = ServeArgs("org/m", tp=2, port=8000, served_name="m", env={"VLLM_API_KEY": KEY})
+    ray = vllm_commands(session, runtime, NODES, "ray", args)
+    native = vllm_commands(session, runtime, NODES, "native", args)
+    for command in (ray["spark-1"], native["spark-1"]):
+        assert " --listen 0.0.0.0:8000 --upstream 28000 -- vllm serve org/m --tensor-parallel-size 2" in command.script
+        assert "--host 127.0.0.1 --port 28000 --served-model-name m" in command.script and KEY not in command.script
+    assert list(ray) == ["spark-1"]  # Ray's ranks answer no HTTP
+    assert "keyguard" not in native["spark-2"].script and "--headless" in native["spark-2"].script
+    assert "python3 -c" not in native["spark-2"].script and "--port" not in native["spark-2"].script
 
 
 # --- status: the router's workers against the record ---
