@@ -138,8 +138,10 @@ def _launched(doc: Any) -> Launched | None:
 
 def write_record(session: Session, record: ServeRecord) -> None:
     transport = session.transport(session.head)
-    transport.run(Command("mkdir -p .config/sparkcluster"))
-    transport.write_file_atomic(RECORD_FILE, json.dumps(record.to_json(), indent=2).encode(), 0o644)
+    # Private, and in a private folder (its temp file is written before its mode is set): the record names the model,
+    # the command and the flags it was served with.
+    transport.run(Command("mkdir -p .config/sparkcluster && chmod 700 .config/sparkcluster"))
+    transport.write_file_atomic(RECORD_FILE, json.dumps(record.to_json(), indent=2).encode(), 0o600)
 
 
 def read_record(session: Session) -> ServeRecord | None:

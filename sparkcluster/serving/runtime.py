@@ -27,8 +27,11 @@ from .keptlog import (
     SERVE_STATE_DIR,
     container_output,
     file_output,
+    keep_host_output,
     keep_output,
+    kept_log,
     logs_or_kept,
+    output_fifo,
     stop_keeper,
 )
 from .launch import (
@@ -218,10 +221,12 @@ class HostRuntime(Runtime):
                 f"export PATH={shell_path(self.python_env)}/bin:\"$PATH\"{fixed}\n")
 
     def _start(self, role: str, argv: Sequence[str], env: NodeEnv) -> Command:
+        # Private: the log may hold clients' prompts and completions (keptlog.py); its keeper bounds it.
         d = shell_path(SERVE_STATE_DIR)
-        return env.started(f"mkdir -p {d} || exit 1\n{self._enter(env)}"
+        return env.started(f"umask 077\nmkdir -p {d} && chmod 700 {d} || exit 1\n{self._enter(env)}"
                            f"if kill -0 $(cat {d}/{role}.pid 2>/dev/null) 2>/dev/null; then echo 'already running' >&2; exit 3; fi\n"
-                           f"setsid nohup {shlex.join(argv)} > {d}/{role}.log 2>&1 < /dev/null &\n"
+                           f"{keep_host_output(role)} || exit 1\n"
+                           f"setsid nohup {shlex.join(argv)} > {output_fifo(role)} 2>&1 < /dev/null &\n"
                            f"echo $! > {d}/{role}.pid")
 
     def start_main(self, argv: Sequence[str], env: NodeEnv) -> Command:
@@ -240,7 +245,13 @@ class HostRuntime(Runtime):
         return Command(f"kill -0 $(cat {shell_path(SERVE_STATE_DIR)}/{role}.pid 2>/dev/null) 2>/dev/null")
 
     def logs(self, role: str, lines: int, follow: bool) -> Command:
-        return Command(f"tail -n {lines}{' -f' if follow else ''} {shell_path(SERVE_STATE_DIR)}/{role}.log 2>&1")
+        # The kept log is <role>.log and, once its keeper rotated, the chunk before it in <role>.log.1; followed by
+        # name across a rotation.
+        log = kept_log(role)
+        if follow:
+            return Command(f"tail -n {lines} -F {log} 2>&1")
+        return Command(f"if [ -e {log}.1 ]; then cat {log}.1 {log} 2>/dev/null | tail -n {lines}; "
+                       f"else tail -n {lines} {log} 2>&1; fi")
 
     def stop_vllm(self) -> Command:
         d = shell_path(SERVE_STATE_DIR)
@@ -259,9 +270,11 @@ class HostRuntime(Runtime):
                     f"rm -f {d}/$r.pid")
         ray = f"{shell_path(self.python_env or '/nonexistent')}/bin/ray"  # no env: no Ray of ours to stop
         raylet = "pgrep -u \"$(id -u)\" -f 'ray/core/src/ray/(raylet|gcs)' >/dev/null 2>&1"
+        # Each keeper ends by itself once its process is gone and the last lines are kept; a stuck one is stopped.
+        keepers = "; ".join(stop_keeper(role, KEEPER_STOP_S, host=True) for role in KEPT_ROLES)
         return Command(f"for r in router vllm main; do {stop_one}; done; "
                        f"if [ -x {ray} ] && {raylet}; then {ray} stop --force >/dev/null 2>&1; "
-                       f"{_wait_while(raylet, KILL_WAIT_S)}; echo ray; fi; true")
+                       f"{_wait_while(raylet, KILL_WAIT_S)}; echo ray; fi; {keepers}; true")
 
 
 def _wait_while(condition: str, seconds: int) -> str:

@@ -17,12 +17,15 @@ from sparkcluster.serving.keptlog import (
     GONE_NOTICE,
     container_output,
     file_output,
+    keep_host_output,
     keep_output,
     logs_or_kept,
+    output_fifo,
     stop_keeper,
 )
 from sparkcluster.serving.launch import docker_run_line
 from sparkcluster.serving.lifecycle import diagnosis
+from sparkcluster.serving.record import ServeRecord, write_record
 from sparkcluster.serving.runtime import DockerRuntime, HostRuntime, NodeEnv, RuntimeChoice
 
 ENV = NodeEnv("~/.config/sparkcluster/comm.env", {"HF_HUB_OFFLINE": "1"})
@@ -52,21 +55,28 @@ def test_the_container_starts_with_eugrs_exact_line_then_its_keeper():
                       + keep_output(container_output("vllm_router"), "router"))
 
 
-def test_the_keeper_is_detached_bounded_and_writes_where_the_host_runtime_does():
+def test_the_keeper_is_private_detached_bounded_and_writes_where_the_host_runtime_does():
     keeper = keep_output(container_output("vllm_node"), "main")
     assert keeper == (
-        'mkdir -p "$HOME"/.cache/sparkcluster/serve && { k=$(cat "$HOME"/.cache/sparkcluster/serve/main.keeper.pid '
+        'umask 077 && mkdir -p "$HOME"/.cache/sparkcluster/serve && chmod 700 "$HOME"/.cache/sparkcluster/serve && '
+        '{ k=$(cat "$HOME"/.cache/sparkcluster/serve/main.keeper.pid '
         '2>/dev/null); if [ -n "$k" ]; then if ps -ww -o args= -p "$k" 2>/dev/null | grep -qF '
         "'sparkcluster/serve/main.log'; then kill -- -\"$k\" 2>/dev/null; fi; fi; "
-        'rm -f "$HOME"/.cache/sparkcluster/serve/main.keeper.pid; rm -f "$HOME"/.cache/sparkcluster/serve/main.log.1; '
+        'rm -f "$HOME"/.cache/sparkcluster/serve/main.keeper.pid; rm -f "$HOME"/.cache/sparkcluster/serve/main.log '
+        '"$HOME"/.cache/sparkcluster/serve/main.log.1; '
         ': > "$HOME"/.cache/sparkcluster/serve/main.log; setsid nohup sh -c \'docker logs -f vllm_node 2>&1 | '
         "SHELL=/bin/sh split -a 12 -b 8388608 --filter '\"'\"'if [ -s \"$HOME\"/.cache/sparkcluster/serve/main.log ]; "
         'then mv -f "$HOME"/.cache/sparkcluster/serve/main.log "$HOME"/.cache/sparkcluster/serve/main.log.1; fi; '
         "exec cat > \"$HOME\"/.cache/sparkcluster/serve/main.log'\"'\"'' > /dev/null 2>&1 < /dev/null & "
         'echo $! > "$HOME"/.cache/sparkcluster/serve/main.keeper.pid; }')
-    # The host runtime's log of the same role is the same file; its pid file is not the keeper's.
-    assert HostRuntime("/v").logs("main", 5, False).script == 'tail -n 5 "$HOME"/.cache/sparkcluster/serve/main.log 2>&1'
+    # The host runtime's log of the same role is the same file, read with the chunk before it; its keeper's pid file
+    # is not the containers' keepers' (down stops those first, while a host process still writes into its own).
+    assert HostRuntime("/v").logs("main", 5, False).script == (
+        'if [ -e "$HOME"/.cache/sparkcluster/serve/main.log.1 ]; then cat "$HOME"/.cache/sparkcluster/serve/main.log.1 '
+        '"$HOME"/.cache/sparkcluster/serve/main.log 2>/dev/null | tail -n 5; '
+        'else tail -n 5 "$HOME"/.cache/sparkcluster/serve/main.log 2>&1; fi')
     assert "main.keeper.pid" not in HostRuntime("/v").stop_all().script
+    assert "main.host-keeper.pid" not in DockerRuntime("vllm-node").stop_all().script
 
 
 def test_logs_read_the_container_while_it_exists_else_the_kept_log_saying_so():
@@ -129,6 +139,7 @@ def test_the_kept_log_holds_the_containers_last_output_within_its_bound(tmp_path
     kept = tmp_path / ".cache/sparkcluster/serve"
     log, older = kept / "main.log", kept / "main.log.1"
     assert older.stat().st_size == chunk and 0 < log.stat().st_size <= chunk  # 288,894 bytes came: two chunks stay
+    assert _mode(kept) == 0o700 and _mode(log) == _mode(older) == 0o600  # K1: private
     assert (older.read_text() + log.read_text()).splitlines()[-1] == "50000"
     shown = _sh(DockerRuntime("vllm-node").logs("main", 3, follow=False).script, env)
     assert shown == f"{GONE_NOTICE}\n49998\n49999\n50000\n"
@@ -215,3 +226,90 @@ def test_a_failed_start_whose_container_is_gone_is_told_by_the_kept_logs_first_e
     assert found.cause.endswith("(spark-2's vLLM log)"), found.cause
     assert found.fix.endswith("the whole log, kept on the node after serve stopped the container: "
                                 "`sparkcluster logs --node spark-2 -n 1000`"), found.fix
+
+
+def _host_node(tmp_path: Path) -> tuple[HostRuntime, NodeEnv, dict[str, str], Path]:
+    """A node of the host runtime in tmp_path: its python_env, its comm env file, and a state directory and log left
+    by a serve from before this was private (0755, 0644)."""
+    (tmp_path / "venv/bin").mkdir(parents=True)
+    (tmp_path / "c.env").write_text("NCCL_DEBUG=INFO\n")
+    state = tmp_path / ".cache/sparkcluster/serve"
+    state.mkdir(parents=True)
+    state.chmod(0o755)
+    (state / "main.log").write_text("the last serve's output\n")
+    (state / "main.log").chmod(0o644)
+    env = {"HOME": str(tmp_path), "PATH": os.environ["PATH"], "SHELL": "/bin/sh"}
+    return HostRuntime(str(tmp_path / "venv")), NodeEnv("~/c.env"), env, state
+
+
+def _mode(path: Path) -> int:
+    return path.stat().st_mode & 0o777
+
+
+def test_the_host_runtimes_output_goes_through_its_keeper_into_a_private_log(tmp_path):
+    """Issue 46, F7 (K1, K3): with the host runtime the process's output went `> main.log`, 0644 in a 0755 folder and
+    with no bound. Now its pid file still names the process (stop, alive), its output and errors reach main.log
+    through the keeper, the state folder is 0700 and every file in it 0600, and no fifo is left once both opened it."""
+    runtime, env, node, state = _host_node(tmp_path)
+    start = runtime.start_main(["sh", "-c", "echo started; echo 'ERROR its last words' >&2; exec sleep 60"], env)
+    _sh(start.script, node)
+    process = int((state / "main.pid").read_text())
+    keeper = int((state / "main.host-keeper.pid").read_text())
+    try:
+        assert _running(process) and _running(keeper) and process != keeper
+        assert subprocess.run(["bash", "-c", runtime.alive("main").script], env=node).returncode == 0
+        deadline = time.monotonic() + 10
+        while "ERROR" not in (state / "main.log").read_text() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _sh(runtime.logs("main", 5, follow=False).script, node) == "started\nERROR its last words\n"
+        assert not (state / "main.fifo").exists()
+        assert _mode(state) == 0o700 and {p.name: _mode(p) for p in state.iterdir()} == {
+            "main.log": 0o600, "main.pid": 0o600, "main.host-keeper.pid": 0o600}
+    finally:
+        stopped = _sh(runtime.stop_all().script, node)
+    assert stopped == "main\n" and _ended(process, 5) and _ended(keeper, 10), "down left the process or its keeper"
+    assert not (state / "main.host-keeper.pid").exists()
+    assert (state / "main.log").read_text() == "started\nERROR its last words\n"
+
+
+def test_the_host_runtimes_kept_log_is_bounded_and_read_across_its_rotation(tmp_path):
+    """K3: an unauthenticated client grew main.log 19 KB -> 18 MB in 2.4 s. The keeper of a process writing 288,894
+    bytes keeps the last one to two chunks (4 KiB here), both private; logs reads the last lines across the two."""
+    runtime, _, node, state = _host_node(tmp_path)
+    chunk = 4096
+    _sh(f"{keep_host_output('main', chunk_bytes=chunk)} || exit 1\nseq 1 50000 > {output_fifo('main')}", node)
+    assert _ended(int((state / "main.host-keeper.pid").read_text())), "the keeper did not end with its writer"
+    log, older = state / "main.log", state / "main.log.1"
+    assert older.stat().st_size == chunk and 0 < log.stat().st_size <= chunk
+    assert _mode(log) == _mode(older) == 0o600 and _mode(state) == 0o700
+    assert _sh(runtime.logs("main", 3, follow=False).script, node) == "49998\n49999\n50000\n"
+    lines = (older.read_text() + log.read_text()).splitlines()
+    assert lines[-1] == "50000" and len(lines) < 2 * chunk // 6 + 2  # the last ones only
+
+
+class _Head:
+    """The head's transport as write_record uses it: what it ran, and each file written with its mode."""
+
+    def __init__(self) -> None:
+        self.ran: list[str] = []
+        self.written: dict[str, int] = {}
+
+    def run(self, command: Command) -> Result:
+        self.ran.append(command.script)
+        return Result(command, 0, "", "", 0.0)
+
+    def write_file_atomic(self, path: str, content: bytes, mode: int) -> None:
+        self.written[path] = mode
+
+    def close(self) -> None:
+        pass
+
+
+def test_the_serve_record_is_written_private_in_a_private_folder():
+    """K1: ~/.config/sparkcluster/serve.json was 0644 (any local user read the command and flags served)."""
+    head = _Head()
+    session = Session(Inventory(Path("inv.yml"), "t", (Host("spark-1", "10.0.0.1", "head"),), {}),
+                      {"spark-1": head})  # type: ignore[dict-item]
+    write_record(session, ServeRecord("docker", "ray", "vllm-node", ("spark-1",)))
+    assert head.ran == ["mkdir -p .config/sparkcluster && chmod 700 .config/sparkcluster"]
+    assert head.written == {".config/sparkcluster/serve.json": 0o600}

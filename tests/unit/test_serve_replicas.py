@@ -141,7 +141,7 @@ def test_each_replica_is_its_own_engine_on_its_port_and_the_router_fronts_them_o
     # vLLM alone on each node (no Ray, no --nnodes: a replica of one node), each on its loopback behind the key guard
     # at its own port (issue 46, F1: vLLM's /invocations needs no key)
     assert ("vllm serve org/m --tensor-parallel-size 1 --host 127.0.0.1 --port 28001 --served-model-name m "
-            "--max-model-len 512 > \"$HOME\"/.cache/sparkcluster/serve/main.log") in commands["spark-1"].script
+            "--max-model-len 512 > \"$HOME\"/.cache/sparkcluster/serve/main.fifo") in commands["spark-1"].script
     assert " --listen 0.0.0.0:8001 --upstream 28001 -- vllm serve" in commands["spark-1"].script
     assert "--port 28002" in commands["spark-2"].script and "--distributed-executor-backend" not in commands["spark-2"].script
     router = router_command(session, runtime, NODES, placements, args)
@@ -149,7 +149,7 @@ def test_each_replica_is_its_own_engine_on_its_port_and_the_router_fronts_them_o
     assert (" --listen 0.0.0.0:8000 --upstream 28000 -- vllm-router --host 127.0.0.1 --port 28000 --worker-urls "
             "http://10.77.0.11:8001 http://10.77.0.12:8002 --policy round_robin --health-check-interval-secs 5 "
             "--health-failure-threshold 2 --worker-startup-check-interval 1 > \"$HOME\"/.cache/sparkcluster/serve/"
-            "router.log") in router["spark-1"].script
+            "router.fifo") in router["spark-1"].script
 
 
 def test_replicas_of_two_nodes_rank_inside_each_replica():
@@ -161,7 +161,7 @@ def test_replicas_of_two_nodes_rank_inside_each_replica():
 def test_the_router_is_a_process_each_runtime_starts_watches_and_stops_like_vllm():
     host = HostRuntime("/v")
     assert host.start_router(["vllm-router", "--port", "8000"], ENV).script.endswith(
-        "setsid nohup vllm-router --port 8000 > \"$HOME\"/.cache/sparkcluster/serve/router.log 2>&1 < /dev/null &\n"
+        "setsid nohup vllm-router --port 8000 > \"$HOME\"/.cache/sparkcluster/serve/router.fifo 2>&1 < /dev/null &\n"
         "echo $! > \"$HOME\"/.cache/sparkcluster/serve/router.pid")
     assert host.alive("router") == Command("kill -0 $(cat \"$HOME\"/.cache/sparkcluster/serve/router.pid 2>/dev/null) 2>/dev/null")
     assert "for r in router vllm main; do" in host.stop_all().script

@@ -18,7 +18,7 @@ from sparkcluster.engine.session import Session
 from sparkcluster.nccl.verdict import Verdict, VerdictStatus
 from sparkcluster.nccl.verifyresult import VerifyResult
 from sparkcluster.serving import phases
-from sparkcluster.serving.keptlog import container_output, file_output, keep_output, logs_or_kept
+from sparkcluster.serving.keptlog import container_output, file_output, keep_host_output, keep_output, logs_or_kept
 from sparkcluster.serving.launch import Node, ServeArgs
 from sparkcluster.serving.lifecycle import ray_commands, running_current, vllm_commands
 from sparkcluster.serving.nodes import node_env
@@ -68,13 +68,15 @@ def test_host_runtime_commands_source_the_comm_env_then_the_fixed_env():
     host = HostRuntime("/opt/venv")
     start = host.start_main(["ray", "start", "--block"], NodeEnv("~/c.env", {"B": "two words", "A": "1"}))
     assert start.script.splitlines() == [
-        'mkdir -p "$HOME"/.cache/sparkcluster/serve || exit 1',
+        "umask 077",  # the log and the files beside it private (issue 46, F7): test_serve_kept_log.py
+        'mkdir -p "$HOME"/.cache/sparkcluster/serve && chmod 700 "$HOME"/.cache/sparkcluster/serve || exit 1',
         "cd || exit 1",
         'set -a; . "$HOME"/c.env || exit 1; set +a',
         "export PATH=/opt/venv/bin:\"$PATH\" A=1 B='two words'",
         'if kill -0 $(cat "$HOME"/.cache/sparkcluster/serve/main.pid 2>/dev/null) 2>/dev/null; then '
         "echo 'already running' >&2; exit 3; fi",
-        'setsid nohup ray start --block > "$HOME"/.cache/sparkcluster/serve/main.log 2>&1 < /dev/null &',
+        f"{keep_host_output('main')} || exit 1",
+        'setsid nohup ray start --block > "$HOME"/.cache/sparkcluster/serve/main.fifo 2>&1 < /dev/null &',
         'echo $! > "$HOME"/.cache/sparkcluster/serve/main.pid']
     assert host.alive("vllm") == Command('kill -0 $(cat "$HOME"/.cache/sparkcluster/serve/vllm.pid 2>/dev/null) 2>/dev/null')
 
