@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import urllib.error
-import urllib.request
 from array import array
 from pathlib import Path
 from typing import Any
 
 from ..engine.localfiles import write_text
+from ..observe.bounded import request
 from ..observe.scrape import SCRAPE_TIMEOUT_S
 from . import prompts
 from .corpus import Corpus
@@ -60,10 +59,10 @@ def corpus_digest(corpus: Corpus) -> str:
 def endpoint_version(base_url: str) -> str | None:
     """What the endpoint's /version says (vLLM's release), None where it says nothing readable."""
     url = base_url.rstrip("/").removesuffix("/v1") + "/version"
+    answer = request(url, timeout_s=SCRAPE_TIMEOUT_S, limit_bytes=4096)  # the whole GET within the bound
     try:
-        with urllib.request.urlopen(url, timeout=SCRAPE_TIMEOUT_S) as response:
-            doc = json.loads(response.read(4096))
-    except (urllib.error.URLError, OSError, ValueError):
+        doc = json.loads(answer.body) if answer.status == 200 else None
+    except ValueError:
         return None
     version = doc.get("version") if isinstance(doc, dict) else None
     return version if isinstance(version, str) else None

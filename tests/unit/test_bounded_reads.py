@@ -16,6 +16,7 @@ from typing import TypeVar
 import pytest
 from rich.console import Console
 
+from sparkcluster.bench.receipts import endpoint_version
 from sparkcluster.engine.inventory import Host, Inventory
 from sparkcluster.engine.session import Session
 from sparkcluster.observe.bounded import request
@@ -141,3 +142,11 @@ def test_top_url_once_ends_within_the_bound_and_names_the_endpoint(server, why, 
     assert endpoint == {"metrics_url": f"http://127.0.0.1:{port}/metrics", "error": f"/metrics {why}",
                         "figures": None}
     assert took < 2 * SCRAPE_TIMEOUT_S + 15, took  # the CLI's start, and two GETs within their bound
+
+
+def test_bench_asks_an_endpoints_version_within_the_bound(trickle, endless):
+    """`bench --url`'s receipt asks /version (its cap was 4096 bytes, its timeout each read's): None within 5 s."""
+    assert within(SCRAPE_TIMEOUT_S, lambda: endpoint_version(f"http://127.0.0.1:{trickle}/v1"))[0] is None
+    assert within(SCRAPE_TIMEOUT_S, lambda: endpoint_version(f"http://127.0.0.1:{endless}/v1"))[0] is None
+    with running_server("tests.hostile_server") as port:  # a healthy /version beside the hostile routes
+        assert endpoint_version(f"http://127.0.0.1:{port}/any/v1") == "hostile"
