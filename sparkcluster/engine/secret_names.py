@@ -30,10 +30,10 @@ _SECRET_ANYWHERE = re.compile(r"passw|secret|credential", re.IGNORECASE)
 # Whole names that merely look like a secret's: the shell's working folders, and a bare `key` (a key/value pair's
 # key, sparkcluster's own `key:` path to the SSH key, comm.env's "KEY=value lines" comment).
 _NOT_SECRETS = frozenset({"pwd", "oldpwd", "key", "keys"})
-# Words that, right after a secret word, make the name a measure or an index of it (a threshold of tokens, token
-# ids, a key's id), and `per` right before one (experts per token).
-_MEASURES = frozenset({"threshold", "thresholds", "id", "ids", "num", "prob", "budget", "budgets", "count", "limit",
-                       "size", "len", "length"})
+# Words that, right after a secret word, make the name a measure of it (a threshold of tokens, token ids), and `per`
+# right before one (experts per token). Not `id`: AWS_ACCESS_KEY_ID is kept as the credential it is half of.
+_MEASURES = frozenset({"threshold", "thresholds", "ids", "num", "prob", "budget", "budgets", "count", "limit", "size",
+                       "len", "length"})
 
 
 def is_secret_name(name: str) -> bool:

@@ -99,7 +99,7 @@ def test_a_measure_of_tokens_is_no_secret_and_a_secret_word_still_is():
                  "encoder-cudagraph-token-budgets", "suffix-decoding-min-token-prob", "max_num_batched_tokens"):
         assert not is_secret_name(name), name
     for name in ("HF_TOKEN", "HF_TOKEN_2", "hf-token", "api-key", "X-Auth-Token", "OPENAI_API_KEY", "PGPASSWORD",
-                 "ansible_become_pass", "s3-secret-access-key", "SECRET_KEY_BASE"):
+                 "ansible_become_pass", "s3-secret-access-key", "SECRET_KEY_BASE", "AWS_ACCESS_KEY_ID"):
         assert is_secret_name(name), name
     assert masked_argv(["--set", "api_key=K", "--hf-token", "--enforce-eager", "--x", "1"]) == (
         "--set", f"api_key={MASKED}", "--hf-token", "--enforce-eager", "--x", "1")
