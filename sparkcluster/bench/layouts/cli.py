@@ -56,7 +56,8 @@ def add_flags(p: argparse.ArgumentParser) -> None:
                    help="tp, pp and/or replicas (space- or comma-separated): serve each on the selected nodes (TP = "
                         "the nodes, PP = the nodes, one replica per node behind the router), measure it with the "
                         "sweep's flags, and print them side by side with the best layout per concurrency marked. "
-                        "--model is then the model to serve; extra vLLM flags go after --. The results and the "
+                        "--model is then the model to serve (default: the recipe's, else the inventory's first `models:` "
+                        "entry, as serve's); extra vLLM flags go after --. The results and the "
                         f"resume state go to --out DIR (default ./{DEFAULT_OUT}): the same command again measures "
                         "only the layouts not measured yet")
     g.add_argument("--recipe", help="with --layouts: the recipe to serve, as serve's --recipe")
