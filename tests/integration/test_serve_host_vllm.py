@@ -113,6 +113,10 @@ def serves_tp2_on_the_fabric(c: SimCluster, doc: dict, rank_process: str, api_ke
                       timeout=60, api_key=api_key)
     assert code == 200, text
     assert json.loads(text)["usage"]["completion_tokens"] == 8
+    # issue 46, F1: one engine's vLLM behind the key guard (failed before: /invocations generated, 200, keyless)
+    assert http(f"http://{head.mgmt_ip}:8000/invocations", {"model": MODEL, "prompt": "x", "max_tokens": 2},
+                timeout=30, api_key=api_key)[0] == 404
+    assert http(f"http://{head.mgmt_ip}:28000/health", None, timeout=10)[0] == 0  # vLLM's own port: the head's only
     assert rank_process in processes(c, "spark-1") and rank_process in processes(c, "spark-2")
     fabric = {head.fabric_ips[0], worker.fabric_ips[0]}
     worker_conns = [(lo, peer, p) for lo, peer, p in connections(c, "spark-2") if peer not in ("127.0.0.1", "::1")]
