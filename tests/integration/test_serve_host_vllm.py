@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import shlex
 import subprocess
 import sys
@@ -571,9 +572,37 @@ def test_a_registry_recipe_by_file_serves_on_one_node_with_its_mod_and_no_ray(cl
         assert vllm and "raylet" not in running and "gcs_server" not in running, running
         assert not [w for w in ("--distributed-executor-backend", "--nnodes", "--master-addr") if w in vllm[0]], vllm
         assert "vllm serve" not in processes(cluster, "spark-2")
+        the_logs_are_private_and_bounded_after_a_flood(cluster, vllm[0])
     finally:
         down = sc(cluster, "down", "--limit", "spark-1", "--json")
     assert down.returncode == 0, down.stderr
+    assert "split -a 12" not in processes(cluster, "spark-1")  # down left no keeper
+
+
+FLOOD_REQUESTS, FLOOD_PATH_BYTES = 1300, 15_000  # 19.6 MB of vLLM's access log: past the kept 8 to 16 MiB
+
+
+def the_logs_are_private_and_bounded_after_a_flood(c: SimCluster, vllm: str) -> None:
+    """Issue 46, F7: the log (K1: it may hold clients' prompts) and the record are private, and (K3) a flood of
+    access-log lines, 1300 GETs of 15 KB paths to vLLM's own port as any local user may send them (18 MB in 2.4 s
+    before, no bound), leaves the last 8 to 16 MiB kept, read by `logs` up to the flood's last line."""
+    host = next(iter(re.findall(r"--host (\S+)", vllm)), "0.0.0.0")
+    address = "127.0.0.1" if host in ("0.0.0.0", "::") else host
+    port = int(re.findall(r"--port (\d+)", vllm)[-1])
+    flood = (f"import http.client\nc = http.client.HTTPConnection({address!r}, {port})\n"
+             f"for i in range({FLOOD_REQUESTS}):\n"
+             f"    c.request('GET', '/' + 'A' * {FLOOD_PATH_BYTES} + '-flood-' + str(i)); c.getresponse().read()\n")
+    c.exec_in("spark-1", ["python3", "-c", flood], check=True, timeout=300)
+    state = ".cache/sparkcluster/serve"
+    listing = ssh(c, "spark-1", f"sleep 1; stat -c '%a %s %n' {state} {state}/main.log {state}/main.log.1 "
+                                ".config/sparkcluster .config/sparkcluster/serve.json").stdout
+    seen = {name: (mode, int(size)) for mode, size, name in (line.split(" ", 2) for line in listing.splitlines())}
+    assert {name: mode for name, (mode, _) in seen.items()} == {
+        state: "700", f"{state}/main.log": "600", f"{state}/main.log.1": "600", ".config/sparkcluster": "700",
+        ".config/sparkcluster/serve.json": "600"}, listing
+    assert seen[f"{state}/main.log.1"][1] == 8 << 20 and seen[f"{state}/main.log"][1] <= 8 << 20, listing
+    shown = sc(c, "logs", "--node", "spark-1", "-n", "3")
+    assert shown.returncode == 0 and f"-flood-{FLOOD_REQUESTS - 1} " in shown.stdout, shown.stdout[-500:]
 
 
 def test_a_vllm_that_fails_at_start_is_told_by_its_own_reason(cluster):
