@@ -16,6 +16,7 @@ from typing import Any
 from .. import __version__
 from ..engine.scrub import Scrubber
 from ..engine.secret_names import MASKED, is_secret_name
+from . import receipt_shape
 from .receipt_metrics import EngineDeltas
 
 RECEIPT_VERSION = 1
@@ -127,6 +128,7 @@ class Receipt:
         if version not in READABLE_VERSIONS:
             raise ValueError(f"receipt version {version!r}; this sparkcluster reads "
                              f"{', '.join(map(str, READABLE_VERSIONS))}")
+        receipt_shape.check(doc)  # someone else's file: each field of the kind it must be, or named here
         try:
             engine = dict(doc["engine"])
             recipe = engine.pop("recipe", None)
