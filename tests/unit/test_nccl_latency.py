@@ -180,7 +180,7 @@ def test_strict_makes_a_warn_exit_1(monkeypatch, capsys, status, strict, code):
     monkeypatch.setattr(nccl_cli, "run_verify", lambda session, **kwargs: result)
 
     @contextmanager
-    def connect(args):
+    def connect(args, check=None):  # verify hands connect its one-node check (before connecting)
         yield None
 
     args = argparse.Namespace(backend="auto", sizes=None, min_busbw=None, twins=True, json=True, strict=strict)

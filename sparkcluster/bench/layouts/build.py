@@ -21,10 +21,9 @@ def served_vllm(session: Session, chosen: RuntimeChoice) -> str | None:
     _, runtime = recorded(session, chosen)
     head = session.head
     try:
-        on_head = runtime.on(head)
+        command = runtime.on(head).run_in_env(VERSION_ARGV, node_env(session.inventory, head))
     except UsageError:  # the inventory no longer says where the host runtime's environment is
         return None
-    command = on_head.run_in_env(VERSION_ARGV, node_env(session.inventory, head))
     result = session.run(head, replace(command, timeout=60))
     lines = result.stdout.strip().splitlines() if result.ok else []
     return lines[-1].strip() if lines else None
