@@ -22,6 +22,7 @@ CONTAINER = "vllm_node"
 DEFAULT_IMAGE = "vllm-node"
 RAY_PORT = 6379
 DASHBOARD_PORT = 8265
+DASHBOARD_HOST = "127.0.0.1"
 DEFAULT_VLLM_PORT = 8000
 NATIVE_MASTER_PORT = 29501  # eugr's default master port for vLLM's own multi-node mode (no Ray)
 CONTAINER_HF_HOME = "/root/.cache/huggingface"
@@ -48,8 +49,11 @@ def ray_start_argv(node: Node, num_gpus: int | None = None) -> list[str]:
     """eugr's run-cluster-node.sh `exec ray start` lines, in the foreground (--block) so the container or
     process lives exactly as long as Ray does. `num_gpus` only where Ray cannot detect the GPU itself."""
     if node.is_head:
+        # eugr's line but for one word: his dashboard listens on 0.0.0.0, and Ray's dashboard takes jobs (code to
+        # run on every node) from anyone who reaches it, with no key. On the head's loopback it is reached as his
+        # notes reach it anyway, through an SSH tunnel (`ssh -L 8265:127.0.0.1:8265 HEAD`).
         argv = ["ray", "start", "--block", "--head", "--port", str(RAY_PORT), "--node-ip-address", node.ip,
-                "--include-dashboard=True", "--dashboard-host", "0.0.0.0", "--dashboard-port", str(DASHBOARD_PORT),
+                "--include-dashboard=True", "--dashboard-host", DASHBOARD_HOST, "--dashboard-port", str(DASHBOARD_PORT),
                 "--disable-usage-stats"]
     else:
         argv = ["ray", "start", "--block", f"--address={node.head_ip}:{RAY_PORT}", "--node-ip-address", node.ip]

@@ -135,11 +135,13 @@ def test_two_nodes_reproduce_eugrs_container_and_serve(two):
         pid1 = ssh(two, host.name, "docker exec vllm_node cat /proc/1/cmdline").stdout.replace("\0", " ")
         if host is head:
             assert (f"ray start --block --head --port 6379 --node-ip-address {head_ip} --include-dashboard=True "
-                    "--dashboard-host 0.0.0.0 --dashboard-port 8265 --disable-usage-stats") in pid1
+                    "--dashboard-host 127.0.0.1 --dashboard-port 8265 --disable-usage-stats") in pid1
         else:
             assert f"ray start --block --address={head_ip}:6379 --node-ip-address {worker_ip}" in pid1
     listening = ssh(two, head.name, "ss -ltn").stdout
-    assert ":6379 " in listening and ":8265 " in listening and ":8000 " in listening
+    assert ":6379 " in listening and ":8000 " in listening
+    # Ray's dashboard takes jobs from whoever reaches it: the head's loopback only (an SSH tunnel), not the LAN.
+    assert "127.0.0.1:8265 " in listening and "0.0.0.0:8265 " not in listening and "*:8265 " not in listening
 
     # Ray: every node on its fabric address with one GPU; the TP ranks' bundles on distinct nodes.
     status = json.loads(sc(two, "status", "--json").stdout)

@@ -27,7 +27,7 @@ WORKER = Node("spark-2", 1, "192.168.177.12", "192.168.177.11")
 def test_ray_start_lines_are_eugrs_exactly():
     assert shlex.join(ray_start_argv(HEAD)) == (
         "ray start --block --head --port 6379 --node-ip-address 192.168.177.11 --include-dashboard=True "
-        "--dashboard-host 0.0.0.0 --dashboard-port 8265 --disable-usage-stats")
+        "--dashboard-host 127.0.0.1 --dashboard-port 8265 --disable-usage-stats")
     assert shlex.join(ray_start_argv(WORKER)) == (
         "ray start --block --address=192.168.177.11:6379 --node-ip-address 192.168.177.12")
     assert ray_start_argv(WORKER, num_gpus=1)[-2:] == ["--num-gpus", "1"]

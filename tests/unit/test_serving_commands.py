@@ -115,7 +115,7 @@ def test_cluster_start_commands_give_each_node_its_own_address_and_env():
     assert list(ray) == ["spark-1", "spark-2"]
     kept = f" && {keep_output(container_output('vllm_node'), 'main')}"  # after eugr's line, the keeper of its output
     assert ray["spark-1"].script.endswith("vllm-node ray start --block --head --port 6379 --node-ip-address "
-                                          "192.168.177.11 --include-dashboard=True --dashboard-host 0.0.0.0 "
+                                          "192.168.177.11 --include-dashboard=True --dashboard-host 127.0.0.1 "
                                           "--dashboard-port 8265 --disable-usage-stats" + kept)
     assert ray["spark-2"].script.endswith("ray start --block --address=192.168.177.11:6379 --node-ip-address "
                                           "192.168.177.12" + kept)
