@@ -10,7 +10,6 @@ which bound it met. No redirect is followed and no proxy is used: these are read
 
 from __future__ import annotations
 
-import base64
 import http.client
 import io
 import socket
@@ -19,7 +18,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, cast
-from urllib.parse import unquote, urlsplit
+from urllib.parse import urlsplit
 
 
 @dataclass(frozen=True)
@@ -38,8 +37,7 @@ class Answer:
 def request(url: str, *, timeout_s: float, limit_bytes: int, data: bytes | None = None,
             headers: Mapping[str, str] | None = None) -> Answer:
     """GET `url` (POST `data` where given), the answer whole within `timeout_s` from now and `limit_bytes` of body at
-    most. Never raises: every failure is the answer's error. A user:password in the address is sent as Basic auth
-    (and is in no error)."""
+    most. Never raises: every failure is the answer's error."""
     deadline = time.monotonic() + timeout_s
     parts = urlsplit(url)
     try:
@@ -48,10 +46,9 @@ def request(url: str, *, timeout_s: float, limit_bytes: int, data: bytes | None 
         return Answer(0, error="the address's port is not a number")
     if parts.scheme not in ("http", "https") or not parts.hostname:
         return Answer(0, error="the address is not http(s)://HOST[:PORT]/...")
+    if parts.username is not None:  # --url refuses one before this (observe/endpoint.py); nothing else gives one
+        return Answer(0, error="the address holds a user or password, which is sent nowhere")
     sent = dict(headers or {})
-    if parts.username is not None and "Authorization" not in sent:
-        pair = f"{unquote(parts.username)}:{unquote(parts.password or '')}".encode()
-        sent["Authorization"] = "Basic " + base64.b64encode(pair).decode()
     kind = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
     connection = kind(parts.hostname, port, timeout=timeout_s)
     target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")

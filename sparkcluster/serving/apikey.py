@@ -3,8 +3,9 @@ node to read; vLLM reads the same key from VLLM_API_KEY (vllm/entrypoints/serve/
 --api-key, else VLLM_API_KEY), so serve takes the flag off vLLM's line and hands the key over as that variable,
 which travels on stdin as every secret of the serving env does (serving/runtime.py:NodeEnv).
 
-The clients (serve's readiness, `status`, `bench`) send it as `Authorization: Bearer KEY`; vLLM guards /v1 with
-it (not /health, /metrics nor /version), and answers 401 without it, which they name as what it is.
+The clients (serve's readiness, `status`, `bench`) send it as `Authorization: Bearer KEY`; the key guard in front of
+vLLM (serving/keyguard.py) checks it on every path but /health, /metrics and /version, and answers 401 without it,
+which they name as what it is.
 
 Every other secret vLLM takes by flag goes the same way: `--hf-token T` leaves the line for HF_TOKEN (vLLM hands the
 Hugging Face hub no token of its own then, and the hub reads that variable), so no secret is on a node's process list,
