@@ -38,7 +38,7 @@ class Wing:
 
 
 WINGS: tuple[Wing, ...] = (
-    Wing("sparkcluster.bootstrap_cli", (
+    Wing("sparkcluster.bootstrap.cli", (
         ("facts", "gather and show each host's facts"),
         ("bootstrap", "preflight and provision every node (idempotent)"),
         ("run", "run a playbook"),

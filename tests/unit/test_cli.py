@@ -43,7 +43,7 @@ def _modules_after(argv: list[str]) -> set[str]:
 
 HEAVY = {"paramiko", "fabric", "aiohttp", "matplotlib", "tokenizers", "yaml", "jinja2"}
 WING_MODULES = {"sparkcluster.serving", "sparkcluster.bench", "sparkcluster.staging", "sparkcluster.nccl",
-                "sparkcluster.sim", "sparkcluster.node", "sparkcluster.bootstrap_cli"}
+                "sparkcluster.sim", "sparkcluster.node", "sparkcluster.bootstrap"}
 
 
 def test_help_imports_no_wing_and_nothing_heavy() -> None:
@@ -57,7 +57,7 @@ def test_help_imports_no_wing_and_nothing_heavy() -> None:
 
 def test_bootstrap_imports_its_wing_only() -> None:
     loaded = _modules_after(["bootstrap", "--help"])
-    assert "sparkcluster.bootstrap_cli" in loaded
+    assert "sparkcluster.bootstrap.cli" in loaded
     # What bootstrap runs on is imported when it runs, not for its --help.
     assert not loaded & {"sparkcluster.node.steps", "yaml", "jinja2", "rich", "paramiko", "fabric"}
     assert not loaded & {"aiohttp", "matplotlib", "tokenizers", "sparkcluster.serving", "sparkcluster.bench",

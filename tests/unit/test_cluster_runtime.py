@@ -15,7 +15,7 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
-from sparkcluster import bootstrap_cli
+from sparkcluster.bootstrap import cli as bootstrap_cli
 from sparkcluster.doctor import cli as doctor_cli
 from sparkcluster.doctor.run import missing_image
 from sparkcluster.engine.errors import UsageError

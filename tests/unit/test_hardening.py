@@ -18,7 +18,8 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sparkcluster import bootstrap_cli, cli
+from sparkcluster import cli
+from sparkcluster.bootstrap import cli as bootstrap_cli
 from sparkcluster.engine import session as session_module
 from sparkcluster.engine.command import ENV_NAME, Command
 from sparkcluster.engine.errors import EXIT_USAGE, SparkclusterError, UsageError

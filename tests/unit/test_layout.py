@@ -1,10 +1,12 @@
 """The package's wings and the one direction their imports run (README "Layout"):
 
-    cli -> (bench, doctor) -> serving -> (recipes, observe, nccl, staging) -> node -> engine;   sim -> engine
+    cli -> (bench, doctor, bootstrap) -> serving -> (recipes, observe, nccl, staging) -> node -> engine;
+    sim -> engine
 
 recipes knows no node (a file or @REG/NAME in, a typed Recipe out: engine only); observe watches what it is told to
 (engine and node); bench reads /metrics through observe too. doctor reads what node knows of a Spark and where nccl
-and serving keep their records (the last verify, the serve record, the logs); nothing imports doctor.
+and serving keep their records (the last verify, the serve record, the logs); nothing imports doctor. bootstrap (facts,
+bootstrap, run and the step catalog) wires the engine's playbooks to the steps the wings declare; nothing imports it.
 
 Walks every module's imports with `ast` (module level and inside functions alike, since a lazy import is still
 a dependency), resolves relative imports, and fails on an import that runs upward or sideways, and on cycles.
@@ -21,7 +23,7 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[2] / "sparkcluster"
 
 # wing -> the wings its modules may import (itself included). Modules outside any wing (cli, __main__,
-# stepcatalog) wire the wings together and may import anything.
+# completion) wire the wings together and may import anything.
 ALLOWED: dict[str, frozenset[str]] = {
     "engine": frozenset({"engine"}),
     "node": frozenset({"engine", "node"}),
@@ -33,6 +35,7 @@ ALLOWED: dict[str, frozenset[str]] = {
     "serving": frozenset({"engine", "node", "staging", "nccl", "recipes", "observe", "serving"}),
     "bench": frozenset({"engine", "node", "staging", "nccl", "recipes", "observe", "serving", "bench"}),
     "doctor": frozenset({"engine", "node", "staging", "nccl", "recipes", "observe", "serving", "doctor"}),
+    "bootstrap": frozenset({"engine", "node", "staging", "nccl", "recipes", "observe", "serving", "bootstrap"}),
 }
 
 
@@ -124,6 +127,7 @@ def test_no_import_cycles() -> None:
     ("from ..serving import launch\n", "engine imports sparkcluster.serving.launch"),
     ("from ..staging.hfcache import HUB\n", "engine imports sparkcluster.staging.hfcache"),
     ("from .. import cli\n", "engine imports sparkcluster.cli, which sits above every wing"),
+    ("from ..bootstrap import stepcatalog\n", "engine imports sparkcluster.bootstrap.stepcatalog"),
 ])
 def test_a_planted_upward_import_is_caught(tmp_path: Path, planted: str, wing: str) -> None:
     root = tmp_path / "sparkcluster"

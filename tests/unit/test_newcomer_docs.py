@@ -33,7 +33,7 @@ def test_serve_help_gives_the_min_busbw_default_per_topology(capsys: pytest.Capt
 def test_the_no_inventory_fix_says_only_a_successful_bootstrap_is_remembered(tmp_path: Path,
                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     # Failed before: "once a command has used an inventory, later commands find it on their own", though only a
-    # successful bootstrap records one (bootstrap_cli.py), as the README and `bootstrap --help` say.
+    # successful bootstrap records one (bootstrap/cli.py), as the README and `bootstrap --help` say.
     from sparkcluster.engine.inventory import InventoryError, find_inventory
 
     with pytest.raises(InventoryError) as error:
@@ -103,7 +103,9 @@ def test_the_layout_table_names_files_that_exist_and_every_wing_and_sub_package(
              if (p / "__init__.py").exists()}
     assert wings <= named, f"wings without a row in docs/development.md's layout: {sorted(wings - named)}"
     cli_row = next(row for row in rows if "`sparkcluster/cli.py`" in row)
-    assert "`sparkcluster/bootstrap_cli.py`" in cli_row and "`sparkcluster/completion.py`" in cli_row
+    assert "`sparkcluster/completion.py`" in cli_row
+    bootstrap_row = next(row for row in rows if "`sparkcluster/bootstrap/`" in row.split("|")[1])
+    assert "facts, bootstrap and run" in bootstrap_row and "`stepcatalog.py`" in bootstrap_row
     for wing in wings:
         row = next(row for row in rows if f"`{wing}`" in row.split("|")[1])
         base = ROOT / wing

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from sparkcluster import stepcatalog
+from sparkcluster.bootstrap import stepcatalog
 from sparkcluster.engine.errors import UsageError
 from sparkcluster.engine.playbook import StepCall, build_args, render
 

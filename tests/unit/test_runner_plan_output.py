@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from sparkcluster import stepcatalog  # noqa: F401 (declares every step, staging's models.stage too)
+from sparkcluster.bootstrap import stepcatalog  # noqa: F401 (declares every step, staging's models.stage too)
 from sparkcluster.engine.events import Event, Status, StepFinished
 from sparkcluster.engine.playbook import Play, Playbook, StepCall
 from sparkcluster.engine.report import JsonReporter, PlainReporter

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from sparkcluster import stepcatalog
+from sparkcluster.bootstrap import stepcatalog
 from sparkcluster.engine import yamlsource
 from sparkcluster.engine.steps.base import REGISTRY, Step, StepRegistry, register
 from sparkcluster.engine.yamlsource import SourceList, SourceMap
@@ -29,7 +29,7 @@ def _loaded_after(code: str) -> set[str]:
 
 def test_resolving_one_step_imports_only_its_module() -> None:
     loaded = _loaded_after("""
-        from sparkcluster import stepcatalog
+        from sparkcluster.bootstrap import stepcatalog
         from sparkcluster.engine.steps import REGISTRY
         assert REGISTRY["preflight.disk"].name == "preflight.disk"
     """)
@@ -43,7 +43,7 @@ def test_a_playbook_loads_the_modules_of_the_steps_it_names(tmp_path: Path) -> N
     book = tmp_path / "one.yml"
     book.write_text("plays:\n  - name: p\n    hosts: all\n    steps:\n      - command.run: {cmd: 'true'}\n")
     loaded = _loaded_after(f"""
-        from sparkcluster import stepcatalog
+        from sparkcluster.bootstrap import stepcatalog
         book = stepcatalog.load({str(book)!r})
         assert [c.name for c in book.plays[0].steps] == ["command.run"]
     """)
@@ -93,7 +93,7 @@ def test_each_bundled_playbook_passes_every_check_a_users_playbook_gets(book: Pa
 def test_a_deferred_step_is_imported_when_its_play_starts() -> None:
     loaded = _loaded_after("""
         import sys
-        from sparkcluster import stepcatalog
+        from sparkcluster.bootstrap import stepcatalog
         book = stepcatalog.load_bundled("bootstrap")
         assert not any(m.startswith("sparkcluster.node.steps.") for m in sys.modules), "imported at load"
         cabling = book.plays[0]
@@ -124,7 +124,8 @@ def test_bootstraps_start_imports_no_stager_and_no_table() -> None:
     reporter. Staging's machinery waits for a model to stage, rich's tables and live display for a terminal."""
     loaded = _loaded_after("""
         import io
-        from sparkcluster import cli, bootstrap_cli, stepcatalog
+        from sparkcluster import cli
+        from sparkcluster.bootstrap import cli as bootstrap_cli, stepcatalog
         from sparkcluster.engine import runner, session
         from sparkcluster.engine.console import out
         from sparkcluster.engine.report import make_reporter
@@ -143,7 +144,7 @@ def test_bootstraps_start_imports_no_template_engine() -> None:
     connecting), not when the playbook loads; a playbook whose arguments hold no template never imports it."""
     loaded = _loaded_after("""
         import sys
-        from sparkcluster import stepcatalog
+        from sparkcluster.bootstrap import stepcatalog
         from sparkcluster.engine.playbook import build_args
         book = stepcatalog.load_bundled("bootstrap")
         assert "jinja2" not in sys.modules, "loading the bundled playbook imported jinja2"

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .engine import steps as _engine_steps  # noqa: F401 (declares)
-from .engine.playbook import Playbook, bundled, load_playbook
-from .engine.steps.base import declare
-from .node import steps as _node_steps  # noqa: F401 (declares)
+from ..engine import steps as _engine_steps  # noqa: F401 (declares)
+from ..engine.playbook import Playbook, bundled, load_playbook
+from ..engine.steps.base import declare
+from ..node import steps as _node_steps  # noqa: F401 (declares)
 
 # Declared, not imported: a step's module loads when a playbook names it (engine.steps.base.StepRegistry), so a
 # playbook without models.stage never imports staging.

@@ -9,22 +9,22 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .engine.cliapp import App, Connect, become_password, selected_inventory
-from .engine.errors import EXIT_FAILED, EXIT_OK, UsageError
+from ..engine.cliapp import App, Connect, become_password, selected_inventory
+from ..engine.errors import EXIT_FAILED, EXIT_OK, UsageError
 
 if TYPE_CHECKING:
-    from .engine.events import RunFinished
-    from .engine.inventory import Inventory
-    from .engine.playbook import Playbook
-    from .serving.launch import RuntimeName
+    from ..engine.events import RunFinished
+    from ..engine.inventory import Inventory
+    from ..engine.playbook import Playbook
+    from ..serving.launch import RuntimeName
 
 
 def cmd_facts(args: argparse.Namespace, connect_selected: Connect) -> int:
-    from .engine.console import out as console
-    from .engine.console import print_unreachable
-    from .engine.report import facts_table, print_json
-    from .node.cli import picture
-    from .node.discovery import discover
+    from ..engine.console import out as console
+    from ..engine.console import print_unreachable
+    from ..engine.report import facts_table, print_json
+    from ..node.cli import picture
+    from ..node.discovery import discover
 
     with connect_selected(args, require_all=False) as session:
         hosts = session.inventory.hosts
@@ -61,7 +61,7 @@ def _extra_vars(pairs: list[str]) -> dict[str, object]:
 def _check_typed_driver_floor(given: str, version: str) -> None:
     """A floor typed on the command line is checked as the inventory's `min_driver` is, before connecting:
     otherwise every node would fail preflight with the same typo."""
-    from .engine.inventory.values import is_driver_version
+    from ..engine.inventory.values import is_driver_version
 
     if not is_driver_version(version):
         raise UsageError(f"{given}: {version!r} is not an NVIDIA driver version", "give one such as 590.44 or 590.48.01")
@@ -69,10 +69,10 @@ def _check_typed_driver_floor(given: str, version: str) -> None:
 
 def run_playbook(playbook: Playbook, inventory: Inventory, args: argparse.Namespace,
                  extra_vars: dict[str, object] | None = None) -> RunFinished:
-    from .engine.console import out as console
-    from .engine.report import make_reporter
-    from .engine.runner import Runner
-    from .engine.session import connect
+    from ..engine.console import out as console
+    from ..engine.report import make_reporter
+    from ..engine.runner import Runner
+    from ..engine.session import connect
 
     reporter = make_reporter(console, json_output=args.json, show_diff=args.diff, out=sys.stdout)
     with connect(inventory, forks=args.forks, trust_new_host_keys=args.trust_new_host_keys,
@@ -90,8 +90,8 @@ def cmd_run(args: argparse.Namespace, connect_selected: Connect) -> int:
 
 
 def cmd_bootstrap(args: argparse.Namespace, connect_selected: Connect) -> int:
+    from ..engine.inventory import record_last_used
     from . import stepcatalog
-    from .engine.inventory import record_last_used
 
     playbook = stepcatalog.load_bundled("bootstrap")
     extra: dict[str, object] = {}
@@ -118,9 +118,9 @@ def _remember_runtime(inventory: Inventory, runtime: RuntimeName, quiet: bool) -
     that sets its own) does not stop the bootstrap: the warning says what later commands then need."""
     from rich.markup import escape
 
-    from .engine.console import err
-    from .engine.inventory import InventoryError
-    from .serving.runtime import remember_runtime
+    from ..engine.console import err
+    from ..engine.inventory import InventoryError
+    from ..serving.runtime import remember_runtime
 
     try:
         recorded = remember_runtime(inventory, runtime)
