@@ -60,8 +60,24 @@ def masked_argv(argv: Sequence[str]) -> tuple[str, ...]:
             masking_next = False
             continue
         flag = word.startswith("--")
-        name, eq, _ = word.removeprefix("--").partition("=")
-        secret = is_secret_name(name) and (flag or (bool(eq) and not name.startswith("-")))
+        name, eq, value = word.removeprefix("--").partition("=")
+        secret = (is_secret_name(name) or flag and _abbreviates_secret_flag(name)) and (
+            flag or (bool(eq) and not name.startswith("-")))
+        inner, inner_eq, _ = value.partition("=")  # `--set=api_key=KEY`: a secret assigned inside the flag's value
+        if flag and not secret and inner_eq and is_secret_name(inner):
+            out.append(f"--{name}={inner}={MASKED}")
+            continue
         out.append(f"{'--' if flag else ''}{name}={MASKED}" if secret and eq else word)
         masking_next = flag and secret and not eq
     return tuple(out)
+
+
+# The secret flags of the programs sparkcluster starts (vLLM's), which their parsers also take abbreviated
+# (`--api-k KEY`, `--hf-tok=T`): argparse's prefix matching. A prefix no longer than the first word is ambiguous there
+# (`--api` is also `--api-server-count`), so it names no flag and is not one of them.
+_SECRET_FLAGS = ("api-key", "hf-token")
+
+
+def _abbreviates_secret_flag(name: str) -> bool:
+    name = name.replace("_", "-")
+    return any(full.startswith(name) and len(name) > full.index("-") + 1 for full in _SECRET_FLAGS)

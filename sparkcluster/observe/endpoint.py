@@ -25,6 +25,11 @@ def endpoint_address(text: str) -> str:
     """`text` as scheme://host[:port]/path, without a trailing slash; UsageError (exit 2, before anything
     connects) for no http(s) address, or one that holds a user or password. Neither message repeats a password."""
     full = text.strip().rstrip("/")
+    if "@" in full.partition("?")[0]:  # any form (`http:/alice:PASS@h`, `//alice:PASS@h`): refused, never repeated
+        raise UsageError("--url holds a user name or password (an `@` before its path), which would be written into "
+                         "every result, receipt and message",
+                         "give the address alone, e.g. --url http://HOST:8000/v1; an endpoint that wants a key reads "
+                         "it from VLLM_API_KEY in this machine's environment, sent as `Authorization: Bearer`")
     full = full if "://" in full else "http://" + full
     try:
         parts = urlsplit(full)
@@ -32,9 +37,4 @@ def endpoint_address(text: str) -> str:
         raise UsageError("--url is not an http(s) address (its host does not parse)", EXAMPLE) from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise UsageError(f"--url {shown(parts)!r} is not an http(s) address", EXAMPLE)
-    if "@" in parts.netloc:
-        raise UsageError(f"--url {shown(parts)} holds a user name or password before its host, which would be "
-                         "written into every result, receipt and message",
-                         f"give the address alone (--url {shown(parts)}); an endpoint that wants a key reads it "
-                         "from VLLM_API_KEY in this machine's environment, sent as `Authorization: Bearer`")
     return shown(parts).rstrip("/")
