@@ -36,6 +36,7 @@ OPEN = ("/health", "/metrics", "/version")  # read without the key by status and
 API = "/v1/"  # the OpenAI API, the only one clients of this tool use; with the key
 SAFE_PATH = re.compile(r"(/[A-Za-z0-9_\-]+(\.[A-Za-z0-9_\-]+)*)+/?")  # no dot segments, no empty ones, nothing encoded
 METHOD = re.compile(r"[A-Z]{3,10}")
+DIGITS = re.compile(r"[0-9]{1,12}")  # not str.isdigit(), which takes "²" that int() then refuses
 TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")  # a header's name, as HTTP defines it
 HOP = frozenset({"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "proxy-connection", "te",
                  "trailer", "upgrade", "expect", "content-length"})
@@ -44,6 +45,9 @@ REASONS = {400: "Bad Request", 401: "Unauthorized", 404: "Not Found", 408: "Requ
            413: "Payload Too Large", 502: "Bad Gateway"}
 MAX_HEAD = 64 * 1024
 MAX_BODY = 64 * 1024 * 1024
+# Connections at once: each may hold a head of MAX_HEAD (64 MiB in all), and a keyed body of MAX_BODY while it is
+# forwarded; far more than the concurrency a Spark serves.
+MAX_CONNECTIONS = 1024
 HEAD_S = 30  # a client's request line and headers must come within this
 BODY_S = 300
 STOP_S = 30  # how long a stopped guard waits for its child before killing it
@@ -106,12 +110,14 @@ async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, ups
         method, target, headers = parsed
         given = dict(headers)
         length = given.get("content-length", "0")
-        if not length.isdigit() or int(length) > MAX_BODY:
-            writer.write(refusal(413 if length.isdigit() else 400, "the request's Content-Length"))
+        path = target.split("?", 1)[0]
+        if not DIGITS.fullmatch(length) or int(length) > (0 if path in OPEN else MAX_BODY):
+            # The open paths take no body: anyone may reach them, and a body is read into memory before forwarding.
+            writer.write(refusal(413 if DIGITS.fullmatch(length) else 400, "the request's Content-Length"))
             return
-        status = decide(method, target.split("?", 1)[0], given.get("authorization"), key)
+        status = decide(method, path, given.get("authorization"), key)
         if status:
-            writer.write(refusal(status, f"{target.split('?', 1)[0][:200]} is not served here" if status == 404
+            writer.write(refusal(status, f"{path[:200]} is not served here" if status == 404
                                  else "Unauthorized"))
             return
         if given.get("expect", "").lower() == "100-continue":
@@ -152,7 +158,16 @@ async def run(argv: list[str]) -> int:
     host, _, port = options["--listen"].rpartition(":")
     upstream, key = int(options["--upstream"]), os.environ.get(KEY_ENV) or None
     # A port already taken fails here, before the child starts.
-    server = await asyncio.start_server(lambda r, w: handle(r, w, upstream, key), host, int(port), limit=MAX_HEAD)
+    open_connections = asyncio.Semaphore(MAX_CONNECTIONS)
+
+    async def bounded(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if open_connections.locked():  # full: closed at once, so slow clients cannot hold its memory past the bound
+            writer.close()
+            return
+        async with open_connections:
+            await handle(reader, writer, upstream, key)
+
+    server = await asyncio.start_server(bounded, host, int(port), limit=MAX_HEAD)
     print(f"keyguard: {options['--listen']} -> 127.0.0.1:{upstream}, "
           f"{'the API with the key' if key else 'no key given'}; other paths refused", file=sys.stderr, flush=True)
     child = await asyncio.create_subprocess_exec(*argv[split + 1:])

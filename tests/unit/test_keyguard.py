@@ -108,7 +108,8 @@ def test_the_guard_streams_what_it_forwards_with_the_clients_key_and_refuses_the
             for path, key in (("/v1/completions?x=1", KEY), ("/v1/completions", None), ("/invocations", KEY),
                               ("/add_worker?url=http://10.0.0.9:9999", KEY), ("/health", None)):
                 headers = {"Authorization": f"Bearer {key}"} if key else {}
-                async with client.post(f"http://127.0.0.1:{guard_port}{path}", data=b'{"prompt": "p"}',
+                body = None if path == "/health" else b'{"prompt": "p"}'  # an open path takes no body
+                async with client.post(f"http://127.0.0.1:{guard_port}{path}", data=body,
                                        headers=headers) as answer:
                     answers.append((answer.status, await answer.text()))
         guard.close()
@@ -120,7 +121,7 @@ def test_the_guard_streams_what_it_forwards_with_the_clients_key_and_refuses_the
     assert answers[1][0] == 401 and answers[2][0] == 404 and answers[3][0] == 404 and answers[4][0] == 200
     assert "/invocations is not served here" in answers[2][1]
     # Only the keyed API request and the open /health reached the server; the body and the client's key with it.
-    assert seen == [("/v1/completions?x=1", f"Bearer {KEY}", b'{"prompt": "p"}'), ("/health", None, b'{"prompt": "p"}')]
+    assert seen == [("/v1/completions?x=1", f"Bearer {KEY}", b'{"prompt": "p"}'), ("/health", None, b"")]
 
 
 def _raw(port: int, data: bytes) -> bytes:
@@ -166,6 +167,9 @@ def test_the_guard_takes_one_request_a_connection_and_refuses_what_could_be_read
             b"GET /v1/models HTTP/1.1\r\n" + auth + b"X: a\nAuthorization: Bearer other\r\n\r\n",
             b"GET /v1/models HTTP/1.1\r\n" + auth + auth + b"\r\n",
             b"GET http://10.0.0.9/v1/models HTTP/1.1\r\n" + auth + b"\r\n",
+            # the open paths need no key, so they take no body: 60 MiB bodies read by anyone exhausted memory
+            b"POST /health HTTP/1.1\r\nContent-Length: 62914560\r\n\r\n",  # refused before a byte of it
+            "POST /v1/completions HTTP/1.1\r\nContent-Length: \u00b2\r\n\r\n".encode("latin-1"),  # isdigit() but no int
         ]
         answers = [await asyncio.to_thread(_raw, port, r) for r in requests]
         guard.close()
@@ -175,7 +179,8 @@ def test_the_guard_takes_one_request_a_connection_and_refuses_what_could_be_read
     assert first.startswith(b"HTTP/1.1 200 OK") and first.endswith(b"ok") and b"invocations" not in first
     assert [a.split(b"\r\n", 1)[0] for a in refused] == [b"HTTP/1.1 400 Bad Request", b"HTTP/1.1 411 Length Required",
                                                          b"HTTP/1.1 400 Bad Request", b"HTTP/1.1 400 Bad Request",
-                                                         b"HTTP/1.1 404 Not Found"]
+                                                         b"HTTP/1.1 404 Not Found", b"HTTP/1.1 413 Payload Too Large",
+                                                         b"HTTP/1.1 400 Bad Request"]
     (forwarded,) = seen  # only the first request reached the server, asked to close after one answer
     assert forwarded.startswith(b"GET /v1/models HTTP/1.1\r\n") and b"connection: close" in forwarded.lower()
 
