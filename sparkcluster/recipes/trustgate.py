@@ -105,7 +105,8 @@ def flag_refusal(flag: str, value: FlagValue) -> str | None:
             return ("reads a file of the node other than a template beside vLLM (write a plain NAME.jinja, which a "
                     "mod drops, or the template itself)")
         return None
-    dotted = name.rsplit(".", 1)[1] if "." in name else None
+    # vLLM reads `--x.key+ V` as appending V to the list under `key`: the `+` is no part of the key's name.
+    dotted = name.rsplit(".", 1)[1].removesuffix("+") if "." in name else None
     for key, text in (item for w in words for item in _config_strings(w, dotted)):
         if key is not None and re.split("[_-]", key.lower())[-1] in PLACE_KEY_WORDS:
             return f"names a place of the node ({key}: {printable(text)!r})"

@@ -132,6 +132,7 @@ def test_an_allowed_variable_takes_only_its_shape(name, value, said):
     ("--compilation-config", '{"debug_dump_path": "/home/spark/.ssh"}', "names a place of the node (debug_dump_path"),
     ("--compilation-config", '{"mode": 3, "cache_dir": "/root"}', "names a place of the node (cache_dir"),
     ("--compilation-config.debug_dump_path", "/home/spark", "names a place of the node"),
+    ("--compilation-config.debug_dump_path+", "/home/spark", "names a place of the node"),  # vLLM's list append
 ])
 def test_a_flag_that_logs_what_clients_send_or_names_a_place_is_refused(flag, value, said):
     reason = trustgate.flag_refusal(flag, value)
