@@ -29,8 +29,9 @@ from ..staging.images import held_layers
 from . import recipes_cli, render, top
 from .image import check_images, sync_image
 from .launch import DEFAULT_IMAGE, LAUNCHERS, RUNTIMES
+from .layout import Layout, LayoutAsk
 from .lifecycle import StopState, purge_caches, stop_everywhere
-from .parallel import check_layout, choose_launcher
+from .parallel import choose_launcher, size_layout
 from .phases import Phases, ServeOptions, hub_model, plan, serve, up
 from .progress import Emit, ignore
 from .recipes_cli import add_recipe_flags, chosen, load_for
@@ -39,16 +40,19 @@ from .runtime import RuntimeChoice, cluster_launcher, cluster_runtime
 from .status import logs_command, recorded, status
 
 
-def options(args: argparse.Namespace) -> ServeOptions:
-    """Every flag checked before anything connects; a recipe's values are the defaults of our options."""
-    recipe = load_for(args, getattr(args, "recipe", None))
-    tp = chosen(getattr(args, "tp", None), recipe.tp, "tensor_parallel", args)
-    pp = chosen(getattr(args, "pp", None), recipe.pp, "pipeline_parallel", args)
+def options(args: argparse.Namespace, layout: Layout | None = None) -> ServeOptions:
+    """Every flag checked before anything connects; a recipe's values are the defaults of our options. `layout`:
+    what is asked in place of --replicas, --tp and --pp (`bench --layouts` asks for each layout it measures)."""
+    ask = layout.asked() if layout else LayoutAsk(getattr(args, "replicas", None), getattr(args, "tp", None),
+                                                  getattr(args, "pp", None))
+    recipe = load_for(args, getattr(args, "recipe", None), ask.tp, ask.pp)
+    tp = chosen(ask.tp, recipe.tp, "tensor_parallel", args)
+    pp = chosen(ask.pp, recipe.pp, "pipeline_parallel", args)
     return ServeOptions(
         runtime=args.runtime or "docker", launcher=choose_launcher(getattr(args, "launcher", None), recipe,
                                                                    tp * (pp or 1) if tp else None, args.runtime),
-        image=args.image or recipe.container or DEFAULT_IMAGE, tp=tp, pp=pp,
-        replicas=chosen(getattr(args, "replicas", None), recipe.replicas, "replicas", args),
+        image=args.image or recipe.container or DEFAULT_IMAGE,
+        ask=LayoutAsk(chosen(ask.replicas, recipe.replicas, "replicas", args), tp, pp),
         model=getattr(args, "model", None),
         recipe=recipe, port=chosen(getattr(args, "port", None), recipe.port, "port", args),
         served_name=chosen(getattr(args, "served_model_name", None), recipe.served_model_name, "served_model_name", args),
@@ -81,7 +85,7 @@ def _on_cluster(opts: ServeOptions, args: argparse.Namespace, inventory: Invento
                              "engines' placement groups on the same nodes", "leave --launcher out with --replicas "
                              "(each replica runs vLLM's own launcher), or serve one engine with --replicas 1")
         return dataclasses.replace(opts, runtime=runtime, launcher="native")
-    nodes = (opts.tp or len(inventory.hosts)) * (opts.pp or 1)
+    nodes = len(inventory.hosts)  # one engine on every node selected (up: Ray on each)
     if given is None and opts.recipe.launcher is None and nodes > 1 and not (runtime == "docker" and opts.recipe.mods):
         given = cluster_launcher(inventory)
     return dataclasses.replace(opts, runtime=runtime, launcher=choose_launcher(given, opts.recipe, nodes, runtime))
@@ -119,9 +123,8 @@ def sized(args: argparse.Namespace, opts: ServeOptions, inventory: Inventory, sh
     launcher that takes (one node or replicas: no Ray); and what the runtime needs of the inventory (the host
     runtime: python_env), before anything is staged. `bench --layouts` sizes each layout it serves here too."""
     _runtime_set_up(args, show, starts=True)(inventory)
-    layout = check_layout(opts.replicas or inventory_replicas(inventory), opts.tp, opts.pp, inventory, opts.recipe)
-    chosen = _on_cluster(dataclasses.replace(opts, tp=layout.tp, pp=layout.pp, replicas=layout.replicas), args,
-                         inventory)
+    ask = dataclasses.replace(opts.ask, replicas=opts.ask.replicas or inventory_replicas(inventory))
+    chosen = _on_cluster(dataclasses.replace(opts, layout=size_layout(ask, inventory, opts.recipe)), args, inventory)
     chosen = with_model(chosen, inventory)
     if chosen.recipe.mods and chosen.runtime == "docker" and chosen.launcher == "native":
         raise UsageError(f"recipe {chosen.recipe.name} brings mods, which the docker runtime runs only beside Ray "

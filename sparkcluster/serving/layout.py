@@ -13,8 +13,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
-from ..engine.errors import UsageError
-
 # The layouts `bench --layouts` names: every node in one TP group, in one pipeline, or one replica per node.
 LayoutKind = Literal["tp", "pp", "replicas"]
 LAYOUT_KINDS: tuple[LayoutKind, ...] = get_args(LayoutKind)
@@ -32,6 +30,16 @@ class Placement:
     @property
     def head(self) -> str:
         return self.nodes[0]
+
+
+@dataclass(frozen=True)
+class LayoutAsk:
+    """What the flags, the recipe and the inventory ask of a layout before the nodes are known: any part unset.
+    Sizing it on the selected nodes (serving/parallel.size_layout) gives the Layout."""
+
+    replicas: int | None = None
+    tp: int | None = None
+    pp: int | None = None
 
 
 @dataclass(frozen=True)
@@ -85,6 +93,10 @@ class Layout:
     def from_json(cls, doc: Mapping[str, Any]) -> Layout:
         return cls(int(doc.get("replicas", 1)), int(doc.get("tp", 1)), int(doc.get("pp", 1)))
 
+    def asked(self) -> LayoutAsk:
+        """This layout as an ask: every part said (`bench --layouts` asks serve for each layout it measures)."""
+        return LayoutAsk(self.replicas, self.tp, self.pp)
+
     @classmethod
     def of_kind(cls, kind: LayoutKind, nodes: int) -> Layout:
         """The layout `bench --layouts` means by a kind on `nodes` nodes."""
@@ -93,28 +105,3 @@ class Layout:
         if kind == "pp":
             return cls(1, 1, nodes)
         return cls(nodes, 1, 1)
-
-
-def choose_layout(count: int, replicas: int | None = None, tp: int | None = None, pp: int | None = None) -> Layout:
-    """The layout for `count` selected nodes from what was asked (flags, recipe, inventory): unset TP fills a
-    replica's share of the nodes. Refused (exit 2, before anything connects) where it does not divide them."""
-    for flag, value in (("--replicas", replicas), ("--tp", tp), ("--pp", pp)):
-        if value is not None and value < 1:
-            raise UsageError(f"{flag} {value}: needs at least 1", f"give {flag} N with N >= 1")
-    replicas, pp = replicas or 1, pp or 1
-    if count % replicas:
-        raise UsageError(f"{replicas} replicas on {count} nodes: each replica takes the same number of nodes, and "
-                         f"{replicas} does not divide {count}",
-                         f"give --replicas a divisor of {count} ({', '.join(map(str, divisors(count)))}), or choose "
-                         f"{count - count % replicas} nodes with --limit")
-    per_replica = count // replicas
-    tp = tp if tp is not None else max(per_replica // pp, 1)
-    layout = Layout(replicas, tp, pp)
-    if layout.nodes != count and replicas > 1:
-        raise UsageError(f"{replicas} replicas of TP {tp} x PP {pp} take {layout.nodes} nodes, and the selection "
-                         f"has {count}", f"give --tp/--pp whose product is {per_replica} (the nodes per replica)")
-    return layout
-
-
-def divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]

@@ -29,7 +29,7 @@ from .apikey import key_to_env
 from .fit import replica_fit
 from .image import MissingImage, check_images, sync_image
 from .launch import DEFAULT_IMAGE, DEFAULT_VLLM_PORT, Launcher, Node, RuntimeName, ServeArgs
-from .layout import Layout, Placement
+from .layout import Layout, LayoutAsk, Placement
 from .lifecycle import diagnosis, gone, ray_commands, running_current, start, stop_everywhere, vllm_commands
 from .membership import Member, wait_ray
 from .mods_nodes import copy_mods, mods_command, run_mods
@@ -54,9 +54,8 @@ class ServeOptions:
     runtime: RuntimeName = "docker"
     launcher: Launcher = "ray"
     image: str = DEFAULT_IMAGE
-    tp: int | None = None
-    pp: int | None = None  # pipeline stages across nodes: TP x PP = the nodes selected
-    replicas: int | None = None  # engines behind vLLM's router, TP x PP each: replicas x TP x PP = the nodes
+    ask: LayoutAsk = LayoutAsk()  # replicas, TP and PP as the flags and the recipe ask, any unset
+    layout: Layout = Layout()  # what is served: the ask sized on the selected nodes (serving/cli.sized)
     model: str | None = None
     recipe: Recipe = field(default_factory=lambda: Recipe("default"))
     port: int | None = None
@@ -69,10 +68,6 @@ class ServeOptions:
     min_busbw: float | None = None
     docker_args: tuple[str, ...] = ()
     caches: bool = True  # the node's compile/JIT caches mounted (docker) or exported (host); --no-cache-dirs
-
-    @property
-    def layout(self) -> Layout:
-        return Layout(self.replicas or 1, self.tp or 1, self.pp or 1)
 
     def runtime_choice(self) -> RuntimeChoice:
         return RuntimeChoice(self.runtime, self.image, self.docker_args, caches=self.caches)
@@ -87,7 +82,8 @@ class ServeOptions:
         if not model:
             raise UsageError(f"recipe {self.recipe.name!r} names no model", "give one with --model ORG/NAME")
         flags, env = self.flags_and_env()
-        return ServeArgs(model=model, tp=self.tp or 0, pp=self.pp or 1, port=self.port or self.recipe.port or DEFAULT_VLLM_PORT,
+        return ServeArgs(model=model, tp=self.layout.tp, pp=self.layout.pp,
+                         port=self.port or self.recipe.port or DEFAULT_VLLM_PORT,
                          served_name=self.served_name or self.recipe.served_model_name or model, flags=flags, env=env)
 
 
@@ -129,7 +125,7 @@ def up(session: Session, opts: ServeOptions, phases: Phases,
     """The Ray cluster (ray launcher). Reused when already up as it must be (the same start commands and comm env,
     the image just checked, every node on its fabric address); otherwise started fresh.
     Returns the runtime (completed by the image check), the nodes, Ray's members and whether it was reused."""
-    nodes = read_nodes(session, opts.tp or 0)
+    nodes = read_nodes(session, opts.layout.tp)
     runtime = _checked_image(session, opts, phases, emit)
     commands = ray_commands(session, runtime, nodes, opts.recipe.env)
     fingerprint = ray_fingerprint(session, commands, opts.recipe.mods)
@@ -187,7 +183,7 @@ def serve(session: Session, opts: ServeOptions, emit: Emit) -> ServeResult:
                 session.run(session.head, replace(stop, timeout=60))
                 time.sleep(PLACEMENT_GROUP_RELEASE_S)
         else:
-            nodes = read_nodes(session, opts.tp or 0)
+            nodes = read_nodes(session, opts.layout.tp)
             stop_everywhere(session)
             runtime = _checked_image(session, opts, phases, emit)
         verified = None
@@ -245,7 +241,7 @@ def serve(session: Session, opts: ServeOptions, emit: Emit) -> ServeResult:
 def plan(session: Session, opts: ServeOptions) -> dict[str, Any]:
     """What serve would do, changing nothing (--check): the image copies and every node's command lines."""
     args = opts.serve_args()
-    nodes = read_nodes(session, opts.tp or 0)
+    nodes = read_nodes(session, opts.layout.tp)
     runtime = opts.runtime_choice()
     doc: dict[str, Any] = {"runtime": opts.runtime, "launcher": opts.launcher, "model": args.model, "image_copies": []}
     if opts.runtime == "docker":

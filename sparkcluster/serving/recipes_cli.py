@@ -42,18 +42,18 @@ def add_recipe_flags(p: argparse.ArgumentParser) -> None:
                         "flags that run code or open the node's files")
 
 
-def recipe_inputs(args: argparse.Namespace) -> Inputs:
+def recipe_inputs(args: argparse.Namespace, tp: int | None, pp: int | None) -> Inputs:
     """Our options under the names eugr's and sparkrun's templates use, then --set."""
     options = {key: str(value) for key, value in (
-        ("tensor_parallel", getattr(args, "tp", None)), ("pipeline_parallel", getattr(args, "pp", None)),
+        ("tensor_parallel", tp), ("pipeline_parallel", pp),
         ("port", getattr(args, "port", None)), ("served_model_name", getattr(args, "served_model_name", None)))
         if value is not None}
     return Inputs(options, dict(getattr(args, "sets", None) or []))
 
 
-def load_for(args: argparse.Namespace, name: str | None) -> Recipe:
-    tp, pp = getattr(args, "tp", None), getattr(args, "pp", None)
-    recipe = load_recipe(name or "default", recipe_inputs(args), nodes=tp * (pp or 1) if tp else None,
+def load_for(args: argparse.Namespace, name: str | None, tp: int | None, pp: int | None) -> Recipe:
+    """The recipe rendered with our options (`tp` and `pp`: the flags', or the layout `bench --layouts` serves)."""
+    recipe = load_recipe(name or "default", recipe_inputs(args, tp, pp), nodes=tp * (pp or 1) if tp else None,
                          trust=getattr(args, "trust", False))
     for warning in recipe.warnings:
         err_console.print(f"warning: {warning}", highlight=False, markup=False)
@@ -68,7 +68,7 @@ def chosen(option: Any, recipe_value: Any, key: str, args: argparse.Namespace) -
 
 
 def cmd_show(args: argparse.Namespace, connect: Connect) -> int:
-    recipe = load_for(args, args.recipe)
+    recipe = load_for(args, args.recipe, args.tp, args.pp)
     doc = shown(recipe, args)
     if args.json:
         print_json(doc)

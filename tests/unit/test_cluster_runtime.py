@@ -318,12 +318,13 @@ def test_a_docker_error_that_begins_with_an_empty_line_still_gives_its_reason(tm
 def test_serve_takes_the_cluster_runtime_and_launcher_where_no_flag_says(tmp_path, vars_text, flags, recipe, runtime,
                                                                         launcher):
     from sparkcluster.serving import cli as serving_cli
+    from sparkcluster.serving.layout import Layout
     from sparkcluster.serving.phases import ServeOptions
 
     inventory = load_inventory(written(tmp_path, INVENTORY.replace("  user: spark", vars_text + "  user: spark")),
                                check_files=False)
     args = argparse.Namespace(runtime=flags.get("runtime"), launcher=flags.get("launcher"))
-    chosen = serving_cli._on_cluster(ServeOptions(tp=2, recipe=recipe), args, inventory)
+    chosen = serving_cli._on_cluster(ServeOptions(layout=Layout(1, 2, 1), recipe=recipe), args, inventory)
     assert (chosen.runtime, chosen.launcher) == (runtime, launcher)
 
 

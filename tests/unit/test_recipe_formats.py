@@ -18,7 +18,8 @@ from sparkcluster.engine.errors import EXIT_OK, EXIT_USAGE, UsageError
 from sparkcluster.engine.inventory import Inventory, load_inventory
 from sparkcluster.recipes.load import load_recipe
 from sparkcluster.recipes.types import Inputs, ModPlace
-from sparkcluster.serving.parallel import check_parallel
+from sparkcluster.serving.layout import Layout, LayoutAsk
+from sparkcluster.serving.parallel import size_layout
 
 EUGR_V1 = """\
 recipe_version: "1"
@@ -175,21 +176,21 @@ def test_sparkrun_v2_without_command_builds_the_line_from_defaults(tmp_path, mon
 def test_sparkrun_v2_node_bounds_refuse_other_selections():
     recipe = load_recipe_text("recipe_version: '2'\nmodel: a/b\nmin_nodes: 3\nmax_nodes: 3\n")
     three = inventory(3)
-    assert check_parallel(1, 3, three, recipe) == (1, 3)
-    assert check_parallel(None, 3, three, recipe) == (1, 3)  # TP from the nodes and PP
+    assert size_layout(LayoutAsk(None, 1, 3), three, recipe) == Layout(1, 1, 3)
+    assert size_layout(LayoutAsk(None, None, 3), three, recipe) == Layout(1, 1, 3)  # TP from the nodes and PP
     with pytest.raises(UsageError, match="needs at least 3 nodes"):
-        check_parallel(None, None, inventory(2), recipe)
+        size_layout(LayoutAsk(), inventory(2), recipe)
     with pytest.raises(UsageError, match="runs on at most 3 node"):
-        check_parallel(None, None, inventory(4), recipe)
+        size_layout(LayoutAsk(), inventory(4), recipe)
     with pytest.raises(UsageError, match=r"TP 2 x PP 3 needs 6 GPUs"):
-        check_parallel(2, 3, three, recipe)
+        size_layout(LayoutAsk(None, 2, 3), three, recipe)
     solo = load_recipe_text('recipe_version: "1"\nname: s\ncontainer: c\nsolo_only: true\ncommand: vllm serve a/b\n')
     with pytest.raises(UsageError, match="solo_only") as e:
-        check_parallel(None, None, inventory(2), solo)
+        size_layout(LayoutAsk(), inventory(2), solo)
     assert "--limit spark-1" in e.value.fix
     cluster = load_recipe_text('recipe_version: "1"\nname: s\ncontainer: c\ncluster_only: true\ncommand: vllm serve a/b\n')
     with pytest.raises(UsageError, match="cluster_only"):
-        check_parallel(None, None, inventory(1), cluster)
+        size_layout(LayoutAsk(), inventory(1), cluster)
 
 
 REFUSALS = [

@@ -22,6 +22,7 @@ from sparkcluster.bench.target import Target, from_record, from_url
 from sparkcluster.engine.errors import UsageError
 from sparkcluster.engine.inventory import Host
 from sparkcluster.engine.secret_names import is_secret_name
+from sparkcluster.serving.layout import Layout
 from sparkcluster.serving.lifecycle import vllm_commands
 from sparkcluster.serving.phases import ServeOptions
 from sparkcluster.serving.record import ServeRecord, Serving
@@ -42,7 +43,7 @@ MASKED = "***"  # what stands for a secret in a record, a receipt or a published
 @pytest.mark.parametrize("launcher", ["ray", "native"])
 def test_the_hf_token_flag_is_on_no_command_line_and_reaches_vllm_as_hf_token_on_stdin(runtime, launcher):
     """The report's B1: `--hf-token hf_FLAGCANARY77` on every node's process list (`nobody` read it 320 times)."""
-    args = ServeOptions(runtime=runtime, launcher=launcher, tp=2, model="local/tiny-llama",
+    args = ServeOptions(runtime=runtime, launcher=launcher, layout=Layout(1, 2, 1), model="local/tiny-llama",
                         extra=("--max-model-len", "512", "--hf-token", HF)).serve_args()
     assert args.flags == ("--max-model-len", "512") and args.env["HF_TOKEN"] == HF
     for command in vllm_commands(cluster(), RuntimeChoice(runtime), NODES, launcher, args).values():  # type: ignore[arg-type]

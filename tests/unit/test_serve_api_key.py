@@ -18,6 +18,7 @@ from sparkcluster.engine.errors import UsageError
 from sparkcluster.engine.inventory import Host, Inventory
 from sparkcluster.recipes.load import load_recipe
 from sparkcluster.serving.launch import Node
+from sparkcluster.serving.layout import Layout
 from sparkcluster.serving.lifecycle import vllm_commands
 from sparkcluster.serving.phases import ServeOptions
 from sparkcluster.serving.readiness import NotReady, wait_ready
@@ -46,7 +47,7 @@ NODES = {f"spark-{i}": Node(f"spark-{i}", i - 1, f"192.168.100.{i}", "192.168.10
 def test_the_key_given_after_the_double_dash_is_on_no_command_line_and_reaches_vllm_on_stdin(runtime, launcher):
     """The report's `serve ... -- --api-key sk-CANARY`: every node's vLLM start held `--api-key sk-CANARY` in its
     line (what `ps` shows any user of the node, and what --check prints)."""
-    args = ServeOptions(runtime=runtime, launcher=launcher, tp=2, model="local/tiny-llama",
+    args = ServeOptions(runtime=runtime, launcher=launcher, layout=Layout(1, 2, 1), model="local/tiny-llama",
                         extra=("--max-model-len", "512", "--api-key", KEY)).serve_args()
     commands = vllm_commands(cluster(), RuntimeChoice(runtime), NODES, launcher, args)  # type: ignore[arg-type]
     assert set(commands) == ({"spark-1"} if launcher == "ray" else {"spark-1", "spark-2"})
@@ -93,14 +94,16 @@ def test_a_recipe_flag_and_the_inventory_serve_env_give_the_key_too_and_the_flag
     recipe = tmp_path / "r.yaml"
     recipe.write_text(f"model: local/tiny-llama\ndefaults: {{api_key: {KEY}}}\n"
                       "command: vllm serve local/tiny-llama --api-key {api_key} --enforce-eager\n")
-    args = ServeOptions(runtime="host", launcher="native", tp=2, recipe=load_recipe(str(recipe))).serve_args()
+    args = ServeOptions(runtime="host", launcher="native", layout=Layout(1, 2, 1),
+                        recipe=load_recipe(str(recipe))).serve_args()
     assert args.flags == ("--enforce-eager",) and args.env["VLLM_API_KEY"] == KEY
     from sparkcluster.serving.nodes import node_env
 
     session = cluster({"VLLM_API_KEY": "from-the-inventory"})
     assert node_env(session.inventory, session.head, args.env).api_key == KEY  # as --api-key wins in vLLM
     assert node_env(session.inventory, session.head).api_key == "from-the-inventory"
-    plain = ServeOptions(runtime="host", launcher="native", tp=2, model="local/tiny-llama").serve_args()
+    plain = ServeOptions(runtime="host", launcher="native", layout=Layout(1, 2, 1),
+                         model="local/tiny-llama").serve_args()
     for command in vllm_commands(session, RuntimeChoice("host"), NODES, "native", plain).values():  # type: ignore[arg-type]
         assert "from-the-inventory" not in command.line() and "VLLM_API_KEY=from-the-inventory\n" in (command.stdin or "")
 

@@ -19,6 +19,7 @@ from sparkcluster.engine.session import Session
 from sparkcluster.recipes.load import Recipe
 from sparkcluster.serving import phases, render
 from sparkcluster.serving.launch import Node
+from sparkcluster.serving.layout import Layout
 from sparkcluster.serving.phases import ONE_NODE_PROBE, ServeOptions, serve
 from sparkcluster.serving.progress import ignore
 from sparkcluster.serving.runtime import RuntimeChoice
@@ -47,7 +48,8 @@ def probed(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
 def served(nodes: int) -> phases.ServeResult:
     inventory = Inventory(Path("inv.yml"), "lab", HOSTS[:nodes], {})
-    opts = ServeOptions(runtime="host", launcher="native", tp=nodes, model="/models/tiny", recipe=Recipe("default"))
+    opts = ServeOptions(runtime="host", launcher="native", layout=Layout(1, nodes, 1), model="/models/tiny",
+                        recipe=Recipe("default"))
     return serve(Session(inventory, {}), opts, ignore)
 
 

@@ -24,8 +24,8 @@ from sparkcluster.recipes.types import Recipe
 from sparkcluster.serving.fit import check_fit, parse_weights
 from sparkcluster.serving.keptlog import container_output, keep_output, logs_or_kept
 from sparkcluster.serving.launch import Node, ServeArgs
-from sparkcluster.serving.layout import Layout, Placement, choose_layout
-from sparkcluster.serving.parallel import check_layout
+from sparkcluster.serving.layout import Layout, LayoutAsk, Placement
+from sparkcluster.serving.parallel import size_layout
 from sparkcluster.serving.phases import ServeResult
 from sparkcluster.serving.record import ServeRecord, Serving
 from sparkcluster.serving.render import serving, status_table
@@ -77,10 +77,11 @@ def test_a_layout_round_trips_through_json_and_names_the_kinds_bench_measures():
     assert [Layout.of_kind(k, 2) for k in ("tp", "pp", "replicas")] == [Layout(1, 2, 1), Layout(1, 1, 2), Layout(2)]
 
 
-def test_choose_layout_fills_tp_from_a_replicas_share_of_the_nodes():
-    assert choose_layout(4, replicas=2) == Layout(2, 2, 1)
-    assert choose_layout(4, replicas=4) == Layout(4, 1, 1)
-    assert choose_layout(4, replicas=2, pp=2) == Layout(2, 1, 2)
+def test_choose_layout_fills_tp_from_a_replicas_share_of_the_nodes(tmp_path):
+    four, plain = _inventory(tmp_path, 4), Recipe("plain")
+    assert size_layout(LayoutAsk(2), four, plain) == Layout(2, 2, 1)
+    assert size_layout(LayoutAsk(4), four, plain) == Layout(4, 1, 1)
+    assert size_layout(LayoutAsk(2, pp=2), four, plain) == Layout(2, 1, 2)
 
 
 @pytest.mark.parametrize("replicas, tp, match, fix", [
@@ -88,21 +89,21 @@ def test_choose_layout_fills_tp_from_a_replicas_share_of_the_nodes():
     (2, 1, r"2 replicas of TP 1 x PP 1 take 2 nodes, and the selection has 4", "product is 2"),
     (0, None, "--replicas 0: needs at least 1", "N >= 1"),
 ])
-def test_a_layout_that_does_not_divide_the_nodes_is_refused(replicas, tp, match, fix):
+def test_a_layout_that_does_not_divide_the_nodes_is_refused(tmp_path, replicas, tp, match, fix):
     with pytest.raises(UsageError, match=match) as e:
-        choose_layout(4, replicas=replicas, tp=tp)
+        size_layout(LayoutAsk(replicas, tp), _inventory(tmp_path, 4), Recipe("plain"))
     assert fix in e.value.fix and e.value.exit_code == 2
 
 
 def test_check_layout_keeps_one_engines_rules_and_applies_a_recipes_bounds_per_replica(tmp_path):
     two = _inventory(tmp_path, 2)
-    assert check_layout(None, None, None, two, Recipe("plain")) == Layout(1, 2, 1)
-    assert check_layout(2, None, None, two, Recipe("plain")) == Layout(2, 1, 1)
+    assert size_layout(LayoutAsk(), two, Recipe("plain")) == Layout(1, 2, 1)
+    assert size_layout(LayoutAsk(2), two, Recipe("plain")) == Layout(2, 1, 1)
     solo = Recipe("s", max_nodes=1)  # eugr's solo_only
-    assert check_layout(2, None, None, two, solo) == Layout(2, 1, 1)  # one engine per Spark: what solo_only asks
+    assert size_layout(LayoutAsk(2), two, solo) == Layout(2, 1, 1)  # one engine per Spark: what solo_only asks
     cluster = Recipe("c", min_nodes=2)  # eugr's cluster_only: too large for one Spark
     with pytest.raises(UsageError, match="at least 2 nodes per engine"):
-        check_layout(2, None, None, two, cluster)
+        size_layout(LayoutAsk(2), two, cluster)
 
 
 def test_the_record_keeps_each_replica_and_reads_an_older_one_as_one_engine():

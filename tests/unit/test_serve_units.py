@@ -17,7 +17,8 @@ from sparkcluster.serving.launch import Node, ServeArgs, container_command, dock
 from sparkcluster.serving.membership import Member, judge_members, parse_members
 from sparkcluster.serving.readiness import Diagnosis, NotReady, wait_ready
 from sparkcluster.recipes.load import bundled_names, load_recipe, merged_flags, parse_flags
-from sparkcluster.serving.parallel import check_parallel
+from sparkcluster.serving.layout import LayoutAsk
+from sparkcluster.serving.parallel import size_layout
 from sparkcluster.recipes.types import Recipe
 
 HEAD = Node("spark-1", 0, "192.168.177.11", "192.168.177.11")
@@ -128,7 +129,7 @@ def test_tp_must_equal_the_nodes_selected(tmp_path):
     four, recipe = _inventory(tmp_path, 4), Recipe("plain")
 
     def check_tp(tp, inventory):
-        return check_parallel(tp, None, inventory, recipe)[0]
+        return size_layout(LayoutAsk(tp=tp), inventory, recipe).tp
 
     assert check_tp(None, four) == 4 and check_tp(4, four) == 4
     with pytest.raises(UsageError, match=r"TP 2 x PP 1 on 4 nodes.*") as e:
