@@ -76,7 +76,10 @@ def check_fit(model: str, weights: int | None, layout: Layout, flags: Sequence[s
 
 
 def replica_fit(session: Session, model: str, layout: Layout, flags: Sequence[str]) -> None:
-    """check_fit on the head's snapshot of `model` (a repo id; a path on the nodes is not read)."""
+    """check_fit on the head's snapshot of `model` (a repo id; a path on the nodes is not read), for replicas: each
+    must hold the whole model. One engine across the nodes is left to vLLM's own check."""
+    if not layout.routed:
+        return
     if model.startswith(("/", ".", "~")) or any(ch in model for ch in "\"'`$\\ ") or ".." in model:
         return
     result = session.run(session.head, Command(weights_script(model), timeout=60))

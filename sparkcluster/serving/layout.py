@@ -86,6 +86,11 @@ class Layout:
             return (Placement(0, tuple(order), port),)
         return tuple(Placement(i, tuple(order[i * k:(i + 1) * k]), port + 1 + i) for i in range(self.replicas))
 
+    def behind_router(self, order: Sequence[str], port: int) -> tuple[Placement, ...]:
+        """The replicas a router answers for (place's), what the serve record keeps; none for one engine, which
+        answers at `port` itself."""
+        return self.place(order, port) if self.routed else ()
+
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "replicas": self.replicas, "tp": self.tp, "pp": self.pp}
 

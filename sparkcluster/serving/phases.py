@@ -30,16 +30,16 @@ from .fit import replica_fit
 from .image import MissingImage, check_images, sync_image
 from .launch import DEFAULT_IMAGE, DEFAULT_VLLM_PORT, Launcher, Node, RuntimeName, ServeArgs
 from .layout import Layout, LayoutAsk, Placement
-from .lifecycle import diagnosis, gone, ray_commands, running_current, start, stop_everywhere, vllm_commands
+from .lifecycle import diagnosis, gone, ray_commands, running_current, start, stop_everywhere
 from .membership import Member, wait_ray
 from .mods_nodes import copy_mods, mods_command, run_mods
 from .nodes import node_env, read_nodes
+from .processes import Process, processes
 from .progress import Emit, PhaseStarted, ProbeJudged
 from .provenance import launched
 from .readiness import Readiness, wait_ready
 from .record import ProbeSummary, ServeRecord, Serving, clear_record, endpoint, fabric_ips, read_record, write_record
 from .reuse import may_reuse, ray_fingerprint
-from .router import replica_commands, router_command
 from .runtime import RuntimeChoice
 
 # A placement group stays reserved a few seconds after its vLLM exits: a new one must wait.
@@ -174,8 +174,7 @@ def serve(session: Session, opts: ServeOptions, emit: Emit) -> ServeResult:
             draft_ref = ModelRef.parse(draft)
             phases.run("stage", lambda: stage_model(session, draft_ref, emit), emit)
         layout = opts.layout
-        if layout.routed:  # before anything starts: a replica must hold the whole model
-            replica_fit(session, args.model, layout, args.flags)
+        replica_fit(session, args.model, layout, args.flags)  # before anything starts: a replica holds the model
         if opts.launcher == "ray":
             runtime, nodes, _, reused = up(session, opts, phases, emit)
             if reused:
@@ -193,29 +192,35 @@ def serve(session: Session, opts: ServeOptions, emit: Emit) -> ServeResult:
             verified = phases.run("verify", lambda: probe(session, runtime, opts, emit), emit)
         if opts.recipe.mods:
             phases.run("mods", lambda: apply_mods(session, runtime, opts.recipe.mods), emit)
-        placements = layout.place(list(nodes), args.port) if layout.routed else ()
-        commands = (replica_commands(session, runtime, nodes, placements, args) if layout.routed
-                    else vllm_commands(session, runtime, nodes, opts.launcher, args))
-        phases.run("launch", lambda: start(session, commands, "vLLM", runtime.start_fix()), emit)
-        base = endpoint(session.head, args.port).removesuffix("/v1")
+        placements = layout.behind_router(list(nodes), args.port)
 
-        def ready_at(url: str, router: bool = False) -> Readiness:
+        def ready_at(url: str, router: bool) -> Readiness:
             return wait_ready(url, args.served_name or args.model, opts.ready_timeout,
                               lambda: gone(session, runtime, opts.launcher, router),
                               lambda: diagnosis(session, runtime, opts.launcher, router), api_key)
-        if layout.routed:
-            heads = {h.name: h for h in session.hosts}
-            phases.run("ready", lambda: session.each(
-                lambda h: ready_at(f"http://{h.address}:{_port_of(placements, h.name)}"),
-                [heads[p.head] for p in placements]), emit)
 
-            def route() -> Readiness:
-                start(session, router_command(session, runtime, nodes, placements, args), "the router",
-                      runtime.start_fix())
-                return ready_at(base, router=True)
-            ready: Readiness = phases.run("router", route, emit)
-        else:
-            ready = phases.run("ready", lambda: ready_at(base), emit)
+        def answering(process: Process) -> Readiness:
+            """The process answers at each of its URLs (its nodes at once): the readiness of the first."""
+            if len(process.answers) == 1:
+                return ready_at(next(iter(process.answers.values())), process.router)
+            hosts = {h.name: h for h in session.hosts}
+            return session.each(lambda h: ready_at(process.answers[h.name], process.router),
+                                [hosts[name] for name in process.answers])[0]
+
+        def started(process: Process) -> Readiness:
+            """The process started, then answering: timed as one phase, or as its start's and its readiness's."""
+            def begin() -> None:
+                start(session, process.commands, process.what, runtime.start_fix())
+
+            def both() -> Readiness:
+                begin()
+                return answering(process)
+            if process.one_phase:
+                return phases.run(process.ready_phase, both, emit)
+            phases.run(process.start_phase, begin, emit)
+            return phases.run(process.ready_phase, lambda: answering(process), emit)
+        # engines, then the router in front of replicas: the last answers at the endpoint
+        ready = [started(p) for p in processes(session, runtime, nodes, layout, placements, opts.launcher, args)][-1]
     except BaseException:
         stop_everywhere(session)
         clear_record(session)
@@ -257,24 +262,15 @@ def plan(session: Session, opts: ServeOptions) -> dict[str, Any]:
         doc["mods"] = [{"name": m.name, "from": str(m.path), "given": m.given} for m in opts.recipe.mods]
         for host in session.hosts:
             commands[host.name].append(mods_command(runtime, session, host, opts.recipe.mods).display())
-    layout = opts.layout
-    if layout.routed:
-        placements = layout.place(list(nodes), args.port)
-        doc["layout"] = layout.to_json()
+    placements = opts.layout.behind_router(list(nodes), args.port)
+    if placements:
+        doc["layout"] = opts.layout.to_json()
         doc["replicas"] = [{"index": p.index, "nodes": list(p.nodes), "port": p.port} for p in placements]
-        started = [replica_commands(session, runtime, nodes, placements, args),
-                   router_command(session, runtime, nodes, placements, args)]
-    else:
-        started = [vllm_commands(session, runtime, nodes, opts.launcher, args)]
-    for each in started:
-        for name, command in each.items():
+    for process in processes(session, runtime, nodes, opts.layout, placements, opts.launcher, args):
+        for name, command in process.commands.items():
             commands[name].append(command.display())
     doc["commands"] = commands
     return doc
-
-
-def _port_of(placements: tuple[Placement, ...], head: str) -> int:
-    return next(p.port for p in placements if p.head == head)
 
 
 def apply_mods(session: Session, runtime: RuntimeChoice, mods: tuple[Mod, ...]) -> None:
