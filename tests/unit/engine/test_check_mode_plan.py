@@ -19,9 +19,9 @@ from sparkcluster.engine.steps.base import REGISTRY, HostContext, NoArgs, Plan, 
 from sparkcluster.node.addressing import fabric_config, plan_addresses
 from sparkcluster.node.network import choose_for
 from sparkcluster.node.planned import planned_facts
-from tests.unit.test_runner import FakeTransport
+from tests.unit.engine.test_runner import FakeTransport
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 
 
 def spark() -> HostFacts:

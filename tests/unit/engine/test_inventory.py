@@ -14,7 +14,7 @@ from sparkcluster.engine.inventory import Host, Inventory, InventoryError, find_
 from sparkcluster.sim.cluster import SimCluster
 from sparkcluster.sim.state import ClusterState
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 MARK = "#<"  # in the YAML of a test case, marks the line the error must point at
 
 TWO_HOSTS = """\

@@ -10,7 +10,7 @@ from sparkcluster.engine.facts import (
     parse_sysfs,
 )
 
-FIXTURES = Path(__file__).parent.parent / "fixtures"
+FIXTURES = Path(__file__).parents[2] / "fixtures"
 
 
 def test_whole_probe_from_a_real_spark():

@@ -16,7 +16,7 @@ from sparkcluster.engine.runner import Runner
 from sparkcluster.engine.session import Session
 from sparkcluster.engine.transport import Result, Unreachable
 
-PROBE_OUTPUT = (Path(__file__).parent.parent / "fixtures" / "probe-spark.txt")
+PROBE_OUTPUT = (Path(__file__).parents[2] / "fixtures" / "probe-spark.txt")
 
 
 class FakeTransport:

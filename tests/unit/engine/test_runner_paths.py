@@ -26,7 +26,7 @@ from sparkcluster.engine.steps import REGISTRY, HostContext, Plan, Step
 from sparkcluster.engine.steps import NoArgs
 from tests.strict_transport import StrictTransport, verify_all
 
-PROBE_TEXT = (Path(__file__).resolve().parent.parent / "fixtures" / "probe-spark.txt").read_text()
+PROBE_TEXT = (Path(__file__).resolve().parents[2] / "fixtures" / "probe-spark.txt").read_text()
 NAMES = ("spark-1", "spark-2", "spark-3")
 GETENT = "getent group docker"
 USERMOD = "sudo -n -H -- sh -c 'usermod -aG docker spark'"
