@@ -156,7 +156,7 @@ def _failure_after(trio, tmp_path, host: str) -> dict:
 def test_twins_that_lost_their_addresses_get_them_back_on_the_clusters_subnets(trio, tmp_path):
     """fabric.addresses gives a twin without an address one on the subnet its peers use (not a default one that
     would split the fabric). The preflight's own error for a missing address, with its fix, is tested as data in
-    tests/unit/test_network.py."""
+    tests/unit/node/test_network.py."""
     host = trio.host("spark-3")
     try:
         for lost in (["enp1s0f1np1"], ["enp1s0f1np1", "enP2p1s0f1np1"]):

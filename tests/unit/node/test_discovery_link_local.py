@@ -17,7 +17,7 @@ from sparkcluster.node.discovery import check_cabling, fabric_from
 from sparkcluster.node.discovery import parse_probe as parse_answers
 from sparkcluster.node.fabric import SWITCH, End, Fabric, Kind, Sightings, build_fabric, cabling_problems
 
-RECORDED = Path(__file__).resolve().parents[1] / "fixtures" / "discovery"
+RECORDED = Path(__file__).resolve().parents[2] / "fixtures" / "discovery"
 
 
 def recorded(case: str) -> tuple[list[str], dict[str, HostFacts], dict[str, dict[str, tuple[str, ...]]]]:

@@ -15,7 +15,7 @@ from sparkcluster.node.addressing import (AddressPlan, FabricError, Twin, cabled
 from sparkcluster.engine.facts import HostFacts, parse_probe
 from sparkcluster.engine.inventory import Host, Inventory
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 
 
 def spark() -> HostFacts:

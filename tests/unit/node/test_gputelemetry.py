@@ -20,7 +20,7 @@ from sparkcluster.node.gputelemetry import (
 from sparkcluster.sim.hardware import CLOCK_EVENTS, hardware_doc
 from sparkcluster.sim.topology import Subnets, build_topology
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "gpu"
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "gpu"
 HOST = resources.files("sparkcluster.sim") / "host"
 
 

@@ -40,7 +40,7 @@ from sparkcluster.engine.steps.files import file_state
 from sparkcluster.node import steps as _node_steps  # noqa: F401 (registers the node's steps)
 from tests.strict_transport import StrictTransport, verify_all
 
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 STEP_CASES = FIXTURES / "steps"
 
 # The engine's generic steps and the node's. Other wings register more (staging's models.stage) when they are
@@ -49,7 +49,7 @@ ENGINE_STEPS = {name for name, cls in REGISTRY.items()
                 if cls.__module__.startswith(("sparkcluster.engine.steps.", "sparkcluster.node.steps."))}
 # Steps still being written alongside these tests, without plan cases yet. Each must gain a no-op and a change
 # case in tests/fixtures/steps/; the coverage test fails as soon as a listed step has any case, to drop it here.
-NOT_YET_COVERED = {"fabric.addresses", "fabric.cabling"}  # cabling: its logic is tests/unit/test_fabric_graph.py
+NOT_YET_COVERED = {"fabric.addresses", "fabric.cabling"}  # cabling: its logic is tests/unit/node/test_fabric_graph.py
 # Preflight checks only read: they have no change case; a warning or a failure stands in for it.
 READ_ONLY = {"preflight.gpu", "preflight.driver", "preflight.qsfp", "preflight.docker", "preflight.disk",
              "preflight.cluster", "preflight.fabric"}

@@ -32,7 +32,7 @@ from sparkcluster.node.fabric import build_fabric
 from sparkcluster.node.planned import planned_facts
 from sparkcluster.node.routed import missing_routes, node_address, parse_routes, paths, plan_node_address
 from sparkcluster.node.steps.addresses import FabricAddresses, Leftover, NodeNow
-from tests.unit.test_fabric_graph import NODES3, NODES4, RING3, RING4, cabled
+from tests.unit.node.test_fabric_graph import NODES3, NODES4, RING3, RING4, cabled
 
 
 def ring_plans(nodes: list[str], cables: list[tuple[str, int, str, int]], fabric: dict | None = None

@@ -13,7 +13,7 @@ from sparkcluster.node.network import (
     QsfpChoice, QsfpError, cabling_report, choose_qsfp, comm_env, fabric_subnet_mismatch, qsfp_port,
 )
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 FIXTURES = ROOT / "tests" / "fixtures"
 
 

@@ -21,7 +21,7 @@ from sparkcluster.node.fabric import End, Fabric, Link
 from sparkcluster.node.health import parse_health
 from sparkcluster.node.parity import Finding, Node, Severity
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 WRAPPED = "\x1b]0;PWNED-TITLE\x07\x1b[2J"  # what a wrapped nvidia-smi printed before its answer
 
 

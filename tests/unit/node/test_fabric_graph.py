@@ -13,7 +13,7 @@ from sparkcluster.node.discovery import ipv4_candidates, probe_command
 from sparkcluster.node.discovery import parse_probe as parse_answers
 from sparkcluster.node.fabric import SWITCH, End, Fabric, Kind, build_fabric, cabling_problems
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 TWINS = {0: ("enp1s0f0np0", "enP2p1s0f0np0"), 1: ("enp1s0f1np1", "enP2p1s0f1np1")}
 HCAS = {"enp1s0f0np0": "rocep1s0f0", "enP2p1s0f0np0": "roceP2p1s0f0",
         "enp1s0f1np1": "rocep1s0f1", "enP2p1s0f1np1": "roceP2p1s0f1"}

@@ -22,7 +22,7 @@ from sparkcluster.node.kernellog import (
     parse_kernel_log,
 )
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "doctor"
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "doctor"
 
 
 def section(name: str, source: str = "journalctl") -> list[str]:
