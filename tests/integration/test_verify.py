@@ -26,7 +26,7 @@ def cluster4(tmp_path_factory):
 
 def verify(c: SimCluster, *args: str) -> tuple[int, dict]:
     # One run of the whole collective: each link alone is proven on the 3-ring in test_ring3.py, with the code a
-    # switch's links run (their probes: tests/unit/test_nccl_links.py); a 4-node switch's 8 links cost a minute here.
+    # switch's links run (their probes: tests/unit/nccl/test_nccl_links.py); a 4-node switch's 8 links cost a minute here.
     out = run_cli("verify", str(c.inventory_path), "--json", "--no-links", *args)
     assert "Traceback" not in out.stderr, out.stderr
     return out.returncode, json.loads(out.stdout)

@@ -15,7 +15,7 @@ from sparkcluster.nccl.logs import BandwidthRow, busbw, format_table, read_log, 
 from sparkcluster.nccl.report import report
 from sparkcluster.nccl.verdict import DEFAULT_MIN_BUSBW_GBPS, ONE_TWIN_MAX_GBPS, judge
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 FIXTURES = ROOT / "tests" / "fixtures" / "nccl"
 PROBE_PATH = ROOT / "sparkcluster" / "nccl" / "probe.py"
 MiB = 1 << 20

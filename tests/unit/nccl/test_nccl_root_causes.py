@@ -13,7 +13,7 @@ from sparkcluster.nccl.logs import read_log
 from sparkcluster.nccl.report import report
 from sparkcluster.nccl.verdict import VerdictStatus, judge
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "nccl"
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "nccl"
 
 
 def verdict_of(name: str):

@@ -10,7 +10,7 @@ import pytest
 from sparkcluster.nccl.logs import read_log
 from sparkcluster.nccl.tables import read_tables
 
-FIXTURES = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "nccl"
+FIXTURES = Path(__file__).resolve().parents[3] / "tests" / "fixtures" / "nccl"
 
 # Sequences the colour-only pattern (ESC[...m) the readers kept before left in place.
 NOT_COLOURS = {

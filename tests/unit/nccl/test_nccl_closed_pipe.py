@@ -9,8 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "nccl"
-ROOT = Path(__file__).resolve().parents[2]
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "nccl"
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def report_into_a_closed_pipe(*logs: Path) -> subprocess.CompletedProcess[str]:

@@ -13,7 +13,7 @@ from sparkcluster.nccl.logs import read_log
 from sparkcluster.nccl.report import report
 from sparkcluster.nccl.verdict import judge
 
-REAL = Path(__file__).resolve().parents[1] / "fixtures" / "nccl" / "real"
+REAL = Path(__file__).resolve().parents[2] / "fixtures" / "nccl" / "real"
 NOT_NETWORK = "not a network verdict: it says nothing about the QSFP link"
 NEVER_IB = "NET/IB was never tried (NCCL_NET=Socket, or a NET plugin without IB)"
 

@@ -21,7 +21,7 @@ from sparkcluster.nccl.perlink import TWIN_BUDGET_MIN_S, twin_budget
 from sparkcluster.nccl.proberun import ProbeTimedOut, run_probe
 from sparkcluster.nccl.twins import Twin, TwinMeasure, judge_twins
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 TWINS = ("enp1s0f1np1", "enP2p1s0f1np1")
 
 

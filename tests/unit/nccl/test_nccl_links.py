@@ -13,7 +13,7 @@ from sparkcluster.nccl.logs import BandwidthRow
 from sparkcluster.nccl.twins import judged_twice
 from sparkcluster.node.fabric import SWITCH, End, Fabric, Link
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 TWINS = {0: ("enp1s0f0np0", "enP2p1s0f0np0"), 1: ("enp1s0f1np1", "enP2p1s0f1np1")}
 HCAS = {"enp1s0f0np0": "rocep1s0f0", "enP2p1s0f0np0": "roceP2p1s0f0",
         "enp1s0f1np1": "rocep1s0f1", "enP2p1s0f1np1": "roceP2p1s0f1"}
