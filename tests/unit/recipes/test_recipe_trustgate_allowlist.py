@@ -17,10 +17,10 @@ from sparkcluster.recipes import trustgate
 from sparkcluster.recipes.load import load_recipe
 from sparkcluster.recipes.trustenv import ALLOWED
 
-from .test_recipe_formats import no_connection, private_home, two_node_inventory  # noqa: F401 (fixtures)
-from .test_recipe_trustgate import refused, registry
+from tests.unit.recipes.test_recipe_formats import no_connection, private_home, two_node_inventory  # noqa: F401 (fixtures)
+from tests.unit.recipes.test_recipe_trustgate import refused, registry
 
-CORPUS = json.loads((Path(__file__).parents[1] / "fixtures" / "recipes" / "community-corpus-settings.json").read_text())
+CORPUS = json.loads((Path(__file__).parents[2] / "fixtures" / "recipes" / "community-corpus-settings.json").read_text())
 
 # The report's X1 payload (recipes/torchlogs.yaml of the untrusted registry `evil`).
 TORCH_LOGS = """\

@@ -23,7 +23,7 @@ from sparkcluster.recipes.load import load_recipe
 from sparkcluster.recipes.mods import mod_files
 from sparkcluster.recipes.paths import Clone, Outside, lookup, owner
 
-from .test_recipe_formats import git, no_connection, private_home, registry_repo  # noqa: F401 (fixtures)
+from tests.unit.recipes.test_recipe_formats import git, no_connection, private_home, registry_repo  # noqa: F401 (fixtures)
 
 CANARY = "#!/bin/sh\ntouch /tmp/pwned-by-mod\n"
 V2 = "recipe_version: '2'\nmodel: a/b\n"

@@ -16,7 +16,7 @@ from sparkcluster.recipes import registry as recipe_registry
 from sparkcluster.recipes import trustgate
 from sparkcluster.recipes.load import load_recipe
 
-from .test_recipe_formats import git, private_home  # noqa: F401 (private_home: autouse fixture)
+from tests.unit.recipes.test_recipe_formats import git, private_home  # noqa: F401 (private_home: autouse fixture)
 
 # The report's S1 payload: Python's warnings filter imports antigravity, which runs $BROWSER through a shell.
 ENV_RCE = """\
