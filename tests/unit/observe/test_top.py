@@ -28,7 +28,7 @@ from sparkcluster.sim.hardware import hardware_doc
 from sparkcluster.sim.topology import Subnets, build_topology
 
 SIM_HOST = resources.files("sparkcluster.sim") / "host"
-FIXTURES = Path(__file__).parent.parent / "fixtures" / "metrics"
+FIXTURES = Path(__file__).parents[2] / "fixtures" / "metrics"
 
 
 @pytest.fixture

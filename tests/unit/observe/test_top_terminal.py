@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-FIXTURES = Path(__file__).parent.parent / "fixtures" / "metrics"
+FIXTURES = Path(__file__).parents[2] / "fixtures" / "metrics"
 CAPTURE = (FIXTURES / "vllm-0.32-cpu-busy2.txt").read_text()
 GENERATED = 'vllm:generation_tokens_total{engine="0",model_name="local/tiny-llama"} 1675.0'
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
 

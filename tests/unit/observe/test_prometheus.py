@@ -15,7 +15,7 @@ from sparkcluster.bench import metrics
 from sparkcluster.observe.prometheus import Histogram, parse
 from sparkcluster.observe.scrape import Reading, figures, metrics_url
 
-FIXTURES = Path(__file__).parent.parent / "fixtures" / "metrics"
+FIXTURES = Path(__file__).parents[2] / "fixtures" / "metrics"
 BUSY = (FIXTURES / "vllm-0.32-cpu-busy.txt").read_text()
 BUSY_LATER = (FIXTURES / "vllm-0.32-cpu-busy2.txt").read_text()
 
@@ -135,7 +135,7 @@ def test_bench_samples_every_replica_behind_a_router_and_merges_them():
 
     import aiohttp
 
-    from tests.unit.test_top_replicas import CAPTURES, busier, metrics_server
+    from tests.unit.observe.test_top_replicas import CAPTURES, busier, metrics_server
 
     kv = 'vllm:kv_cache_usage_perc{engine="0",model_name="local/tiny-llama"} 0.0019536019536019467'
     fuller = [busier(c).replace(kv, kv.split("} ")[0] + "} 0.5") for c in CAPTURES]

@@ -24,7 +24,7 @@ from sparkcluster.serving.layout import Placement
 from sparkcluster.serving.record import Serving
 from sparkcluster.serving.top import replica_targets
 
-FIXTURES = Path(__file__).parent.parent / "fixtures" / "metrics"
+FIXTURES = Path(__file__).parents[2] / "fixtures" / "metrics"
 CAPTURES = [(FIXTURES / name).read_text() for name in ("vllm-0.32-cpu-busy.txt", "vllm-0.32-cpu-busy2.txt")]
 RUNNING = 'vllm:num_requests_running{engine="0",model_name="local/tiny-llama"} 8.0'
 WAITING = 'vllm:num_requests_waiting{engine="0",model_name="local/tiny-llama"} 0.0'
