@@ -248,7 +248,7 @@ def test_a_ray_cluster_patched_by_mods_is_not_reused_by_a_serve_with_other_mods_
     from sparkcluster.recipes.types import ModPlace
     from sparkcluster.serving.reuse import may_reuse, ray_fingerprint
 
-    from tests.unit.test_serve_reuse import COMMANDS, session
+    from tests.unit.serving.test_serve_reuse import COMMANDS, session
     (tmp_path / "mods" / "fix").mkdir(parents=True)
     (tmp_path / "mods" / "fix" / "run.sh").write_text("#!/bin/sh\npatch -p1 < a.diff\n")
     fix = resolve_mod("mods/fix", "r.yaml:3", [ModPlace(tmp_path)])

@@ -18,7 +18,7 @@ from sparkcluster.serving.readiness import NotReady, wait_ready
 from sparkcluster.serving.rootcause import LogRead, first_error, root_cause
 from sparkcluster.serving.runtime import RuntimeChoice
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "vllm"
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "vllm"
 RAY_UNSUPPORTED = "ValueError: current platform cpu does not support ray."
 TOO_LONG = ("pydantic_core._pydantic_core.ValidationError: 1 validation error for ModelConfig Value error, "
             "User-specified max_model_len (99999999) is greater than the derived max_model_len "

@@ -216,7 +216,7 @@ class _Node:
 def test_a_failed_start_whose_container_is_gone_is_told_by_the_kept_logs_first_error(tmp_path):
     """Native launcher, the worker's rank died with its container: its root cause comes from the kept log, as from
     docker logs before (the notice line is no error), and the fix points at that log."""
-    failed = (Path(__file__).resolve().parents[1] / "fixtures/vllm/cpu-0.32-max-model-len-too-long.log").read_text()
+    failed = (Path(__file__).resolve().parents[2] / "fixtures/vllm/cpu-0.32-max-model-len-too-long.log").read_text()
     hosts = (Host("spark-1", "10.0.0.1", "head"), Host("spark-2", "10.0.0.2", "worker"))
     nodes = {"spark-1": _Node(tmp_path / "1", "INFO 11-27 16:25:01 [a.py:1] waiting for the workers\n"),
              "spark-2": _Node(tmp_path / "2", failed)}

@@ -16,7 +16,7 @@ from sparkcluster.engine.errors import EXIT_USAGE, UsageError
 from sparkcluster.engine.inventory import Inventory, load_inventory
 from sparkcluster.serving.cli import cmd_serve, options, sized
 
-README_INVENTORY = Path(__file__).resolve().parents[2] / "inventories" / "two-sparks.yml"
+README_INVENTORY = Path(__file__).resolve().parents[3] / "inventories" / "two-sparks.yml"
 
 
 class Checked(Exception):
