@@ -26,14 +26,13 @@ from ..engine.errors import EXIT_INTERRUPTED, EXIT_OK, UsageError
 from ..engine.report import print_json
 from ..engine.session import Session
 from ..recipes.load import Reference
-from . import alongside, ceiling, compare, decode_budget, head_tokenizer, plot, published, table
+from . import alongside, ceiling, compare, decode_budget, head_tokenizer, plot, published
 from .context import DoesNotFit
 from .explain import lineup as explain_lineup
 from .explain import sides as explain_sides
 from .layouts import cli as layouts_cli
-from .methods.llama_benchy import cli as llama_benchy_cli
-from .receipts import sustained_parameters, sweep_receipt, write_beside
-from .sweep import (
+from .methods.closed_loop import table
+from .methods.closed_loop.sweep import (
     BenchEvent,
     BenchFailed,
     Emit,
@@ -45,6 +44,8 @@ from .sweep import (
     ignore,
     sweep,
 )
+from .methods.llama_benchy import cli as llama_benchy_cli
+from .receipts import sustained_parameters, sweep_receipt, write_beside
 from .target import Target, from_cluster, from_url
 
 METHOD = """method: one warm-up request first (the JIT warms on it, as the published recipes do); then, at each

@@ -11,12 +11,12 @@ from typing import Any
 from ..engine.localfiles import write_text
 from ..observe.bounded import request
 from ..observe.scrape import SCRAPE_TIMEOUT_S
-from . import prompts
 from .corpus import Corpus
+from .methods.closed_loop import prompts
+from .methods.closed_loop.sweep import Prepared, SweepOptions
 from .receipt import BenchParams, Receipt
 from .receipt_metrics import Snapshot, between
 from .receipt_sources import assemble
-from .sweep import Prepared, SweepOptions
 from .target import Target
 
 

@@ -18,8 +18,8 @@ from sparkcluster.bench.ceiling import (
     weight_bytes,
 )
 from sparkcluster.bench.methods.closed_loop.arithmetic import Distribution, Row
-from sparkcluster.bench.sweep import Level
-from sparkcluster.bench.table import render
+from sparkcluster.bench.methods.closed_loop.sweep import Level
+from sparkcluster.bench.methods.closed_loop.table import render
 
 LLAMA_8B = {"hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
             "intermediate_size": 14336, "vocab_size": 128256, "tie_word_embeddings": False, "torch_dtype": "bfloat16"}

@@ -19,7 +19,7 @@ from sparkcluster.bench.layouts import cli as layouts_cli
 from sparkcluster.bench.layouts.run import Planned, Swept, measure_layouts
 from sparkcluster.bench.methods.closed_loop.arithmetic import Distribution, Row
 from sparkcluster.bench.metrics import ServerSide
-from sparkcluster.bench.sweep import Level, Prepared
+from sparkcluster.bench.methods.closed_loop.sweep import Level, Prepared
 from sparkcluster.engine.cliapp import selected_inventory
 from sparkcluster.engine.errors import SparkclusterError, UsageError
 from sparkcluster.serving.cli import options, sized

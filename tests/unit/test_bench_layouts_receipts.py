@@ -24,7 +24,7 @@ from sparkcluster.bench.layouts.run import Planned, Swept, measure_layouts
 from sparkcluster.bench.receipt import BenchParams, Engine, NodeReceipt, Receipt
 from sparkcluster.bench.receipt_metrics import EngineDeltas, Snapshot, between, snapshot_engines
 from sparkcluster.bench.receipt_sources import NodesRead, Served
-from sparkcluster.bench.sweep import Level, SweepOptions
+from sparkcluster.bench.methods.closed_loop.sweep import Level, SweepOptions
 from sparkcluster.bench.target import Target, engine_metrics
 from sparkcluster.engine.errors import SparkclusterError
 from sparkcluster.engine.inventory import Host

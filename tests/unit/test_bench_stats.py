@@ -7,7 +7,11 @@ import io
 
 import pytest
 
-from sparkcluster.bench import compare, metrics, prompts, table
+from sparkcluster.bench import compare, metrics
+
+from sparkcluster.bench.methods.closed_loop import prompts
+
+from sparkcluster.bench.methods.closed_loop import table
 from sparkcluster.bench.methods.closed_loop.arithmetic import (
     Distribution,
     Row,
@@ -18,7 +22,7 @@ from sparkcluster.bench.methods.closed_loop.arithmetic import (
     summarize_run,
     union_length,
 )
-from sparkcluster.bench.sweep import Level
+from sparkcluster.bench.methods.closed_loop.sweep import Level
 from sparkcluster.bench.timeline import RequestTimeline, RunTimeline
 from sparkcluster.engine.errors import UsageError
 from sparkcluster.recipes.load import load_recipe

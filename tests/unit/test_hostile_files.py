@@ -311,8 +311,8 @@ def test_a_csv_its_receipt_and_the_arena_files_never_follow_a_planted_link(tmp_p
     assert not cell_link.is_symlink() and json.loads(cell_link.read_text()) == {"benchmarks": []}
     from tests.unit.test_bench_layouts import row
 
-    from sparkcluster.bench import table
-    from sparkcluster.bench.sweep import Level
+    from sparkcluster.bench.methods.closed_loop import table
+    from sparkcluster.bench.methods.closed_loop.sweep import Level
 
     csv = tmp_path / "bench.csv"
     csv.symlink_to(victim)

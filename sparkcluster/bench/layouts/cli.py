@@ -34,7 +34,7 @@ from ...serving.layout import Layout
 from ...serving.phases import hub_model
 from ...serving.progress import ignore as serve_quietly
 from ...serving.recipes_cli import add_recipe_flags
-from ..sweep import Emit, SweepOptions
+from ..methods.closed_loop.sweep import Emit, SweepOptions
 from . import choice, report, state
 from .run import Planned, measure_layouts, serve_on, stage_once, sweep_on
 

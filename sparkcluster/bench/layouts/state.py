@@ -18,9 +18,9 @@ from ...engine.inventory import Inventory
 from ...engine.localfiles import read_json, write_text
 from ...serving.layout import LAYOUT_KINDS, Layout, LayoutKind
 from ..methods.closed_loop.arithmetic import Distribution, Row
+from ..methods.closed_loop.table import DISTRIBUTIONS
 from ..metrics import ServerSide
 from ..receipt import Receipt
-from ..table import DISTRIBUTIONS
 
 STATE_VERSION = 2  # 2: each layout's receipt; a state of version 1 reads with none (unknown), its figures the same
 READABLE_VERSIONS = (1, 2)

@@ -20,7 +20,7 @@ from ....engine.errors import SparkclusterError
 from ...client import pool
 from ...corpus import Corpus, WordTokenizer
 from ...sse import BadResponse
-from ...sweep import TOKENS_PER_WORD_AT_MOST
+from ..closed_loop.sweep import TOKENS_PER_WORD_AT_MOST
 from .arithmetic import BenchmarkRun, summarize
 from .chat import (
     CONTEXT_LOAD_USER_MESSAGE,

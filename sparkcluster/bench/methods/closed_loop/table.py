@@ -12,12 +12,12 @@ from typing import Any, TextIO
 
 from rich.table import Table
 
-from ..engine.localfiles import write_text
-from .ceiling import per_stream_decode
-from .metrics import ServerSide
-from .render import ms, percent, tps
-from .render import table as new_table
-from .render import write_csv as write_rows
+from ....engine.localfiles import write_text
+from ...ceiling import per_stream_decode
+from ...metrics import ServerSide
+from ...render import ms, percent, tps
+from ...render import table as new_table
+from ...render import write_csv as write_rows
 from .sweep import Level
 
 DISTRIBUTIONS = ("ttft_s", "itl_s", "e2e_s")

@@ -11,12 +11,16 @@ from dataclasses import dataclass, replace
 
 import aiohttp
 
-from ..engine.errors import EXIT_FAILED, SparkclusterError
-from ..serving.apikey import unauthorized
+from ....engine.errors import EXIT_FAILED, SparkclusterError
+from ....serving.apikey import unauthorized
+from ...context import Sizes, fit, max_model_len
+from ...metrics import Sampler, ServerSide, summarize
+from ...receipt_metrics import Snapshot, snapshot_engines
+from ...sse import BadResponse, model_ids, read_document
+from ...timeline import RequestTimeline
 from . import prompts
-from .context import Sizes, fit, max_model_len
-from .methods.closed_loop.arithmetic import Row, combine, summarize_run
-from .methods.closed_loop.schedule import (
+from .arithmetic import Row, combine, summarize_run
+from .schedule import (
     Endpoint,
     describe_error,
     run_concurrency,
@@ -24,10 +28,6 @@ from .methods.closed_loop.schedule import (
     session,
     stream_completion,
 )
-from .metrics import Sampler, ServerSide, summarize
-from .receipt_metrics import Snapshot, snapshot_engines
-from .sse import BadResponse, model_ids, read_document
-from .timeline import RequestTimeline
 
 
 class BenchFailed(SparkclusterError):
