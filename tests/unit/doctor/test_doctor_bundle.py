@@ -14,7 +14,7 @@ from sparkcluster.engine.errors import UsageError
 from sparkcluster.engine.scrub import SCRUBBED, Scrubber, secrets_in
 from sparkcluster.nccl.report import report
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 TOKEN = "hf_" + "q" * 34
 PASSWORD = "correct horse battery"
 

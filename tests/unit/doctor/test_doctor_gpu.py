@@ -9,7 +9,7 @@ from sparkcluster.doctor.gpu import findings
 from sparkcluster.node.finding import Severity
 from sparkcluster.node.gputelemetry import ClockEvent, GpuTelemetry, parse_output
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "gpu"
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "gpu"
 
 
 def read(name: str) -> GpuTelemetry | str:

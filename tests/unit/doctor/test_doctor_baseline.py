@@ -17,7 +17,7 @@ from sparkcluster.engine.facts import Gpu, PcieLink, parse_probe
 from sparkcluster.node.health import parse_health
 from sparkcluster.node.parity import Node
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 FACTS = parse_probe((FIXTURES / "probe-spark.txt").read_text())
 HEALTH = parse_health((FIXTURES / "doctor" / "health-spark.txt").read_text(), "vllm-node")
 X4 = tuple(PcieLink(n, "32.0_GT/s_PCIe", "4", "32.0_GT/s_PCIe", "4") for n in ("enp1s0f1np1", "enP2p1s0f1np1"))
