@@ -23,6 +23,6 @@ def load(path: str | Path) -> Playbook:
 
 
 def load_bundled(name: str) -> Playbook:
-    """A playbook shipped in the package, its steps imported as their plays run (tests/unit/test_step_catalog.py
+    """A playbook shipped in the package, its steps imported as their plays run (tests/unit/bootstrap/test_step_catalog.py
     loads each with every check, as `load` does)."""
     return load_playbook(bundled(name), defer_steps=True)

@@ -17,7 +17,7 @@ from sparkcluster.engine import yamlsource
 from sparkcluster.engine.steps.base import REGISTRY, Step, StepRegistry, register
 from sparkcluster.engine.yamlsource import SourceList, SourceMap
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def _loaded_after(code: str) -> set[str]:
