@@ -1,4 +1,4 @@
-"""The ceiling of `sparkcluster bench`'s own client: against a server that answers instantly (tests/openai_stub.py
+"""The ceiling of `sparkcluster bench`'s own client: against a server that answers instantly (tests/support/openai_stub.py
 in its own process, every token at once), how many concurrent streams it holds and how many output tokens per
 second one core of the client parses, so the client is never what a measurement measures.
 Goal: 256 concurrent streams and at least 20,000 output tokens/s per client CPU second.
@@ -30,7 +30,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from sparkcluster.bench.methods.closed_loop import schedule as load  # noqa: E402
-from tests.openai_stub import running_stub  # noqa: E402
+from tests.support.openai_stub import running_stub  # noqa: E402
 
 GOAL_STREAMS, GOAL_TPS = 256, 20_000
 

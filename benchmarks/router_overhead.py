@@ -1,4 +1,4 @@
-"""What a router in front of replicas costs (issue 40): two OpenAI stubs (tests/openai_stub.py, each in its own
+"""What a router in front of replicas costs (issue 40): two OpenAI stubs (tests/support/openai_stub.py, each in its own
 process) as the replicas, then requests/s and latency at each concurrency, straight to the stubs (the client
 alternating between them: the baseline) and through each front end, all on loopback in this run:
 - vllm-router (the vllm-router package, the Rust load balancer made for vLLM; what `serve --replicas` starts),
@@ -30,7 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.openai_stub import running_stub  # noqa: E402
+from tests.support.openai_stub import running_stub  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 ROUTER_PORT, NGINX_PORT = 18300, 18301

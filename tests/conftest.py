@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import pytest
 
 from sparkcluster.sim import SimCluster, UpOptions
-from tests.helpers import SESSION_DRIVERS, SESSION_HOSTS, require_sim, unique_name
+from tests.support.helpers import SESSION_DRIVERS, SESSION_HOSTS, require_sim, unique_name
 
 
 def pytest_configure(config: pytest.Config) -> None:

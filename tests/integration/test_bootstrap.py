@@ -10,7 +10,7 @@ import pytest
 
 from sparkcluster.sim import SimCluster, UpOptions
 from sparkcluster.sim.topology import HostSpec
-from tests.helpers import require_sim, run_cli, ssh, unique_name
+from tests.support.helpers import require_sim, run_cli, ssh, unique_name
 
 pytestmark = [pytest.mark.sim, pytest.mark.slow]
 

@@ -20,7 +20,7 @@ from sparkcluster.engine.locks import Busy, held
 from sparkcluster.engine.playbook import load_playbook
 from sparkcluster.engine.runner import Runner
 from sparkcluster.engine.session import connect
-from tests.helpers import SESSION_DRIVERS, run_cli as cli, ssh
+from tests.support.helpers import SESSION_DRIVERS, run_cli as cli, ssh
 
 pytestmark = pytest.mark.sim
 

@@ -8,7 +8,7 @@ import shutil
 import pytest
 import yaml
 
-from tests.helpers import run_cli as cli, ssh
+from tests.support.helpers import run_cli as cli, ssh
 
 pytestmark = pytest.mark.sim
 

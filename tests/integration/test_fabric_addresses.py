@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from sparkcluster.sim import SimCluster, UpOptions
-from tests.helpers import require_sim, run_cli, ssh, unique_name
+from tests.support.helpers import require_sim, run_cli, ssh, unique_name
 
 pytestmark = [pytest.mark.sim, pytest.mark.slow]
 

@@ -18,7 +18,7 @@ import yaml
 from sparkcluster.sim import SimCluster, UpOptions
 from sparkcluster.sim.fakemodel import generate
 from sparkcluster.sim.topology import MGMT_NETDEV
-from tests.helpers import require_sim, run_cli, ssh, unique_name
+from tests.support.helpers import require_sim, run_cli, ssh, unique_name
 
 pytestmark = pytest.mark.sim
 

@@ -22,8 +22,8 @@ import yaml
 
 from sparkcluster.serving.readiness import http
 from sparkcluster.sim import SimCluster
-from tests.helpers import git_repo, run_cli, ssh
-from tests.integration.rings import (
+from tests.support.helpers import git_repo, run_cli, ssh
+from tests.support.rings import (
     bootstrap,
     comm_env_is_the_rings,
     each_cable_its_own_subnets,

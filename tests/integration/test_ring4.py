@@ -17,8 +17,8 @@ import pytest
 import yaml
 
 from sparkcluster.serving.readiness import http
-from tests.helpers import run_cli, ssh
-from tests.integration.rings import (
+from tests.support.helpers import run_cli, ssh
+from tests.support.rings import (
     bootstrap,
     comm_env_is_the_rings,
     each_cable_its_own_subnets,

@@ -17,7 +17,7 @@ import pytest
 from sparkcluster.serving.readiness import http
 from sparkcluster.sim import SimCluster, UpOptions, image
 from sparkcluster.sim.fakemodel import generate
-from tests.helpers import bootstrapped, require_sim, run_cli, ssh, unique_name
+from tests.support.helpers import bootstrapped, require_sim, run_cli, ssh, unique_name
 
 pytestmark = [pytest.mark.sim, pytest.mark.docker, pytest.mark.slow]
 RAY_ENV = Path(__file__).resolve().parents[2] / ".venv-ray"

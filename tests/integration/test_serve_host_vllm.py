@@ -27,8 +27,8 @@ import yaml
 
 from sparkcluster.serving.readiness import http
 from sparkcluster.sim import SimCluster, UpOptions, tinymodel
-from tests.helpers import git_repo, require_sim, run_cli, ssh, unique_name
-from tests.integration import vllm_model_info
+from tests.support.helpers import git_repo, require_sim, run_cli, ssh, unique_name
+from tests.support import vllm_model_info
 
 pytestmark = [pytest.mark.sim, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]

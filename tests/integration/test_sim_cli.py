@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.helpers import require_sim, ssh, unique_name
+from tests.support.helpers import require_sim, ssh, unique_name
 
 pytestmark = pytest.mark.sim
 

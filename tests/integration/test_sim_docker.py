@@ -5,7 +5,7 @@ import json
 import pytest
 
 from sparkcluster.sim import image
-from tests.helpers import ssh
+from tests.support.helpers import ssh
 
 pytestmark = [pytest.mark.sim, pytest.mark.docker]
 

@@ -7,7 +7,7 @@ import subprocess
 import paramiko
 import pytest
 
-from tests.helpers import SESSION_DRIVERS, ssh
+from tests.support.helpers import SESSION_DRIVERS, ssh
 
 pytestmark = pytest.mark.sim
 

@@ -8,7 +8,7 @@ import pytest
 
 from sparkcluster.engine.errors import UsageError
 from sparkcluster.sim import SimCluster, UpOptions, netns
-from tests.helpers import require_sim, ssh, unique_name
+from tests.support.helpers import require_sim, ssh, unique_name
 
 pytestmark = pytest.mark.sim
 

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from tests.helpers import ssh
+from tests.support.helpers import ssh
 
 pytestmark = pytest.mark.sim
 

@@ -16,7 +16,7 @@ from sparkcluster.engine.modelref import ModelRef
 from sparkcluster.sim import SimCluster, UpOptions, image
 from sparkcluster.sim.fakemodel import generate
 from sparkcluster.sim.topology import MGMT_NETDEV
-from tests.helpers import bootstrapped, require_sim, run_cli, ssh, unique_name
+from tests.support.helpers import bootstrapped, require_sim, run_cli, ssh, unique_name
 from tests.integration.test_serve_docker import RAY_ENV, TAG, running_anywhere
 
 pytestmark = [pytest.mark.sim, pytest.mark.slow]

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from sparkcluster.sim import SimCluster, UpOptions
-from tests.helpers import bootstrapped, require_sim, run_cli, ssh, unique_name
+from tests.support.helpers import bootstrapped, require_sim, run_cli, ssh, unique_name
 
 pytestmark = [pytest.mark.sim, pytest.mark.slow]
 

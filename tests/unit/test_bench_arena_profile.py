@@ -1,4 +1,4 @@
-"""`bench --profile arena-v2 --out DIR` against tests/openai_stub.py (fast: 10 ms to the first token even at
+"""`bench --profile arena-v2 --out DIR` against tests/support/openai_stub.py (fast: 10 ms to the first token even at
 100k tokens, 0.5 ms a token): all 28 cells in the Arena's order, the files sparkrun's uploader sends, in their
 shapes; an interrupted run resumes, measuring only the cells that are missing. --runs 1 keeps it to ~20 s."""
 
@@ -13,8 +13,8 @@ import yaml
 
 from sparkcluster.bench.methods.llama_benchy.formats import CSV_COLUMNS
 from sparkcluster.bench.profile import ARENA_V2
-from tests.helpers import run_cli
-from tests.openai_stub import running_stub
+from tests.support.helpers import run_cli
+from tests.support.openai_stub import running_stub
 
 FAST = {"ttft": 0.01, "itl": 0.0005, "prefill_tps": 10_000_000}
 METADATA_KEYS = {"recipe", "timing", "cluster", "benchmark", "model", "runtime_info", "sparkrun", "sparkcluster"}

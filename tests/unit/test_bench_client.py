@@ -1,4 +1,4 @@
-"""`sparkcluster bench --url` against tests/openai_stub.py on 127.0.0.1, a server whose timing is exactly known
+"""`sparkcluster bench --url` against tests/support/openai_stub.py on 127.0.0.1, a server whose timing is exactly known
 (first token after TTFT, then one token every ITL, no batching effects): every figure within 5% of the truth;
 token counts are the server's usage; failures and Ctrl-C still print the rows measured so far."""
 
@@ -13,8 +13,8 @@ import time
 
 import pytest
 
-from tests.helpers import run_cli
-from tests.openai_stub import running_stub
+from tests.support.helpers import run_cli
+from tests.support.openai_stub import running_stub
 
 ROW_KEYS = {"concurrency", "prefill_tps", "generation_tps", "peak_tps", "ttft_s", "itl_s", "e2e_s", "requests",
             "prompt_tokens", "completion_tokens", "errors"}

@@ -1,7 +1,7 @@
 """bench and the served context (issue 43): against a vLLM serving --max-model-len 512, bench's default prompt and
 output (512 and 128) got HTTP 400 ("maximum context length is 512 tokens ... 513 input tokens") and said to check
 that the server runs. Now the defaults are fitted to the context /v1/models lists, sizes given that cannot fit are
-refused up front with the numbers, and a 400 is told by the server's own message. Against tests/openai_stub.py
+refused up front with the numbers, and a 400 is told by the server's own message. Against tests/support/openai_stub.py
 speaking vLLM's words (tests/fixtures/vllm/cpu-0.32-400-*.json)."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import pytest
 
 from sparkcluster.bench.context import DoesNotFit, Sizes, fit, max_model_len
 from sparkcluster.bench.sse import error_message
-from tests.helpers import run_cli
-from tests.openai_stub import running_stub
+from tests.support.helpers import run_cli
+from tests.support.openai_stub import running_stub
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "vllm"
 ONCE = ("--concurrency", "1", "--runs", "1", "--requests-per-stream", "1", "--warmup", "0")

@@ -36,7 +36,7 @@ from sparkcluster.nccl.latency import Latency, LatencyRow
 from sparkcluster.nccl.verifyresult import VerifyResult
 from sparkcluster.node.health import health_command
 from sparkcluster.serving.record import RECORD_FILE
-from tests.openai_stub import running_stub
+from tests.support.openai_stub import running_stub
 from tests.unit.test_bench_ceiling import LLAMA_8B
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"

@@ -15,7 +15,7 @@ from sparkcluster.bench.explain.lineup import explain, render
 from sparkcluster.bench.explain.sides import sides
 from sparkcluster.bench.receipt import BenchParams, Engine, NodeReceipt, Receipt
 from sparkcluster.bench.receipt_metrics import EngineDeltas, SpecDecode
-from tests.helpers import run_cli
+from tests.support.helpers import run_cli
 
 COMMAND = ("vllm", "serve", "local/tiny-llama", "--host", "0.0.0.0", "--port", "8000", "--tensor-parallel-size", "2",
            "--max-model-len", "512")

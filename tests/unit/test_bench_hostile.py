@@ -1,4 +1,4 @@
-"""`sparkcluster bench --url` against tests/hostile_server.py, one route per misbehaviour seen in the round-3
+"""`sparkcluster bench --url` against tests/support/hostile_server.py, one route per misbehaviour seen in the round-3
 adversarial run: each ends within its timeout, exit 0 or 1, a reason and no traceback; the parsers behind it are
 fuzzed with hypothesis (a value or a clean error, never an exception)."""
 
@@ -13,16 +13,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sparkcluster.bench.sse import BadResponse, StreamEvent, model_ids, parse_event
-from tests.helpers import run_cli
-from tests.hostile_server import ENDLESS_MODES, EVENT_MODES, METRICS_MODES, MODELS_MODES, SCRAPE_MODES
-from tests.openai_stub import running_server
+from tests.support.helpers import run_cli
+from tests.support.hostile_server import ENDLESS_MODES, EVENT_MODES, METRICS_MODES, MODELS_MODES, SCRAPE_MODES
+from tests.support.openai_stub import running_server
 
 TIMEOUT_S = 3  # --timeout: the bound on one request, and so on every endless route below
 
 
 @pytest.fixture(scope="module")
 def hostile() -> str:
-    with running_server("tests.hostile_server") as port:
+    with running_server("tests.support.hostile_server") as port:
         yield f"http://127.0.0.1:{port}"
 
 

@@ -1,4 +1,4 @@
-"""`sparkcluster bench --method llama-benchy` as a user runs it, against tests/openai_stub.py: a chat server whose
+"""`sparkcluster bench --method llama-benchy` as a user runs it, against tests/support/openai_stub.py: a chat server whose
 timing is exactly known (first token after ttft + prompt tokens / prefill_tps, then one every itl; a prompt's
 tokens are its words). Every figure lands within 5% of the truth; failures, stalls and bad flags end cleanly."""
 
@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import run_cli
-from tests.openai_stub import running_stub
+from tests.support.helpers import run_cli
+from tests.support.openai_stub import running_stub
 
 TTFT, ITL, PREFILL, PP, TG, DEPTH = 0.1, 0.01, 20000.0, 256, 32, 1024
 

@@ -23,7 +23,7 @@ from sparkcluster.bench.methods.llama_benchy.schedule import Cell, cells
 from sparkcluster.cli import build_parser
 from sparkcluster.engine.command import Command
 from sparkcluster.engine.transport import Result
-from tests.openai_stub import running_stub
+from tests.support.openai_stub import running_stub
 from tests.unit.test_bench_decode_budget import PAIR_US, RECORD, Head, connect_to
 from tests.unit.test_bench_llama_benchy import benchy, corpus
 

@@ -20,8 +20,8 @@ from sparkcluster.bench.receipt import (
 )
 from sparkcluster.bench.receipt_metrics import REPLICA_LABEL, EngineDeltas, SpecDecode, deltas
 from sparkcluster.observe.prometheus import Scrape, parse
-from tests.helpers import run_cli
-from tests.openai_stub import running_stub
+from tests.support.helpers import run_cli
+from tests.support.openai_stub import running_stub
 
 
 def vllm_metrics(drafts: float, draft_tokens: float, accepted: float, per_pos: tuple[float, ...],

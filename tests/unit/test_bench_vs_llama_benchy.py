@@ -22,8 +22,8 @@ import tokenizers  # a required dependency (pyproject.toml): never skipped
 from sparkcluster.bench.corpus import BOOK_URL
 from sparkcluster.bench.methods.llama_benchy.arithmetic import METRICS, summarize
 from sparkcluster.bench.methods.llama_benchy.chat import RequestResult
-from tests.helpers import REQUIRE_SIM, run_cli
-from tests.openai_stub import running_stub
+from tests.support.helpers import REQUIRE_SIM, run_cli
+from tests.support.openai_stub import running_stub
 
 ROOT = Path(__file__).resolve().parents[2]
 LLAMA_BENCHY = ROOT / ".venv-benchy" / "bin" / "llama-benchy"

@@ -15,7 +15,7 @@ import pytest
 
 from sparkcluster import cli
 from sparkcluster.engine.cliapp import App
-from tests.helpers import REQUIRE_SIM
+from tests.support.helpers import REQUIRE_SIM
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -19,7 +19,7 @@ from sparkcluster.bench.receipt import Receipt
 from sparkcluster.doctor import baseline
 from sparkcluster.engine.errors import EXIT_USAGE, UsageError
 from sparkcluster.engine.localfiles import read_json, replacing, write_text
-from tests.helpers import run_cli
+from tests.support.helpers import run_cli
 from tests.unit.test_bench_explain import receipt, result
 
 DEEP = "[" * 100_000 + "]" * 100_000

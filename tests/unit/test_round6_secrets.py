@@ -27,8 +27,8 @@ from sparkcluster.serving.lifecycle import vllm_commands
 from sparkcluster.serving.phases import ServeOptions
 from sparkcluster.serving.record import ServeRecord, Serving
 from sparkcluster.serving.runtime import RuntimeChoice
-from tests.helpers import run_cli
-from tests.openai_stub import running_stub
+from tests.support.helpers import run_cli
+from tests.support.openai_stub import running_stub
 from tests.unit.serving.test_serve_api_key import NODES, cluster
 
 HF = "hf_" + "FLAGCANARY77"

@@ -1,4 +1,4 @@
-"""The runner's less travelled paths, through strict fake transports (tests/strict_transport.py): a step that does
+"""The runner's less travelled paths, through strict fake transports (tests/support/strict_transport.py): a step that does
 not converge, a step that raises something unexpected, and an interrupt in the middle of a run."""
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from sparkcluster.engine.runner import Runner
 from sparkcluster.engine.session import Session
 from sparkcluster.engine.steps import REGISTRY, HostContext, Plan, Step
 from sparkcluster.engine.steps import NoArgs
-from tests.strict_transport import StrictTransport, verify_all
+from tests.support.strict_transport import StrictTransport, verify_all
 
 PROBE_TEXT = (Path(__file__).resolve().parents[2] / "fixtures" / "probe-spark.txt").read_text()
 NAMES = ("spark-1", "spark-2", "spark-3")

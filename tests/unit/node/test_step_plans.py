@@ -38,7 +38,7 @@ from sparkcluster.engine.steps import REGISTRY, HostContext, Plan, StepFailed
 from sparkcluster.engine.steps.base import Upload
 from sparkcluster.engine.steps.files import file_state
 from sparkcluster.node import steps as _node_steps  # noqa: F401 (registers the node's steps)
-from tests.strict_transport import StrictTransport, verify_all
+from tests.support.strict_transport import StrictTransport, verify_all
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 STEP_CASES = FIXTURES / "steps"

@@ -1,5 +1,5 @@
 """Issue 46, F6 (R10-R12): every HTTP read of status, top and readiness is bounded in time for the whole request and
-in bytes (observe/bounded.py), against tests/hostile_server.py answering every path with its headers and then a byte a
+in bytes (observe/bounded.py), against tests/support/hostile_server.py answering every path with its headers and then a byte a
 second (for 120 s: a reader bounded per read waits all of it) or with a body that never ends."""
 
 from __future__ import annotations
@@ -27,9 +27,9 @@ from sparkcluster.serving.readiness import http
 from sparkcluster.serving.record import Serving
 from sparkcluster.serving.render import status_table
 from sparkcluster.serving.status import ClusterStatus, ReplicaStatus, ServerStatus, replica_status, server_status
-from tests.helpers import run_cli
-from tests.hostile_server import TRICKLE_FOR_S
-from tests.openai_stub import running_server
+from tests.support.helpers import run_cli
+from tests.support.hostile_server import TRICKLE_FOR_S
+from tests.support.openai_stub import running_server
 
 T = TypeVar("T")
 # Well under TRICKLE_FOR_S: a call that ends only when the trickle does has failed.
@@ -38,13 +38,13 @@ MARGIN_S = 10.0
 
 @pytest.fixture(scope="module")
 def trickle() -> Iterator[int]:
-    with running_server("tests.hostile_server", every="trickle") as port:
+    with running_server("tests.support.hostile_server", every="trickle") as port:
         yield port
 
 
 @pytest.fixture(scope="module")
 def endless() -> Iterator[int]:
-    with running_server("tests.hostile_server", every="endless-body") as port:
+    with running_server("tests.support.hostile_server", every="endless-body") as port:
         yield port
 
 
@@ -148,5 +148,5 @@ def test_bench_asks_an_endpoints_version_within_the_bound(trickle, endless):
     """`bench --url`'s receipt asks /version (its cap was 4096 bytes, its timeout each read's): None within 5 s."""
     assert within(SCRAPE_TIMEOUT_S, lambda: endpoint_version(f"http://127.0.0.1:{trickle}/v1"))[0] is None
     assert within(SCRAPE_TIMEOUT_S, lambda: endpoint_version(f"http://127.0.0.1:{endless}/v1"))[0] is None
-    with running_server("tests.hostile_server") as port:  # a healthy /version beside the hostile routes
+    with running_server("tests.support.hostile_server") as port:  # a healthy /version beside the hostile routes
         assert endpoint_version(f"http://127.0.0.1:{port}/any/v1") == "hostile"

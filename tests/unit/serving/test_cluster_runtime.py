@@ -29,7 +29,7 @@ from sparkcluster.serving.record import ServeRecord
 from sparkcluster.serving.runtime import ClusterRuntime, cluster_launcher, cluster_runtime, remember_runtime
 from sparkcluster.sim import SimCluster
 from sparkcluster.sim.state import ClusterState
-from tests.helpers import run_cli
+from tests.support.helpers import run_cli
 from tests.unit.doctor.test_doctor import healthy
 
 INVENTORY = """\

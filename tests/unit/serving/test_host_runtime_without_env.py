@@ -20,7 +20,7 @@ from sparkcluster.node.network import comm_env_path
 from sparkcluster.serving.runtime import HostRuntime, NodeEnv, RuntimeChoice
 from sparkcluster.serving.status import ProcessState, logs_command, status
 from sparkcluster.serving.top import alive_checks
-from tests.strict_transport import StrictTransport
+from tests.support.strict_transport import StrictTransport
 
 HEAD = Host("spark-1", "10.0.0.1", role="head")  # runtime host, no python_env: as bootstrap --runtime host leaves it
 WORKER = Host("spark-2", "10.0.0.2", role="worker")

@@ -45,7 +45,7 @@ from sparkcluster.serving.status import (
     ServerStatus,
     router_workers,
 )
-from tests.strict_transport import StrictTransport
+from tests.support.strict_transport import StrictTransport
 
 KEY = "sk-" + "GUARD" + "CANARY46"
 NODES = {"spark-1": Node("spark-1", 0, "10.77.0.11", "10.77.0.11"),

@@ -24,8 +24,8 @@ from sparkcluster.serving.phases import ServeOptions
 from sparkcluster.serving.readiness import NotReady, wait_ready
 from sparkcluster.serving.record import ServeRecord, Serving
 from sparkcluster.serving.runtime import RuntimeChoice
-from tests.helpers import run_cli
-from tests.openai_stub import running_stub
+from tests.support.helpers import run_cli
+from tests.support.openai_stub import running_stub
 
 KEY = "sk-" + "CANARY" + "0042"  # the report's canary, in pieces: no test source line holds it whole
 VENV = "/opt/vllm-env"

@@ -12,7 +12,7 @@ import pytest
 from sparkcluster.sim import delay, delayd
 from sparkcluster.sim.netns import degrade_lines
 from sparkcluster.sim.topology import HostSpec, Subnets, build_topology
-from tests.helpers import run_cli
+from tests.support.helpers import run_cli
 
 
 def spark2() -> HostSpec:

@@ -3,7 +3,7 @@ benchmarks/bench_client.py: the first token `ttft` seconds after the request, th
 seconds (scheduled on absolute times, so sleeps never drift), usage at the end when the client asks for it,
 and vLLM's /metrics counters. No batching effects: every stream runs as if alone, so the truth is arithmetic.
 
-    python -m tests.openai_stub --port 0 --ttft 0.2 --itl 0.02     # prints `port N` once it listens
+    python -m tests.support.openai_stub --port 0 --ttft 0.2 --itl 0.02     # prints `port N` once it listens
 
 It speaks just enough HTTP/1.1 itself (keep-alive, Content-Length bodies, chunked responses) to stay cheap
 next to the client it measures. A prompt's token count is its number of whitespace-separated words (for chat,
@@ -233,7 +233,7 @@ async def serve(options: StubOptions, port: int) -> None:
 def running_stub(**options: object) -> Iterator[str]:
     """A stub in its own process (its CPU never counts as the client's; its timing is not held up by the
     client's GIL); yields the base URL, e.g. http://127.0.0.1:40123/v1."""
-    with running_server("tests.openai_stub", **options) as port:
+    with running_server("tests.support.openai_stub", **options) as port:
         yield f"http://127.0.0.1:{port}/v1"
 
 
@@ -243,7 +243,7 @@ def running_server(module: str, **options: object) -> Iterator[int]:
     argv = [sys.executable, "-m", module, "--port", "0"]
     for key, value in options.items():
         argv += [f"--{key.replace('_', '-')}", str(value)]
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     process = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, cwd=root,
                                env={**os.environ, "PYTHONPATH": str(root)})
     try:

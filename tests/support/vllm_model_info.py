@@ -22,7 +22,7 @@ from pathlib import Path
 from sparkcluster.serving.caches import CACHE_VARIABLES, NODE_CACHE_DIR
 from sparkcluster.sim import SimCluster
 from sparkcluster.sim.state import sim_root
-from tests.helpers import ssh
+from tests.support.helpers import ssh
 
 ARCHITECTURE = "LlamaForCausalLM"  # the tiny Llama's (sparkcluster/sim/tinymodel.py)
 INSPECT = f"""

@@ -2,8 +2,8 @@
 route is `http://127.0.0.1:PORT/<mode>/v1`, and `/<mode>/metrics`, `/<mode>/version` beside it. What is not the
 mode's misbehaviour answers as a healthy server would, so each route tests one thing.
 
-    python -m tests.hostile_server --port 0        # prints `port N` once it listens
-    python -m tests.hostile_server --port 0 --every trickle    # every path misbehaves (`status` asks /health)
+    python -m tests.support.hostile_server --port 0        # prints `port N` once it listens
+    python -m tests.support.hostile_server --port 0 --every trickle    # every path misbehaves (`status` asks /health)
 
 Loopback only. Every endless answer stops when the client goes away (a trickle also after TRICKLE_FOR_S).
 """
@@ -16,7 +16,7 @@ import json
 import os
 import signal
 
-from tests.openai_stub import read_request
+from tests.support.openai_stub import read_request
 
 # A healthy streamed token, and the closing usage event, as vLLM sends them.
 TOKEN = {"id": "x", "object": "text_completion", "choices": [{"index": 0, "text": " tok", "finish_reason": None}]}
