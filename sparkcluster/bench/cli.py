@@ -26,7 +26,7 @@ from ..engine.errors import EXIT_INTERRUPTED, EXIT_OK, UsageError
 from ..engine.report import print_json
 from ..engine.session import Session
 from ..recipes.load import Reference
-from . import alongside, ceiling, compare, decode_budget, head_tokenizer, plot, published
+from . import alongside, ceiling, compare, decode_budget, plot
 from .context import DoesNotFit
 from .explain import lineup as explain_lineup
 from .explain import sides as explain_sides
@@ -45,6 +45,7 @@ from .methods.closed_loop.sweep import (
     sweep,
 )
 from .methods.llama_benchy import cli as llama_benchy_cli
+from .methods.llama_benchy import head_tokenizer, published
 from .receipts import sustained_parameters, sweep_receipt, write_beside
 from .target import Target, from_cluster, from_url
 

@@ -11,9 +11,9 @@ from typing import Any
 from ..engine.localfiles import write_text
 from ..observe.bounded import request
 from ..observe.scrape import SCRAPE_TIMEOUT_S
-from .corpus import Corpus
 from .methods.closed_loop import prompts
 from .methods.closed_loop.sweep import Prepared, SweepOptions
+from .methods.llama_benchy.corpus import Corpus
 from .receipt import BenchParams, Receipt
 from .receipt_metrics import Snapshot, between
 from .receipt_sources import assemble

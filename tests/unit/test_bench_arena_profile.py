@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from sparkcluster.bench.methods.llama_benchy.formats import CSV_COLUMNS
-from sparkcluster.bench.profile import ARENA_V2
+from sparkcluster.bench.methods.llama_benchy.profile import ARENA_V2
 from tests.support.helpers import run_cli
 from tests.support.openai_stub import running_stub
 

@@ -9,9 +9,9 @@ import shlex
 
 import yaml
 
-from sparkcluster.bench import arena
+from sparkcluster.bench.methods.llama_benchy import arena
 from sparkcluster.bench.methods.llama_benchy.schedule import BenchyOptions
-from sparkcluster.bench.profile import ARENA_V2
+from sparkcluster.bench.methods.llama_benchy.profile import ARENA_V2
 from sparkcluster.bench.target import from_record, from_url
 from sparkcluster.serving.record import ServeRecord, Serving
 

@@ -12,11 +12,11 @@ import math
 import pytest
 import tokenizers  # a required dependency (pyproject.toml): never skipped
 
-from sparkcluster.bench.corpus import Corpus, WordTokenizer, find_tokenizer
+from sparkcluster.bench.methods.llama_benchy.corpus import Corpus, WordTokenizer, find_tokenizer
 from sparkcluster.bench.methods.llama_benchy import formats as benchy_report
 from sparkcluster.bench.methods.llama_benchy.arithmetic import BenchmarkRun, metric, peak_throughput, summarize
 from sparkcluster.bench.methods.llama_benchy.chat import RequestResult, finalize
-from sparkcluster.bench.profile import ARENA_V2, ARENA_V2_DEPTHS, load_profile
+from sparkcluster.bench.methods.llama_benchy.profile import ARENA_V2, ARENA_V2_DEPTHS, load_profile
 from sparkcluster.bench.timeline import Chunk
 from sparkcluster.engine.errors import UsageError
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import tokenizers  # a required dependency (pyproject.toml): never skipped
 
-from sparkcluster.bench.corpus import BOOK_URL
+from sparkcluster.bench.methods.llama_benchy.corpus import BOOK_URL
 from sparkcluster.bench.methods.llama_benchy.arithmetic import METRICS, summarize
 from sparkcluster.bench.methods.llama_benchy.chat import RequestResult
 from tests.support.helpers import REQUIRE_SIM, run_cli

@@ -294,7 +294,8 @@ def test_layouts_results_and_state_never_follow_a_planted_link(tmp_path, monkeyp
 
 def test_a_csv_its_receipt_and_the_arena_files_never_follow_a_planted_link(tmp_path):
     """Failed before (by code, as the report says): write_text through whatever lay at FILE.csv.receipt.json."""
-    from sparkcluster.bench import arena, receipts
+    from sparkcluster.bench import receipts
+    from sparkcluster.bench.methods.llama_benchy import arena
     from sparkcluster.bench.methods.llama_benchy.schedule import Cell
 
     victim = tmp_path / "victim.txt"
@@ -322,7 +323,7 @@ def test_a_csv_its_receipt_and_the_arena_files_never_follow_a_planted_link(tmp_p
 
 def test_a_published_file_to_compare_with_is_read_as_a_result_is(tmp_path):
     """`bench --compare FILE`: a FIFO hung and a link to /dev/zero ran out of memory, as --explain's did."""
-    from sparkcluster.bench import published
+    from sparkcluster.bench.methods.llama_benchy import published
 
     fifo = tmp_path / "fifo.csv"
     os.mkfifo(fifo)

@@ -17,7 +17,7 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
-from sparkcluster.bench import arena
+from sparkcluster.bench.methods.llama_benchy import arena
 from sparkcluster.bench.target import Target, from_record, from_url
 from sparkcluster.engine.errors import UsageError
 from sparkcluster.engine.inventory import Host

@@ -25,15 +25,15 @@ from ....engine.console import out as console
 from ....engine.console import print_error
 from ....engine.errors import EXIT_INTERRUPTED, EXIT_OK, SparkclusterError, UsageError
 from ....engine.report import print_json
-from ... import alongside, arena, ceiling, plot, published
-from ...corpus import BOOK_URL, Corpus, book_text, find_tokenizer, read_corpus
-from ...profile import Profile, load_profile
+from ... import alongside, ceiling, plot
 from ...receipts import ARENA_RECEIPT, benchy_receipt, save, write_beside
 from ...target import Target
-from . import formats
+from . import arena, formats, published
 from .arithmetic import BenchmarkRun, itl_by_concurrency
 from .chat import Client
+from .corpus import BOOK_URL, Corpus, book_text, find_tokenizer, read_corpus
 from .fit import fit_grid
+from .profile import Profile, load_profile
 from .run import Outcome, served_model, session_run
 from .schedule import BenchyOptions, Cell, cells
 

@@ -13,12 +13,12 @@ import aiohttp
 
 from ....engine.errors import SparkclusterError
 from ....observe.scrape import metrics_url
-from ...corpus import Corpus
 from ...receipt_metrics import Snapshot, snapshot_engines
 from ..closed_loop.schedule import session as request_pool
 from ..closed_loop.sweep import resolve_model
 from .arithmetic import BenchmarkRun
 from .chat import Client, Tally
+from .corpus import Corpus
 from .schedule import BenchyOptions, Cell, Session, http_session, run_cell, start
 
 

@@ -18,7 +18,6 @@ import aiohttp
 
 from ....engine.errors import SparkclusterError
 from ...client import pool
-from ...corpus import Corpus, WordTokenizer
 from ...sse import BadResponse
 from ..closed_loop.sweep import TOKENS_PER_WORD_AT_MOST
 from .arithmetic import BenchmarkRun, summarize
@@ -31,6 +30,7 @@ from .chat import (
     latency,
     probe_prompt,
 )
+from .corpus import Corpus, WordTokenizer
 
 CALIBRATION_TOKENS = 1000  # corpus words sent once to learn the server's tokens per word (fallback only)
 

@@ -15,12 +15,12 @@ from pathlib import Path
 
 from rich.table import Table
 
-from ..engine.errors import UsageError
-from ..engine.localfiles import read_bytes
-from .compare import Compared, ratio_table
-from .methods.llama_benchy.arithmetic import BenchmarkRun
-from .methods.llama_benchy.formats import CSV_COLUMNS, Line, lines
-from .methods.llama_benchy.schedule import Cell
+from ....engine.errors import UsageError
+from ....engine.localfiles import read_bytes
+from ...compare import Compared, ratio_table
+from .arithmetic import BenchmarkRun
+from .formats import CSV_COLUMNS, Line, lines
+from .schedule import Cell
 
 TEST_NAME = re.compile(r"^(?:pp(?P<pp>\d+)|tg(?P<tg>\d+)|(?P<ctx>ctx_pp|ctx_tg))(?: @ d(?P<depth>\d+))?"
                        r"(?: \(c(?P<c>\d+)\))?$")

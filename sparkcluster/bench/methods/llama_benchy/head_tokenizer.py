@@ -7,9 +7,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ..engine.command import Command
-from ..engine.remote import HF_HOME
-from ..engine.session import Session
+from ....engine.command import Command
+from ....engine.remote import HF_HOME
+from ....engine.session import Session
 from .corpus import MAX_TOKENIZER_BYTES, hf_hub_cache, snapshot_tokenizer
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from ..engine.errors import UsageError
+from ....engine.errors import UsageError
 
 ARENA_V2_NAME = "@official/spark-arena-v2"  # how sparkrun names it: metadata.json's benchmark.profile
 ARENA_V2_DEPTHS = (0, 4096, 8192, 16384, 32768, 65535, 100000)

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from ..engine.errors import SparkclusterError, UsageError
+from ....engine.errors import SparkclusterError, UsageError
 
 BOOK_URL = "https://www.gutenberg.org/files/1661/1661-0.txt"  # llama-benchy 0.4.0's --book-url default
 BOOK_START = "*** START OF THE PROJECT GUTENBERG EBOOK"

@@ -17,14 +17,14 @@ from urllib.parse import urlsplit
 
 import yaml
 
-from .. import __version__
-from ..engine.localfiles import write_text
-from ..engine.secret_names import masked_argv
-from .methods.llama_benchy.arithmetic import BenchmarkRun
-from .methods.llama_benchy.formats import csv_text
-from .methods.llama_benchy.schedule import BenchyOptions, Cell
+from .... import __version__
+from ....engine.localfiles import write_text
+from ....engine.secret_names import masked_argv
+from ...target import Target
+from .arithmetic import BenchmarkRun
+from .formats import csv_text
 from .profile import Profile, consolidate
-from .target import Target
+from .schedule import BenchyOptions, Cell
 
 
 def cell_file(out: Path, cell: Cell) -> Path:
