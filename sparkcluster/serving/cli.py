@@ -24,20 +24,24 @@ from ..engine.locks import held
 from ..engine.report import print_json
 from ..engine.session import Session
 from ..engine.transport import openssh_argv, ssh_destination
-from ..nccl import thresholds
 from ..staging.images import held_layers
 from . import recipes_cli, render, top
 from .image import check_images, sync_image
-from .launch import DEFAULT_IMAGE, LAUNCHERS, RUNTIMES
+from .launch import DEFAULT_IMAGE
 from .layout import Layout, LayoutAsk
 from .lifecycle import StopState, purge_caches, stop_everywhere
 from .parallel import choose_launcher, size_layout
 from .phases import Phases, ServeOptions, hub_model, plan, serve, up
 from .progress import Emit, ignore
-from .recipes_cli import add_recipe_flags, chosen, load_for
+from .recipes_cli import chosen, load_for
 from .record import clear_record
 from .runtime import RuntimeChoice, cluster_launcher, cluster_runtime
+from .serve_flags import RECIPE_FLAGS, RUNTIME_FLAGS, add_serve_flags
 from .status import logs_command, recorded, status
+
+# serve's own flags (after the runtime's), in its help's order; --check (before the last) is no option of a serve
+SERVE_FLAGS = ("tp", "pp", "replicas", "model", "recipe", "launcher", *RECIPE_FLAGS, "port", "served_model_name",
+               "ready_timeout", "verify", "allow_fallback", "min_busbw", "cache_dirs")
 
 
 def options(args: argparse.Namespace, layout: Layout | None = None) -> ServeOptions:
@@ -297,58 +301,19 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser], app:
     connecting, wire = app.connecting, app.wire
 
     def common(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
-        p.add_argument("--runtime", choices=RUNTIMES,
-                       help="docker: the vllm_node container per node (eugr's setup); host: processes from the "
-                            "inventory's python_env. Default: the inventory's `runtime` (which `bootstrap --runtime` "
-                            "records), else docker; a running serve is read with the runtime it started with")
-        p.add_argument("--image", type=flags.image,
-                       help="container image (default: the recipe's container, else vllm-node)")
-        p.add_argument("--docker-arg", action="append", metavar="ARG",
-                       help="an extra `docker run` argument, e.g. --docker-arg=--shm-size=16g (repeatable)")
-        p.add_argument("--up-timeout", type=flags.seconds, default=180.0,
-                       help="seconds for every node to join Ray (default 180)")
+        add_serve_flags(p, RUNTIME_FLAGS)
         return p
 
-    def cache_flag(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--no-cache-dirs", dest="cache_dirs", action="store_false",
-                       help="do not keep compile/JIT caches (vLLM, Inductor, Triton, FlashInfer, CuTeDSL) in each "
-                            "node's ~/.cache/sparkcluster/jit between serves")
-
     u = common(connecting(commands.add_parser("up", help="bring the Ray cluster up on the QSFP addresses")))
-    cache_flag(u)
+    add_serve_flags(u, ("cache_dirs",))
     wire(u, cmd_up)
 
     s = common(connecting(commands.add_parser("serve", help="serve a model with TP = N across the nodes"),
                           inventory_positional=False))
-    s.add_argument("--tp", type=flags.count, help="tensor parallel size; TP x PP = the nodes (one GPU each); "
-                                                  "default: the recipe's, else the nodes / PP")
-    s.add_argument("--pp", type=flags.count, help="pipeline parallel size across nodes (default: the recipe's, else 1)")
-    s.add_argument("--replicas", type=flags.count,
-                   help="engines behind vLLM's router (vllm-router) on the head at the endpoint's port, TP x PP each "
-                        "on nodes/N nodes; replicas x TP x PP = the nodes (default: the recipe's, else the "
-                        "inventory's `replicas`, else 1)")
-    s.add_argument("--model", help="ORG/NAME[@REVISION] (staged on every node first), or a path on the nodes "
-                                    "(default: the recipe's, else the inventory's first `models:` entry)")
-    s.add_argument("--recipe", help="a bundled recipe (default, gpt-oss-120b, nemotron-3-super), @REGISTRY/NAME, "
-                                    "or a recipe file (sparkcluster's, eugr's v1 or sparkrun's v2)")
-    s.add_argument("--launcher", choices=LAUNCHERS,
-                   help="ray (eugr's setup) or native (vLLM's own --nnodes multi-node mode); default: the "
-                        "recipe's, else the inventory's `launcher`, else ray")
-    add_recipe_flags(s)
-    s.add_argument("--port", type=flags.port, help="API port (default 8000)")
-    s.add_argument("--served-model-name", help="the name clients ask for (default: the model)")
-    s.add_argument("--ready-timeout", type=flags.seconds, default=1800.0,
-                   help="seconds for vLLM to load and answer (default 1800: large models take 10-15 min)")
-    s.add_argument("--no-verify", dest="verify", action="store_false",
-                   help="skip the NCCL probe before vLLM starts")
-    s.add_argument("--allow-fallback", action="store_true",
-                   help="serve even when the probe finds NCCL off RDMA (socket or management network)")
-    s.add_argument("--min-busbw", type=flags.bandwidth,
-                   help="bus bandwidth the probe needs on GPUs, GB/s. Default per topology, as verify's: "
-                        f"{thresholds.help_text()}. On CPU (gloo, the simulator) no speed is held")
+    add_serve_flags(s, SERVE_FLAGS[:-1])
     s.add_argument("--check", action="store_true",
                    help="show the image copies and every node's command lines; start nothing")
-    cache_flag(s)
+    add_serve_flags(s, SERVE_FLAGS[-1:])
     s.epilog = ("extra vLLM flags go after --, replacing the recipe's flags of the same name; override order: "
                 "recipe defaults < --tp/--pp/--port/--served-model-name < --set KEY=VALUE < flags after --")
     wire(s, cmd_serve)

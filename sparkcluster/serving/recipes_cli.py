@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import argparse
-import re
 import shlex
 import sys
 from typing import Any
@@ -23,23 +22,12 @@ from ..recipes.types import Inputs, Recipe
 from .apikey import key_to_env
 from .launch import DEFAULT_IMAGE, LAUNCHERS, Launcher, Node, ServeArgs, vllm_serve_argv
 from .parallel import choose_launcher
-
-
-def set_value(text: str) -> tuple[str, str]:
-    """`--set KEY=VALUE`: a placeholder of the recipe's command template."""
-    key, sep, value = text.partition("=")
-    if not sep or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
-        raise argparse.ArgumentTypeError(f"{text!r} is not KEY=VALUE (KEY a template placeholder, e.g. max_model_len)")
-    return key, value
+from .serve_flags import RECIPE_FLAGS, add_serve_flags
 
 
 def add_recipe_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--set", dest="sets", action="append", type=set_value, metavar="KEY=VALUE", default=[],
-                   help="fill a placeholder of the recipe's command template (beats the recipe's defaults and "
-                        "--tp/--pp/--port; extra flags after -- still win); repeatable")
-    p.add_argument("--trust", action="store_true",
-                   help="let a recipe from a registry that is not trusted run its mods and set the env and vLLM "
-                        "flags that run code or open the node's files")
+    """--set and --trust, as serve's (serve_flags.py)."""
+    add_serve_flags(p, RECIPE_FLAGS)
 
 
 def recipe_inputs(args: argparse.Namespace, tp: int | None, pp: int | None) -> Inputs:

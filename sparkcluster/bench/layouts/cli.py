@@ -17,7 +17,6 @@ from typing import Any
 from rich.progress import Progress
 
 from ... import __version__
-from ...engine import flags
 from ...engine.cliapp import Connect
 from ...engine.console import err as err_console
 from ...engine.console import out as console
@@ -29,19 +28,22 @@ from ...engine.report import print_json
 from ...serving import render
 from ...serving.apikey import figure_inputs, figure_set
 from ...serving.cli import one_at_a_time, options, sized
-from ...serving.launch import LAUNCHERS, RUNTIMES
-from ...serving.layout import Layout
 from ...serving.phases import hub_model
 from ...serving.progress import ignore as serve_quietly
 from ...serving.recipes_cli import add_recipe_flags
+from ...serving.serve_flags import FLAGS, RECIPE_FLAGS, add_serve_flags
+from ...serving.serve_flags import given as serve_given
 from ..methods.closed_loop.sweep import Emit, SweepOptions
 from . import choice, report, state
 from .run import Planned, measure_layouts, serve_on, stage_once, sweep_on
 
-# serve's flags that bench takes for --layouts, with their defaults: given without --layouts they would do nothing.
-SERVE_DEFAULTS: dict[str, object] = {"recipe": None, "runtime": None, "launcher": None, "image": None,
-                                     "docker_arg": None, "up_timeout": 180.0, "ready_timeout": 1800.0,
-                                     "verify": True, "sets": [], "trust": False}
+# serve's flags that bench takes for --layouts (serving/serve_flags.py): given without --layouts they would do nothing.
+SERVE_FLAGS = ("recipe", "runtime", "launcher", "image", "docker_arg", "up_timeout", "ready_timeout", "verify")
+# how --layouts words them where "as serve's" does not say it
+LAYOUTS_HELP = {"recipe": "with --layouts: the recipe to serve, as serve's --recipe",
+                "up_timeout": "with --layouts: as serve's --up-timeout (default 180)",
+                "ready_timeout": "with --layouts: as serve's --ready-timeout (default 1800)",
+                "verify": "with --layouts: skip the NCCL probe before each layout's vLLM starts"}
 # bench's flags that measure one served endpoint, which --layouts serves and measures itself.
 ONE_SERVE_ONLY: dict[str, object] = {"url": None, "compare": None, "csv": None, "plot": None, "profile": None,
                                      "method": "sustained"}
@@ -60,17 +62,7 @@ def add_flags(p: argparse.ArgumentParser) -> None:
                         "entry, as serve's); extra vLLM flags go after --. The results and the "
                         f"resume state go to --out DIR (default ./{DEFAULT_OUT}): the same command again measures "
                         "only the layouts not measured yet")
-    g.add_argument("--recipe", help="with --layouts: the recipe to serve, as serve's --recipe")
-    g.add_argument("--runtime", choices=RUNTIMES, help="with --layouts: as serve's --runtime")
-    g.add_argument("--launcher", choices=LAUNCHERS, help="with --layouts: as serve's --launcher")
-    g.add_argument("--image", type=flags.image, help="with --layouts: as serve's --image")
-    g.add_argument("--docker-arg", action="append", metavar="ARG", help="with --layouts: as serve's --docker-arg")
-    g.add_argument("--up-timeout", type=flags.seconds, default=SERVE_DEFAULTS["up_timeout"],
-                   help="with --layouts: as serve's --up-timeout (default 180)")
-    g.add_argument("--ready-timeout", type=flags.seconds, default=SERVE_DEFAULTS["ready_timeout"],
-                   help="with --layouts: as serve's --ready-timeout (default 1800)")
-    g.add_argument("--no-verify", dest="verify", action="store_false",
-                   help="with --layouts: skip the NCCL probe before each layout's vLLM starts")
+    add_serve_flags(g, SERVE_FLAGS, lambda flag: LAYOUTS_HELP.get(flag.dest, f"with --layouts: as serve's {flag.option}"))
     add_recipe_flags(p)
 
 
@@ -81,19 +73,14 @@ def given(args: argparse.Namespace, defaults: dict[str, object]) -> list[str]:
 def check_flags(args: argparse.Namespace) -> None:
     """Without --layouts, serve's flags would be ignored; with it, the flags of a one-endpoint measurement."""
     if not args.layouts:
-        if serve_flags := given(args, SERVE_DEFAULTS):
-            raise UsageError(f"{', '.join(serve_flags).replace('--sets', '--set').replace('--verify', '--no-verify')}"
-                             ": serve's flags, which bench reads only with --layouts (it measures what is served)",
+        if serve_flags := serve_given(args, (*SERVE_FLAGS, *RECIPE_FLAGS)):
+            raise UsageError(f"{', '.join(serve_flags)}: serve's flags, which bench reads only with --layouts (it "
+                             "measures what is served)",
                              "add --layouts KIND,... to serve and measure each layout, or serve first and bench then")
         return
     if others := given(args, ONE_SERVE_ONLY):
         raise UsageError(f"{', '.join(others)} with --layouts: --layouts serves each layout itself and measures it "
                          "with the sustained sweep", "leave them out, or bench one served layout without --layouts")
-
-
-def _one_layout(args: argparse.Namespace, layout: Layout) -> argparse.Namespace:
-    """The flags as `serve` would be given them for this layout (the recipe rendered with its TP and PP)."""
-    return argparse.Namespace(**{**vars(args), "tp": layout.tp, "pp": layout.pp, "replicas": layout.replicas})
 
 
 def inputs(args: argparse.Namespace, inventory: Inventory, sweep: SweepOptions) -> dict[str, Any]:
@@ -127,7 +114,7 @@ def serve_hint(args: argparse.Namespace, item: Planned) -> str:
     flags += [f"--docker-arg={a}" for a in args.docker_arg or ()]
     flags += [] if args.verify else ["--no-verify"]
     for name in ("up_timeout", "ready_timeout"):
-        if getattr(args, name) != SERVE_DEFAULTS[name]:
+        if getattr(args, name) != FLAGS[name].default:
             flags += [f"--{name.replace('_', '-')}", f"{getattr(args, name):g}"]
     line, variables = choice.serve_line(item.layout, flags, args.remote)
     return f"`{line}`" + (f" (with {', '.join(variables)} set: a secret's value is never printed)" if variables else "")
@@ -144,9 +131,8 @@ def cmd(args: argparse.Namespace, connect: Connect, sweep: SweepOptions, progres
     def check(inventory: Inventory) -> None:
         """Every layout sized as serve sizes it, and the state read, before anything connects."""
         for kind, layout in zip(kinds, choice.layouts_for(kinds, len(inventory.hosts)), strict=True):
-            with choice.refused_as(kind, layout):
-                flags_ = _one_layout(args, layout)
-                planned.append(Planned(kind, layout, sized(flags_, options(flags_), inventory, show=not planned)))
+            with choice.refused_as(kind, layout):  # serve's options for this layout (its recipe rendered with them)
+                planned.append(Planned(kind, layout, sized(args, options(args, layout), inventory, show=not planned)))
         hub_model(planned[0].options.serve_args())  # a bad model or revision fails here, before any connection
         states.append(state.load(out / state.STATE_FILE, inputs(args, inventory, sweep)))
 
