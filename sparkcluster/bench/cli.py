@@ -28,13 +28,13 @@ from ..engine.session import Session
 from ..recipes.load import Reference
 from . import alongside, ceiling, compare, decode_budget, plot
 from .context import DoesNotFit
+from .endpoint import BenchFailed
 from .explain import lineup as explain_lineup
 from .explain import sides as explain_sides
 from .layouts import cli as layouts_cli
 from .methods.closed_loop import table
 from .methods.closed_loop.sweep import (
     BenchEvent,
-    BenchFailed,
     Emit,
     Level,
     LevelStarted,

@@ -80,3 +80,6 @@ def _halved(sizes: Sizes, limit: int) -> tuple[int, int]:
         prompt = prompt if sizes.prompt_given else max(1, prompt // 2)
         output = output if sizes.output_given else max(1, output // 2)
     return prompt, output
+
+
+TOKENS_PER_WORD_AT_MOST = 4  # of the prompt's words, by any tokenizer bench is likely to meet

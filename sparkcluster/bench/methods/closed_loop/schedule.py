@@ -16,9 +16,10 @@ from typing import Any
 
 import aiohttp
 
-from ....serving.apikey import bearer, request_error
-from ...client import exchange, pool
-from ...sse import BadResponse, error_message
+from ....serving.apikey import request_error
+from ...client import exchange
+from ...endpoint import describe_error, sends_key
+from ...sse import error_message
 from ...timeline import Exchange, RequestTimeline, RunTimeline
 
 
@@ -28,35 +29,9 @@ class Endpoint:
     model: str
 
 
-def session(max_streams: int, timeout_s: float, api_key: str | None = None) -> aiohttp.ClientSession:
-    """`timeout_s` bounds each request as a whole (aiohttp's `total` runs until the body is read), not only a
-    silence: a server that keeps sending tokens or comments forever never stalls a read. `api_key` goes with
-    every request the pool sends."""
-    return pool(max_streams, spare=4, keepalive_s=60, headers=bearer(api_key),
-                timeout=aiohttp.ClientTimeout(total=timeout_s, connect=10, sock_read=timeout_s))
-
-
-def sends_key(client: aiohttp.ClientSession) -> bool:
-    return "Authorization" in client.headers
-
-
 def request_body(model: str, prompt: str, max_tokens: int) -> dict[str, Any]:
     return {"model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "stream": True,
             "stream_options": {"include_usage": True}, "ignore_eos": True}
-
-
-def describe_error(error: BaseException, url: str) -> str:
-    if isinstance(error, aiohttp.ClientConnectorError):
-        return f"nothing answers at {url}: {error.os_error.strerror or error}"
-    if isinstance(error, aiohttp.ServerTimeoutError):
-        return f"{url} sent nothing for longer than the timeout"
-    if isinstance(error, asyncio.TimeoutError):
-        return f"{url} did not finish within the timeout"
-    if isinstance(error, aiohttp.ServerDisconnectedError):
-        return f"{url} closed the connection mid-stream"
-    if isinstance(error, BadResponse):
-        return f"{url}: {error}"
-    return f"{url}: {type(error).__name__}: {error}".rstrip(": ")
 
 
 def request_timeline(seen: Exchange, url: str, key_sent: bool) -> RequestTimeline:

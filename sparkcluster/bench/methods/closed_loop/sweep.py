@@ -11,30 +11,14 @@ from dataclasses import dataclass, replace
 
 import aiohttp
 
-from ....engine.errors import EXIT_FAILED, SparkclusterError
-from ....serving.apikey import unauthorized
-from ...context import Sizes, fit, max_model_len
+from ...context import TOKENS_PER_WORD_AT_MOST, Sizes, fit
+from ...endpoint import FIX, BenchFailed, get_json, resolve_model, root_of, session
 from ...metrics import Sampler, ServerSide, summarize
 from ...receipt_metrics import Snapshot, snapshot_engines
-from ...sse import BadResponse, model_ids, read_document
 from ...timeline import RequestTimeline
 from . import prompts
 from .arithmetic import Row, combine, summarize_run
-from .schedule import (
-    Endpoint,
-    describe_error,
-    run_concurrency,
-    sends_key,
-    session,
-    stream_completion,
-)
-
-
-class BenchFailed(SparkclusterError):
-    """The endpoint refused, timed out or failed requests: exit 1, with the rows measured so far."""
-
-    def __init__(self, message: str, fix: str = "") -> None:
-        super().__init__(message, fix, EXIT_FAILED)
+from .schedule import Endpoint, run_concurrency, stream_completion
 
 
 @dataclass(frozen=True)
@@ -99,46 +83,6 @@ def ignore(event: BenchEvent) -> None:
     """The emit of a run whose output is one JSON document at the end."""
 
 
-FIX = ("check that the server runs (`sparkcluster status`) and that --url names its OpenAI base, "
-       "e.g. http://HOST:8000/v1")
-
-
-def root_of(base_url: str) -> str:
-    return base_url[: -len("/v1")] if base_url.endswith("/v1") else base_url
-
-
-async def get_json(client: aiohttp.ClientSession, url: str) -> tuple[int, object]:
-    """(status, document: None when not JSON); raises BenchFailed when nothing answers or the body is huge."""
-    # A short document: 30 s at most, and never longer than one request may take (--timeout).
-    timeout = aiohttp.ClientTimeout(total=min(30.0, client.timeout.total or 30.0))
-    try:
-        async with client.get(url, timeout=timeout) as response:
-            return response.status, await read_document(response)
-    except (aiohttp.ClientError, TimeoutError, OSError, BadResponse) as e:
-        raise BenchFailed(describe_error(e, url), FIX) from None
-
-
-async def resolve_model(client: aiohttp.ClientSession, base_url: str, wanted: str | None) -> tuple[str, int | None]:
-    """The model to measure and its served context (None where the server does not list it)."""
-    url = f"{base_url}/models"
-    status, doc = await get_json(client, url)
-    if status == 401:
-        raise BenchFailed(*unauthorized(url, sends_key(client)))
-    if status != 200:
-        raise BenchFailed(f"{url} answered HTTP {status}, not a model list", FIX)
-    try:
-        served = model_ids(doc)
-    except BadResponse as e:
-        raise BenchFailed(f"{url} is not an OpenAI model list: {e}", FIX) from None
-    if not served:
-        raise BenchFailed(f"{url} lists no model", FIX)
-    if wanted is not None and wanted not in served:
-        shown = ", ".join(served[:10]) + (f" and {len(served) - 10} more" if len(served) > 10 else "")
-        raise BenchFailed(f"{base_url} serves {shown}, not {wanted!r}", "give --model with a served name")
-    model = served[0] if wanted is None else wanted
-    return model, max_model_len(doc, model)
-
-
 def fitted(opts: SweepOptions, context: int | None, emit: Emit) -> SweepOptions:
     """The options with their default sizes fitted to the served context (said when changed); DoesNotFit names the
     numbers when the sizes given cannot fit."""
@@ -151,7 +95,6 @@ def fitted(opts: SweepOptions, context: int | None, emit: Emit) -> SweepOptions:
     return replace(opts, prompt_tokens=sizes.prompt_tokens, output_tokens=sizes.output_tokens)
 
 
-TOKENS_PER_WORD_AT_MOST = 4  # of the prompt's words, by any tokenizer bench is likely to meet
 REFUSED_FIX = ("the server refused the request as sent, for the reason it gives: a prompt and output within its "
                "context (--prompt-tokens, --output-tokens) and a served --model; its log tells more "
                "(`sparkcluster logs`)")

@@ -13,9 +13,9 @@ import aiohttp
 
 from ....engine.errors import SparkclusterError
 from ....observe.scrape import metrics_url
+from ...endpoint import resolve_model
+from ...endpoint import session as request_pool
 from ...receipt_metrics import Snapshot, snapshot_engines
-from ..closed_loop.schedule import session as request_pool
-from ..closed_loop.sweep import resolve_model
 from .arithmetic import BenchmarkRun
 from .chat import Client, Tally
 from .corpus import Corpus
@@ -59,7 +59,7 @@ def _eta(seconds: float) -> str:
 async def served_model(base_url: str, wanted: str | None, timeout: float,
                        api_key: str | None = None) -> tuple[str, int | None]:
     """The model to measure (the server's first, as llama-benchy picks one when none is `wanted`) and its served
-    context (None where not listed), read as every method reads /v1/models (sweep.resolve_model: the same bounds,
+    context (None where not listed), read as every method reads /v1/models (endpoint.resolve_model: the same bounds,
     refusals and words)."""
     async with request_pool(1, timeout, api_key) as client:
         return await resolve_model(client, base_url, wanted)

@@ -18,8 +18,8 @@ import aiohttp
 
 from ....engine.errors import SparkclusterError
 from ...client import pool
+from ...context import TOKENS_PER_WORD_AT_MOST
 from ...sse import BadResponse
-from ..closed_loop.sweep import TOKENS_PER_WORD_AT_MOST
 from .arithmetic import BenchmarkRun, summarize
 from .chat import (
     CONTEXT_LOAD_USER_MESSAGE,
