@@ -27,7 +27,7 @@ from ..engine.transport import openssh_argv, ssh_destination
 from ..staging.images import held_layers
 from . import recipes_cli, render, top
 from .image import check_images, sync_image
-from .launch import DEFAULT_IMAGE
+from .launch import DEFAULT_IMAGE, RuntimeName
 from .layout import Layout, LayoutAsk
 from .lifecycle import StopState, purge_caches, stop_everywhere
 from .parallel import choose_launcher, size_layout
@@ -64,7 +64,7 @@ def options(args: argparse.Namespace, layout: Layout | None = None) -> ServeOpti
         up_timeout=args.up_timeout, ready_timeout=getattr(args, "ready_timeout", 1800.0),
         verify=getattr(args, "verify", True), allow_fallback=getattr(args, "allow_fallback", False),
         min_busbw=getattr(args, "min_busbw", None), docker_args=tuple(args.docker_arg or ()),
-        caches=getattr(args, "cache_dirs", True),
+        caches=getattr(args, "cache_dirs", True), runtime_flag=args.runtime, launcher_flag=getattr(args, "launcher", None),
     )
 
 
@@ -78,11 +78,11 @@ def _chosen(args: argparse.Namespace, inventory: Inventory) -> RuntimeChoice:
                          tuple(args.docker_arg or ()))
 
 
-def _on_cluster(opts: ServeOptions, args: argparse.Namespace, inventory: Inventory) -> ServeOptions:
+def _on_cluster(opts: ServeOptions, inventory: Inventory) -> ServeOptions:
     """The options with the cluster's runtime (--runtime, else the inventory's) and launcher: --launcher, else the
     recipe's rule, where the inventory's `launcher` stands in for a recipe that names none."""
-    runtime = cluster_runtime(inventory, args.runtime).name
-    given = getattr(args, "launcher", None)
+    runtime = cluster_runtime(inventory, opts.runtime_flag).name
+    given = opts.launcher_flag
     if opts.layout.routed:  # each replica is its own engine: vLLM's own launcher, no Ray cluster across replicas
         if given == "ray":
             raise UsageError(f"--launcher ray with {opts.layout.describe()}: one Ray cluster cannot hold several "
@@ -112,7 +112,7 @@ def cmd_up(args: argparse.Namespace, connect: Connect) -> int:
     opts = options(args)
     phases = Phases()
     with connect(args, _runtime_set_up(args, starts=True)) as session, one_at_a_time(session):
-        opts = _on_cluster(opts, args, session.inventory)
+        opts = _on_cluster(opts, session.inventory)
         _, _, members, reused = up(session, opts, phases, _emit(args))
     if args.json:
         print_json({"reused": reused, "phases": phases.seconds, "members": [dataclasses.asdict(m) for m in members]})
@@ -122,13 +122,14 @@ def cmd_up(args: argparse.Namespace, connect: Connect) -> int:
     return EXIT_OK
 
 
-def sized(args: argparse.Namespace, opts: ServeOptions, inventory: Inventory, show: bool = False) -> ServeOptions:
+def sized(opts: ServeOptions, inventory: Inventory, show: bool = False) -> ServeOptions:
     """The layout for the selected nodes (replicas x TP x PP: serving/layout.py), the cluster's runtime and the
     launcher that takes (one node or replicas: no Ray); and what the runtime needs of the inventory (the host
-    runtime: python_env), before anything is staged. `bench --layouts` sizes each layout it serves here too."""
-    _runtime_set_up(args, show, starts=True)(inventory)
+    runtime: python_env), before anything is staged; the runtime said under the inventory's line (`show`). `bench
+    --layouts` sizes each layout it serves here too."""
+    _runtime_checked(opts.runtime_flag, show, starts=True)(inventory)
     ask = dataclasses.replace(opts.ask, replicas=opts.ask.replicas or inventory_replicas(inventory))
-    chosen = _on_cluster(dataclasses.replace(opts, layout=size_layout(ask, inventory, opts.recipe)), args, inventory)
+    chosen = _on_cluster(dataclasses.replace(opts, layout=size_layout(ask, inventory, opts.recipe)), inventory)
     chosen = with_model(chosen, inventory)
     if chosen.recipe.mods and chosen.runtime == "docker" and chosen.launcher == "native":
         raise UsageError(f"recipe {chosen.recipe.name} brings mods, which the docker runtime runs only beside Ray "
@@ -155,10 +156,10 @@ def cmd_serve(args: argparse.Namespace, connect: Connect) -> int:
 
     def check(inventory: Inventory) -> None:
         # a bad model or revision, or no model at all, fails before any connection
-        hub_model(sized(args, opts, inventory, show=True).serve_args())
+        hub_model(sized(opts, inventory, show=not args.json).serve_args())
 
     with connect(args, check) as session:
-        opts = sized(args, opts, session.inventory)  # checked before connecting
+        opts = sized(opts, session.inventory)  # checked before connecting
         if args.check:
             doc = plan(session, opts)
             if args.json:
@@ -180,11 +181,16 @@ def _runtime_set_up(args: argparse.Namespace, show: bool = True, starts: bool = 
     what `starts` an engine (serve, up), every node has what that needs of the inventory (the host runtime: its
     python_env), or the command is bad input (exit 2). status and logs need none: after `bootstrap --runtime host`,
     before a vLLM environment exists, they answer."""
+    return _runtime_checked(args.runtime, show and not args.json, starts)
+
+
+def _runtime_checked(given: RuntimeName | None, show: bool, starts: bool) -> Callable[[Inventory], None]:
+    """_runtime_set_up's check, for the runtime `given` (--runtime), else the inventory's."""
     def check(inventory: Inventory) -> None:
-        if show and not args.json:
-            err_console.print(cluster_runtime(inventory, args.runtime).shown(), highlight=False)
+        if show:
+            err_console.print(cluster_runtime(inventory, given).shown(), highlight=False)
         for host in inventory.hosts if starts else ():
-            _chosen(args, inventory).check_starts(host)
+            RuntimeChoice(cluster_runtime(inventory, given).name).check_starts(host)
     return check
 
 

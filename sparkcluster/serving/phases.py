@@ -68,6 +68,8 @@ class ServeOptions:
     min_busbw: float | None = None
     docker_args: tuple[str, ...] = ()
     caches: bool = True  # the node's compile/JIT caches mounted (docker) or exported (host); --no-cache-dirs
+    runtime_flag: RuntimeName | None = None  # --runtime as given; else the cluster's chooses `runtime` (cli.sized)
+    launcher_flag: Launcher | None = None  # --launcher as given; else the recipe's rule and the inventory's choose
 
     def runtime_choice(self) -> RuntimeChoice:
         return RuntimeChoice(self.runtime, self.image, self.docker_args, caches=self.caches)

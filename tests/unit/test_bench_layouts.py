@@ -319,7 +319,7 @@ def test_the_serve_line_printed_for_the_best_layout_serves_it_as_measured(tmp_pa
     remote = argv[argv.index("--") + 1:]
     serve_args = cli.build_parser(["serve"]).parse_args(argv[1:argv.index("--")])
     serve_args.remote = remote
-    pasted = sized(serve_args, options(serve_args), selected_inventory(serve_args))
+    pasted = sized(options(serve_args), selected_inventory(serve_args))
     assert pasted.layout == TP2 == served["tp"].layout
     assert pasted.serve_args() == served["tp"].serve_args()  # model, TP, PP, port, name, flags, env
     assert pasted.serve_args().model == "org/m"

@@ -132,7 +132,8 @@ def cmd(args: argparse.Namespace, connect: Connect, sweep: SweepOptions, progres
         """Every layout sized as serve sizes it, and the state read, before anything connects."""
         for kind, layout in zip(kinds, choice.layouts_for(kinds, len(inventory.hosts)), strict=True):
             with choice.refused_as(kind, layout):  # serve's options for this layout (its recipe rendered with them)
-                planned.append(Planned(kind, layout, sized(args, options(args, layout), inventory, show=not planned)))
+                planned.append(Planned(kind, layout, sized(options(args, layout), inventory,
+                                                           show=not planned and not args.json)))
         hub_model(planned[0].options.serve_args())  # a bad model or revision fails here, before any connection
         states.append(state.load(out / state.STATE_FILE, inputs(args, inventory, sweep)))
 

@@ -323,8 +323,9 @@ def test_serve_takes_the_cluster_runtime_and_launcher_where_no_flag_says(tmp_pat
 
     inventory = load_inventory(written(tmp_path, INVENTORY.replace("  user: spark", vars_text + "  user: spark")),
                                check_files=False)
-    args = argparse.Namespace(runtime=flags.get("runtime"), launcher=flags.get("launcher"))
-    chosen = serving_cli._on_cluster(ServeOptions(layout=Layout(1, 2, 1), recipe=recipe), args, inventory)
+    chosen = serving_cli._on_cluster(ServeOptions(layout=Layout(1, 2, 1), recipe=recipe,
+                                                  runtime_flag=flags.get("runtime"),
+                                                  launcher_flag=flags.get("launcher")), inventory)
     assert (chosen.runtime, chosen.launcher) == (runtime, launcher)
 
 

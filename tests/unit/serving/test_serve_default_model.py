@@ -45,16 +45,16 @@ def test_serve_tp_2_with_the_readmes_inventory_serves_its_model() -> None:
     args = serve_args("--tp", "2", "--check")
     with pytest.raises(Checked):  # no "recipe 'default' names no model" before connecting
         cmd_serve(args, connect_to(inventory))  # type: ignore[arg-type]
-    chosen = sized(args, options(args), inventory)
+    chosen = sized(options(args), inventory)
     assert chosen.serve_args().model == "Qwen/Qwen3-0.6B" and chosen.layout.tp == 2
 
 
 def test_the_model_given_or_the_recipes_beats_the_inventorys() -> None:
     inventory = load_inventory(README_INVENTORY, check_files=False)
     given = serve_args("--tp", "2", "--model", "org/other")
-    assert sized(given, options(given), inventory).serve_args().model == "org/other"
+    assert sized(options(given), inventory).serve_args().model == "org/other"
     recipe = serve_args("--tp", "2", "--recipe", "gpt-oss-120b")
-    assert sized(recipe, options(recipe), inventory).serve_args().model == "openai/gpt-oss-120b"
+    assert sized(options(recipe), inventory).serve_args().model == "openai/gpt-oss-120b"
 
 
 def test_no_model_anywhere_is_bad_input_naming_both_fixes(tmp_path: Path) -> None:
