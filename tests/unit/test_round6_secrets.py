@@ -29,7 +29,7 @@ from sparkcluster.serving.record import ServeRecord, Serving
 from sparkcluster.serving.runtime import RuntimeChoice
 from tests.support.helpers import run_cli
 from tests.support.openai_stub import running_stub
-from tests.unit.serving.test_serve_api_key import NODES, cluster
+from tests.support.serving import NODES, cluster
 
 HF = "hf_" + "FLAGCANARY77"
 PASSWORD = "S3CRET" + "PW"

@@ -4,22 +4,11 @@ differ named against the others, the known-bad kernel/CMA, BIOS/PCIe and nccl.co
 from __future__ import annotations
 
 from dataclasses import replace
-from pathlib import Path
 
-from sparkcluster.engine.facts import PcieLink, parse_probe
-from sparkcluster.node.health import ImageProbe, health_command, parse_health, parse_image
+from sparkcluster.engine.facts import PcieLink
+from sparkcluster.node.health import ImageProbe, health_command, parse_image
 from sparkcluster.node.parity import Node, Severity, bios_date, known_issues, parity
-
-FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
-FACTS = parse_probe((FIXTURES / "probe-spark.txt").read_text())
-HEALTH = parse_health((FIXTURES / "doctor" / "health-spark.txt").read_text(), "vllm-node")
-X4 = tuple(PcieLink(n, "32.0_GT/s_PCIe", "4", "32.0_GT/s_PCIe", "4") for n in ("enp1s0f1np1", "enP2p1s0f1np1"))
-
-
-def healthy() -> Node:
-    health = replace(HEALTH, cma_total_kb=65536, nccl_conf=(), nccl_env=(), memlock="unlimited",
-                     bios_date="04/20/2026", image=replace(HEALTH.image, nccl_conf=()))
-    return Node(replace(FACTS, pcie_links=X4), health)
+from tests.support.doctor import FACTS, HEALTH, X4, healthy
 
 
 def test_the_probe_reads_every_section():

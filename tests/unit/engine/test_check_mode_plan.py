@@ -19,7 +19,7 @@ from sparkcluster.engine.steps.base import REGISTRY, HostContext, NoArgs, Plan, 
 from sparkcluster.node.addressing import fabric_config, plan_addresses
 from sparkcluster.node.network import choose_for
 from sparkcluster.node.planned import planned_facts
-from tests.unit.engine.test_runner import FakeTransport
+from tests.support.fake_transport import FakeTransport
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 

@@ -11,7 +11,7 @@ from sparkcluster import cli
 from sparkcluster.engine import session as session_module
 from sparkcluster.engine.inventory import load_inventory
 
-from tests.unit.engine.test_inventory_problems import problems
+from tests.support.inventory import problems
 
 HOSTS = """\
 hosts:

@@ -3,14 +3,14 @@ settings included (they used to pass the load and fail after connecting, or pass
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 
 from sparkcluster import cli
 from sparkcluster.engine import session as session_module
-from sparkcluster.engine.inventory import InventoryError, load_inventory
+from sparkcluster.engine.inventory import load_inventory
+from tests.support.inventory import problems
 
 THREE_PROBLEMS = """\
 name: lab
@@ -29,14 +29,6 @@ def no_connection(monkeypatch: pytest.MonkeyPatch) -> None:
     def refuse(*args: object, **kwargs: object) -> None:
         raise AssertionError("connected although the inventory was invalid")
     monkeypatch.setattr(session_module, "Transport", refuse)
-
-
-def problems(tmp_path: Path, text: str) -> list[str]:
-    path = tmp_path / "inv.yml"
-    path.write_text(text)
-    with pytest.raises(InventoryError) as raised:
-        load_inventory(path, check_files=False)
-    return [e.message.removeprefix(f"{path}:") for e in raised.value.problems]
 
 
 def test_three_problems_are_all_named_with_their_lines(tmp_path: Path) -> None:

@@ -24,7 +24,7 @@ from sparkcluster.engine.steps import REGISTRY
 from sparkcluster.staging import hfcache as staging_hfcache
 from sparkcluster.staging import stager as staging_stager
 from tests.support.strict_transport import verify_all
-from tests.unit.node.test_step_plans import CASES, World
+from tests.support.step_plans import CASES, World
 
 MESH_NOTES = ["create spark-1's key ~/.ssh/id_ed25519 unless it has one",
               "authorize spark-1's key on spark-2",

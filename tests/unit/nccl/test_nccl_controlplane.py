@@ -7,7 +7,7 @@ from dataclasses import replace
 
 from sparkcluster.engine.facts import Interface
 from sparkcluster.nccl import controlplane
-from tests.unit.nccl.test_nccl_links import node
+from tests.support.nccl import node
 
 NODES = ("spark-1", "spark-2", "spark-3")
 

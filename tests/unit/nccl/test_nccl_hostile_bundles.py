@@ -17,7 +17,7 @@ from sparkcluster import cli
 from sparkcluster.engine.errors import EXIT_USAGE
 from sparkcluster.nccl.report import report
 
-from tests.unit.test_input_refused_before_connecting import report_child  # a child with its address space capped, printing its peak
+from tests.support.memory import report_child  # a child with its address space capped, printing its peak
 
 IB = "{node}:1:1 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/RoCE [RO]; OOB enp1s0f0np0:192.168.100.{n}<0>\n"
 SOCKET = "{node}:2:2 [0] NCCL INFO NET/Socket : Using [0]enP7s7:192.168.1.{n}<0>\n"

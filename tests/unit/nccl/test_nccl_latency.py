@@ -31,7 +31,7 @@ from sparkcluster.nccl.tables import read_tables
 from sparkcluster.nccl.thresholds import LATENCY_FIELD
 from sparkcluster.nccl.verdict import Verdict, VerdictStatus
 from sparkcluster.nccl.verifyresult import VerifyResult
-from tests.unit.nccl.test_nccl_links import measured
+from tests.support.nccl import measured
 
 FIXTURE = Path(__file__).parents[2] / "fixtures" / "nccl" / "captured-gloo-latency.log"
 DECODE_SIZES = [8 << 10, 32 << 10, 128 << 10, 512 << 10, 2 << 20]

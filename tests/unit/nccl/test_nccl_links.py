@@ -3,47 +3,13 @@ its twin, the matrix, and the verdict that names a dead, slow or degraded link."
 
 from __future__ import annotations
 
-from dataclasses import replace
-from pathlib import Path
 
 from sparkcluster.engine.errors import SparkclusterError
-from sparkcluster.engine.facts import HostFacts, Interface, RdmaDevice, parse_probe
 from sparkcluster.nccl.links import LinkMeasure, judge_links, link_env, link_probes, matrix, measure_links
 from sparkcluster.nccl.logs import BandwidthRow
 from sparkcluster.nccl.twins import judged_twice
 from sparkcluster.node.fabric import SWITCH, End, Fabric, Link
-
-FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
-TWINS = {0: ("enp1s0f0np0", "enP2p1s0f0np0"), 1: ("enp1s0f1np1", "enP2p1s0f1np1")}
-HCAS = {"enp1s0f0np0": "rocep1s0f0", "enP2p1s0f0np0": "roceP2p1s0f0",
-        "enp1s0f1np1": "rocep1s0f1", "enP2p1s0f1np1": "roceP2p1s0f1"}
-
-
-def node(index: int, ports: set[int], ipv4: dict[str, str]) -> HostFacts:
-    """A Spark whose `ports` are cabled (their twins Up), the management LAN on 192.168.1.0/24, `ipv4` per twin."""
-    base = parse_probe((FIXTURES / "probe-spark.txt").read_text())
-    rdma = tuple(RdmaDevice(HCAS[n], 1, n, p in ports) for p in (0, 1) for n in TWINS[p])
-    interfaces = [Interface("enP7s7", "UP", 1500, (f"192.168.1.{10 + index}/24",), 10000)]
-    interfaces += [Interface(n, "UP" if p in ports else "DOWN", 9000, (ipv4[n],) if n in ipv4 else (), 200000)
-                   for p in (0, 1) for n in TWINS[p]]
-    return replace(base, rdma=rdma, interfaces=tuple(interfaces))
-
-RING = ["spark-1", "spark-2", "spark-3"]
-
-
-def ring3() -> tuple[Fabric, dict]:
-    """Cable i joins spark-(i+1) port 0 to the next node's port 1, twin t on 10.0.(2i+t).0/24."""
-    links, ipv4 = [], {n: {} for n in RING}
-    for i, a in enumerate(RING):
-        b = RING[(i + 1) % 3]
-        for t in (0, 1):
-            ea, eb = End(a, 0, TWINS[0][t]), End(b, 1, TWINS[1][t])
-            ipv4[a][ea.netdev] = f"10.0.{2 * i + t}.{RING.index(a) + 1}/24"
-            ipv4[b][eb.netdev] = f"10.0.{2 * i + t}.{RING.index(b) + 1}/24"
-            first, second = sorted((ea, eb), key=lambda e: RING.index(e.node))
-            links.append(Link(first, second, 200000))
-    facts = {n: node(i, {0, 1}, ipv4[n]) for i, n in enumerate(RING, start=1)}
-    return Fabric(tuple(RING), tuple(links)), facts
+from tests.support.nccl import TWINS, measured, node, ring3
 
 
 def rows(busbw: float) -> list[BandwidthRow]:
@@ -89,12 +55,6 @@ def test_an_unaddressed_end_is_said_not_measured():
     assert len(probes) == 2 and len(skipped) == 4
     assert skipped[0] == ("spark-2 port 0 <-> spark-3 port 1 twin 0: spark-3 enp1s0f1np1 has no IPv4 address "
                           "(run `sparkcluster bootstrap`)")
-
-
-def measured(busbws: list[float | None]) -> list[LinkMeasure]:
-    fabric, facts = ring3()
-    probes, _ = link_probes(fabric, facts)
-    return [LinkMeasure(p, b, "" if b else "the probe failed on spark-3 (exit 1)") for p, b in zip(probes, busbws)]
 
 
 def test_every_link_holding_is_no_finding_and_the_matrix_shows_each_cable():

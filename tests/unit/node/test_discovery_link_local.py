@@ -11,22 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from sparkcluster.engine.facts import HostFacts, parse_probe, split_sections
+from sparkcluster.engine.facts import HostFacts
 from sparkcluster.engine.inventory import Host, Inventory
 from sparkcluster.node.discovery import check_cabling, fabric_from
-from sparkcluster.node.discovery import parse_probe as parse_answers
 from sparkcluster.node.fabric import SWITCH, End, Fabric, Kind, Sightings, build_fabric, cabling_problems
-
-RECORDED = Path(__file__).resolve().parents[2] / "fixtures" / "discovery"
-
-
-def recorded(case: str) -> tuple[list[str], dict[str, HostFacts], dict[str, dict[str, tuple[str, ...]]]]:
-    """The nodes, their facts and what answered on each of their twins, as recorded on the simulator."""
-    files = sorted((RECORDED / case).glob("spark-*.txt"))
-    texts = {f.stem: f.read_text() for f in files}
-    facts = {n: parse_probe(t) for n, t in texts.items()}
-    answers = {n: parse_answers("\n".join(split_sections(t)["discovery"])) for n, t in texts.items()}
-    return list(texts), facts, answers
+from tests.support.fabric import recorded
 
 
 def discovered(case: str) -> Fabric:

@@ -8,65 +8,11 @@ from dataclasses import replace
 from ipaddress import IPv4Network
 from pathlib import Path
 
-from sparkcluster.engine.facts import HostFacts, Interface, RdmaDevice, parse_probe
+from sparkcluster.engine.facts import HostFacts
 from sparkcluster.node.discovery import ipv4_candidates, probe_command
 from sparkcluster.node.discovery import parse_probe as parse_answers
 from sparkcluster.node.fabric import SWITCH, End, Fabric, Kind, build_fabric, cabling_problems
-
-FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
-TWINS = {0: ("enp1s0f0np0", "enP2p1s0f0np0"), 1: ("enp1s0f1np1", "enP2p1s0f1np1")}
-HCAS = {"enp1s0f0np0": "rocep1s0f0", "enP2p1s0f0np0": "roceP2p1s0f0",
-        "enp1s0f1np1": "rocep1s0f1", "enP2p1s0f1np1": "roceP2p1s0f1"}
-
-
-def node(index: int, ports: set[int], ipv4: dict[str, str] | None = None) -> HostFacts:
-    """A Spark whose `ports` are cabled: their twins Up, each with its link-local address (and IPv4 if given)."""
-    base = parse_probe((FIXTURES / "probe-spark.txt").read_text())
-    rdma = tuple(RdmaDevice(HCAS[n], 1, n, p in ports) for p in (0, 1) for n in TWINS[p])
-    interfaces = [Interface("enP7s7", "UP", 1500, (f"192.168.1.{10 + index}/24",), 10000, f"02:00:00:00:{index:02x}:99")]
-    for p in (0, 1):
-        for t, n in enumerate(TWINS[p]):
-            mac = f"02:00:00:{index:02x}:{p}{t}:01"
-            addresses = ((ipv4[n],) if ipv4 and n in ipv4 else ())
-            interfaces.append(Interface(n, "UP" if p in ports else "DOWN", 9000, addresses, 200000 if p in ports else None,
-                                        mac, (f"fe80::{index:x}:{p}{t}",) if p in ports else ()))
-    return replace(base, rdma=rdma, interfaces=tuple(interfaces))
-
-
-def cabled(cables: list[tuple[str, int, str, int]], nodes: list[str], switch_ports: dict[str, int] | None = None,
-           strangers: int = 0) -> tuple[dict[str, HostFacts], dict[str, dict[str, tuple[str, ...]]]]:
-    """Facts and probe answers for direct `cables` (node, port, node, port) and nodes on a switch by one port."""
-    ports: dict[str, set[int]] = {n: set() for n in nodes}
-    wires: list[list[tuple[str, str]]] = []  # the switch's wires come last
-    for a, pa, b, pb in cables:
-        ports[a].add(pa)
-        ports[b].add(pb)
-        wires += [[(a, TWINS[pa][t]), (b, TWINS[pb][t])] for t in (0, 1)]
-    for n, p in (switch_ports or {}).items():
-        ports[n].add(p)
-    for t in (0, 1):
-        on_switch = [(n, TWINS[p][t]) for n, p in (switch_ports or {}).items()]
-        if on_switch:
-            wires.append(on_switch)
-    facts = {n: node(i, ports[n]) for i, n in enumerate(nodes, start=1)}
-
-    def ll(n: str, netdev: str) -> str:
-        return facts[n].interface(netdev).ipv6_link_local[0]  # type: ignore[union-attr]
-
-    answers: dict[str, dict[str, tuple[str, ...]]] = {n: {} for n in nodes}
-    for w, wire in enumerate(wires):
-        for n, netdev in wire:
-            others = tuple(ll(o, d) for o, d in wire if (o, d) != (n, netdev))
-            extra = tuple(f"fe80::ff:{i}" for i in range(strangers)) if w >= 2 * len(cables) else ()
-            answers[n][netdev] = answers[n].get(netdev, ()) + others + extra
-    return facts, answers
-
-
-NODES3 = ["spark-1", "spark-2", "spark-3"]
-NODES4 = [*NODES3, "spark-4"]
-RING3 = [("spark-1", 1, "spark-2", 0), ("spark-2", 1, "spark-3", 0), ("spark-3", 1, "spark-1", 0)]
-RING4 = [("spark-1", 1, "spark-2", 0), ("spark-2", 1, "spark-3", 0), ("spark-3", 1, "spark-4", 0),
-         ("spark-4", 1, "spark-1", 0)]
+from tests.support.fabric import NODES3, NODES4, RING3, RING4, TWINS, cabled, node
 
 
 def graph(nodes: list[str], cables: list[tuple[str, int, str, int]], **kw: object) -> Fabric:
@@ -283,7 +229,6 @@ def test_ranks_along_the_ring():
 def test_a_fresh_twin_is_retuned_once_in_the_change_and_its_rollback():
     """A twin without an address and at MTU 1500 is both to retune and to assign; its MTU line came twice before."""
     from sparkcluster.engine.inventory import Host, Inventory
-    from sparkcluster.engine.steps.base import HostContext
     from sparkcluster.node.addressing import fabric_config, plan_addresses
     from sparkcluster.node.steps.addresses import FabricAddresses
 

@@ -11,8 +11,7 @@ from pathlib import Path
 from sparkcluster.engine.inventory import Host, Inventory
 from sparkcluster.node.discovery import check_cabling, fabric_from
 from sparkcluster.node.fabric import build_fabric, cabling_problems
-from tests.unit.node.test_discovery_link_local import recorded
-from tests.unit.node.test_fabric_graph import NODES3, RING3, TWINS, cabled
+from tests.support.fabric import NODES3, RING3, TWINS, cabled, recorded
 
 SELF = ("spark-3", 0, "spark-3", 1)
 

@@ -15,8 +15,7 @@ from sparkcluster.node.fabric import build_fabric
 from sparkcluster.node.forwarding import CHAIN, Now, Wanted
 from sparkcluster.node.routed import Forward, NodeAddress, Route, node_address, plan_node_address
 from sparkcluster.node.steps.addresses import SAVED_SYSCTL, FabricAddresses, NodeNow, _ip_forward_left_on
-from tests.unit.node.test_fabric_graph import NODES3, NODES4, RING3, RING4, cabled
-from tests.unit.node.test_routed import ring_plans
+from tests.support.fabric import NODES3, NODES4, RING3, RING4, cabled, ring_plans
 
 TWINS = ["enp1s0f0np0", "enP2p1s0f0np0", "enp1s0f1np1", "enP2p1s0f1np1"]
 P0, P1 = "enp1s0f0np0", "enp1s0f1np1"  # twin 0 of port 0 and of port 1: the control plane's

@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from sparkcluster.engine.facts import HostFacts
-from sparkcluster.engine.inventory import Host, Inventory
+from sparkcluster.engine.inventory import Inventory
 from sparkcluster.nccl.controlplane import ControlAddress, judge, reach_command, to_reach
 from sparkcluster.node import forwarding
 from sparkcluster.node.addressing import (
@@ -23,31 +23,13 @@ from sparkcluster.node.addressing import (
     FabricError,
     check_node_subnet,
     fabric_config,
-    host_number,
     managed_netdevs,
     netplan_yaml,
-    plan_addresses,
 )
-from sparkcluster.node.fabric import build_fabric
 from sparkcluster.node.planned import planned_facts
-from sparkcluster.node.routed import missing_routes, node_address, parse_routes, paths, plan_node_address
+from sparkcluster.node.routed import missing_routes, parse_routes, paths
 from sparkcluster.node.steps.addresses import FabricAddresses, Leftover, NodeNow
-from tests.unit.node.test_fabric_graph import NODES3, NODES4, RING3, RING4, cabled
-
-
-def ring_plans(nodes: list[str], cables: list[tuple[str, int, str, int]], fabric: dict | None = None
-               ) -> tuple[Inventory, dict[str, HostFacts], dict[str, AddressPlan]]:
-    """Every node's address plan on a fresh ring, with its node address and routes, as fabric.addresses makes it."""
-    facts, answers = cabled(cables, nodes)
-    graph = build_fabric(nodes, facts, answers)
-    hosts = tuple(Host(n, f"192.168.1.{10 + i}", "head" if i == 1 else "worker") for i, n in enumerate(nodes, 1))
-    inv = Inventory(Path("inv.yml"), "t", hosts, {"fabric": fabric} if fabric else {})
-    config = fabric_config(inv, hosts[0])
-    plans = {h.name: plan_addresses(inv, h, facts[h.name], config, fabric=graph) for h in hosts}
-    addresses = {h.name: node_address(config.node_subnet, host_number(inv, h.name)) for h in hosts}
-    twins = {n: {t.netdev: t.address for t in p.twins} for n, p in plans.items()}
-    return inv, facts, {n: AddressPlan(p.port, p.twins, p.mtu, p.notes, plan_node_address(n, graph, addresses, twins))
-                        for n, p in plans.items()}
+from tests.support.fabric import NODES3, NODES4, RING3, RING4, cabled, ring_plans
 
 
 def routes(plan: AddressPlan) -> list[str]:

@@ -17,7 +17,7 @@ from sparkcluster.engine.inventory import Host, Inventory
 from sparkcluster.node.cli import render
 from sparkcluster.node.discovery import Checked, check_cabling, fabric_from, ipv4_candidates
 from sparkcluster.node.fabric import SWITCH, Kind, build_fabric
-from tests.unit.node.test_fabric_graph import NODES3, RING3, TWINS, node
+from tests.support.fabric import NODES3, RING3, TWINS, node
 
 WIRES = [((a, TWINS[pa][t]), (b, TWINS[pb][t])) for a, pa, b, pb in RING3 for t in (0, 1)]
 

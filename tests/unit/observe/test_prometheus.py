@@ -135,7 +135,7 @@ def test_bench_samples_every_replica_behind_a_router_and_merges_them():
 
     import aiohttp
 
-    from tests.unit.observe.test_top_replicas import CAPTURES, busier, metrics_server
+    from tests.support.metrics import CAPTURES, busier, metrics_server
 
     kv = 'vllm:kv_cache_usage_perc{engine="0",model_name="local/tiny-llama"} 0.0019536019536019467'
     fuller = [busier(c).replace(kv, kv.split("} ")[0] + "} 0.5") for c in CAPTURES]

@@ -9,7 +9,7 @@ import pytest
 from sparkcluster.engine.errors import EXIT_USAGE, UsageError
 from sparkcluster.recipes.load import load_recipe
 
-from tests.unit.recipes.test_recipe_formats import private_home  # noqa: F401 (private_home: autouse fixture)
+from tests.support.recipes import private_home  # noqa: F401 (private_home: autouse fixture)
 
 
 def refused(ref: str) -> UsageError:

@@ -13,13 +13,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sparkcluster import cli
-from sparkcluster.engine import session as session_module
 from sparkcluster.engine.errors import EXIT_OK, EXIT_USAGE, UsageError
 from sparkcluster.engine.inventory import Inventory, load_inventory
 from sparkcluster.recipes.load import load_recipe
 from sparkcluster.recipes.types import Inputs, ModPlace
 from sparkcluster.serving.layout import Layout, LayoutAsk
 from sparkcluster.serving.parallel import size_layout
+from tests.support.recipes import git, no_connection, private_home, registry_repo, show, two_node_inventory  # noqa: F401 (fixtures)
 
 EUGR_V1 = """\
 recipe_version: "1"
@@ -82,20 +82,6 @@ overrides:
 """
 
 
-@pytest.fixture(autouse=True)
-def private_home(tmp_path, monkeypatch):
-    """Registries live under the user's config and cache: a fresh pair per test."""
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-
-
-@pytest.fixture
-def no_connection(monkeypatch):
-    def refuse(*args, **kwargs):
-        raise AssertionError("connected although the input was invalid")
-    monkeypatch.setattr(session_module, "Transport", refuse)
-
-
 def eugr_tree(root: Path, recipe: str = EUGR_V1, run_sh: str | None = "echo hi > \"$WORKSPACE_DIR/tiny.jinja\"\n") -> Path:
     """An eugr checkout's shape: recipes/x.yaml naming mods/NAME from the repository's root."""
     (root / "recipes").mkdir(parents=True)
@@ -105,13 +91,6 @@ def eugr_tree(root: Path, recipe: str = EUGR_V1, run_sh: str | None = "echo hi >
     path = root / "recipes" / "tiny.yaml"
     path.write_text(recipe)
     return path
-
-
-def show(monkeypatch, capsys, *argv: str) -> tuple[int, dict | None, str]:
-    monkeypatch.setattr(cli.err_console, "width", 10_000)
-    code = cli.main(["recipes", "show", "--json", *argv])
-    out, err = capsys.readouterr()
-    return code, json.loads(out) if code == EXIT_OK else None, " ".join(err.split())
 
 
 def test_eugr_v1_quirks_render_into_each_nodes_line(tmp_path, monkeypatch, capsys, no_connection):
@@ -248,33 +227,6 @@ def test_serve_refuses_an_unfilled_placeholder_with_exit_2_before_connecting(tmp
     err = " ".join(capsys.readouterr().err.split())
     assert code == EXIT_USAGE and f"{path}:4: the command needs a value for {{seqs}}" in err
     assert "--set seqs=VALUE" in err
-
-
-# ---- registries: a local git repository made in the test -----------------------------------------------
-def git(*args: str, cwd: Path) -> None:
-    subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True,
-                   env={"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
-                        "GIT_COMMITTER_EMAIL": "t@t", "HOME": str(cwd), "PATH": "/usr/bin:/bin"})
-
-
-def registry_repo(root: Path) -> Path:
-    repo = root / "repo"
-    (repo / ".sparkrun").mkdir(parents=True)
-    (repo / ".sparkrun" / "registry.yaml").write_text(
-        "registries:\n  - {name: mine, recipes: my-recipes, mods: my-mods}\n")
-    (repo / "my-recipes" / "sub").mkdir(parents=True)
-    (repo / "my-mods" / "drop-template").mkdir(parents=True)
-    (repo / "my-mods" / "drop-template" / "run.sh").write_text("#!/bin/sh\ntrue\n")
-    (repo / "my-recipes" / "plain.yaml").write_text("recipe_version: '2'\nmodel: a/plain\n")
-    (repo / "my-recipes" / "sub" / "modded.yaml").write_text("recipe_version: '2'\nmodel: a/modded\n"
-                                                             "mods: [mods/drop-template]\n")
-    (repo / "my-recipes" / "sub" / "plain.yaml").write_text("recipe_version: '2'\nmodel: a/deeper\n")
-    (repo / "my-recipes" / "sub" / "twice.yaml").write_text("model: a/b\n")
-    (repo / "my-recipes" / "twice.yml").write_text("model: a/c\n")
-    git("init", "-q", "-b", "main", cwd=repo)
-    git("add", ".", cwd=repo)
-    git("commit", "-q", "-m", "recipes", cwd=repo)
-    return repo
 
 
 def test_a_local_git_registry_added_listed_resolved_and_its_mods_refused_until_trusted(tmp_path, monkeypatch,
@@ -421,14 +373,6 @@ def test_random_community_recipes_load_or_explain(tmp_path_factory, doc):
         assert e.message and e.fix
     else:
         assert all(isinstance(v, str) for v in recipe.env.values())
-
-
-def two_node_inventory(tmp_path: Path, count: int = 2) -> Path:
-    inv = tmp_path / "inv.yml"
-    hosts = "".join(f"  spark-{i}: {{address: 10.0.0.{i}, role: {'head' if i == 1 else 'worker'}}}\n"
-                    for i in range(1, count + 1))
-    inv.write_text(f"name: t\nvars: {{user: spark}}\nhosts:\n{hosts}")
-    return inv
 
 
 @pytest.mark.parametrize("extra, recipe_text, nodes, message", [

@@ -8,8 +8,8 @@ from pathlib import Path
 
 from sparkcluster.recipes.load import load_recipe
 
-from tests.unit.recipes.test_recipe_formats import private_home  # noqa: F401 (private_home: autouse fixture)
-from tests.unit.recipes.test_recipe_trustgate import refused, registry
+from tests.support.recipes import private_home  # noqa: F401 (private_home: autouse fixture)
+from tests.support.recipes import refused, registry
 
 
 def own_mod(tmp_path: Path) -> Path:

@@ -23,21 +23,11 @@ from sparkcluster.recipes.load import load_recipe
 from sparkcluster.recipes.mods import mod_files
 from sparkcluster.recipes.paths import Clone, Outside, lookup, owner
 
-from tests.unit.recipes.test_recipe_formats import git, no_connection, private_home, registry_repo  # noqa: F401 (fixtures)
+from tests.support.recipes import git, no_connection, private_home, registry_repo  # noqa: F401 (fixtures)
+from tests.support.recipes import repo
 
 CANARY = "#!/bin/sh\ntouch /tmp/pwned-by-mod\n"
 V2 = "recipe_version: '2'\nmodel: a/b\n"
-
-
-def repo(root: Path, files: dict[str, str]) -> Path:
-    """A git repository holding `files` (path -> text)."""
-    for rel, text in files.items():
-        (root / rel).parent.mkdir(parents=True, exist_ok=True)
-        (root / rel).write_text(text)
-    git("init", "-q", "-b", "main", cwd=root)
-    git("add", ".", cwd=root)
-    git("commit", "-q", "-m", "files", cwd=root)
-    return root
 
 
 @dataclass

@@ -12,7 +12,7 @@ from sparkcluster.engine.errors import SparkclusterError, UsageError
 from sparkcluster.recipes import registry as recipe_registry
 from sparkcluster.recipes.load import load_recipe
 
-from tests.unit.recipes.test_recipe_formats import git, private_home, registry_repo  # noqa: F401 (private_home: autouse fixture)
+from tests.support.recipes import git, private_home, registry_repo  # noqa: F401 (private_home: autouse fixture)
 
 
 def untrusted_registry(tmp_path: Path) -> None:
@@ -248,7 +248,7 @@ def test_a_ray_cluster_patched_by_mods_is_not_reused_by_a_serve_with_other_mods_
     from sparkcluster.recipes.types import ModPlace
     from sparkcluster.serving.reuse import may_reuse, ray_fingerprint
 
-    from tests.unit.serving.test_serve_reuse import COMMANDS, session
+    from tests.support.serving import COMMANDS, session
     (tmp_path / "mods" / "fix").mkdir(parents=True)
     (tmp_path / "mods" / "fix" / "run.sh").write_text("#!/bin/sh\npatch -p1 < a.diff\n")
     fix = resolve_mod("mods/fix", "r.yaml:3", [ModPlace(tmp_path)])

@@ -7,16 +7,15 @@ from __future__ import annotations
 
 import os
 import subprocess
-from pathlib import Path
 
 import pytest
 
-from sparkcluster.engine.errors import EXIT_USAGE, UsageError
-from sparkcluster.recipes import registry as recipe_registry
+from sparkcluster.engine.errors import EXIT_USAGE
 from sparkcluster.recipes import trustgate
 from sparkcluster.recipes.load import load_recipe
 
-from tests.unit.recipes.test_recipe_formats import git, private_home  # noqa: F401 (private_home: autouse fixture)
+from tests.support.recipes import git, private_home  # noqa: F401 (private_home: autouse fixture)
+from tests.support.recipes import refused, registry
 
 # The report's S1 payload: Python's warnings filter imports antigravity, which runs $BROWSER through a shell.
 ENV_RCE = """\
@@ -27,25 +26,6 @@ env:
   PYTHONWARNINGS: "all:0:antigravity.x:0:0"
   BROWSER: "/bin/sh -c 'touch /tmp/pwned-by-env-rce' #%s"
 """
-
-
-def registry(tmp_path: Path, name: str, files: dict[str, str], trusted: bool = False) -> None:
-    """A local git repository of recipes (recipes/NAME.yaml), added as the registry `name`."""
-    repo = tmp_path / f"repo-{name}"
-    for rel, text in files.items():
-        (repo / rel).parent.mkdir(parents=True, exist_ok=True)
-        (repo / rel).write_text(text)
-    git("init", "-q", "-b", "main", cwd=repo)
-    git("add", ".", cwd=repo)
-    git("commit", "-q", "-m", "recipes", cwd=repo)
-    recipe_registry.add(name, str(repo), trusted)
-
-
-def refused(ref: str) -> UsageError:
-    with pytest.raises(UsageError) as e:
-        load_recipe(ref)
-    assert e.value.exit_code == EXIT_USAGE
-    return e.value
 
 
 def test_the_reports_env_payload_from_an_untrusted_registry_is_refused_naming_both_and_the_way_out(tmp_path):

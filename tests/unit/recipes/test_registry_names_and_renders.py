@@ -17,8 +17,8 @@ from sparkcluster.recipes import registry
 from sparkcluster.recipes.load import load_recipe
 from sparkcluster.serving.phases import ServeOptions, hub_model
 
-from tests.unit.recipes.test_recipe_formats import git, no_connection, private_home, show  # noqa: F401 (fixtures)
-from tests.unit.recipes.test_recipe_paths import repo
+from tests.support.recipes import git, no_connection, private_home, show  # noqa: F401 (fixtures)
+from tests.support.recipes import repo
 
 SHA = "0123456789abcdef0123456789abcdef01234567"
 V2 = "recipe_version: '2'\nmodel: a/b\n"

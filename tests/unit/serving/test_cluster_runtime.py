@@ -30,7 +30,7 @@ from sparkcluster.serving.runtime import ClusterRuntime, cluster_launcher, clust
 from sparkcluster.sim import SimCluster
 from sparkcluster.sim.state import ClusterState
 from tests.support.helpers import run_cli
-from tests.unit.doctor.test_doctor import healthy
+from tests.support.doctor import healthy
 
 INVENTORY = """\
 # my two Sparks

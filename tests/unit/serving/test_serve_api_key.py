@@ -9,15 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import json
-from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
 from sparkcluster.engine.errors import UsageError
-from sparkcluster.engine.inventory import Host, Inventory
 from sparkcluster.recipes.load import load_recipe
-from sparkcluster.serving.launch import Node
 from sparkcluster.serving.layout import Layout
 from sparkcluster.serving.lifecycle import vllm_commands
 from sparkcluster.serving.phases import ServeOptions
@@ -26,20 +22,9 @@ from sparkcluster.serving.record import ServeRecord, Serving
 from sparkcluster.serving.runtime import RuntimeChoice
 from tests.support.helpers import run_cli
 from tests.support.openai_stub import running_stub
+from tests.support.serving import NODES, cluster
 
 KEY = "sk-" + "CANARY" + "0042"  # the report's canary, in pieces: no test source line holds it whole
-VENV = "/opt/vllm-env"
-
-
-def cluster(serve_env: dict[str, str] | None = None) -> SimpleNamespace:
-    """What vllm_commands reads of a connected session: the hosts, the head and the inventory."""
-    hosts = tuple(Host(f"spark-{i}", f"10.0.0.{i}", "head" if i == 1 else "worker",
-                       vars={"python_env": VENV}) for i in (1, 2))
-    inventory = Inventory(Path("inv.yml"), "t", hosts, {"serve_env": serve_env or {}})
-    return SimpleNamespace(hosts=hosts, head=hosts[0], inventory=inventory)
-
-
-NODES = {f"spark-{i}": Node(f"spark-{i}", i - 1, f"192.168.100.{i}", "192.168.100.1") for i in (1, 2)}
 
 
 @pytest.mark.parametrize("runtime", ["host", "docker"])

@@ -41,7 +41,7 @@ from sparkcluster.serving.status import (
     node_roles,
     replica_status,
 )
-from tests.unit.observe.test_top_replicas import CAPTURES, busier, metrics_server
+from tests.support.metrics import CAPTURES, busier, metrics_server
 
 
 def _inventory(tmp_path: Path, count: int):

@@ -3,34 +3,11 @@ and the record that keeps it on the head (older records without one read as not 
 
 from __future__ import annotations
 
-from pathlib import Path
 
 from sparkcluster.engine.command import Command
-from sparkcluster.engine.inventory import Host, Inventory
-from sparkcluster.engine.session import Session
 from sparkcluster.serving.record import ServeRecord
 from sparkcluster.serving.reuse import ray_fingerprint
-
-
-class Files:
-    """A transport that only reads files (the comm env), from a dict."""
-
-    def __init__(self, files: dict[str, bytes]) -> None:
-        self.files = files
-
-    def read_file(self, path: str) -> bytes | None:
-        return self.files.get(path)
-
-
-def session(env2: bytes) -> Session:
-    hosts = (Host("spark-1", "10.0.0.1", role="head"), Host("spark-2", "10.0.0.2", role="worker"))
-    inventory = Inventory(path=Path("inv.yml"), name="t", hosts=hosts, vars={})
-    path = ".config/sparkcluster/comm.env"
-    return Session(inventory, transports={"spark-1": Files({path: b"VLLM_HOST_IP=1\n"}),  # type: ignore[dict-item]
-                                          "spark-2": Files({path: env2})})
-
-
-COMMANDS = {"spark-1": Command("docker run ... ray start --head"), "spark-2": Command("docker run ... ray start")}
+from tests.support.serving import COMMANDS, session
 
 
 def test_the_fingerprint_changes_with_a_command_or_a_comm_env_and_only_then():

@@ -24,7 +24,7 @@ from sparkcluster.node.network import facing
 from sparkcluster.staging.blobwire import EXIT_CONNECTION
 from sparkcluster.staging.chain import Chain, CopyJob, NodeResult, StageResult, detour
 from sparkcluster.staging.hfcache import Manifest, NodeModel, NodeStatus, SnapshotFile
-from tests.unit.node.test_fabric_graph import RING3, RING4, TWINS, node
+from tests.support.fabric import RING3, RING4, TWINS, node
 
 MODEL = ModelRef("org/tiny")
 BLOB = SnapshotFile("model.safetensors", "b" * 64, 10)
