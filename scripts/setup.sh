@@ -50,7 +50,7 @@ ray_venv() {
     pyinstall .venv-ray "ray[default]==$RAY_VERSION" torch==2.13.0
   fi
 }
-# llama-benchy itself, only for tests/unit/test_bench_vs_llama_benchy.py: the reference `bench --method
+# llama-benchy itself, only for tests/unit/bench/test_bench_vs_llama_benchy.py: the reference `bench --method
 # llama-benchy` is held to on the same server (every metric within 5%, the same JSON keys).
 BENCHY_VERSION=0.4.0
 benchy_venv() {

@@ -249,7 +249,7 @@ def bench_fits_the_served_context(cluster: SimCluster) -> None:
     """~15 s: vLLM serves 512 tokens (--max-model-len); bench's default prompt and output (512 and 128: a 400
     before, "maximum context length is 512 tokens", told as "check that the server runs") are halved to fit and
     measured; sizes given that cannot fit are refused up front with the numbers. One request each: sizes are the
-    point, not load (the server's own 400 message: tests/unit/test_bench_context.py)."""
+    point, not load (the server's own 400 message: tests/unit/bench/test_bench_context.py)."""
     once = ["--concurrency", "1", "--runs", "1", "--requests-per-stream", "1", "--warmup", "0"]
     result = sc(cluster, "bench", *once, "--json")
     assert result.returncode == 0, result.stderr[-3000:]

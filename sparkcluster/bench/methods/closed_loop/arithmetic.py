@@ -1,4 +1,4 @@
-"""The arithmetic from timelines to one row per concurrency, pure and exact (tests/unit/test_bench_stats.py):
+"""The arithmetic from timelines to one row per concurrency, pure and exact (tests/unit/bench/test_bench_stats.py):
 
 - prefill_tps: prompt tokens / the time during which at least one request waited for its first token (the union
   of the [sent, first token] intervals). One stream: prompt / TTFT; a batch sent together: all prompts / the time

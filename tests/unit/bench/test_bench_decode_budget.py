@@ -37,9 +37,9 @@ from sparkcluster.nccl.verifyresult import VerifyResult
 from sparkcluster.node.health import health_command
 from sparkcluster.serving.record import RECORD_FILE
 from tests.support.openai_stub import running_stub
-from tests.unit.test_bench_ceiling import LLAMA_8B
+from tests.unit.bench.test_bench_ceiling import LLAMA_8B
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 
 # A direct pair's all-reduce medians, in the range of issue 40's field numbers (41 us at 8 KB, ~2,100 us at 1 MB).
 PAIR_US = {"8192": 41.0, "32768": 60.0, "131072": 120.0, "524288": 600.0, "2097152": 4200.0}

@@ -25,7 +25,7 @@ from sparkcluster.bench.methods.llama_benchy.chat import RequestResult
 from tests.support.helpers import REQUIRE_SIM, run_cli
 from tests.support.openai_stub import running_stub
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 LLAMA_BENCHY = ROOT / ".venv-benchy" / "bin" / "llama-benchy"
 GRID = ["--pp", "256", "--tg", "32", "--depth", "0", "1024", "--concurrency", "1", "2", "--runs", "2",
         "--enable-prefix-caching"]

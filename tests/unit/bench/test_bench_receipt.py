@@ -116,7 +116,7 @@ def test_an_unreadable_receipt_says_why(doc: object, why: str) -> None:
         Receipt.from_json(doc)
 
 
-FIXTURES = Path(__file__).parent.parent / "fixtures" / "bench"
+FIXTURES = Path(__file__).parents[2] / "fixtures" / "bench"
 
 
 def test_a_real_cpu_vllm_with_ngram_speculation_gives_its_acceptance() -> None:

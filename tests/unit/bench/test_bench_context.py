@@ -16,7 +16,7 @@ from sparkcluster.bench.sse import error_message
 from tests.support.helpers import run_cli
 from tests.support.openai_stub import running_stub
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "vllm"
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "vllm"
 ONCE = ("--concurrency", "1", "--runs", "1", "--requests-per-stream", "1", "--warmup", "0")
 
 
