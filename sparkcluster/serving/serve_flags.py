@@ -105,3 +105,22 @@ def add_serve_flags(p: argparse.ArgumentParser | argparse._ArgumentGroup, dests:
 def given(args: argparse.Namespace, dests: Sequence[str]) -> list[str]:
     """The options of serve's flags among `dests` that were given (hold other than their default), in that order."""
     return [FLAGS[dest].option for dest in dests if getattr(args, dest) != FLAGS[dest].default]
+
+
+def words(args: argparse.Namespace, dests: Sequence[str]) -> list[str]:
+    """serve's flags among `dests` that were given, in that order, as the words that give serve them again (a
+    `serve` line to paste: `bench --layouts`' best layout)."""
+    out: list[str] = []
+    for dest in dests:
+        flag, value = FLAGS[dest], getattr(args, dest)
+        action = flag.kwargs.get("action")
+        if action in ("store_true", "store_false"):
+            out += [flag.option] if value != flag.default else []
+        elif action == "append":
+            for item in value or ():
+                out += [flag.option, "=".join(item)] if isinstance(item, tuple) else [f"{flag.option}={item}"]
+        elif isinstance(value, float):
+            out += [flag.option, f"{value:g}"] if value != flag.default else []
+        elif value:
+            out += [flag.option, str(value)]
+    return out

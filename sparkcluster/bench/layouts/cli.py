@@ -31,8 +31,9 @@ from ...serving.cli import one_at_a_time, options, sized
 from ...serving.phases import hub_model
 from ...serving.progress import ignore as serve_quietly
 from ...serving.recipes_cli import add_recipe_flags
-from ...serving.serve_flags import FLAGS, RECIPE_FLAGS, add_serve_flags
+from ...serving.serve_flags import RECIPE_FLAGS, add_serve_flags
 from ...serving.serve_flags import given as serve_given
+from ...serving.serve_flags import words as serve_words
 from ..methods.closed_loop.sweep import Emit, SweepOptions
 from . import choice, report, state
 from .run import Planned, measure_layouts, serve_on, stage_once, sweep_on
@@ -104,18 +105,10 @@ def serve_hint(args: argparse.Namespace, item: Planned) -> str:
     inventory = getattr(args, "inventory_arg", None) or args.inventory
     flags += ["-i", inventory] if inventory else []
     flags += ["--limit", args.limit] if args.limit else []
-    flags += ["--recipe", args.recipe] if args.recipe else []
+    flags += serve_words(args, ("recipe",))
     flags += ["--model", item.options.model] if item.options.model else []
-    for key, value in args.sets:
-        flags += ["--set", f"{key}={value}"]
-    flags += ["--trust"] if args.trust else []
-    for name in ("runtime", "launcher", "image"):
-        flags += [f"--{name}", getattr(args, name)] if getattr(args, name) else []
-    flags += [f"--docker-arg={a}" for a in args.docker_arg or ()]
-    flags += [] if args.verify else ["--no-verify"]
-    for name in ("up_timeout", "ready_timeout"):
-        if getattr(args, name) != FLAGS[name].default:
-            flags += [f"--{name.replace('_', '-')}", f"{getattr(args, name):g}"]
+    flags += serve_words(args, ("sets", "trust", "runtime", "launcher", "image", "docker_arg", "verify", "up_timeout",
+                                "ready_timeout"))
     line, variables = choice.serve_line(item.layout, flags, args.remote)
     return f"`{line}`" + (f" (with {', '.join(variables)} set: a secret's value is never printed)" if variables else "")
 
