@@ -26,13 +26,16 @@ from ..engine.errors import EXIT_INTERRUPTED, EXIT_OK, UsageError
 from ..engine.report import print_json
 from ..engine.session import Session
 from ..recipes.load import Reference
-from . import alongside, ceiling, compare, decode_budget, plot
+from . import alongside, ceiling, decode_budget
 from .context import DoesNotFit
 from .endpoint import BenchFailed
 from .explain import lineup as explain_lineup
 from .explain import sides as explain_sides
 from .layouts import cli as layouts_cli
+from .methods.closed_loop import plot as sweep_plot
+from .methods.closed_loop import reference as compare
 from .methods.closed_loop import table
+from .methods.closed_loop.receipt import sustained_parameters, sweep_receipt
 from .methods.closed_loop.sweep import (
     BenchEvent,
     Emit,
@@ -46,7 +49,7 @@ from .methods.closed_loop.sweep import (
 )
 from .methods.llama_benchy import cli as llama_benchy_cli
 from .methods.llama_benchy import head_tokenizer, published
-from .receipts import sustained_parameters, sweep_receipt, write_beside
+from .receipts import write_beside
 from .target import Target, from_cluster, from_url
 
 METHOD = """method: one warm-up request first (the JIT warms on it, as the published recipes do); then, at each
@@ -269,7 +272,7 @@ def cmd_bench(args: argparse.Namespace, connect: Connect) -> int:
         table.save_csv(levels, Path(args.csv))
         write_beside(Path(args.csv), receipt)
     if levels and args.plot:
-        plot.save([level.row for level in levels], Path(args.plot),
+        sweep_plot.save([level.row for level in levels], Path(args.plot),
                   f"{prepared.model} at {target.base_url} (prompt {opts.prompt_tokens}, output {opts.output_tokens})"
                   f"\n{receipt.caption()}", reference)
     if failure:

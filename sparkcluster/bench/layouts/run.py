@@ -17,11 +17,11 @@ from ...serving.fit import replica_fit
 from ...serving.layout import Layout, LayoutKind
 from ...serving.phases import ServeOptions, hub_model, serve, stage_model
 from ...serving.progress import Emit as ServeEmit
+from ..methods.closed_loop.receipt import sustained_parameters, sweep_receipt
 from ..methods.closed_loop.sweep import Emit as SweepEmit
 from ..methods.closed_loop.sweep import Level, Prepared, SweepOptions, sweep
 from ..receipt import Receipt
 from ..receipt_sources import NodesRead
-from ..receipts import sustained_parameters, sweep_receipt
 from ..target import from_cluster
 from .choice import refused_as
 from .state import LayoutState, Measured

@@ -7,11 +7,9 @@ import io
 
 import pytest
 
-from sparkcluster.bench import compare, metrics
-
-from sparkcluster.bench.methods.closed_loop import prompts
-
-from sparkcluster.bench.methods.closed_loop import table
+from sparkcluster.bench import metrics
+from sparkcluster.bench.methods.closed_loop import prompts, table
+from sparkcluster.bench.methods.closed_loop import reference as compare
 from sparkcluster.bench.methods.closed_loop.arithmetic import (
     Distribution,
     Row,

@@ -25,15 +25,16 @@ from ....engine.console import out as console
 from ....engine.console import print_error
 from ....engine.errors import EXIT_INTERRUPTED, EXIT_OK, SparkclusterError, UsageError
 from ....engine.report import print_json
-from ... import alongside, ceiling, plot
-from ...receipts import ARENA_RECEIPT, benchy_receipt, save, write_beside
+from ... import alongside, ceiling
+from ...receipts import save, write_beside
 from ...target import Target
-from . import arena, formats, published
+from . import arena, formats, plot, published
 from .arithmetic import BenchmarkRun, itl_by_concurrency
 from .chat import Client
 from .corpus import BOOK_URL, Corpus, book_text, find_tokenizer, read_corpus
 from .fit import fit_grid
 from .profile import Profile, load_profile
+from .receipt import ARENA_RECEIPT, benchy_receipt
 from .run import Outcome, served_model, session_run
 from .schedule import BenchyOptions, Cell, cells
 
@@ -235,7 +236,7 @@ def cmd(args: argparse.Namespace, target: Target, plan_: Plan, connect: Connect,
         Path(args.csv).write_text(formats.csv_text(model, runs, head.max_concurrency), encoding="utf-8")
         write_beside(Path(args.csv), receipt)
     if runs and args.plot:
-        plot.save_llama_benchy(runs, Path(args.plot), f"{model} at {target.base_url} (llama-benchy)\n{receipt.caption()}")
+        plot.save(runs, Path(args.plot), f"{model} at {target.base_url} (llama-benchy)\n{receipt.caption()}")
     if plan_.out is not None and plan_.profile is not None:
         arena.write(plan_.out, plan_.profile, target, plan_.opts, started, plan_.cells, bool(done_before))
         save(plan_.out / ARENA_RECEIPT, receipt)
