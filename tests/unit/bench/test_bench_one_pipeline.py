@@ -1,8 +1,10 @@
 """Bench as one pipeline (issue 41): both methods are a schedule and an arithmetic over one client, one timeline of
-request events and one renderer, with no `benchy_*` twin modules beside the closed loop's."""
+request events and one renderer. The direction (issue 47): nothing in bench's root imports a method, and a method
+imports only its own modules and the shared ones, so no twin of a shared module can hide under another name."""
 
 from __future__ import annotations
 
+import ast
 from pathlib import Path
 
 import pytest
@@ -16,15 +18,63 @@ from sparkcluster.bench.sse import BadResponse, Usage
 from sparkcluster.bench.timeline import Chunk, Exchange
 
 BENCH = Path(sparkcluster.bench.__file__).parent
+PACKAGE = BENCH.parent
 URL = "http://127.0.0.1:1/v1"
 
 
-def test_no_method_keeps_twin_modules_beside_the_shared_ones():
-    assert not list(BENCH.glob("benchy_*")), "llama-benchy's modules belong in bench/methods/llama_benchy/"
-    methods = {p.name for p in (BENCH / "methods").iterdir() if (p / "__init__.py").exists()}
+def imported(path: Path) -> set[str]:
+    """The sparkcluster modules a file imports, relative imports resolved, those inside functions included."""
+    module = ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    package = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
+    if path.name == "__init__.py":
+        package = package[:-1]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = ".".join(package[: len(package) - node.level + 1] + ([node.module] if node.module else [])) \
+                if node.level else node.module or ""
+            found |= {base} | {f"{base}.{alias.name}" for alias in node.names}
+    return {name for name in found if name.startswith("sparkcluster.bench")}
+
+
+def bench_modules(folder: Path) -> list[Path]:
+    return sorted(folder.rglob("*.py"))
+
+
+# What chooses a method and hands it its flags: the command's wiring, and --layouts' driver, which measures each
+# layout with the closed loop.
+CALLERS = {BENCH / "cli.py", *bench_modules(BENCH / "layouts")}
+METHODS = BENCH / "methods"
+SHARED = [p for p in bench_modules(BENCH) if METHODS not in p.parents and p not in CALLERS]
+
+
+def test_bench_has_two_methods_beside_the_shared_modules():
+    methods = {p.name for p in METHODS.iterdir() if (p / "__init__.py").exists()}
     assert methods == {"closed_loop", "llama_benchy"}
-    for method in methods:
-        assert {"schedule.py", "arithmetic.py"} <= {p.name for p in (BENCH / "methods" / method).iterdir()}
+    assert not list(BENCH.glob("benchy_*")), "llama-benchy's modules belong in bench/methods/llama_benchy/"
+
+
+def test_nothing_in_benchs_root_imports_a_method():
+    """The shared modules (client, stream reader, timeline, statistics, renderer, receipt, endpoint...) know no method:
+    a module only one method reads lives in that method's folder."""
+    wrong = {str(p.relative_to(BENCH)): sorted(n for n in imported(p) if n.startswith("sparkcluster.bench.methods"))
+             for p in SHARED}
+    assert {k: v for k, v in wrong.items() if v} == {}
+
+
+def test_a_method_imports_only_its_own_modules_and_the_shared_ones():
+    shared = {".".join(p.relative_to(PACKAGE.parent).with_suffix("").parts) for p in SHARED}
+    shared |= {name.removesuffix(".__init__") for name in shared}
+    for method in ("closed_loop", "llama_benchy"):
+        own = f"sparkcluster.bench.methods.{method}"
+        for path in bench_modules(METHODS / method):
+            names = imported(path)
+            # `from ... import receipts`: the package named, with its module
+            wrong = sorted(n for n in names if n not in shared and not n.startswith(own) and n != "sparkcluster.bench"
+                           and n.rsplit(".", 1)[0] not in (shared | {"sparkcluster.bench"}))
+            assert wrong == [], f"{path.relative_to(BENCH)} imports {wrong}"
 
 
 def streamed() -> Exchange:
