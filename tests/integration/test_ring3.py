@@ -40,7 +40,7 @@ from tests.support.rings import (
     topology,
     vllm_lines,
 )
-from tests.integration.test_serve_host_vllm import processes
+from tests.support.sim_serving import processes
 
 pytestmark = [pytest.mark.sim, pytest.mark.slow]
 COMM_ENV = "~/.config/sparkcluster/comm.env"

@@ -25,7 +25,7 @@ from sparkcluster.serving.caches import CACHE_VARIABLES, CONTAINER_CACHE_DIR
 from sparkcluster.sim import SimCluster, UpOptions, image
 from sparkcluster.sim.fakemodel import generate
 from tests.support.helpers import bootstrapped, require_sim, run_cli, ssh, unique_name
-from tests.integration.test_serve_docker import running_anywhere
+from tests.support.sim_serving import running_anywhere
 
 pytestmark = [pytest.mark.sim, pytest.mark.docker, pytest.mark.slow]
 RAY_ENV = Path(__file__).resolve().parents[2] / ".venv-ray"

@@ -18,10 +18,9 @@ from sparkcluster.serving.readiness import http
 from sparkcluster.sim import SimCluster, UpOptions, image
 from sparkcluster.sim.fakemodel import generate
 from tests.support.helpers import bootstrapped, require_sim, run_cli, ssh, unique_name
+from tests.support.sim_serving import RAY_ENV, TAG, running_anywhere
 
 pytestmark = [pytest.mark.sim, pytest.mark.docker, pytest.mark.slow]
-RAY_ENV = Path(__file__).resolve().parents[2] / ".venv-ray"
-TAG = "vllm-node"
 KEPT = "~/.cache/sparkcluster/serve"  # where a container's output is kept after it is gone (serving/keptlog.py)
 GONE = "the container is gone; its last output, kept by sparkcluster:"
 MODEL = "acme/tiny"
@@ -63,12 +62,6 @@ def inspect(c: SimCluster, host: str) -> dict:
 def container_env(c: SimCluster, host: str) -> dict[str, str]:
     out = ssh(c, host, "docker exec vllm_node bash -i -c env 2>/dev/null").stdout
     return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
-
-
-def running_anywhere(c: SimCluster) -> list[str]:
-    """The powered-on hosts where a vllm_node container runs."""
-    return [h.name for h in c.topology.hosts if c.is_running(h)
-            and ssh(c, h.name, "docker ps -q --filter name=vllm_node", check=False).stdout.strip()]
 
 
 def test_doctor_passes_the_fresh_cluster_and_says_how_the_image_gets_to_each_node(two):

@@ -29,10 +29,9 @@ from sparkcluster.serving.readiness import http
 from sparkcluster.sim import SimCluster, UpOptions, tinymodel
 from tests.support.helpers import git_repo, require_sim, run_cli, ssh, unique_name
 from tests.support import vllm_model_info
+from tests.support.sim_serving import ROOT, VLLM_ENV, processes
 
 pytestmark = [pytest.mark.sim, pytest.mark.slow]
-ROOT = Path(__file__).resolve().parents[2]
-VLLM_ENV = ROOT / ".venv-vllm"
 MODEL = "local/tiny-llama"
 VLLM_FLAGS = ["--", "--max-model-len", "512", "--enforce-eager"]
 CANARY = "hf_SERVEENV" + "CANARY42"  # split: the test's own argv never holds it whole
@@ -93,13 +92,6 @@ def _ip(endpoint: str) -> str:
     """`10.0.0.1:80`, `[::ffff:10.0.0.1]:80` -> `10.0.0.1`."""
     host = endpoint.rsplit(":", 1)[0].strip("[]")
     return host.removeprefix("::ffff:")
-
-
-def processes(c: SimCluster, host: str) -> str:
-    """What runs on `host`, less zombies: a process that has exited and that its parent (the host's init, for a
-    daemon) has not reaped yet holds no memory; `[raylet] <defunct>` was seen right after `ray stop --force`."""
-    out = c.exec_in(host, ["ps", "-eww", "-o", "args"], capture_output=True, text=True).stdout
-    return "\n".join(line for line in out.splitlines() if not line.endswith("<defunct>"))
 
 
 def serves_tp2_on_the_fabric(c: SimCluster, doc: dict, rank_process: str, api_key: str | None = None) -> None:

@@ -17,7 +17,7 @@ from sparkcluster.sim import SimCluster, UpOptions, image
 from sparkcluster.sim.fakemodel import generate
 from sparkcluster.sim.topology import MGMT_NETDEV
 from tests.support.helpers import bootstrapped, require_sim, run_cli, ssh, unique_name
-from tests.integration.test_serve_docker import RAY_ENV, TAG, running_anywhere
+from tests.support.sim_serving import RAY_ENV, TAG, running_anywhere
 
 pytestmark = [pytest.mark.sim, pytest.mark.slow]
 

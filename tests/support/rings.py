@@ -15,9 +15,9 @@ from pathlib import Path
 import yaml
 
 from sparkcluster.sim import SimCluster, UpOptions, tinymodel
-from tests.integration.test_serve_host_vllm import VLLM_ENV
 from tests.support import vllm_model_info
 from tests.support.helpers import require_sim, run_cli, ssh, unique_name
+from tests.support.sim_serving import VLLM_ENV
 
 COMM_ENV = "/home/spark/.config/sparkcluster/comm.env"
 SYSCTL_FILE = "/etc/sysctl.d/60-sparkcluster-fabric.conf"

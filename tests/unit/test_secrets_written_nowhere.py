@@ -187,7 +187,7 @@ def test_bench_layouts_keeps_no_key_in_its_state_and_a_rotated_key_resumes(tmp_p
     refused (exit 2), printing both keys."""
     from sparkcluster import cli
     from sparkcluster.bench.cli import cmd_bench
-    from tests.unit.bench.test_bench_layouts import Cluster, inventory_file, on_cluster
+    from tests.support.bench_layouts import Cluster, inventory_file, on_cluster
 
     out = tmp_path / "out"
     argv = ["bench", "-i", str(inventory_file(tmp_path, 2)), "--layouts", "tp", "--model", "org/m", "--concurrency",

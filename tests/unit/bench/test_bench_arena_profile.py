@@ -97,7 +97,7 @@ def test_ctrl_c_keeps_every_finished_cell(tmp_path):
     import sys
     import time
 
-    from tests.unit.bench.test_bench_client import _sigint_as_a_terminal_sends_it, _stub_requests
+    from tests.support.bench import _sigint_as_a_terminal_sends_it, _stub_requests
 
     profile = tmp_path / "small.yaml"
     profile.write_text("args: {pp: [64], tg: [8], depth: [0, 256], concurrency: [1, 2], prefix_caching: true, runs: 1}"

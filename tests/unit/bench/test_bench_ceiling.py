@@ -20,9 +20,8 @@ from sparkcluster.bench.ceiling import (
 from sparkcluster.bench.methods.closed_loop.arithmetic import Distribution, Row
 from sparkcluster.bench.methods.closed_loop.sweep import Level
 from sparkcluster.bench.methods.closed_loop.table import render
+from tests.support.bench import LLAMA_8B
 
-LLAMA_8B = {"hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
-            "intermediate_size": 14336, "vocab_size": 128256, "tie_word_embeddings": False, "torch_dtype": "bfloat16"}
 MIXTRAL = {"hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
            "intermediate_size": 14336, "vocab_size": 32000, "num_local_experts": 8, "num_experts_per_tok": 2,
            "torch_dtype": "bfloat16"}

@@ -15,6 +15,7 @@ import pytest
 
 from tests.support.helpers import run_cli
 from tests.support.openai_stub import running_stub
+from tests.support.bench import _sigint_as_a_terminal_sends_it, _stub_requests
 
 ROW_KEYS = {"concurrency", "prefill_tps", "generation_tps", "peak_tps", "ttft_s", "itl_s", "e2e_s", "requests",
             "prompt_tokens", "completion_tokens", "errors"}
@@ -114,16 +115,3 @@ def test_ctrl_c_prints_the_partial_table_and_exits_130():
     assert "stub-model" in out and "\n  1 " in out
 
 
-def _sigint_as_a_terminal_sends_it() -> None:
-    """A run started in the background by a shell without job control inherits SIGINT ignored, and the child
-    would then never see Ctrl-C: give it the default disposition, as an interactive terminal does."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
-def _stub_requests(url: str) -> int:
-    import urllib.request
-
-    with urllib.request.urlopen(url.removesuffix("/v1") + "/metrics", timeout=5) as response:
-        text = response.read().decode()
-    line = next(line for line in text.splitlines() if line.startswith("stub:requests_total"))
-    return int(line.split()[-1])

@@ -4,10 +4,7 @@ it when the head keeps a last-verify record with latency (and saying "run verify
 
 from __future__ import annotations
 
-import argparse
 import json
-from contextlib import contextmanager
-from pathlib import Path
 
 import pytest
 
@@ -25,29 +22,9 @@ from sparkcluster.bench.decode_budget import (
     step_shape,
 )
 from sparkcluster.cli import build_parser
-from sparkcluster.engine.command import Command
-from sparkcluster.engine.facts import parse_probe
-from sparkcluster.engine.inventory import Host, Inventory
-from sparkcluster.engine.session import Session
-from sparkcluster.engine.transport import Result
-from sparkcluster.nccl.finding import Verdict, VerdictStatus
-from sparkcluster.nccl.lastverify import record_doc
-from sparkcluster.nccl.latency import Latency, LatencyRow
-from sparkcluster.nccl.verifyresult import VerifyResult
-from sparkcluster.node.health import health_command
-from sparkcluster.serving.record import RECORD_FILE
 from tests.support.openai_stub import running_stub
-from tests.unit.bench.test_bench_ceiling import LLAMA_8B
-
-FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
-
-# A direct pair's all-reduce medians, in the range of issue 40's field numbers (41 us at 8 KB, ~2,100 us at 1 MB).
-PAIR_US = {"8192": 41.0, "32768": 60.0, "131072": 120.0, "524288": 600.0, "2097152": 4200.0}
-# The last-verify record as verify writes it on every node (nccl/lastverify.py: record_doc), at a fixed time.
-RECORD = {**record_doc(VerifyResult(
-    "nccl", Verdict(VerdictStatus.PASS, "NET/IB on roceP2p1s0f1", "", (), ("IB",), False), [],
-    latency=Latency(tuple(LatencyRow("all_reduce", int(size), us, 1.5 * us, 50) for size, us in PAIR_US.items())))),
-    "at": "2026-11-27T16:00:00+00:00"}
+from tests.support.bench import LLAMA_8B
+from tests.support.bench import Head, PAIR_US, RECORD, connect_to
 
 
 def llama_tp2(latency: Curve | None) -> Inputs:
@@ -126,47 +103,6 @@ def test_tp_1_and_a_tp_group_smaller_than_the_verified_one():
 
 
 # ---- bench --json on a served cluster whose head keeps a last-verify record -------------------------------------
-
-class Head:
-    """The head as bench reads it: the serve record, the model's config.json, the last verify, GPU telemetry."""
-
-    def __init__(self, url: str, verify: dict | None) -> None:
-        self.serve = {"version": 2, "runtime": "host", "launcher": "ray", "image": "", "nodes": ["spark-1", "spark-2"],
-                      "serving": {"model": "meta-llama/Meta-Llama-3-8B", "served_name": "stub-model", "port": 8000,
-                                  "endpoint": url, "tp": 2, "pp": 1, "flags": []}}
-        self.verify = verify
-
-    def read_file(self, path: str) -> bytes | None:
-        if path != RECORD_FILE:  # the receipt's read of each node's comm env: none written here
-            return None
-        return json.dumps(self.serve).encode()
-
-    def run(self, command: Command) -> Result:
-        script = command.script
-        if "@@index@@" in script:  # ceiling.head_script: config.json, then the safetensors index
-            return Result(command, 0, json.dumps(LLAMA_8B) + "\n@@index@@\n", "", 0.01)
-        if "last-verify.json" in script:
-            return Result(command, 0 if self.verify else 1, json.dumps(self.verify) if self.verify else "", "", 0.01)
-        if script == health_command("").script:  # the receipt's doctor probe: unanswered, its fields unknown
-            return Result(command, 1, "", "", 0.01)
-        if "nvidia-smi" in script:
-            return Result(command, 0, "71, 87.61, 2424, [N/A], 0x0000000000000000\nrc=0\n", "", 0.01)
-        raise AssertionError(f"bench ran an unexpected command: {script}")
-
-    def close(self) -> None:
-        pass
-
-
-def connect_to(head: object):
-    """`connect` for a cluster of one head, `head` answering its commands, with a real Spark's probe as its facts."""
-    @contextmanager
-    def connect(args: argparse.Namespace, check: object, require_all: bool = True):
-        hosts = (Host(name="spark-1", address="10.0.0.1", role="head"),)
-        with Session(Inventory(path=Path("inv.yml"), name="t", hosts=hosts, vars={}), {"spark-1": head}) as s:
-            s.facts.update({"spark-1": parse_probe((FIXTURES / "probe-spark.txt").read_text())})
-            yield s
-
-    return connect
 
 
 def bench_output(capsys: pytest.CaptureFixture[str], verify: dict | None, *flags: str) -> str:

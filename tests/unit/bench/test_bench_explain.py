@@ -6,40 +6,16 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from pathlib import Path
 
 import pytest
 
 from sparkcluster.bench.explain.facts import Cause
 from sparkcluster.bench.explain.lineup import explain, render
 from sparkcluster.bench.explain.sides import sides
-from sparkcluster.bench.receipt import BenchParams, Engine, NodeReceipt, Receipt
+from sparkcluster.bench.receipt import Engine
 from sparkcluster.bench.receipt_metrics import EngineDeltas, SpecDecode
 from tests.support.helpers import run_cli
-
-COMMAND = ("vllm", "serve", "local/tiny-llama", "--host", "0.0.0.0", "--port", "8000", "--tensor-parallel-size", "2",
-           "--max-model-len", "512")
-
-
-def receipt(command: tuple[str, ...] = COMMAND, kernel: str = "6.11.0-1016-nvidia",
-            metrics: EngineDeltas | None = None) -> Receipt:
-    nodes = (NodeReceipt("spark-1", "6.11.0-1016-nvidia", "580.95.05", "5.36", {"enp1s0f0np0": "28.45.1200"},
-                         "2.28.3"),
-             NodeReceipt("spark-2", kernel, "580.95.05", "5.36", {"enp1s0f0np0": "28.45.1200"}, "2.28.3"))
-    return Receipt("http://10.0.0.1:8000/v1",
-                   Engine("0.32.0", command, "host", "native", python_env="/opt/venv", tp=2, pp=1, replicas=1),
-                   BenchParams("sustained", {"concurrency": [1, 2], "prompt_tokens": 256, "output_tokens": 64},
-                               "ab" * 32),
-                   {"spark-1": {"NCCL_SOCKET_IFNAME": "enp1s0f0np0"}, "spark-2": {"NCCL_SOCKET_IFNAME": "enp1s0f0np0"}},
-                   nodes, metrics or EngineDeltas(False, None, 0.0, 0.0), created="2026-11-27T17:00:00+00:00")
-
-
-def result(tmp_path: Path, name: str, made: Receipt, generation: tuple[float, float] = (10.0, 18.0)) -> str:
-    rows = [{"concurrency": c, "prefill_tps": 500.0, "generation_tps": g, "peak_tps": g, "ttft_s": {"mean": 0.1},
-             "itl_s": {"mean": 0.05}} for c, g in zip((1, 2), generation, strict=True)]
-    path = tmp_path / name
-    path.write_text(json.dumps({"config": {}, "rows": rows, "receipt": made.to_json()}))
-    return str(path)
+from tests.support.bench import COMMAND, receipt, result
 
 
 def test_a_flag_and_a_kernel_are_both_named_the_flag_first(tmp_path):

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import json
 import shlex
-from contextlib import contextmanager, nullcontext
-from pathlib import Path
 
 import pytest
 from rich.console import Console
@@ -16,36 +14,14 @@ from sparkcluster import cli
 from sparkcluster.bench.cli import cmd_bench
 from sparkcluster.bench.layouts import choice, report, state
 from sparkcluster.bench.layouts import cli as layouts_cli
-from sparkcluster.bench.layouts.run import Planned, Swept, measure_layouts
-from sparkcluster.bench.methods.closed_loop.arithmetic import Distribution, Row
+from sparkcluster.bench.layouts.run import measure_layouts
 from sparkcluster.bench.metrics import ServerSide
-from sparkcluster.bench.methods.closed_loop.sweep import Level, Prepared
 from sparkcluster.engine.cliapp import selected_inventory
 from sparkcluster.engine.errors import SparkclusterError, UsageError
 from sparkcluster.serving.cli import options, sized
 from sparkcluster.serving.layout import Layout
 from sparkcluster.serving.phases import ServeOptions
-
-TP2, PP2, TWO_REPLICAS = Layout(1, 2, 1), Layout(1, 1, 2), Layout(2, 1, 1)
-
-
-def inventory_file(tmp_path: Path, count: int) -> Path:
-    hosts = "".join(f"  spark-{i}: {{address: 192.168.1.{10 + i}, role: {'head' if i == 1 else 'worker'}}}\n"
-                    for i in range(1, count + 1))
-    path = tmp_path / "inv.yml"
-    path.write_text(f"name: t\nvars: {{user: spark}}\nhosts:\n{hosts}")
-    return path
-
-
-def row(c: int, tps: float, ttft: float, itl: float, errors: int = 0) -> Row:
-    def d(v: float) -> Distribution:
-        return Distribution(v, v, v, v)
-    return Row(c, 100.0, tps, tps * 1.2, d(ttft), d(itl), d(ttft + 8 * itl), 4 * c, 64 * c, 32 * c, errors)
-
-
-def measured(kind: str, layout: Layout, rows: list[Row], build: str | None = "0.11.0+cu130") -> state.Measured:
-    return state.Measured(state.kind(kind), layout, tuple(rows), tuple(None for _ in rows), "0.11.0", 60.0, 20.0,
-                          {"launch": 5.0, "ready": 50.0}, build)
+from tests.support.bench_layouts import Cluster, INPUTS, PP2, TP2, TWO_REPLICAS, inventory_file, measured, on_cluster, planned, row
 
 
 # ---- naming and refusing layouts, before anything connects ------------------------------------------------------
@@ -162,36 +138,7 @@ def test_figures_of_a_cpu_vllm_are_said_to_be_so():
     assert "not which layout is fastest on DGX Sparks" in note
 
 
-
-
 # ---- the resume state ----------------------------------------------------------------------------------------------
-
-INPUTS = {"nodes": ["spark-1", "spark-2"], "model": "org/m", "concurrency": [1, 8]}
-
-
-def planned(*kinds: str) -> list[Planned]:
-    layouts = {"tp": TP2, "pp": PP2, "replicas": TWO_REPLICAS}
-    return [Planned(state.kind(k), layouts[k], ServeOptions()) for k in kinds]
-
-
-class Cluster:
-    """serve and measure as the run calls them: which layouts were served, and a failure on demand."""
-
-    def __init__(self, fail_on: str | None = None) -> None:
-        self.served: list[str] = []
-        self.fail_on = fail_on
-
-    def serve(self, item: Planned) -> dict[str, float]:
-        if item.kind == self.fail_on:
-            raise SparkclusterError(f"{item.kind}: vLLM did not start", "read its log")
-        self.served.append(item.kind)
-        return {"launch": 1.0}
-
-    def measure(self, item: Planned) -> Swept:
-        assert item.kind == self.served[-1]  # what was just served
-        tps = 50.0 * len(self.served)
-        return Swept([Level(row(1, tps, 0.1, 0.02), ServerSide(0.1, None, 0, 32, 64))],
-                     Prepared(server_version="0.32.0"), "0.32.0+cpu")
 
 
 def test_a_run_cut_short_resumes_without_serving_a_measured_layout_again(tmp_path):
@@ -239,19 +186,6 @@ def test_a_state_file_that_does_not_read_is_refused(tmp_path, text):
 
 
 # ---- the command: a run cut short prints what it measured, and the same command finishes it -----------------------
-
-def on_cluster(monkeypatch: pytest.MonkeyPatch, cluster: Cluster, staged_s: float):
-    """`bench --layouts`' command wired to `cluster` (serve and measure) in place of a connected one; its `connect`."""
-    @contextmanager
-    def connect(args, check, require_all=True):
-        check(selected_inventory(args))  # the layouts sized and the state read, as before a real connection
-        yield object()
-
-    monkeypatch.setattr(layouts_cli, "one_at_a_time", lambda session: nullcontext())
-    monkeypatch.setattr(layouts_cli, "stage_once", lambda session, todo, emit: staged_s)
-    monkeypatch.setattr(layouts_cli, "serve_on", lambda session, emit: cluster.serve)
-    monkeypatch.setattr(layouts_cli, "sweep_on", lambda session, options, emit: cluster.measure)
-    return connect
 
 
 def test_the_command_cut_short_shows_what_it_measured_and_the_same_command_measures_only_the_rest(

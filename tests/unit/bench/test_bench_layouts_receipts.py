@@ -32,9 +32,9 @@ from sparkcluster.observe.prometheus import parse
 from sparkcluster.serving.layout import Placement
 from sparkcluster.serving.record import Launched, ServeRecord, Serving
 from tests.support.openai_stub import running_stub
-from tests.unit.bench.test_bench_layouts import INPUTS, TP2, TWO_REPLICAS, inventory_file, measured, on_cluster, planned, row
-from tests.unit.bench.test_bench_layouts import Cluster as ServingCluster
-from tests.unit.bench.test_bench_llama_benchy import corpus
+from tests.support.bench_layouts import INPUTS, TP2, TWO_REPLICAS, inventory_file, measured, on_cluster, planned, row
+from tests.support.bench_layouts import Cluster as ServingCluster
+from tests.support.bench import corpus
 
 MODEL = "local/tiny-llama"
 TP_COMMAND = ("vllm", "serve", MODEL, "--tensor-parallel-size", "2", "--distributed-executor-backend", "ray",

@@ -11,20 +11,9 @@ import pytest
 
 from tests.support.helpers import run_cli
 from tests.support.openai_stub import running_stub
+from tests.support.bench import benchy
 
 TTFT, ITL, PREFILL, PP, TG, DEPTH = 0.1, 0.01, 20000.0, 256, 32, 1024
-
-
-def corpus(tmp_path: Path) -> Path:
-    """A book of our own: 20,000 words of a 500-word vocabulary."""
-    path = tmp_path / "book.txt"
-    path.write_text(" ".join(f"word{(i * 7919) % 500}" for i in range(20000)))
-    return path
-
-
-def benchy(tmp_path: Path, url: str, *flags: str, timeout: float = 180):
-    return run_cli("bench", "--url", url, "--method", "llama-benchy", "--corpus", str(corpus(tmp_path)), *flags,
-                   env={"HF_HUB_CACHE": str(tmp_path / "hub"), "HOME": str(tmp_path)}, timeout=timeout)
 
 
 def within(measured: float, truth: float, tolerance: float = 0.05) -> bool:

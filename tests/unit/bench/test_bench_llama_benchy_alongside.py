@@ -24,8 +24,8 @@ from sparkcluster.cli import build_parser
 from sparkcluster.engine.command import Command
 from sparkcluster.engine.transport import Result
 from tests.support.openai_stub import running_stub
-from tests.unit.bench.test_bench_decode_budget import PAIR_US, RECORD, Head, connect_to
-from tests.unit.bench.test_bench_llama_benchy import benchy, corpus
+from tests.support.bench import PAIR_US, RECORD, Head, connect_to
+from tests.support.bench import benchy, corpus
 
 # ---- the grid and the served context ----------------------------------------------------------------------------
 

@@ -20,7 +20,7 @@ from sparkcluster.doctor import baseline
 from sparkcluster.engine.errors import EXIT_USAGE, UsageError
 from sparkcluster.engine.localfiles import read_json, replacing, write_text
 from tests.support.helpers import run_cli
-from tests.unit.bench.test_bench_explain import receipt, result
+from tests.support.bench import receipt, result
 
 DEEP = "[" * 100_000 + "]" * 100_000
 HUGE = "9" * 400  # an integer no float holds
@@ -214,7 +214,7 @@ def test_a_write_that_fails_leaves_the_old_file_and_no_temporary(tmp_path):
 # ---- bench --layouts: its state and its results ------------------------------------------------------------------
 
 def _state(tmp_path: Path) -> tuple[Path, dict]:
-    from tests.unit.bench.test_bench_layouts import TP2, measured, row
+    from tests.support.bench_layouts import TP2, measured, row
 
     from sparkcluster.bench.layouts import state
 
@@ -272,7 +272,7 @@ def test_a_state_names_the_cluster_beyond_its_inventory_path_and_node_names(tmp_
 def test_layouts_results_and_state_never_follow_a_planted_link(tmp_path, monkeypatch, capsys):
     """Failed before: `--out DIR` with DIR/layouts.json -> victim.txt wrote the results into victim.txt, and a link
     at DIR/layouts-state.json.partial was written through the same way."""
-    from tests.unit.bench.test_bench_layouts import Cluster, inventory_file, on_cluster
+    from tests.support.bench_layouts import Cluster, inventory_file, on_cluster
 
     from sparkcluster import cli
     from sparkcluster.bench.cli import cmd_bench
@@ -310,7 +310,7 @@ def test_a_csv_its_receipt_and_the_arena_files_never_follow_a_planted_link(tmp_p
     arena.save_cell(tmp_path / "arena", cell, {"benchmarks": []})
     assert victim.read_text() == "mine" and not beside.is_symlink() and "engine" in beside.read_text()
     assert not cell_link.is_symlink() and json.loads(cell_link.read_text()) == {"benchmarks": []}
-    from tests.unit.bench.test_bench_layouts import row
+    from tests.support.bench_layouts import row
 
     from sparkcluster.bench.methods.closed_loop import table
     from sparkcluster.bench.methods.closed_loop.sweep import Level
