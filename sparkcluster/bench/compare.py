@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from rich.table import Table
 
@@ -43,3 +44,7 @@ def _cell(c: Compared, shown: Callable[[str, float], str]) -> str:
     good = c.ratio >= 1 if c.higher_is_better else c.ratio <= 1
     return (f"{shown(c.figure, c.measured)} / {shown(c.figure, c.published)}  "
             f"[{'green' if good else 'yellow'}]{c.ratio * 100:.0f}%[/]")
+
+
+def is_results_file(value: str) -> bool:
+    return Path(value).suffix.lower() in (".csv", ".json")

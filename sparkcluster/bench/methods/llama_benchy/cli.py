@@ -12,21 +12,22 @@ import argparse
 import asyncio
 import dataclasses
 import datetime
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from rich.markup import escape
 
 from .... import __version__
-from ....engine.cliapp import Connect
 from ....engine.console import err as err_console
 from ....engine.console import out as console
-from ....engine.console import print_error
 from ....engine.errors import EXIT_INTERRUPTED, EXIT_OK, SparkclusterError, UsageError
-from ....engine.report import print_json
-from ... import alongside, ceiling
-from ...receipts import save, write_beside
+from ... import ceiling
+from ...alongside import Alongside
+from ...compare import is_results_file
+from ...receipt import Receipt
+from ...receipts import save
 from ...target import Target
 from . import arena, formats, plot, published
 from .arithmetic import BenchmarkRun, itl_by_concurrency
@@ -46,6 +47,13 @@ population std of the runs, latencies in ms. Unlike llama-benchy, a grid whose d
 context (max_model_len) is refused before any request, naming the largest that fits (the default --pp is fitted)."""
 
 
+# its own flags, with their defaults: given with the other method they would be silently ignored
+DEFAULTS: dict[str, object] = {"pp": None, "tg": None, "depth": None, "latency_mode": "api",
+                               "enable_prefix_caching": False, "no_cache": False, "skip_coherence": False,
+                               "no_warmup": False, "no_adapt_prompt": False, "tokenizer": None, "corpus": None,
+                               "book_url": None, "out": None}
+
+
 @dataclass(frozen=True)
 class Plan:
     opts: BenchyOptions
@@ -60,7 +68,7 @@ def with_compare(args: argparse.Namespace, plan_: Plan) -> Plan:
     """--compare for llama-benchy rows: a llama-benchy or Arena results file whose shapes this run measures."""
     if not args.compare:
         return plan_
-    if not published.is_results_file(args.compare):
+    if not is_results_file(args.compare):
         raise UsageError(f"--compare {args.compare}: a recipe's reference rows are by concurrency alone, as "
                          "--method sustained measures them, not llama-benchy's pp/tg at a depth",
                          "compare a recipe's reference with --method sustained, or give a llama-benchy CSV/JSON "
@@ -161,93 +169,139 @@ def ours(target: Target, plan_: Plan, corpus: Corpus | None, outcome: Outcome,
 ITL_SOURCE = "  ITL here: 1 / llama-benchy's tg per request (t/s (req)), at each concurrency's shallowest depth"
 
 
-def cmd(args: argparse.Namespace, target: Target, plan_: Plan, connect: Connect,
-        head_tokenizer: Path | None = None) -> int:
-    started = datetime.datetime.now(datetime.timezone.utc)
-    quiet = bool(args.json)
+@dataclass
+class Measured:
+    """The session's cells so far (with those measured before, for a resumed profile), and how it ended."""
 
-    def say(text: str) -> None:
-        if not quiet:
-            err_console.print(escape(text), highlight=False)
-    outcome, corpus, model, context = Outcome(), None, target.model or "", None
+    plan: Plan
+    target: Target
+    started: datetime.datetime
+    done_before: list[dict[str, Any]]
+    say: Callable[[str], None]
+    outcome: Outcome = field(default_factory=Outcome)
+    corpus: Corpus | None = None
+    context: int | None = None
+    code: int = EXIT_OK
     failure: SparkclusterError | None = None
-    code = EXIT_OK
-    todo: list[Cell] = list(plan_.cells)
-    done_before: list[dict[str, Any]] = []
-    if plan_.out is not None:
-        done_before, todo = arena.resume(plan_.out, todo)
-        if done_before:
-            say(f"resuming in {plan_.out}: {len(done_before)} of {len(plan_.cells)} cells are measured already")
+    receipt: Receipt = field(init=False)
 
-    def done(cell: Cell, entries: list[BenchmarkRun]) -> None:
-        if plan_.out is not None and plan_.profile is not None:
-            arena.save_cell(plan_.out, cell, formats.document(header(plan_, model, outcome, started), entries))
-            arena.write(plan_.out, plan_.profile, target, plan_.opts, started, plan_.cells, bool(done_before))
-    try:
-        model, context = asyncio.run(served_model(target.base_url, model or None, args.timeout, target.api_key))
-        target = dataclasses.replace(target, model=model)
-        fitted = fit_grid(plan_.cells, context, plan_.pp_given, plan_.profile.name if plan_.profile else None)
-        if fitted.note:  # only --pp's default changes, never a profile's grid (whose cells resume by name)
-            say(fitted.note)
-            plan_, todo = dataclasses.replace(plan_, cells=fitted.cells), list(fitted.cells)
-        corpus = corpus_for(args, model, target.config.get("hf_model"), head_tokenizer)
-        say(f"bench --method llama-benchy: {target.base_url}, model {model}, tokenizer {corpus.tokenizer.name}, "
-            f"{len(todo)} cell(s)")
-        client = Client(target.base_url, model, args.timeout, target.api_key)
-        if todo:
-            asyncio.run(session_run(client, corpus, plan_.opts, todo, outcome, say, done,
-                                    session_warmup=not args.no_warmup, skipped=len(done_before),
-                                    warm_first_cell_only=plan_.profile is not None, context=context,
-                                    engine_metrics=target.engine_metrics))
-    except SparkclusterError as e:
-        failure, code = e, e.exit_code  # 2 for a grid that cannot fit the context
-    except KeyboardInterrupt:
-        code = EXIT_INTERRUPTED
-    head = header(plan_, model, outcome, started)
-    runs = [BenchmarkRun.from_json(b) for d in done_before for b in d["benchmarks"]] + outcome.runs
-    doc = formats.document(head, runs)
-    doc["sparkcluster"] = ours(target, plan_, corpus, outcome, failure, context)
-    receipt = benchy_receipt(target, {**dataclasses.asdict(plan_.opts), "cells": [c.label for c in plan_.cells]},
-                             corpus, outcome.metrics_before, outcome.metrics_after)
-    doc["sparkcluster"]["receipt"] = receipt.to_json()
-    found = published.pairs(published.rows_of_runs(runs), plan_.published) if plan_.published else []
-    if plan_.published:
-        doc["sparkcluster"]["compare"] = {"source": plan_.published.source, "ratios": [
-            {"test": str(p.shape), "figure": p.figure, "measured": p.measured, "published": p.published,
-             "ratio": p.ratio} for p in found]}
-    extra = alongside.gather(args, connect, target.config, itl_by_concurrency(runs), code)
-    doc["sparkcluster"].update(extra.to_json())  # beside llama-benchy's keys, never inside them
-    if args.json:
-        print_json(doc)
-    elif runs:
-        print(formats.markdown(model, runs, head.max_concurrency))
-        limit = target.config.get("decode_ceiling")
+    @property
+    def model(self) -> str:
+        return self.target.model or ""
+
+    @property
+    def runs(self) -> list[BenchmarkRun]:
+        return [BenchmarkRun.from_json(b) for d in self.done_before for b in d["benchmarks"]] + self.outcome.runs
+
+    def header(self) -> formats.Header:
+        return header(self.plan, self.model, self.outcome, self.started)
+
+    def any(self) -> bool:
+        return bool(self.runs)
+
+    def itl(self) -> Sequence[tuple[int, float | None]]:
+        return itl_by_concurrency(self.runs)
+
+    def ratios(self) -> list[published.Pair]:
+        return published.pairs(published.rows_of_runs(self.runs), self.plan.published) if self.plan.published else []
+
+    def document(self) -> tuple[dict[str, Any], dict[str, Any]]:
+        doc = formats.document(self.header(), self.runs)
+        doc["sparkcluster"] = ours(self.target, self.plan, self.corpus, self.outcome, self.failure, self.context)
+        doc["sparkcluster"]["receipt"] = self.receipt.to_json()
+        if self.plan.published:
+            doc["sparkcluster"]["compare"] = {"source": self.plan.published.source, "ratios": [
+                {"test": str(p.shape), "figure": p.figure, "measured": p.measured, "published": p.published,
+                 "ratio": p.ratio} for p in self.ratios()]}
+        return doc, doc["sparkcluster"]
+
+    def table(self, extra: Alongside) -> None:
+        runs = self.runs
+        print(formats.markdown(self.model, runs, self.header().max_concurrency))
+        limit = self.target.config.get("decode_ceiling")
         if limit:  # under llama-benchy's own table, which stays as it prints it
             console.print("\n".join([ceiling.describe(limit), *ceiling.benchy_shares(runs, limit)]), highlight=False)
         budget = extra.budget_text()
         if budget:
             console.print(f"{budget}\n{ITL_SOURCE}", highlight=False, markup=False)
-        if plan_.published:
-            console.print(published.render(found, plan_.published.source))
-    gpus = extra.gpu_line()
-    if gpus and not args.json:
-        console.print(gpus, highlight=False, markup=False)
-    if runs and args.csv:  # llama-benchy's columns exactly; its receipt beside it (FILE.receipt.json)
-        Path(args.csv).write_text(formats.csv_text(model, runs, head.max_concurrency), encoding="utf-8")
-        write_beside(Path(args.csv), receipt)
-    if runs and args.plot:
-        plot.save(runs, Path(args.plot), f"{model} at {target.base_url} (llama-benchy)\n{receipt.caption()}")
-    if plan_.out is not None and plan_.profile is not None:
-        arena.write(plan_.out, plan_.profile, target, plan_.opts, started, plan_.cells, bool(done_before))
-        save(plan_.out / ARENA_RECEIPT, receipt)
-        say(f"{plan_.out}: benchmark.json, benchmark.csv, metadata.json, recipe.yaml "
-            f"({len(done_before) + outcome.cells_done} of {len(plan_.cells)} cells) and {ARENA_RECEIPT}")
-    if failure:
-        print_error(failure.message, failure.fix)
-    elif code == EXIT_INTERRUPTED:
-        err_console.print(f"interrupted: {len(done_before) + outcome.cells_done} of {len(plan_.cells)} cells "
-                          "measured", highlight=False)
-    return code
+        if self.plan.published:
+            console.print(published.render(self.ratios(), self.plan.published.source))
+
+    def csv(self, path: Path) -> None:  # llama-benchy's columns exactly
+        path.write_text(formats.csv_text(self.model, self.runs, self.header().max_concurrency), encoding="utf-8")
+
+    def plot(self, path: Path) -> None:
+        plot.save(self.runs, path, f"{self.model} at {self.target.base_url} (llama-benchy)\n{self.receipt.caption()}")
+
+    def finish(self) -> None:
+        """A profile's Arena files and its receipt in --out DIR."""
+        plan_ = self.plan
+        if plan_.out is not None and plan_.profile is not None:
+            arena.write(plan_.out, plan_.profile, self.target, plan_.opts, self.started, plan_.cells,
+                        bool(self.done_before))
+            save(plan_.out / ARENA_RECEIPT, self.receipt)
+            self.say(f"{plan_.out}: benchmark.json, benchmark.csv, metadata.json, recipe.yaml "
+                     f"({len(self.done_before) + self.outcome.cells_done} of {len(plan_.cells)} cells) and "
+                     f"{ARENA_RECEIPT}")
+
+    def done(self) -> str:
+        return f"{len(self.done_before) + self.outcome.cells_done} of {len(self.plan.cells)} cells"
+
+
+class LlamaBenchy:
+    tokenizer = True
+
+    def plan(self, args: argparse.Namespace) -> Plan:
+        return plan(args)
+
+    def run(self, plan_: Plan, args: argparse.Namespace, target: Target, head_tokenizer: Path | None) -> Measured:
+        started = datetime.datetime.now(datetime.timezone.utc)
+        quiet = bool(args.json)
+
+        def say(text: str) -> None:
+            if not quiet:
+                err_console.print(escape(text), highlight=False)
+        todo: list[Cell] = list(plan_.cells)
+        done_before: list[dict[str, Any]] = []
+        if plan_.out is not None:
+            done_before, todo = arena.resume(plan_.out, todo)
+            if done_before:
+                say(f"resuming in {plan_.out}: {len(done_before)} of {len(plan_.cells)} cells are measured already")
+        measured = Measured(plan_, target, started, done_before, say)
+
+        def done(cell: Cell, entries: list[BenchmarkRun]) -> None:
+            p = measured.plan
+            if p.out is not None and p.profile is not None:
+                arena.save_cell(p.out, cell, formats.document(measured.header(), entries))
+                arena.write(p.out, p.profile, measured.target, p.opts, measured.started, p.cells, bool(done_before))
+        try:
+            model, measured.context = asyncio.run(served_model(target.base_url, target.model or None, args.timeout,
+                                                               target.api_key))
+            measured.target = target = dataclasses.replace(target, model=model)
+            fitted = fit_grid(plan_.cells, measured.context, plan_.pp_given,
+                              plan_.profile.name if plan_.profile else None)
+            if fitted.note:  # only --pp's default changes, never a profile's grid (whose cells resume by name)
+                say(fitted.note)
+                measured.plan = plan_ = dataclasses.replace(plan_, cells=fitted.cells)
+                todo = list(fitted.cells)
+            measured.corpus = corpus = corpus_for(args, model, target.config.get("hf_model"), head_tokenizer)
+            say(f"bench --method llama-benchy: {target.base_url}, model {model}, tokenizer {corpus.tokenizer.name}, "
+                f"{len(todo)} cell(s)")
+            client = Client(target.base_url, model, args.timeout, target.api_key)
+            if todo:
+                asyncio.run(session_run(client, corpus, plan_.opts, todo, measured.outcome, say, done,
+                                        session_warmup=not args.no_warmup, skipped=len(done_before),
+                                        warm_first_cell_only=plan_.profile is not None, context=measured.context,
+                                        engine_metrics=target.engine_metrics))
+        except SparkclusterError as e:
+            measured.failure, measured.code = e, e.exit_code  # 2 for a grid that cannot fit the context
+        except KeyboardInterrupt:
+            measured.code = EXIT_INTERRUPTED
+        plan_ = measured.plan
+        measured.receipt = benchy_receipt(
+            measured.target, {**dataclasses.asdict(plan_.opts), "cells": [c.label for c in plan_.cells]},
+            measured.corpus, measured.outcome.metrics_before, measured.outcome.metrics_after)
+        return measured
 
 
 def add_flags(p: argparse.ArgumentParser) -> None:

@@ -179,7 +179,3 @@ def render(found: Sequence[Pair], source: str) -> Table:
         by_shape.setdefault(str(p.shape), []).append(p)
     return ratio_table("test", by_shape, {key: label for key, label, _ in FIGURES},
                        f"vs published: {source} (llama-benchy, same shapes only)")
-
-
-def is_results_file(value: str) -> bool:
-    return Path(value).suffix.lower() in (".csv", ".json")
