@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
-from ..engine.errors import SparkclusterError
+from ..engine.errors import SparkclusterError, UsageError
 from .alongside import Alongside
 from .receipt import Receipt
 from .target import Target
@@ -78,3 +78,18 @@ class Method(Protocol[PlanT]):
 
     def run(self, plan: PlanT, args: argparse.Namespace, target: Target, head_tokenizer: Path | None) -> Measured:
         ...
+
+
+def check_timeout(args: argparse.Namespace) -> None:
+    """--timeout, which bounds each request of either method."""
+    if args.timeout <= 0:
+        raise UsageError(f"--timeout {args.timeout:g} is not a duration", "give seconds, e.g. --timeout 600")
+
+
+def check_outputs(args: argparse.Namespace) -> None:
+    """--csv's and --plot's paths, which the shell writes for either method, before any request is sent."""
+    for flag, path in (("--csv", args.csv), ("--plot", args.plot)):
+        if path and not Path(path).resolve().parent.is_dir():
+            raise UsageError(f"{flag} {path}: its directory does not exist", "create it, or write elsewhere")
+    if args.plot and not args.plot.lower().endswith(".png"):
+        raise UsageError(f"--plot {args.plot} is not a .png file", "e.g. --plot bench.png")

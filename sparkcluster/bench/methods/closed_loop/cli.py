@@ -23,11 +23,12 @@ from ....engine.console import err as err_console
 from ....engine.console import out as console
 from ....engine.errors import EXIT_INTERRUPTED, EXIT_OK, UsageError
 from ....recipes.load import Reference
-from ... import ceiling
+from ... import ceiling, method
 from ...alongside import Alongside
 from ...compare import is_results_file
 from ...context import DoesNotFit
 from ...endpoint import BenchFailed
+from ...method import check_timeout
 from ...receipt import Receipt
 from ...target import Target
 from . import plot, reference, table
@@ -80,8 +81,7 @@ def sweep_options(args: argparse.Namespace) -> SweepOptions:
                                ("--requests-per-stream", args.requests_per_stream, 1)):
         if value < least:
             raise UsageError(f"{flag} {value} is below {least}", f"give {flag} {max(least, 1)} or more")
-    if args.timeout <= 0:
-        raise UsageError(f"--timeout {args.timeout:g} is not a duration", "give seconds, e.g. --timeout 600")
+    check_timeout(args)
     concurrency = ",".join(args.concurrency) if args.concurrency else "1,2,4,8,16,32,64"
     runs = 3 if args.runs is None else args.runs
     return SweepOptions(concurrency_list(concurrency), prompt_tokens, output_tokens, runs,
@@ -91,14 +91,9 @@ def sweep_options(args: argparse.Namespace) -> SweepOptions:
 
 def check_outputs(args: argparse.Namespace) -> None:
     """Output paths and the plotting library, before any request is sent."""
-    for flag, path in (("--csv", args.csv), ("--plot", args.plot)):
-        if path and not Path(path).resolve().parent.is_dir():
-            raise UsageError(f"{flag} {path}: its directory does not exist", "create it, or write elsewhere")
-    if args.plot:
-        if not args.plot.lower().endswith(".png"):
-            raise UsageError(f"--plot {args.plot} is not a .png file", "e.g. --plot bench.png")
-        if importlib.util.find_spec("matplotlib") is None:
-            raise UsageError("--plot needs matplotlib", "pip install matplotlib (sparkcluster depends on it)")
+    method.check_outputs(args)
+    if args.plot and importlib.util.find_spec("matplotlib") is None:
+        raise UsageError("--plot needs matplotlib", "pip install matplotlib (sparkcluster depends on it)")
 
 
 def document(target: Target, opts: SweepOptions, prepared: Prepared, levels: list[Level], started: str) -> dict[str, Any]:

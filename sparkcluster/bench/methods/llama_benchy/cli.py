@@ -26,6 +26,7 @@ from ....engine.errors import EXIT_INTERRUPTED, EXIT_OK, SparkclusterError, Usag
 from ... import ceiling
 from ...alongside import Alongside
 from ...compare import is_results_file
+from ...method import check_outputs, check_timeout
 from ...receipt import Receipt
 from ...receipts import save
 from ...target import Target
@@ -94,8 +95,7 @@ def ints(values: list[str] | None, flag: str, default: tuple[int, ...], least: i
 
 def plan(args: argparse.Namespace) -> Plan:
     """Every flag checked, the cells in the order they will run; UsageError (exit 2) before any connection."""
-    if args.timeout <= 0:
-        raise UsageError(f"--timeout {args.timeout:g} is not a duration", "give seconds, e.g. --timeout 600")
+    check_timeout(args)
     if args.corpus and not Path(args.corpus).is_file():
         raise UsageError(f"--corpus {args.corpus}: no such file", "give a text file (a book)")
     if args.tokenizer and not Path(args.tokenizer).exists():
@@ -115,11 +115,7 @@ def plan(args: argparse.Namespace) -> Plan:
                 raise UsageError(f"--{flag} with --profile: the profile sets the grid", f"leave --{flag} out")
     elif out is not None:
         raise UsageError("--out is for --profile", "write the results with --json, --csv FILE or --plot FILE")
-    for flag, path in (("--csv", args.csv), ("--plot", args.plot)):
-        if path and not Path(path).resolve().parent.is_dir():
-            raise UsageError(f"{flag} {path}: its directory does not exist", "create it, or write elsewhere")
-    if args.plot and not args.plot.lower().endswith(".png"):
-        raise UsageError(f"--plot {args.plot} is not a .png file", "e.g. --plot bench.png")
+    check_outputs(args)
     if profile is not None:
         opts = BenchyOptions(runs=profile.runs if args.runs is None else args.runs, latency_mode=profile.latency_mode,
                              prefix_caching=profile.prefix_caching, no_cache=args.no_cache,
