@@ -84,17 +84,18 @@ def test_bootstrap_replaces_link_local_binds_mlx5_names_and_verify_passes(strang
 
 
 def test_a_degraded_twin_fails_verify_naming_it_and_its_rate(strangers):
-    """`sim degrade` holds spark-2's second twin to 1 Gbit/s with tc: together the twins still work, alone that twin
-    delivers a fraction of the other, and verify names it (the gloo path, by the same relative rule as NCCL's)."""
+    """`sim degrade` holds spark-2's second twin to 400 Mbit/s with tc: together the twins still work, alone that twin
+    delivers a fraction of the other, and verify names it (the gloo path, by the same relative rule as NCCL's). Not
+    1 Gbit/s: on a loaded CI machine the healthy twin measured 0.21 GB/s, under twice that limit's 0.125."""
     c, cfg = strangers
-    c.degrade("spark-2", "1", "1gbit")
+    c.degrade("spark-2", "1", "400mbit")
     try:
         out = run_cli("verify", str(c.inventory_path), "--json")
         doc = json.loads(out.stdout)
         assert out.returncode == 1 and doc["verdict"]["status"] == "FAIL", out.stdout + out.stderr
         slow = doc["twins"]["twin 1 (enP2p1s0f1np1)"]
         fast = doc["twins"]["twin 0 (enp1s0f1np1)"]
-        assert slow < 0.125 < fast / 2  # 1 Gbit/s is 0.125 GB/s: the limit holds, and the other twin is far faster
+        assert slow < 0.05 < fast / 2  # 400 Mbit/s is 0.05 GB/s: the limit holds, and the other twin is far faster
         assert doc["verdict"]["cause"].startswith(f"twin 1 (enP2p1s0f1np1) is degraded: {slow:.3f} GB/s alone against "
                                                   f"{fast:.3f} on twin 0 (enp1s0f1np1) (more than 2x apart)")
         # The twin's PCIe link shows it where preflight reads it, and every node keeps the verdict for `status`.
@@ -109,7 +110,7 @@ def test_a_degraded_twin_fails_verify_naming_it_and_its_rate(strangers):
         # python_env (it serves nothing): only what starts an engine needs one (round 6, found by hand: status, logs,
         # top and doctor --bundle all exited 2 with "the host runtime needs `python_env`").
         for argv in (["logs", "--node", "spark-2"], ["top", "--once"], ["doctor", "--bundle", str(cfg / "b.tar.gz")]):
-            ran = run_cli(*argv[:1], str(c.inventory_path), *argv[1:])
+            ran = run_cli(*argv[:1], "-i", str(c.inventory_path), *argv[1:])
             said = ran.stdout + ran.stderr
             assert ran.returncode != 2 and "needs `python_env`" not in said and "Traceback" not in said, (argv, said)
         shown = run_cli("status", str(c.inventory_path), "--json")
