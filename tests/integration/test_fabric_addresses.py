@@ -189,3 +189,20 @@ def test_a_node_cut_off_by_the_change_rolls_back_and_the_others_finish(tmp_path)
         assert "spark-1 : ok=" in result.stdout and "failed=0" in result.stdout.split("spark-1 : ")[-1].splitlines()[0]
     finally:
         c.down()
+
+
+def test_a_node_cabled_to_itself_behind_a_switch_is_refused_and_named(tmp_path):
+    """README audit round 3, item 3: `--miscable self` on an addressed switch passed `topology` and bootstrap went
+    on. Nobody answers on that node's twins and nobody sees it: the head names it, and nothing is changed."""
+    require_sim(docker=False)
+    c = SimCluster.up(UpOptions(count=3, name=unique_name("swself"), docker=False, topology="switch", miscable="self"))
+    try:
+        before = {h: twins(c, h) for h in ("spark-1", "spark-2", "spark-3")}
+        shown = run_cli("topology", "-i", str(c.inventory_path))
+        assert shown.returncode == 1 and "Traceback" not in shown.stderr, shown.stdout + shown.stderr
+        out = bootstrap(c, tmp_path)
+        said = " ".join(out.stdout.split())
+        assert out.returncode == 1 and "spark-3 looks cabled to itself" in said, said
+        assert {h: twins(c, h) for h in before} == before  # nothing was changed
+    finally:
+        c.down()

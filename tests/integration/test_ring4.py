@@ -11,6 +11,7 @@ no vLLM)."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 
 import pytest
@@ -167,6 +168,22 @@ def test_a_ring_cabled_port_0_to_port_0_is_refused_before_any_change(tmp_path):
         assert out.returncode == 1
         assert "spark-1 port 0 to spark-2 port 0" in out.stdout
         assert "on spark-1, swap the two QSFP cables (port 0 <-> port 1)" in out.stdout
+        assert all(ipv4(c, h.name) == {} for h in c.topology.hosts)  # nothing was addressed
+    finally:
+        c.down()
+
+
+def test_a_node_cabled_to_itself_is_refused_and_named_before_any_change(tmp_path):
+    """README audit round 3, item 3: `--miscable self` on a 3-ring passed `topology` unnamed. The head names the node:
+    its own port answering it (`is cabled to itself`), or, with no address to answer from, the one node silent on
+    both ports (`looks cabled to itself`)."""
+    c = ring(3, "ringself", miscable="self", vllm=False)
+    try:
+        code, _ = topology(c)
+        assert code == 1
+        out = bootstrap(c, tmp_path)
+        said = " ".join(out.stdout.split())
+        assert out.returncode == 1 and re.search(r"spark-3 (is|looks) cabled to itself", said), said
         assert all(ipv4(c, h.name) == {} for h in c.topology.hosts)  # nothing was addressed
     finally:
         c.down()
