@@ -98,7 +98,8 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser], app:
     p = app.connecting(commands.add_parser(
         "bench", help="measure what the served cluster delivers: throughput and latency at each concurrency",
         description="Throughput and latency of the served model at each concurrency, measured the way the "
-                    "DGX Spark community publishes them.", epilog=closed_loop_cli.METHOD + "\n\n" + llama_benchy_cli.METHOD,
+                    "DGX Spark community publishes them.",
+        epilog=closed_loop_cli.METHOD + "\n\n" + llama_benchy_cli.METHOD,
         formatter_class=argparse.RawDescriptionHelpFormatter), inventory_positional=False)
     p.add_argument("--url", help="any OpenAI-compatible endpoint, e.g. http://HOST:8000/v1 (then no inventory is "
                                  "needed); default: the endpoint `serve` recorded on the inventory's head")
@@ -107,10 +108,11 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser], app:
     p.add_argument("--concurrency", nargs="+", metavar="C",
                    help="requests in flight, space- or comma-separated (default 1,2,4,8,16,32,64; llama-benchy: 1)")
     p.add_argument("--prompt-tokens", type=flags.count, default=None,
-                   help=f"prompt length in tokens (default {closed_loop_cli.DEFAULT_PROMPT_TOKENS}, halved with --output-tokens' "
-                        "default until both fit the served context)")
+                   help=f"prompt length in tokens (default {closed_loop_cli.DEFAULT_PROMPT_TOKENS}, halved with "
+                        "--output-tokens' default until both fit the served context)")
     p.add_argument("--output-tokens", type=flags.count, default=None,
-                   help=f"tokens each request generates (default {closed_loop_cli.DEFAULT_OUTPUT_TOKENS}, halved likewise)")
+                   help=f"tokens each request generates (default {closed_loop_cli.DEFAULT_OUTPUT_TOKENS}, halved "
+                        "likewise)")
     p.add_argument("--runs", type=flags.count, default=None,
                    help="runs per concurrency (llama-benchy: per cell); rows are their median (mean ± std) (default 3)")
     p.add_argument("--warmup", type=flags.non_negative, default=SUSTAINED_DEFAULTS["warmup"],

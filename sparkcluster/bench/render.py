@@ -1,6 +1,7 @@
 """The one place bench's results become text: the rich table people read on a terminal, the pipe table
 llama-benchy prints (markdown), CSV for a spreadsheet, and the number formats they share. Each method says which
-columns and rows (table.py, compare.py, layouts/report.py, methods/llama_benchy/formats.py); none draws its own."""
+columns and rows (methods/closed_loop/table.py, compare.py, layouts/report.py, methods/llama_benchy/formats.py);
+none draws its own."""
 
 from __future__ import annotations
 

@@ -1,9 +1,9 @@
 """A `bench --layouts` run on a connected cluster: the model staged once, then each layout not measured yet served
 through serve's own phases (serving/phases.py: the same staging check, Ray, probe, launch and readiness; the compile
 caches stay warm between layouts) and measured by bench's own sweep against the endpoint serve recorded, with the
-receipt `bench` writes (receipts.py): that layout's serve record and command line, the /metrics deltas over its
-sweep, and the nodes' facts, read once for the run. Each layout measured is written to the state at once, so a run
-cut short (a failure, Ctrl-C) resumes at the next layout without serving a measured one again."""
+receipt `bench` writes (methods/closed_loop/receipt.py): that layout's serve record and command line, the /metrics
+deltas over its sweep, and the nodes' facts, read once for the run. Each layout measured is written to the state at
+once, so a run cut short (a failure, Ctrl-C) resumes at the next layout without serving a measured one again."""
 
 from __future__ import annotations
 
