@@ -164,7 +164,8 @@ def test_bench_sends_this_machines_key_and_names_a_401(tmp_path, method):
 
 def test_a_request_refused_mid_run_says_why():
     """A server that turns the key away after the model list (a key rotated mid-run): each failed request says so."""
-    from sparkcluster.bench.methods.closed_loop.schedule import Endpoint, session, stream_completion
+    from sparkcluster.bench.endpoint import session
+    from sparkcluster.bench.methods.closed_loop.schedule import Endpoint, stream_completion
     from sparkcluster.bench.methods.llama_benchy.chat import Client
     from sparkcluster.bench.methods.llama_benchy.schedule import http_session
 
