@@ -25,7 +25,7 @@ from ..engine.report import print_json
 from ..engine.session import Session
 from ..engine.transport import openssh_argv, ssh_destination
 from ..staging.images import held_layers
-from . import recipes_cli, render, top
+from . import headroom, recipes_cli, render, top
 from .image import check_images, sync_image
 from .launch import DEFAULT_IMAGE, RuntimeName
 from .layout import Layout, LayoutAsk
@@ -41,7 +41,7 @@ from .status import logs_command, recorded, status
 
 # serve's own flags (after the runtime's), in its help's order; --check (before the last) is no option of a serve
 SERVE_FLAGS = ("tp", "pp", "replicas", "model", "recipe", "launcher", *RECIPE_FLAGS, "port", "served_model_name",
-               "ready_timeout", "verify", "allow_fallback", "min_busbw", "cache_dirs")
+               "ready_timeout", "verify", "allow_fallback", "min_busbw", "force", "cache_dirs")
 
 
 def options(args: argparse.Namespace, layout: Layout | None = None) -> ServeOptions:
@@ -52,7 +52,7 @@ def options(args: argparse.Namespace, layout: Layout | None = None) -> ServeOpti
     recipe = load_for(args, getattr(args, "recipe", None), ask.tp, ask.pp)
     tp = chosen(ask.tp, recipe.tp, "tensor_parallel", args)
     pp = chosen(ask.pp, recipe.pp, "pipeline_parallel", args)
-    return ServeOptions(
+    opts = ServeOptions(
         runtime=args.runtime or "docker", launcher=choose_launcher(getattr(args, "launcher", None), recipe,
                                                                    tp * (pp or 1) if tp else None, args.runtime),
         image=args.image or recipe.container or DEFAULT_IMAGE,
@@ -66,6 +66,10 @@ def options(args: argparse.Namespace, layout: Layout | None = None) -> ServeOpti
         min_busbw=getattr(args, "min_busbw", None), docker_args=tuple(args.docker_arg or ()),
         caches=getattr(args, "cache_dirs", True), runtime_flag=args.runtime, launcher_flag=getattr(args, "launcher", None),
     )
+    # GB10's unified-memory bounds, on the final vLLM flags and docker arguments (exit 2 unless --force)
+    for warning in headroom.hold(opts.flags_and_env()[0], opts.docker_args, getattr(args, "force", False)):
+        err_console.print(f"[bold yellow]warning:[/] {escape(warning)}", highlight=False)
+    return opts
 
 
 def _emit(args: argparse.Namespace) -> Emit:
@@ -311,7 +315,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser], app:
         return p
 
     u = common(connecting(commands.add_parser("up", help="bring the Ray cluster up on the QSFP addresses")))
-    add_serve_flags(u, ("cache_dirs",))
+    add_serve_flags(u, ("cache_dirs", "force"))
     wire(u, cmd_up)
 
     s = common(connecting(commands.add_parser("serve", help="serve a model with TP = N across the nodes"),

@@ -86,6 +86,9 @@ FLAGS = _flags(
     Flag("--min-busbw", "min_busbw", {"type": flags.bandwidth, "help": (
         "bus bandwidth the probe needs on GPUs, GB/s. Default per topology, as verify's: "
         f"{thresholds.help_text()}. On CPU (gloo, the simulator) no speed is held")}),
+    Flag("--force", "force", {"action": "store_true", "help": (
+        "serve although a setting is above what GB10 keeps up under (--gpu-memory-utilization above 0.90, "
+        "--shm-size above 16g), with a warning")}),
     Flag("--no-cache-dirs", "cache_dirs", {"action": "store_false", "help": (
         "do not keep compile/JIT caches (vLLM, Inductor, Triton, FlashInfer, CuTeDSL) in each node's "
         "~/.cache/sparkcluster/jit between serves")}),
