@@ -1,0 +1,115 @@
+"""A node as the exporter reads it, made of files: a sysfs tree with two QSFP twins lit and two dark (each with
+its RDMA device and counters), /proc/meminfo with CMA, a home with the last verify and the supervisor's files,
+and a shell that answers the GPU query and the kernel-log reader with captured outputs (tests/fixtures)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sparkcluster.monitor.collect import Collector, Sources
+
+FIXTURES = Path(__file__).parents[1] / "fixtures"
+GPU_IDLE = (FIXTURES / "gpu" / "gb10-idle.csv").read_text()
+GPU_HOT = (FIXTURES / "gpu" / "gb10-hw-thermal.csv").read_text()
+KERNEL_JOURNAL = (FIXTURES / "doctor" / "kernel-log-journal.txt").read_text()
+
+MEMINFO = """MemTotal:       125513484 kB
+MemFree:        100000000 kB
+MemAvailable:   110000000 kB
+CmaTotal:          65536 kB
+CmaFree:           32768 kB
+"""
+TWINS = {  # netdev: (hca, operstate, speed, carrier_up_count)
+    "enp1s0f1np1": ("rocep1s0f1", "up", "200000", "1"),
+    "enP2p1s0f1np1": ("roceP2p1s0f1", "up", "200000", "1"),
+    "enp1s0f0np0": ("rocep1s0f0", "down", "-1", "0"),
+    "enP2p1s0f0np0": ("roceP2p1s0f0", "down", "-1", "0"),
+}
+VERIFY = {"status": "PASS", "cause": "", "backend": "nccl", "busbw_gbps": 21.4, "size_bytes": 1 << 30,
+          "links": {"spark-1:enp1s0f1np1 <-> spark-2:enp1s0f1np1": 11.2},
+          "latency_us": {"8192": 35.5, "131072": 60.0},
+          "links_latency_us": {"spark-1:enp1s0f1np1 <-> spark-2:enp1s0f1np1": {"8192": 40.0}},
+          "at": "2026-11-30T10:00:00+00:00"}
+SECRET = "hf_abcdefghijklmnopqrstuvwxyz0123456789"
+
+
+def write_file(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+
+
+def kernel_script_output(journal: str) -> str:
+    """What KERNEL_LOG_SCRIPT prints for a journal: `source`, a `line` per worthy line, `read N`."""
+    lines = journal.splitlines()
+    worthy = [f"line {line}" for line in lines if any(w in line for w in ("NVRM", "mlx5", "AER:", "Out of memory"))]
+    return "\n".join(["source journalctl", *worthy, f"read {len(lines)}", "previous unreadable"]) + "\n"
+
+
+def build_sysfs(root: Path, twins: dict[str, tuple[str, str, str, str]] = TWINS,
+                counters: dict[str, int] | None = None) -> None:
+    counters = counters if counters is not None else {
+        "port_xmit_data": 1000, "port_rcv_data": 2000, "port_xmit_packets": 10, "port_rcv_packets": 20,
+        "port_rcv_errors": 0, "port_xmit_discards": 0, "out_of_buffer": 0, "np_cnp_sent": 3}
+    for netdev, (hca, state, speed, ups) in twins.items():
+        write_file(root / "class/net" / netdev / "operstate", state + "\n")
+        write_file(root / "class/net" / netdev / "speed", speed + "\n")
+        write_file(root / "class/net" / netdev / "carrier_up_count", ups + "\n")
+        (root / "class/infiniband" / hca / "device/net" / netdev).mkdir(parents=True, exist_ok=True)
+        for name, value in counters.items():
+            folder = "hw_counters" if name in ("out_of_buffer", "np_cnp_sent") else "counters"
+            write_file(root / "class/infiniband" / hca / "ports/1" / folder / name, f"{value}\n")
+    write_file(root / "class/net/lo/operstate", "unknown\n")  # not a twin
+
+
+@dataclass
+class FakeNode:
+    """A node of files; `gpu` and `journal` are what its nvidia-smi and kernel log say now."""
+
+    root: Path
+    gpu: str = GPU_IDLE
+    gpu_rc: int = 0
+    journal: str = KERNEL_JOURNAL
+    shell_calls: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        build_sysfs(self.root / "sys")
+        write_file(self.root / "meminfo", MEMINFO)
+        write_file(self.home / ".config/sparkcluster/last-verify.json", json.dumps(VERIFY))
+
+    @property
+    def home(self) -> Path:
+        return self.root / "home"
+
+    @property
+    def supervisor_dir(self) -> Path:
+        return self.home / ".local/state/sparkcluster/supervisor"
+
+    def shell(self, script: str, timeout: float) -> str:
+        self.shell_calls.append(script)
+        if "nvidia-smi" in script and "journalctl" not in script:
+            return f"{self.gpu.strip()}\nrc={self.gpu_rc}\n"
+        if "journalctl" in script:
+            return kernel_script_output(self.journal)
+        return ""
+
+    def sources(self) -> Sources:
+        return Sources(home=self.home, sys_root=self.root / "sys", meminfo=self.root / "meminfo", shell=self.shell)
+
+    def collector(self, clock: list[float] | None = None) -> Collector:
+        now = clock if clock is not None else [0.0]
+        return Collector(self.sources(), clock=lambda: now[0])
+
+    def supervisor(self, state: str = "watching", events: list[dict[str, object]] | None = None) -> None:
+        write_file(self.supervisor_dir / "state.json", json.dumps(
+            {"version": 1, "state": state, "since": "2026-12-01T10:00:00Z", "restarts_last_hour": 1,
+             "reason": f"token {SECRET} in a log line"}))
+        write_file(self.supervisor_dir / "events.jsonl", "".join(json.dumps(e) + "\n" for e in events or []))
+
+
+def incident(target: str = "replica 2", seen: str = "wedged", action: str = "restart", outcome: str = "recovered",
+             detected_s: float = 71.2, recovered_s: float | None = 95.0) -> dict[str, object]:
+    return {"version": 1, "at": "2026-12-01T10:05:00Z", "target": target, "seen": seen, "action": action,
+            "outcome": outcome, "detected_s": detected_s, "recovered_s": recovered_s,
+            "root_cause": f"HF_TOKEN={SECRET}", "text": f"replica 2 wedged; {SECRET}"}
