@@ -116,6 +116,10 @@ class Runtime:
         """Stop whatever serving ran here, idempotently; prints one word per stopped thing."""
         raise NotImplementedError
 
+    def stop_main(self) -> Command:
+        """Stop the node's main process alone (a replica's rank), leaving the router beside it serving."""
+        raise NotImplementedError
+
 
 @dataclass(frozen=True)
 class DockerRuntime(Runtime):
@@ -183,6 +187,14 @@ class DockerRuntime(Runtime):
         return Command.argv(["docker", "exec", CONTAINER, "sh", "-c", inner])
 
     def stop_all(self) -> Command:
+        router = (f"if docker inspect {ROUTER_CONTAINER} >/dev/null 2>&1; then docker rm -f {ROUTER_CONTAINER} "
+                  ">/dev/null 2>&1; echo router; fi; ")
+        return Command(router + self._stop_container(KEPT_ROLES))
+
+    def stop_main(self) -> Command:
+        return Command(self._stop_container(tuple(r for r in KEPT_ROLES if r != "router")))
+
+    def _stop_container(self, kept_roles: Sequence[str]) -> str:
         # vLLM first, then the container. Ray, the container's main process, drains on SIGTERM until its node is idle,
         # which it is not while vLLM holds Ray workers: `docker stop` alone waited out its whole grace and killed both.
         # vLLM, given its SIGTERM and up to the grace to exit, shuts down cleanly, and then Ray stops at once.
@@ -193,13 +205,11 @@ class DockerRuntime(Runtime):
         # removal in progress, and a `docker run --name` at once would find the name still taken. Wait until gone.
         gone = (f"i=0; while docker inspect {CONTAINER} >/dev/null 2>&1 && [ $i -lt {STOP_GRACE_S * 5} ]; "
                 f"do sleep 0.2; i=$((i+1)); done")
-        router = (f"if docker inspect {ROUTER_CONTAINER} >/dev/null 2>&1; then docker rm -f {ROUTER_CONTAINER} "
-                  ">/dev/null 2>&1; echo router; fi; ")
         # The keepers end by themselves once their container is gone and its last lines are copied; a stuck one is stopped.
-        keepers = "; ".join(stop_keeper(role, KEEPER_STOP_S) for role in KEPT_ROLES)
-        return Command(f"{router}if docker inspect {CONTAINER} >/dev/null 2>&1; then {vllm}docker stop -t {STOP_GRACE_S} {CONTAINER} "
-                       f">/dev/null 2>&1; docker rm -f {CONTAINER} >/dev/null 2>&1; echo container; fi; {gone}; {keepers}; "
-                       f"! docker inspect {CONTAINER} >/dev/null 2>&1")
+        keepers = "; ".join(stop_keeper(role, KEEPER_STOP_S) for role in kept_roles)
+        return (f"if docker inspect {CONTAINER} >/dev/null 2>&1; then {vllm}docker stop -t {STOP_GRACE_S} {CONTAINER} "
+                f">/dev/null 2>&1; docker rm -f {CONTAINER} >/dev/null 2>&1; echo container; fi; {gone}; {keepers}; "
+                f"! docker inspect {CONTAINER} >/dev/null 2>&1")
 
 
 @dataclass(frozen=True)
@@ -258,21 +268,27 @@ class HostRuntime(Runtime):
         return Command(f"p=$(cat {d}/vllm.pid 2>/dev/null) && kill -TERM -- -$p 2>/dev/null && "
                        f"while kill -0 $p 2>/dev/null; do sleep 0.2; done; rm -f {d}/vllm.pid; true")
 
-    def stop_all(self) -> Command:
+    def stop_main(self) -> Command:
+        return Command(self._stop_roles("main") + "; true")
+
+    def _stop_roles(self, roles: str) -> str:
+        """Each of `roles` (a shell word list) stopped with its whole process group: TERM, the grace, then KILL."""
         d = shell_path(SERVE_STATE_DIR)
+        grace = _wait_while("kill -0 \"$p\" 2>/dev/null", STOP_GRACE_S)
+        gone = _wait_while("ps -o stat= -s \"$p\" 2>/dev/null | grep -qv '^Z'", KILL_WAIT_S)
+        return (f"for r in {roles}; do p=$(cat {d}/$r.pid 2>/dev/null); if [ -n \"$p\" ] && kill -0 \"$p\" 2>/dev/null; "
+                f"then kill -TERM -- -\"$p\" 2>/dev/null; {grace}; kill -KILL -- -\"$p\" 2>/dev/null; {gone}; echo $r; fi; "
+                f"rm -f {d}/$r.pid; done")
+
+    def stop_all(self) -> Command:
         # setsid made each process a group leader: signal the whole group (Ray's raylet, vLLM's workers). A SIGKILL
         # is not an exit: down returns once no process of the session still runs (seen: vLLM's API server still in
         # `ps` right after), so that a serve started next finds the node's memory free.
-        grace = _wait_while("kill -0 \"$p\" 2>/dev/null", STOP_GRACE_S)
-        gone = _wait_while("ps -o stat= -s \"$p\" 2>/dev/null | grep -qv '^Z'", KILL_WAIT_S)
-        stop_one = (f"p=$(cat {d}/$r.pid 2>/dev/null); if [ -n \"$p\" ] && kill -0 \"$p\" 2>/dev/null; then "
-                    f"kill -TERM -- -\"$p\" 2>/dev/null; {grace}; kill -KILL -- -\"$p\" 2>/dev/null; {gone}; echo $r; fi; "
-                    f"rm -f {d}/$r.pid")
         ray = f"{shell_path(self.python_env or '/nonexistent')}/bin/ray"  # no env: no Ray of ours to stop
         raylet = "pgrep -u \"$(id -u)\" -f 'ray/core/src/ray/(raylet|gcs)' >/dev/null 2>&1"
         # Each keeper ends by itself once its process is gone and the last lines are kept; a stuck one is stopped.
         keepers = "; ".join(stop_keeper(role, KEEPER_STOP_S, host=True) for role in KEPT_ROLES)
-        return Command(f"for r in router vllm main; do {stop_one}; done; "
+        return Command(f"{self._stop_roles('router vllm main')}; "
                        f"if [ -x {ray} ] && {raylet}; then {ray} stop --force >/dev/null 2>&1; "
                        f"{_wait_while(raylet, KILL_WAIT_S)}; echo ray; fi; {keepers}; true")
 
