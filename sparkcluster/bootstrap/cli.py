@@ -58,6 +58,20 @@ def _extra_vars(pairs: list[str]) -> dict[str, object]:
     return out
 
 
+def _clock_cap(text: str) -> int:
+    """--gpu-clock-cap's MHz, bounded as the inventory's gpu_clock_cap is (node/gpuclock.py)."""
+    from ..node.gpuclock import MAX_CAP_MHZ, MIN_CAP_MHZ
+
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a clock in MHz (a whole number, e.g. 2000)") from None
+    if not MIN_CAP_MHZ <= value <= MAX_CAP_MHZ:
+        raise argparse.ArgumentTypeError(f"{text} MHz is outside {MIN_CAP_MHZ}-{MAX_CAP_MHZ}: give the cap in MHz, "
+                                         "e.g. 2000 (the field's)")
+    return value
+
+
 def _check_typed_driver_floor(given: str, version: str) -> None:
     """A floor typed on the command line is checked as the inventory's `min_driver` is, before connecting:
     otherwise every node would fail preflight with the same typo."""
@@ -104,6 +118,8 @@ def cmd_bootstrap(args: argparse.Namespace, connect_selected: Connect) -> int:
         extra["allow_other_gpu"] = True
     if args.runtime:
         extra["runtime"] = args.runtime
+    if args.gpu_clock_cap:
+        extra["gpu_clock_cap"] = args.gpu_clock_cap
     inventory = selected_inventory(args)
     if args.runtime and not args.check:  # the cluster's from now on: every later command reads it there
         _remember_runtime(inventory, args.runtime, quiet=args.json)
@@ -147,6 +163,10 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser], app:
                       help="host: Ray and vLLM will run from a Python environment, so Docker is not checked; "
                            "recorded as `runtime:` in the inventory's vars, which serve, status, logs, down, top "
                            "and doctor follow (default: the inventory's runtime, else docker)")
+    boot.add_argument("--gpu-clock-cap", type=_clock_cap, metavar="MHZ",
+                      help="cap every node's GPU clock at MHZ (nvidia-smi -lgc 0,MHZ; 2000 stopped GB10's hard "
+                           "power-offs), now and at every boot through a oneshot systemd unit (default: the "
+                           "inventory's gpu_clock_cap, else no cap)")
     app.wire(boot, cmd_bootstrap)
 
     run = app.changing(app.connecting(commands.add_parser("run", help="run a playbook"), inventory_positional=False))

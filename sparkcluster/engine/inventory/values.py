@@ -87,6 +87,13 @@ def _check_gpu_count(value: Any, line: int, src: Source) -> None:
                         "e.g. `ray_num_gpus: 1` (a DGX Spark has one GPU)")
 
 
+def _check_gpu_clock_cap(value: Any, line: int, src: Source) -> None:
+    """`gpu_clock_cap` is bootstrap's `nvidia-smi -lgc 0,MHZ` (node/gpuclock.py holds the same bounds)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 300 <= value <= 5000:
+        raise src.error(line, f"gpu_clock_cap must be a GPU clock in MHz from 300 to 5000, not {describe(value)}",
+                        "e.g. `gpu_clock_cap: 2000` (the cap that stopped GB10's hard power-offs)")
+
+
 def _check_replicas(value: Any, line: int, src: Source) -> None:
     """`replicas` is serve's --replicas when not given: engines behind vLLM's router, which must divide the nodes."""
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value < 1024:
@@ -137,6 +144,7 @@ HOST_VAR_CHECKS: dict[str, Callable[[Any, int, Source], None]] = {
     "comm_env_path": _check_node_path("comm_env_path", "~/.config/sparkcluster/comm.env"),
     "fabric": check_fabric,
     "min_driver": _check_min_driver,
+    "gpu_clock_cap": _check_gpu_clock_cap,
     # the cluster's serving runtime and launcher: what `bootstrap --runtime` records and every later command reads
     "runtime": _check_choice("runtime", ("docker", "host"), "Ray and vLLM from python_env, without Docker"),
     "launcher": _check_choice("launcher", ("ray", "native"), "vLLM's own multi-node mode, without Ray"),
