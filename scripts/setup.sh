@@ -11,7 +11,8 @@ APT_PACKAGES=(openssh-server openssh-client sudo docker.io iproute2 iputils-ping
               procps rsync python3 python3-venv curl
               socat docker-registry  # benchmarks/data_plane.py's baselines (raw TCP, a registry)
               zsh fish   # tests/unit/test_cli.py: the completion scripts parsed by their shells
-              bash-completion)  # tests/unit/test_readme_completion.py: the README's lines loaded as Ubuntu does
+              bash-completion  # tests/unit/test_readme_completion.py: the README's lines loaded as Ubuntu does
+              prometheus prometheus-node-exporter)  # promtool for the monitor wing's rules; benchmarks/monitor_exporter.py
 missing=()
 for pkg in "${APT_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")

@@ -25,6 +25,9 @@ def test_wheel_ships_host_files_and_inventories(wheel):
         assert f"sparkcluster/sim/host/{host_file}" in names
     assert "sparkcluster/inventories/two-sparks.yml" in names
     assert "sparkcluster/inventories/four-sparks-switch.yml" in names
+    # the monitor wing's alert and recording rules (monitor up writes them beside Prometheus' configuration)
+    assert "sparkcluster/monitor/rules/sparkcluster-alerts.yml" in names
+    assert "sparkcluster/monitor/rules/sparkcluster-recording.yml" in names
 
 
 def test_wheel_declares_the_console_script(wheel):
