@@ -12,6 +12,11 @@ from .state import ClusterState
 from .topology import HostSpec
 
 HOST_FILES = resources.files("sparkcluster.sim") / "host"
+# The emulated systemd: a simulated host has no systemd (its PID 1 is sshd), yet a tool installs and enables units
+# on a real Spark; boot.sh has `systemctl __boot` start the enabled ones, as systemd does at boot.
+SYSTEMD = ("systemctl", "sim-systemd-unit", "sim-systemd-runner")
+# The host's own units only: the real machine's enabled units (its lower layer) must not start in a simulated one.
+UNIT_DIR = "/etc/systemd/system"
 
 
 def seed_disk(state: ClusterState, host: HostSpec, host_dir: Path) -> None:
@@ -29,8 +34,9 @@ def seed_disk(state: ClusterState, host: HostSpec, host_dir: Path) -> None:
     (hd / "meminfo").unlink(missing_ok=True)
     if "cma_total_kb" in settings:
         (hd / "meminfo").write_text(hardware.meminfo(Path("/proc/meminfo").read_text(), int(settings["cma_total_kb"])))
-    for tool in hardware.EMULATORS:
+    for tool in (*hardware.EMULATORS, *SYSTEMD):
         machine.write_into_upper(upper, f"/usr/local/bin/{tool}", (HOST_FILES / tool).read_bytes(), 0o755)
+    machine.opaque_dir_in_upper(upper, UNIT_DIR)
     # The host's identity where a real sshd keeps it (the machine's own keys sit in the lower layer).
     for name, mode in (("ssh_host_ed25519_key", 0o600), ("ssh_host_ed25519_key.pub", 0o644)):
         machine.write_into_upper(upper, f"/etc/ssh/{name}", (hd / name).read_bytes(), mode)

@@ -22,8 +22,18 @@ def write_into_upper(upper: Path, path: str, content: bytes, mode: int) -> None:
     """Write a file into an overlay's upper layer. Parent dirs copy the mode and owner of the real ones:
     an upper dir's attributes win in the merged view, and a 0700 /usr/local would break every login."""
     target = upper / path.lstrip("/")
+    make_dirs_in_upper(upper, target.parent)
+    tmp = target.with_name(target.name + ".sim-tmp")
+    tmp.write_bytes(content)
+    os.chmod(tmp, mode)
+    tmp.replace(target)
+
+
+def make_dirs_in_upper(upper: Path, directory: Path) -> None:
+    """Create a directory of an overlay's upper layer and its missing parents, each with the mode and owner of
+    the real one (a new one: 0755, root's)."""
     missing = []
-    parent = target.parent
+    parent = directory
     while not parent.exists():
         missing.append(parent)
         parent = parent.parent
@@ -36,10 +46,18 @@ def write_into_upper(upper: Path, path: str, content: bytes, mode: int) -> None:
             os.chown(d, st.st_uid, st.st_gid)
         else:
             os.chmod(d, 0o755)
-    tmp = target.with_name(target.name + ".sim-tmp")
-    tmp.write_bytes(content)
-    os.chmod(tmp, mode)
-    tmp.replace(target)
+
+
+def opaque_dir_in_upper(upper: Path, path: str) -> None:
+    """Make a directory of the host's disk its own: overlayfs shows none of the real one's entries under an
+    opaque upper directory (the xattr overlayfs reads; a mounted overlay's upper must not change, so the host is off)."""
+    directory = upper / path.lstrip("/")
+    make_dirs_in_upper(upper, directory)
+    try:
+        os.setxattr(directory, "trusted.overlay.opaque", b"y")
+    except OSError as e:
+        raise SparkclusterError(f"cannot mark {directory} opaque for overlayfs: {e.strerror}",
+                                "keep the simulator's state on a filesystem with trusted xattrs (ext4, xfs, tmpfs)") from e
 
 
 def capabilities_restricted() -> bool:

@@ -116,4 +116,11 @@ if [ "$SIM_DOCKER" = 1 ]; then
   done
 fi
 
+# systemd's part of a boot: every unit enabled in multi-user.target starts (the emulated systemctl runs it; /run is
+# this boot's tmpfs, so nothing of an earlier boot's units is left). No enabled unit: no python start at all.
+if [ -n "$(ls -A /etc/systemd/system/multi-user.target.wants 2>/dev/null)" ]; then
+  /usr/local/bin/systemctl __boot > /var/log/sim-systemd-boot.log 2>&1 \
+    || echo "sim boot: starting the enabled units failed; see /var/log/sim-systemd-boot.log" >&2
+fi
+
 exec /usr/sbin/sshd -D -e -f "$SIM_LAB/sshd_config" -h /etc/ssh/ssh_host_ed25519_key

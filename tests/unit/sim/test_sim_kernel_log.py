@@ -55,7 +55,8 @@ def test_journalctl_bounds_and_formats(hardware):
 
 
 def test_journalctl_refuses_what_it_does_not_emulate(hardware):
-    for args in (("-u", "ray"), ("-k", "-b", "1"), ("-k", "-o", "json"), ("-k", "-p", "err")):
+    for args in (("-u", "ray", "-b", "-1"), ("-k", "-u", "ray"), ("-k", "-b", "1"), ("-k", "-o", "json"),
+                 ("-k", "-p", "err")):
         out = tool(hardware, "journalctl", *args)
         assert out.returncode == 1 and "emulated by sparkcluster sim" in out.stderr, args
     assert tool(hardware, "journalctl", "-k", "--since", "soon").stderr == "Failed to parse timestamp: soon\n"
