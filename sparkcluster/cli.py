@@ -63,6 +63,10 @@ WINGS: tuple[Wing, ...] = (
         ("recipes", "bundled and registry recipes (eugr v1, sparkrun v2, sparkcluster's own)"),
         ("image", "container images across the nodes"),
     )),
+    Wing("sparkcluster.supervise.cli", (
+        ("supervise", "the supervisor on the head: turn it off or on, its state"),
+        ("events", "the supervisor's incidents: what it saw, did, and how long"),
+    )),
     Wing("sparkcluster.doctor.cli", (
         ("doctor", "every check that needs no serving: preflight, nodes compared, known-bad values"),
     )),
@@ -115,6 +119,7 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
     args = parser.parse_args(own)
     args.remote = remote
+    args.own_argv = own  # as given: what the supervisor serves again on the head (serving/supervision.py)
     try:
         code: int = args.func(args)
         return code

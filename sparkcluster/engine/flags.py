@@ -84,3 +84,21 @@ def image(text: str) -> str:
     if not is_image(text):
         raise argparse.ArgumentTypeError(f"{text!r} is not an image name: give REPOSITORY[:TAG], e.g. vllm-node")
     return text
+
+
+def webhook_url(text: str) -> str:
+    """http(s)://HOST[:PORT]/PATH, with no user:password (it would be in the unit's files and the supervisor's log):
+    a webhook carries its secret in its path, as chat services' do."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(text)
+    try:
+        parts.port
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: the port is not a number") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a URL: give http(s)://HOST[:PORT]/PATH")
+    if parts.username is not None:
+        raise argparse.ArgumentTypeError(f"{text!r}: a user or password in the URL is refused; give the webhook's "
+                                         "own URL (its secret in the path)")
+    return text

@@ -14,7 +14,7 @@ from contextlib import AbstractContextManager
 from rich.markup import escape
 
 from ..engine import flags
-from ..engine.cliapp import App, Connect, no_check
+from ..engine.cliapp import App, Connect, connecting, no_check
 from ..engine.console import err as err_console
 from ..engine.console import out as console
 from ..engine.console import print_error
@@ -36,8 +36,9 @@ from .progress import Emit, ignore
 from .recipes_cli import chosen, load_for
 from .record import clear_record
 from .runtime import RuntimeChoice, cluster_launcher, cluster_runtime
-from .serve_flags import RECIPE_FLAGS, RUNTIME_FLAGS, add_serve_flags
+from .serve_flags import RECIPE_FLAGS, RUNTIME_FLAGS, add_serve_flags, add_supervise_flags
 from .status import logs_command, recorded, status
+from .supervision import supervise_after_serve, supervisor_stopped
 
 # serve's own flags (after the runtime's), in its help's order; --check (before the last) is no option of a serve
 SERVE_FLAGS = ("tp", "pp", "replicas", "model", "recipe", "launcher", *RECIPE_FLAGS, "port", "served_model_name",
@@ -70,6 +71,30 @@ def options(args: argparse.Namespace, layout: Layout | None = None) -> ServeOpti
     for warning in headroom.hold(opts.flags_and_env()[0], opts.docker_args, getattr(args, "force", False)):
         err_console.print(f"[bold yellow]warning:[/] {escape(warning)}", highlight=False)
     return opts
+
+
+def serve_flags(s: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """serve's flags on `s`, in its help's order: the command's, and the parser the supervisor reads a serve with."""
+    add_serve_flags(s, RUNTIME_FLAGS)
+    add_serve_flags(s, SERVE_FLAGS[:-1])
+    s.add_argument("--check", action="store_true",
+                   help="show the image copies and every node's command lines; start nothing")
+    add_serve_flags(s, SERVE_FLAGS[-1:])
+    add_supervise_flags(s)
+    s.epilog = ("extra vLLM flags go after --, replacing the recipe's flags of the same name; override order: "
+                "recipe defaults < --tp/--pp/--port/--served-model-name < --set KEY=VALUE < flags after --")
+    return s
+
+
+def served_options(argv: list[str], remote: list[str], inventory: Inventory) -> ServeOptions:
+    """The options a serve given `argv` (and `remote`, after --) had on `inventory`, sized as it sized them: how the
+    supervisor starts one replica of it again (serving/replica.py)."""
+    parser = serve_flags(connecting(argparse.ArgumentParser(prog="sparkcluster serve"), inventory_positional=False))
+    args = parser.parse_args(argv)
+    args.remote = remote
+    if args.limit:
+        inventory = inventory.limit([n.strip() for n in args.limit.split(",") if n.strip()])
+    return sized(options(args), inventory)
 
 
 def _emit(args: argparse.Namespace) -> Emit:
@@ -172,12 +197,15 @@ def cmd_serve(args: argparse.Namespace, connect: Connect) -> int:
                 render.serve_plan(console, doc)
             return EXIT_OK
         with one_at_a_time(session):
+            supervisor_stopped(session)  # it would take this serve's restart for a fault and act on it
             result = serve(session, opts, _emit(args))
+        supervisor = supervise_after_serve(session, args, opts)
     if args.json:
-        print_json(dataclasses.asdict(result))
+        print_json({**dataclasses.asdict(result), "supervisor": supervisor.to_json()})
     else:
         render.serving(console, result)
-    return EXIT_OK
+        render.supervisor_line(console, supervisor)
+    return EXIT_OK if supervisor.ok else EXIT_FAILED
 
 
 def _runtime_set_up(args: argparse.Namespace, show: bool = True, starts: bool = False) -> Callable[[Inventory], None]:
@@ -259,6 +287,7 @@ def _follow(argvs: dict[str, list[str]]) -> int:
 
 def cmd_down(args: argparse.Namespace, connect: Connect) -> int:
     with connect(args, no_check) as session:
+        supervisor_stopped(session)  # first: it would serve again what down stops
         outcomes = stop_everywhere(session)
         if outcomes[session.head.name].state is not StopState.UNREACHABLE:
             clear_record(session)
@@ -318,15 +347,8 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser], app:
     add_serve_flags(u, ("cache_dirs", "force"))
     wire(u, cmd_up)
 
-    s = common(connecting(commands.add_parser("serve", help="serve a model with TP = N across the nodes"),
-                          inventory_positional=False))
-    add_serve_flags(s, SERVE_FLAGS[:-1])
-    s.add_argument("--check", action="store_true",
-                   help="show the image copies and every node's command lines; start nothing")
-    add_serve_flags(s, SERVE_FLAGS[-1:])
-    s.epilog = ("extra vLLM flags go after --, replacing the recipe's flags of the same name; override order: "
-                "recipe defaults < --tp/--pp/--port/--served-model-name < --set KEY=VALUE < flags after --")
-    wire(s, cmd_serve)
+    wire(serve_flags(connecting(commands.add_parser("serve", help="serve a model with TP = N across the nodes"),
+                                inventory_positional=False)), cmd_serve)
 
     st = common(connecting(commands.add_parser("status", help="per node: processes, Ray membership; vLLM health")))
     wire(st, cmd_status)

@@ -17,6 +17,7 @@ from .lifecycle import NodeStopped
 from .phases import ServeResult
 from .progress import PhaseStarted, ProbeJudged, ServeEvent
 from .status import ClusterStatus
+from .supervision import SupervisorOutcome
 
 PROGRESS_STEPS = 10  # image progress: one line per tenth of the image per node, not one per second
 
@@ -59,6 +60,16 @@ def serving(console: Console, result: ServeResult) -> None:
     console.print(f"  try: curl {result.endpoint}/completions -H 'Content-Type: application/json'{key} "
                   f"-d '{{\"model\": \"{result.served_name}\", \"prompt\": \"Hello\", \"max_tokens\": 16}}'",
                   highlight=False, markup=False)
+
+
+def supervisor_line(console: Console, outcome: SupervisorOutcome) -> None:
+    if outcome.state == "watching":
+        console.print("  supervisor: watching (a dead, wedged or lost rank is served again; `sparkcluster events`)",
+                      highlight=False)
+    elif outcome.why:
+        style = "yellow" if outcome.state == "not started" else "dim"
+        console.print(f"  [{style}]supervisor: {outcome.state}[/]: {escape(outcome.why)}"
+                      + (f"; {escape(outcome.fix)}" if outcome.fix else ""), highlight=False)
 
 
 def serve_plan(console: Console, doc: dict[str, Any]) -> None:
@@ -120,6 +131,14 @@ def status_table(console: Console, state: ClusterStatus) -> None:
             console.print(f"  no figures: {escape(server.metrics_error)}", highlight=False)
         if server.models_error:
             console.print(f"  no model list: {escape(server.models_error)}", highlight=False)
+    view = state.supervisor
+    if view is not None and view.installed:
+        told = view.state
+        running = "running" if view.active else "[yellow]stopped[/] (`sparkcluster supervise on`)"
+        said = f", {told.state} since {told.since}" + (f" ({escape(told.reason)})" if told.reason else "") if told else ""
+        console.print(f"supervisor {running}{said}", highlight=False)
+        for incident in view.incidents:
+            console.print(f"  {escape(incident.line())}", highlight=False)
 
 
 def stopped(console: Console, outcomes: dict[str, NodeStopped]) -> None:

@@ -127,3 +127,13 @@ def words(args: argparse.Namespace, dests: Sequence[str]) -> list[str]:
         elif value:
             out += [flag.option, str(value)]
     return out
+
+
+def add_supervise_flags(p: argparse.ArgumentParser) -> None:
+    """serve's own: whether the supervisor watches the serve (serving/supervision.py), and where it posts incidents."""
+    p.add_argument("--no-supervise", dest="supervise", action="store_false", help=(
+        "leave the supervisor out: nothing watches the serve, nothing restarts it (default: a supervisor on the "
+        "head notices a dead, wedged or lost rank within two minutes and serves again; `sparkcluster supervise "
+        "on|off` later)"))
+    p.add_argument("--notify", type=flags.webhook_url, metavar="URL", help=(
+        "POST each of the supervisor's incidents to URL as JSON, with a `text` field a chat webhook shows"))

@@ -25,6 +25,7 @@ from .readiness import http, served_models
 from .record import ServeRecord, Serving, fabric_ips, other_ips, read_record
 from .router import listed_workers, worker_problems, worker_url, workers_command
 from .runtime import RuntimeChoice
+from .supervisor_unit import SupervisorView, read_view
 
 SUMMARY_WINDOW_S = 1.0  # the interval status' one-line endpoint summary covers
 
@@ -125,6 +126,7 @@ class ClusterStatus:
     # The router's workers against the record (a stranger, a missing replica), read on the head: none is healthy.
     router_problems: tuple[str, ...] = ()
     router_workers: tuple[str, ...] | None = None  # as the router lists them; None: not read
+    supervisor: SupervisorView | None = None  # the head's supervisor (supervisor_unit.py); None: not read
 
     @property
     def healthy(self) -> bool:
@@ -155,6 +157,8 @@ class ClusterStatus:
                 doc["router"] = {"workers": None if self.router_workers is None else list(self.router_workers),
                                  "problems": list(self.router_problems)}
         doc["nodes"] = {name: node.to_json() for name, node in self.nodes.items()}
+        if self.supervisor is not None:
+            doc["supervisor"] = self.supervisor.to_json()
         return doc
 
 
@@ -213,7 +217,7 @@ def status(session: Session, chosen: RuntimeChoice) -> ClusterStatus:
     workers, problems = (router_workers(session, runtime, serving, fabric)
                          if nodes[session.head.name].processes.get("router") is ProcessState.RUNNING else (None, ()))
     return ClusterStatus(record, nodes, ray, behind_router(server.result(), replicas), replicas=replicas,
-                         router_problems=problems, router_workers=workers)
+                         router_problems=problems, router_workers=workers, supervisor=read_view(session))
 
 
 def router_workers(session: Session, runtime: RuntimeChoice, serving: Serving,

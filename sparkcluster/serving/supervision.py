@@ -1,0 +1,66 @@
+"""serve's and down's side of the supervisor: stopped first (it would take a serve's own restart for a fault), then,
+after a serve that answers, installed and started on the head (supervisor_unit.py) unless --no-supervise. A head that
+cannot run it leaves the serve served and says why, with the fix: the serve itself succeeded."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from ..engine.errors import SparkclusterError
+from ..engine.session import Session
+from ..engine.transport import Unreachable
+from .nodes import node_env
+from .phases import ServeOptions
+from .supervisor_unit import SUPERVISED_ENV, SupervisorSpec, install, serve_argv_for_head, stop_command
+
+
+@dataclass(frozen=True)
+class SupervisorOutcome:
+    state: str  # "watching", "off" (--no-supervise), "not started", "the supervisor's own serve"
+    why: str | None = None
+    fix: str | None = None
+    copied_bytes: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return True  # the serve answers either way; a supervisor that could not start is a warning with its fix
+
+    def to_json(self) -> dict[str, Any]:
+        return {"state": self.state, "why": self.why, "fix": self.fix, "copied_bytes": self.copied_bytes}
+
+
+def supervised_run() -> bool:
+    """True inside the serve the supervisor itself runs: it must neither stop nor reinstall itself."""
+    return os.environ.get(SUPERVISED_ENV) == "1"
+
+
+def supervisor_stopped(session: Session) -> bool:
+    """Stops the head's supervisor (idempotent); True when one was running."""
+    if supervised_run():
+        return False
+    try:
+        return "supervisor" in session.run(session.head, stop_command()).stdout
+    except Unreachable:
+        return False
+
+
+def supervise_after_serve(session: Session, args: argparse.Namespace, opts: ServeOptions) -> SupervisorOutcome:
+    if supervised_run():
+        return SupervisorOutcome("the supervisor's own serve")
+    if not getattr(args, "supervise", True):
+        return SupervisorOutcome("off", "serve --no-supervise", "`sparkcluster supervise on` watches this serve")
+    if opts.recipe.mods:
+        return SupervisorOutcome("not started", "the recipe's mods are files of this machine, which a restart on "
+                                 "the head would not find", "serve the recipe by hand after a fault")
+    own = getattr(args, "own_argv", None) or []
+    spec = SupervisorSpec(serve_argv_for_head(own), tuple(getattr(args, "remote", ())), getattr(args, "notify", None),
+                          ready_timeout_s=opts.ready_timeout)
+    api_key = node_env(session.inventory, session.head, opts.serve_args().env).api_key
+    try:
+        installed = install(session, spec, api_key)
+    except SparkclusterError as e:
+        return SupervisorOutcome("not started", e.message, e.fix)
+    return SupervisorOutcome("watching", copied_bytes=installed.copied_bytes)

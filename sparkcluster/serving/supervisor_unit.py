@@ -1,0 +1,252 @@
+"""The supervisor as a process of the served cluster: a systemd unit on the head (`Restart=always`, enabled, so that
+after the head boots it brings the serve back), installed by `serve`, stopped first by `down` and by the next
+`serve`, shown by `status`. Its loop is supervise/; what it needs on the head is put there here:
+- sparkcluster itself, this very version, as files (it is pure Python) under ~/.local/share/sparkcluster/lib/DIGEST,
+  run by the head's own python3 with the distribution's paramiko, PyYAML, Jinja2 and rich (bootstrap installs them);
+- an inventory as the head reaches the nodes (their addresses, the head's own SSH key: the mesh NVIDIA's setup and
+  bootstrap leave), and the serve as it was asked (its flags), in the supervisor's private folder;
+- the endpoint's API key, for its probe, in a 0600 environment file systemd reads (never in the unit or argv).
+A restart is exactly a serve: the supervisor runs `sparkcluster serve` with those flags (supervise/act.py)."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import shlex
+import tarfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ..engine.command import Command
+from ..engine.errors import SparkclusterError
+from ..engine.inventory import Host, Inventory
+from ..engine.session import Session
+from ..engine.transport import Unreachable
+from .apikey import API_KEY_ENV
+from .incidents import EVENTS_FILE, STATE_FILE, SUPERVISOR_DIR, Incident, SupervisorState, parse_events, parse_state
+
+UNIT = "sparkcluster-supervisor.service"
+UNIT_PATH = f"/etc/systemd/system/{UNIT}"
+SPEC_FILE = f"{SUPERVISOR_DIR}/serve.json"
+INVENTORY_FILE = f"{SUPERVISOR_DIR}/inventory.yml"
+SECRETS_FILE = f"{SUPERVISOR_DIR}/secrets.env"
+LIB_ROOT = ".local/share/sparkcluster/lib"
+HEAD_PYTHON = "/usr/bin/python3"
+# What the supervisor imports beyond the standard library, as the distribution packages them (python3-paramiko ...).
+NEEDS = ("paramiko", "yaml", "jinja2", "rich")
+SUPERVISED_ENV = "SPARKCLUSTER_SUPERVISED"  # set in the serve the supervisor runs: it must not reinstall itself
+# Flags of the control machine's serve that mean nothing on the head: the head's inventory replaces -i, and output
+# is the supervisor's.
+_DROPPED_WITH_VALUE = ("-i", "--inventory", "--forks", "--notify")
+_DROPPED = ("--json", "--check", "--trust-new-host-keys", "--no-supervise", "--supervise")
+
+
+@dataclass(frozen=True)
+class SupervisorSpec:
+    """What the supervisor serves and how it judges: the serve's own flags (the head's inventory in place of -i),
+    what follows `--`, where incidents are posted, and the policy's settings that differ from its defaults."""
+
+    serve_argv: tuple[str, ...]
+    remote: tuple[str, ...] = ()
+    notify: str | None = None
+    policy: Mapping[str, Any] = field(default_factory=dict)
+    ready_timeout_s: float = 1800.0
+    version: int = 1
+
+    def to_json(self) -> dict[str, Any]:
+        return {"version": self.version, "serve_argv": list(self.serve_argv), "remote": list(self.remote),
+                "notify": self.notify, "policy": dict(self.policy), "ready_timeout_s": self.ready_timeout_s}
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> SupervisorSpec:
+        return cls(tuple(doc["serve_argv"]), tuple(doc.get("remote", ())), doc.get("notify"),
+                   dict(doc.get("policy") or {}), float(doc.get("ready_timeout_s", 1800.0)), int(doc.get("version", 1)))
+
+
+def serve_argv_for_head(own: Sequence[str]) -> tuple[str, ...]:
+    """The serve's flags as given, without those the head's serve must not repeat (-i, --json, --check ...)."""
+    kept: list[str] = []
+    skip = False
+    for word in own:
+        if skip:
+            skip = False
+            continue
+        name = word.split("=", 1)[0]
+        if name in _DROPPED_WITH_VALUE:
+            skip = "=" not in word
+            continue
+        if name in _DROPPED or word == "serve":
+            continue
+        kept.append(word)
+    return tuple(kept)
+
+
+def package_archive() -> tuple[str, bytes]:
+    """(digest, tar.gz) of this sparkcluster's own files, byte-for-byte reproducible: the digest names the folder on
+    the head, so a serve from the same version copies nothing."""
+    root = Path(__file__).resolve().parents[1]
+    files = sorted(p for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts
+                   and p.suffix not in (".pyc",))
+    buffer = io.BytesIO()
+    digest = hashlib.sha256()
+    with tarfile.open(fileobj=buffer, mode="w:gz", compresslevel=6) as tar:
+        for path in files:
+            name = f"sparkcluster/{path.relative_to(root).as_posix()}"
+            data = path.read_bytes()
+            digest.update(name.encode() + b"\0" + data)
+            info = tarfile.TarInfo(name)
+            info.size, info.mode, info.mtime = len(data), 0o755 if path.stat().st_mode & 0o111 else 0o644, 0
+            tar.addfile(info, io.BytesIO(data))
+    return digest.hexdigest()[:16], buffer.getvalue()
+
+
+def head_inventory_doc(inventory: Inventory) -> dict[str, Any]:
+    """The inventory as the head reaches the nodes: the same hosts and vars, with the head's own key and known_hosts
+    (the control machine's key never leaves it)."""
+    def host_doc(h: Host) -> dict[str, Any]:
+        doc: dict[str, Any] = {"address": h.address, "role": h.role, "port": h.port}
+        if h.user:
+            doc["user"] = h.user
+        for pin in ("qsfp_interface", "fabric_ip"):
+            if getattr(h, pin):
+                doc[pin] = getattr(h, pin)
+        if h.hcas:
+            doc["hcas"] = list(h.hcas)
+        own = {k: v for k, v in h.vars.items() if inventory.vars.get(k) != v}
+        if own:
+            doc["vars"] = own
+        return doc
+    shared = {k: v for k, v in inventory.vars.items() if k not in ("key", "known_hosts")}
+    shared.update({"key": "~/.ssh/id_ed25519", "known_hosts": "~/.ssh/known_hosts"})
+    doc: dict[str, Any] = {"name": inventory.name, "vars": shared,
+                           "hosts": {h.name: host_doc(h) for h in inventory.every_host}}
+    if inventory.models:
+        doc["models"] = list(inventory.models)
+    return doc
+
+
+def unit_text(user: str, home: str, lib: str) -> str:
+    """The systemd unit. KillMode=process: the serve it runs started the engines detached (setsid), and stopping
+    the supervisor must never take a serving cluster down with it."""
+    run = shlex.join([HEAD_PYTHON, "-m", "sparkcluster", "supervise", "run"])
+    return (f"[Unit]\nDescription=sparkcluster supervisor: keeps the serve on this head answering\n"
+            f"After=network-online.target docker.service\nWants=network-online.target\n\n"
+            f"[Service]\nType=simple\nUser={user}\nWorkingDirectory={home}\n"
+            f"Environment=PYTHONPATH={home}/{lib}\nEnvironment=PYTHONUNBUFFERED=1\n"
+            f"EnvironmentFile=-{home}/{SECRETS_FILE}\nExecStart={run}\n"
+            f"Restart=always\nRestartSec=5\nKillMode=process\nTimeoutStopSec=20\n\n"
+            f"[Install]\nWantedBy=multi-user.target\n")
+
+
+def needs_command() -> Command:
+    """Exits 0 where the head's python3 can run the supervisor; else prints what it lacks."""
+    probe = ("import sys\nif sys.version_info < (3, 11): print('python3 is older than 3.11'); sys.exit(1)\n"
+             f"missing = []\nfor m in {list(NEEDS)!r}:\n    try: __import__(m)\n"
+             "    except ImportError: missing.append(m)\nif missing: print(' '.join(missing)); sys.exit(1)\n")
+    return Command.argv([HEAD_PYTHON, "-c", probe], timeout=60)
+
+
+@dataclass(frozen=True)
+class Installed:
+    lib: str
+    copied_bytes: int  # 0: this version was already on the head
+
+
+def install(session: Session, spec: SupervisorSpec, api_key: str | None) -> Installed:
+    """Everything the supervisor needs on the head, then its unit enabled and started. SparkclusterError (with the
+    fix) where the head cannot run it."""
+    head = session.head
+    needs = session.run(head, needs_command())
+    if not needs.ok:
+        lacking = (needs.stdout or needs.stderr).strip()[-200:]
+        raise SparkclusterError(f"{head.name}: {HEAD_PYTHON} cannot run the supervisor (missing: {lacking})",
+                                "run `sparkcluster bootstrap` (it installs python3-paramiko, python3-yaml, "
+                                "python3-jinja2 and python3-rich on the head), or serve with --no-supervise")
+    transport = session.transport(head)
+    digest, archive = package_archive()
+    lib = f"{LIB_ROOT}/{digest}"
+    copied = 0
+    if not session.run(head, Command(f"test -f {lib}/sparkcluster/__init__.py")).ok:
+        tmp = f"{LIB_ROOT}/.{digest}.tar.gz"
+        session.run(head, Command(f"mkdir -p {LIB_ROOT}"))
+        transport.write_file_atomic(tmp, archive, 0o600)
+        # Unpacked beside, then renamed: a copy cut short never looks like a complete one.
+        unpack = session.run(head, Command(f"rm -rf {lib}.part && mkdir -p {lib}.part && tar -xzf {tmp} -C {lib}.part "
+                                           f"&& rm -f {tmp} && rm -rf {lib} && mv {lib}.part {lib}", timeout=120))
+        if not unpack.ok:
+            raise SparkclusterError(f"{head.name}: unpacking sparkcluster for the supervisor failed: "
+                                    f"{unpack.stderr_tail(3)}", f"check the free space in ~/{LIB_ROOT}")
+        copied = len(archive)
+    session.run(head, Command(f"mkdir -p {SUPERVISOR_DIR} && chmod 700 {SUPERVISOR_DIR}"))
+    transport.write_file_atomic(INVENTORY_FILE, yaml.safe_dump(head_inventory_doc(session.inventory),
+                                                               sort_keys=False).encode(), 0o600)
+    transport.write_file_atomic(SPEC_FILE, json.dumps(spec.to_json(), indent=2).encode(), 0o600)
+    secrets = f"{API_KEY_ENV}={api_key}\n" if api_key else ""
+    transport.write_file_atomic(SECRETS_FILE, secrets.encode(), 0o600)
+    who = session.run(head, Command("id -un; printf %s \"$HOME\"")).stdout.splitlines()
+    user, home = who[0], who[1]
+    unit = unit_text(user, home, lib)
+    tmp_unit = f"{SUPERVISOR_DIR}/.{UNIT}.tmp"
+    transport.write_file_atomic(tmp_unit, unit.encode(), 0o644)
+    enable = session.run(head, Command(f"install -m 644 {home}/{tmp_unit} {UNIT_PATH} && rm -f {home}/{tmp_unit} && "
+                                       f"systemctl daemon-reload && systemctl enable --now {UNIT} && "
+                                       f"systemctl restart {UNIT}", sudo=True, timeout=60))
+    if not enable.ok:
+        raise SparkclusterError(f"{head.name}: the supervisor's unit could not be installed: {enable.stderr_tail(3)}",
+                                "check sudo on the head (`sparkcluster bootstrap -K` sets it up), or serve with "
+                                "--no-supervise")
+    return Installed(lib, copied)
+
+
+def stop_command() -> Command:
+    """Stops the supervisor and keeps it from starting at the next boot (idempotent; prints `supervisor` when it
+    stopped one). Its files stay: `supervise on` starts it again on the same serve."""
+    return Command(f"if [ -e {UNIT_PATH} ]; then if systemctl is-active --quiet {UNIT}; then echo supervisor; fi; "
+                   f"systemctl disable --now {UNIT} >/dev/null 2>&1; fi; true", sudo=True, timeout=60)
+
+
+def start_command() -> Command:
+    return Command(f"test -e {UNIT_PATH} && systemctl enable --now {UNIT}", sudo=True, timeout=60)
+
+
+def active_command() -> Command:
+    return Command(f"systemctl is-active {UNIT} 2>/dev/null || true", timeout=30)
+
+
+@dataclass(frozen=True)
+class SupervisorView:
+    """The supervisor as `status` shows it: whether its unit runs, its state, its last incidents."""
+
+    installed: bool
+    active: bool
+    state: SupervisorState | None
+    incidents: tuple[Incident, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {"installed": self.installed, "active": self.active,
+                "state": None if self.state is None else self.state.to_json(),
+                "incidents": [i.to_json() for i in self.incidents]}
+
+
+def read_view(session: Session, last: int = 3) -> SupervisorView | None:
+    """The head's supervisor, or None where the head cannot be asked."""
+    head = session.head
+    try:
+        installed = session.run(head, Command(f"test -e {UNIT_PATH}")).ok
+        active = session.run(head, active_command()).stdout.strip() == "active"
+        transport = session.transport(head)
+        state = parse_state((transport.read_file(STATE_FILE) or b"").decode(errors="replace"))
+        events = session.run(head, Command(f"tail -n {last} {EVENTS_FILE} 2>/dev/null || true")).stdout
+    except Unreachable:
+        return None
+    return SupervisorView(installed, active, state, tuple(parse_events(events)))
+
+
+def read_events(session: Session) -> list[Incident]:
+    data = session.transport(session.head).read_file(EVENTS_FILE)
+    return parse_events((data or b"").decode(errors="replace"))

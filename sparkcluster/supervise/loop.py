@@ -1,0 +1,232 @@
+"""The supervisor's loop on the head: observe (watch.py) -> judge (policy.py) -> act (act.py), one round every
+`interval_s`, one action at a time. It reads the serve record each round (a serve or down by hand changes it), keeps
+its state and incidents in its private folder (serving/incidents.py), and posts each incident where told (notify.py).
+
+What it does, per fault:
+- an engine of one TP/PP layout dead, wedged or unhealthy: the whole layout served again (every rank down first:
+  a single restarted rank cannot rejoin the others);
+- a replica: that replica alone, while the router serves the others;
+- a node lost: with replicas, nothing (the router already serves around it: degraded); with one engine, the largest
+  layout that fits on the nodes left; back to the full layout once the node answers again;
+- a 401/403 on its probe: reported, nothing restarted;
+- after `max_restarts` in an hour: it stops acting, says why, with the last failure's cause."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+from ..engine.inventory import Inventory, load_inventory
+from ..engine.localfiles import write_text
+from ..engine.session import connect
+from ..serving.apikey import environment_key
+from ..serving.incidents import Action, Incident, Outcome, Seen, SupervisorState, WatchState, now_iso
+from ..serving.record import ServeRecord, read_record
+from ..serving.runtime import RuntimeChoice
+from ..serving.supervisor_unit import SupervisorSpec
+from . import act
+from .act import Outcome as Done
+from .notify import post
+from .policy import Check, Judge, Policy, Verdict
+from .watch import Progress, Target, check, nodes_view, targets
+
+log = logging.getLogger("sparkcluster.supervise")
+
+
+def policy_from(spec: SupervisorSpec, inventory: Inventory) -> Policy:
+    """The defaults, then the inventory's `supervise:` settings, then the serve's own readiness deadline."""
+    given: dict[str, Any] = {**dict(inventory.vars.get("supervise") or {}), **dict(spec.policy)}
+    known = {f.name for f in fields(Policy)}
+    values: dict[str, Any] = {k: (tuple(v) if isinstance(v, list) else v) for k, v in given.items() if k in known}
+    return replace(Policy(start_timeout_s=spec.ready_timeout_s), **values)
+
+
+@dataclass
+class Degraded:
+    lost: tuple[str, ...]  # the nodes it serves without
+    since: float
+
+
+@dataclass
+class Supervisor:
+    folder: Path  # the supervisor's private folder (its spec, inventory, state, events, log)
+    spec: SupervisorSpec
+    inventory_path: Path
+    policy: Policy
+    clock: Callable[[], float] = time.monotonic
+    judge: Judge = field(init=False)
+    progress: Progress = field(default_factory=Progress)
+    degraded: Degraded | None = None
+    gave_up: str | None = None
+    last_probe: float = float("-inf")
+    last_failure: str | None = None
+
+    def __post_init__(self) -> None:
+        self.judge = Judge(self.policy)
+
+    # ---- what it tells
+    def tell(self, state: WatchState, reason: str | None = None) -> None:
+        doc = SupervisorState(state, now_iso(), self.judge.restarts_last_hour(self.clock()), reason)
+        write_text(self.folder / "state.json", json.dumps(doc.to_json()) + "\n", 0o600)
+
+    def record(self, incident: Incident) -> None:
+        with open(self.folder / "events.jsonl", "a", encoding="utf-8") as f:
+            f.write(json.dumps(incident.to_json()) + "\n")
+        log.warning(incident.line())
+        if self.spec.notify:
+            post(self.spec.notify, incident)
+
+    # ---- one round
+    def round(self) -> None:
+        inventory = load_inventory(self.inventory_path)
+        now = self.clock()
+        with connect(inventory) as session:
+            try:
+                record = read_record(session)
+            except Exception as e:  # the head's own file: unreadable is told, and the round skipped
+                log.warning("the serve record cannot be read: %s", e)
+                return
+            if record is None or record.serving is None:
+                self.tell(WatchState.WATCHING, "nothing is served")
+                return
+            runtime = RuntimeChoice(record.runtime, record.image)
+            serving = record.serving
+            found = targets(inventory, record.nodes, serving)
+            served = session.only(record.nodes)
+            view = nodes_view(served, runtime, serving, record.launcher)
+            probe_now = now - self.last_probe >= self.policy.probe_every_s
+            if probe_now:
+                self.last_probe = now
+            checks = [check(t, view, serving.served_name, environment_key(), self.policy, self.progress, now,
+                            probe_now) for t in found]
+        by_name = {t.name: t for t in found}
+        verdicts = [(c, self.judge.judge(c, now)) for c in checks]
+        if self.gave_up:
+            self.tell(WatchState.GAVE_UP, self.gave_up)
+            return
+        if self.degraded and not set(self.degraded.lost) & set(view.down):
+            self.restore(now)
+            return
+        for c, verdict in verdicts:
+            if verdict is not None and verdict.act:
+                self.act(c, verdict, by_name.get(c.target), record, now)
+                return
+        loading = any(v is not None and v.loading for _, v in verdicts)
+        if self.degraded:
+            self.tell(WatchState.DEGRADED, f"serving without {', '.join(self.degraded.lost)}")
+        else:
+            self.tell(WatchState.LOADING if loading else WatchState.WATCHING)
+
+    # ---- what it does
+    def act(self, c: Check, verdict: Verdict, target: Target | None, record: ServeRecord, now: float) -> None:
+        seen = verdict.seen
+        name = c.target
+        if seen is Seen.UNAUTHORIZED:
+            self.record(Incident(now_iso(), name, seen, Action.NONE, Outcome.REPORTED, 0.0, None,
+                                 "the probe's API key was refused (401/403)",
+                                 f"{name}: the probe's API key was refused: a configuration error, nothing restarted; "
+                                 "serve again with the key the endpoint wants"))
+            return
+        serving = record.serving
+        assert serving is not None
+        if seen is Seen.NODE_DOWN and serving.replicas and target is not None and not target.router:
+            if self.degraded is None:  # the router's health checks already keep clients off it
+                self.degraded = Degraded(c.nodes_down, now)
+                self.record(Incident(now_iso(), name, seen, Action.NONE, Outcome.REPORTED, verdict.detected_s, None,
+                                     None, f"{', '.join(c.nodes_down)} does not answer: the router serves the other "
+                                           "replicas (degraded) until it is back"))
+            self.tell(WatchState.DEGRADED, f"serving without {', '.join(c.nodes_down)}")
+            return
+        allowed, why_not = self.judge.may_restart(now)
+        if not allowed:
+            if why_not:
+                self.gave_up = f"{why_not}; the last failure: {self.last_failure or seen}"
+                self.record(Incident(now_iso(), name, seen, Action.GAVE_UP, Outcome.GAVE_UP, verdict.detected_s, None,
+                                     self.last_failure, f"gave up: {self.gave_up}; the cluster is left as it is; "
+                                                        "`sparkcluster serve` by hand starts it afresh"))
+                self.tell(WatchState.GAVE_UP, self.gave_up)
+            return
+        self.judge.restarting(now)
+        self.tell(WatchState.RECOVERING, f"{name}: {seen}")
+        if seen is Seen.NODE_DOWN:
+            self.degrade(c, verdict, record)
+            return
+        if target is not None and target.replica is not None:
+            outcome = act.restart_replica(self.spec, self.inventory_path, target.replica, self.log_path)
+            action = Action.RESTART_REPLICA
+        else:
+            outcome = act.run_serve(act.serve_argv(self.spec, self.inventory_path), self.spec.ready_timeout_s + 600,
+                                    self.log_path)
+            action = Action.RESTART
+        self.after(name, seen, action, verdict, outcome, target.name if target else name)
+
+    def degrade(self, c: Check, verdict: Verdict, record: ServeRecord) -> None:
+        serving = record.serving
+        assert serving is not None
+        survivors = [h for h in record.nodes if h not in c.nodes_down]
+        tp = len(survivors) if serving.pp <= 1 else None
+        outcome = act.run_serve(act.serve_argv(self.spec, self.inventory_path, survivors, tp=tp),
+                                self.spec.ready_timeout_s + 600, self.log_path)
+        if outcome.ok:
+            self.degraded = Degraded(c.nodes_down, self.clock())
+        self.after(c.target, Seen.NODE_DOWN, Action.DEGRADE, verdict, outcome,
+                   f"TP {tp} on {', '.join(survivors)}")
+
+    def restore(self, now: float) -> None:
+        assert self.degraded is not None
+        back = self.degraded.lost
+        self.tell(WatchState.RECOVERING, f"{', '.join(back)} answers again: back to the full layout")
+        self.record(Incident(now_iso(), ", ".join(back), Seen.NODE_BACK, Action.NONE, Outcome.REPORTED, None, None,
+                             None, f"{', '.join(back)} answers again"))
+        record_now = self.current_record()
+        replicas = bool(record_now and record_now.serving and record_now.serving.replicas)
+        if replicas:  # the lost replica alone; the others served throughout
+            self.degraded = None
+            return  # the next round finds its engine not running and restarts that replica
+        outcome = act.run_serve(act.serve_argv(self.spec, self.inventory_path), self.spec.ready_timeout_s + 600,
+                                self.log_path)
+        verdict = Verdict(", ".join(back), Seen.NODE_BACK, True, 0.0)
+        if outcome.ok:
+            self.degraded = None
+            self.judge = Judge(self.policy)
+        self.after(", ".join(back), Seen.NODE_BACK, Action.RESTORE, verdict, outcome, "the full layout")
+
+    def after(self, name: str, seen: Seen, action: Action, verdict: Verdict, outcome: Done, what: str) -> None:
+        if outcome.busy:
+            self.tell(WatchState.WATCHING, "a serve or down by hand holds the cluster: it waits")
+            return
+        if outcome.ok:
+            self.judge.started(name, self.clock())
+            self.record(Incident(now_iso(), name, seen, action, Outcome.RECOVERED, round(verdict.detected_s, 1),
+                                 round(outcome.seconds, 1), None,
+                                 f"{seen}: {action} ({what}): answering again"))
+            self.tell(WatchState.DEGRADED if self.degraded else WatchState.WATCHING,
+                      f"serving without {', '.join(self.degraded.lost)}" if self.degraded else None)
+        else:
+            self.last_failure = outcome.cause
+            self.record(Incident(now_iso(), name, seen, action, Outcome.FAILED, round(verdict.detected_s, 1), None,
+                                 outcome.cause, f"{seen}: {action} ({what}) failed: {outcome.cause}"))
+            self.tell(WatchState.RECOVERING, outcome.cause)
+
+    def current_record(self) -> ServeRecord | None:
+        with connect(load_inventory(self.inventory_path)) as session:
+            return read_record(session)
+
+    @property
+    def log_path(self) -> Path:
+        return self.folder / "supervisor.log"
+
+    def forever(self) -> None:
+        self.tell(WatchState.LOADING, "starting")
+        while True:
+            began = self.clock()
+            try:
+                self.round()
+            except Exception:  # a round that broke is logged; the supervisor itself keeps watching
+                log.exception("a round of checks failed")
+            time.sleep(max(0.0, self.policy.interval_s - (self.clock() - began)))
