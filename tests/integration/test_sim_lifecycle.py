@@ -1,7 +1,9 @@
 """Power-off, boot, reset and teardown of simulated hosts."""
 
 import os
+import shlex
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -23,6 +25,62 @@ def test_power_off_kills_every_process_and_boot_keeps_the_disk(cluster, fresh_ho
     assert ssh(cluster, fresh_host, "true", check=False).returncode == 255
     cluster.boot(fresh_host)
     assert ssh(cluster, fresh_host, "cat ~/disk-marker; pgrep -x sleep || echo no-sleep").stdout == "kept\nno-sleep\n"
+
+
+KEEPER = """[Unit]
+Description=sim keeper
+After=network-online.target
+
+[Service]
+Type=simple
+User={user}
+ExecStart=/bin/sleep 1000
+Restart=always
+RestartSec=1
+
+[Install]
+WantedBy=multi-user.target
+"""
+
+
+def _keeper(cluster, host: str) -> dict[str, str]:
+    out = ssh(cluster, host, "systemctl show -p ActiveState,MainPID,NRestarts keeper").stdout
+    return dict(line.split("=", 1) for line in out.splitlines())
+
+
+def test_systemd_brings_an_enabled_unit_back_after_a_crash_and_a_reboot(cluster, fresh_host):
+    user = cluster.state.user
+    # the host's unit directory is its own: none of the real machine's units (its lower layer) show or start
+    assert ssh(cluster, fresh_host, "ls -A /etc/systemd/system").stdout == ""
+    unit = shlex.quote(KEEPER.format(user=user))
+    ssh(cluster, fresh_host, f"printf %s {unit} | sudo tee /etc/systemd/system/keeper.service >/dev/null"
+        " && sudo systemctl daemon-reload && sudo systemctl enable --now keeper")
+    assert ssh(cluster, fresh_host, "systemctl is-active keeper", check=False).returncode == 0
+    first = _keeper(cluster, fresh_host)
+    assert first["ActiveState"] == "active" and first["NRestarts"] == "0"
+    assert ssh(cluster, fresh_host, f"ps -o user=,args= -p {first['MainPID']}").stdout.split() == \
+        [user, "/bin/sleep", "1000"]
+
+    ssh(cluster, fresh_host, f"sudo kill -9 {first['MainPID']}")
+    deadline = time.monotonic() + 1 + 2  # RestartSec + 2 s
+    while (now := _keeper(cluster, fresh_host))["NRestarts"] != "1" and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert now["ActiveState"] == "active" and now["NRestarts"] == "1" and now["MainPID"] != first["MainPID"], now
+
+    cluster.power_off(fresh_host)
+    cluster.boot(fresh_host)  # no command after it: the boot starts what is enabled
+    booted = _keeper(cluster, fresh_host)
+    assert booted["ActiveState"] == "active" and booted["NRestarts"] == "0", booted
+    assert ssh(cluster, fresh_host, f"ps -o user= -p {booted['MainPID']}").stdout.strip() == user
+
+    ssh(cluster, fresh_host, "sudo systemctl disable --now keeper")
+    assert ssh(cluster, fresh_host, "systemctl is-active keeper", check=False).returncode == 3
+    time.sleep(1.5)  # past RestartSec: a stopped unit stays stopped
+    assert _keeper(cluster, fresh_host)["ActiveState"] == "inactive"
+    cluster.power_off(fresh_host)
+    cluster.boot(fresh_host)
+    assert _keeper(cluster, fresh_host) == {"ActiveState": "inactive", "MainPID": "0", "NRestarts": "0"}
+    assert "Started keeper.service - sim keeper." in ssh(cluster, fresh_host, "journalctl -u keeper").stdout
 
 
 def test_reset_gives_a_fresh_disk(cluster, fresh_host):
