@@ -95,6 +95,7 @@ def test_defaults_are_systemds():
     ("[Service]\nExecStart=bin/true\n", "Neither a valid executable name nor an absolute path"),
     ("[Service]\nExecStart=+/bin/true\n", "prefix '+' is not emulated"),
     ("[Service]\nExecStart=/bin/echo %Z\n", "Failed to parse ExecStart="),
+    ("[Service]\nExecStartPre=/bin/true\nExecStart=/bin/true\n", "bad.service:2: ExecStartPre= is not emulated"),
 ])
 def test_a_unit_systemd_would_refuse_is_refused(text, says):
     with pytest.raises(unit_file.UnitError, match=re.escape(says)):
