@@ -4,6 +4,7 @@ KillMode= and TimeoutStopSec=, journals, and the boot's start of enabled units."
 
 from __future__ import annotations
 
+import fcntl
 import importlib.machinery
 import importlib.util
 import os
@@ -322,6 +323,22 @@ def test_a_restart_keeps_the_loaded_unit_until_daemon_reload(root):
                              if x in ("one", "two")] == ["one", "one", "two"], 3)
     assert said, journalctl(root, "-u", "conf", "-o", "cat").stdout
     assert systemctl(root, "stop", "conf").returncode == 0
+
+
+def test_a_changing_verb_waits_for_the_one_before_it(root):
+    """One job at a time, as systemd runs them: two starts side by side must not give a unit two runners."""
+    write_unit(root, "once", "ExecStart=/bin/sleep 1000")
+    (root / "run/sim-systemd").mkdir(parents=True)
+    env = {"SIM_SYSTEMD_ROOT": str(root), "PATH": "/usr/bin:/bin"}
+    with open(root / "run/sim-systemd/jobs.lock", "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)  # another systemctl's job in progress
+        start = subprocess.Popen(["/usr/bin/python3", str(HOST / "systemctl"), "start", "once"], env=env)
+        time.sleep(1)
+        assert start.poll() is None and not (root / "run/sim-systemd/once.pid").exists()
+    assert start.wait(timeout=60) == 0 and show(root, "once")["ActiveState"] == "active"
+    assert systemctl(root, "start", "once").returncode == 0  # a no-op: it runs
+    assert journalctl(root, "-u", "once", "-o", "cat").stdout == "Started once.service - test once.\n"
+    assert systemctl(root, "stop", "once").returncode == 0
 
 
 def test_boot_starts_the_enabled_units_only(root):
