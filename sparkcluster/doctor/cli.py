@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import tempfile
 from pathlib import Path
@@ -22,6 +23,7 @@ from ..serving.runtime import FROM_FLAG, ClusterRuntime, cluster_runtime
 from . import baseline, bundle
 from .render import render
 from .run import run_doctor
+from .upgrades import Upgrades, read_upgrades
 
 
 def image_to_check(session: Session, given: str | None, runtime: ClusterRuntime) -> str:
@@ -66,6 +68,7 @@ def cmd_doctor(args: argparse.Namespace, connect: Connect) -> int:
     save_to = baseline.writable(save_as) if save_as else None
     collected: bundle.Bundle | None = None
     current: baseline.Baseline | None = None
+    pending: Upgrades | None = None
     with connect(args, require_all=False) as session:
         runtime = cluster_runtime(session.inventory, getattr(args, "runtime", None))
         image = image_to_check(session, args.image, runtime)
@@ -74,6 +77,9 @@ def cmd_doctor(args: argparse.Namespace, connect: Connect) -> int:
         if not args.json:
             err_console.print(runtime.shown(), highlight=False)
         report = run_doctor(session, image, image_named=bool(args.image), runtime=runtime.name)
+        if getattr(args, "upgrades", False):  # each node's pending kernel, driver and firmware against the table
+            pending = read_upgrades(session, list(report.nodes))
+            report = dataclasses.replace(report, findings=report.findings + tuple(pending.findings()))
         if saved is not None or save_to is not None:
             current = baseline.baseline_of(report.nodes, baseline.last_verify_records(session, list(report.nodes)))
         if target is not None:
@@ -99,6 +105,7 @@ def cmd_doctor(args: argparse.Namespace, connect: Connect) -> int:
     saved_to = save_to if save_to is not None and current is not None and unwritten is None else None
     if args.json:
         print_json(report.to_json() | ({"bundle": str(target)} if written else {})
+                   | ({"upgrades": pending.to_json()} if pending is not None else {})
                    | baseline.json_of(saved, compare_with, changes, saved_to))
     else:
         render(console, report)
@@ -133,6 +140,10 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser], app:
                      help="name what changed on each node since --save-baseline wrote FILE.json (run it after every "
                           "apt upgrade and reboot); fails where a change lands on a known-bad value or a figure fell "
                           "(busbw down more than 10%%, CMA to 0)")
+    doc.add_argument("--upgrades", action="store_true",
+                     help="also read each node's pending upgrades (apt-get -s dist-upgrade, fwupdmgr get-updates) and "
+                          "name every kernel, NVIDIA driver or firmware the known-bad table holds back, with its line, "
+                          "before anyone upgrades")
     doc.add_argument("--ask-become-pass", "-K", action="store_true",
                      help="ask once for the sudo password (the bundle reads the netplan file and the kernel log as root)")
     app.wire(doc, cmd_doctor)

@@ -1,5 +1,5 @@
-"""The doctor's output: findings grouped (preflight, parity, known issues, kernel log, gpu), each failure and warning
-with its fix (and where owners reported it), then the compared values side by side, one column per node. A finding's
+"""The doctor's output: findings grouped (preflight, parity, known issues, kernel log, gpu, upgrades), each failure and
+warning with its fix (and where owners reported it), then the compared values side by side, one column per node. A finding's
 words and values carry node text (driver versions, interface names, nvidia-smi's errors): each is printed as text
 (`as_markup`), never as escapes or markup."""
 
@@ -14,9 +14,10 @@ from .run import DoctorReport
 
 MARK = {Severity.OK: "[green]ok[/green]  ", Severity.INFO: "[blue]info[/blue]", Severity.WARN: "[yellow]warn[/yellow]",
         Severity.FAIL: "[red]FAIL[/red]"}
-GROUPS = ("preflight", "parity", "known issues", "kernel log", "gpu")
+GROUPS = ("preflight", "parity", "known issues", "kernel log", "gpu", "upgrades")
 PER_NODE = ("preflight", "kernel log")  # groups whose passing checks are listed by node
-IN_FULL = ("gpu",)  # groups whose passing checks each carry a node's figures (temperature, power, clock)
+IN_FULL = ("gpu", "upgrades")  # groups whose passing checks each carry a node's figures (temperature, power, clock;
+# what it would upgrade)
 
 
 def _line(console: Console, f: Finding) -> None:
