@@ -12,6 +12,7 @@ APT_PACKAGES=(openssh-server openssh-client sudo docker.io iproute2 iputils-ping
               socat docker-registry  # benchmarks/data_plane.py's baselines (raw TCP, a registry)
               zsh fish   # tests/unit/test_cli.py: the completion scripts parsed by their shells
               bash-completion  # tests/unit/test_readme_completion.py: the README's lines loaded as Ubuntu does
+              python3-paramiko python3-yaml python3-jinja2 python3-rich  # the supervisor on a simulated head (its python3)
               prometheus prometheus-node-exporter)  # promtool for the monitor wing's rules; benchmarks/monitor_exporter.py
 missing=()
 for pkg in "${APT_PACKAGES[@]}"; do

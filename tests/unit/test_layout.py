@@ -1,6 +1,6 @@
 """The package's wings and the one direction their imports run (README "Layout"):
 
-    cli -> (bench, doctor, bootstrap) -> serving -> (recipes, observe, nccl, staging) -> node -> engine;
+    cli -> (bench, doctor, bootstrap, supervise) -> serving -> (recipes, observe, nccl, staging) -> node -> engine;
     sim -> engine
 
 recipes knows no node (a file or @REG/NAME in, a typed Recipe out: engine only); observe watches what it is told to
@@ -36,6 +36,10 @@ ALLOWED: dict[str, frozenset[str]] = {
     "bench": frozenset({"engine", "node", "staging", "nccl", "recipes", "observe", "serving", "bench"}),
     "doctor": frozenset({"engine", "node", "staging", "nccl", "recipes", "observe", "serving", "doctor"}),
     "bootstrap": frozenset({"engine", "node", "staging", "nccl", "recipes", "observe", "serving", "bootstrap"}),
+    # what runs unattended beside a serve (issue 48): watches through observe and serving, acts through serve
+    "supervise": frozenset({"engine", "node", "staging", "nccl", "recipes", "observe", "serving", "supervise"}),
+    # the cluster seen from outside (issue 49): renders what node and nccl read, scrapes what serving recorded
+    "monitor": frozenset({"engine", "node", "staging", "nccl", "recipes", "observe", "serving", "monitor"}),
 }
 
 

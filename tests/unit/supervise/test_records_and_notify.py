@@ -1,0 +1,106 @@
+"""What the supervisor writes and posts, and the serve it runs again: incidents and state as JSON and back, a torn
+last line skipped, the serve's flags as the head repeats them, a degraded serve's, the unit file, and an incident
+POSTed to a real receiver on loopback."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from sparkcluster.serving.incidents import (
+    Action,
+    Incident,
+    Outcome,
+    Seen,
+    SupervisorState,
+    WatchState,
+    parse_events,
+    parse_state,
+)
+from sparkcluster.serving.supervisor_unit import SupervisorSpec, serve_argv_for_head, unit_text
+from sparkcluster.supervise.act import first_error, serve_argv
+from sparkcluster.supervise.notify import post
+
+INCIDENT = Incident("2026-12-01T21:00:00+00:00", "vLLM", Seen.ENGINE_DEAD, Action.RESTART, Outcome.RECOVERED,
+                    4.1, 71.5, None, "engine-dead: restart (TP 2): answering again")
+
+
+def test_an_incident_and_a_state_go_to_json_and_back_and_a_torn_line_is_skipped():
+    line = json.dumps(INCIDENT.to_json())
+    assert json.loads(line) == {"at": "2026-12-01T21:00:00+00:00", "target": "vLLM", "seen": "engine-dead",
+                                "action": "restart", "outcome": "recovered", "detected_s": 4.1, "recovered_s": 71.5,
+                                "root_cause": None, "text": "engine-dead: restart (TP 2): answering again",
+                                "version": 1}
+    assert parse_events(f"{line}\n{line}\n{line[:30]}") == [INCIDENT, INCIDENT]  # a power cut mid-write
+    assert INCIDENT.line() == ("2026-12-01T21:00:00+00:00 vLLM: engine-dead: restart (TP 2): answering again "
+                               "(detected in 4 s, answering again after 72 s)")
+    state = SupervisorState(WatchState.GAVE_UP, "2026-12-01T21:00:00+00:00", 3, "3 restarts within the last hour")
+    assert parse_state(json.dumps(state.to_json())) == state
+    assert parse_state("{") is None and parse_state(None) is None
+
+
+def test_the_head_repeats_the_serve_as_given_without_what_only_this_machine_means():
+    own = ["serve", "-i", "inv.yml", "--tp", "2", "--json", "--notify", "http://hook/x", "--model", "m",
+           "--inventory=other.yml", "--check", "--trust-new-host-keys", "--forks", "4"]
+    assert serve_argv_for_head(own) == ("--tp", "2", "--model", "m")
+
+
+def test_the_supervisors_serve_runs_as_asked_or_degraded_on_the_nodes_left(tmp_path: Path):
+    spec = SupervisorSpec(("--tp", "2", "--model", "m", "--limit=spark-1,spark-2"), ("--max-model-len", "512"))
+    full = serve_argv(spec, tmp_path / "inv.yml")
+    assert full[1:] == ["-m", "sparkcluster", "serve", "-i", str(tmp_path / "inv.yml"), "--json", "--tp", "2",
+                        "--model", "m", "--limit=spark-1,spark-2", "--", "--max-model-len", "512"]
+    degraded = serve_argv(spec, tmp_path / "inv.yml", ["spark-1"], tp=1)
+    assert degraded[7:] == ["--model", "m", "--limit", "spark-1", "--tp", "1", "--", "--max-model-len", "512"]
+
+
+def test_the_root_cause_is_the_serves_own_error():
+    said = ("inventory: x\n  vLLM loading\nerror: starting vLLM on spark-2 failed (exit 1): boom\n"
+            "  fix: check python_env\n")
+    assert first_error(said) == "error: starting vLLM on spark-2 failed (exit 1): boom fix: check python_env"
+    assert first_error("") == "the serve failed and said nothing"
+
+
+def test_the_unit_restarts_always_and_stopping_it_leaves_the_cluster_serving():
+    unit = unit_text("spark", "/home/spark", ".local/share/sparkcluster/lib/abc")
+    assert "Restart=always\n" in unit and "KillMode=process\n" in unit and "WantedBy=multi-user.target" in unit
+    assert "ExecStart=/usr/bin/python3 -m sparkcluster supervise run\n" in unit
+    assert "EnvironmentFile=-/home/spark/.config/sparkcluster/supervisor/secrets.env\n" in unit
+    assert "Environment=PYTHONPATH=/home/spark/.local/share/sparkcluster/lib/abc\n" in unit
+
+
+@pytest.fixture
+def receiver() -> Iterator[tuple[str, list[dict]]]:
+    got: list[dict] = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            got.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+            self.send_response(200)
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}/hook", got
+    finally:
+        server.shutdown()
+
+
+def test_an_incident_is_posted_as_json_with_a_text_a_chat_webhook_shows(receiver):
+    url, got = receiver
+    assert post(url, INCIDENT)
+    assert got[0]["seen"] == "engine-dead" and got[0]["recovered_s"] == 71.5
+    assert got[0]["text"] == f"sparkcluster: {INCIDENT.line()}"
+
+
+def test_a_receiver_that_is_not_there_costs_a_warning_not_the_supervisor():
+    assert not post("http://127.0.0.1:9/hook", INCIDENT)
