@@ -47,6 +47,19 @@ def test_apts_simulation_names_the_kernel_itself_not_only_its_meta_package():
     assert upstream("1:580.173.02-0ubuntu0.24.04.1") == "580.173.02"
 
 
+def test_a_captured_simulation_with_no_kernel_or_driver_gives_no_candidate():
+    text = (FIXTURES / "apt-dist-upgrade-debian12-captured.txt").read_text()
+    assert sum(line.startswith("Inst ") for line in text.splitlines()) > 50  # it was read, and held packages
+    assert parse_apt_simulation(text) == ((), ())
+    # the same lines with a kernel and a driver among them are read, whatever origins and marks apt adds
+    more = text + ("Inst linux-image-7.0.0-31-generic (7.0.0-31.31 Ubuntu:24.04/noble-updates, "
+                   "Ubuntu:24.04/noble-security [arm64]) []\n"
+                   "Inst nvidia-driver-595-open [590.48.01-0ubuntu1] (595.84-0ubuntu1 Ubuntu:24.04/noble [arm64]) []\n")
+    candidates, _ = parse_apt_simulation(more)
+    assert [(c.component, c.value) for c in candidates] == [(Component.KERNEL, "7.0.0-31-generic"),
+                                                            (Component.DRIVER, "595.84")]
+
+
 def test_fwupd_offers_connectx_firmware_and_a_bios():
     firmware, bios = parse_fwupd_updates(FWUPD)
     assert (firmware.component, firmware.value, firmware.replaces) == (Component.FIRMWARE, "28.45.4028", "28.45.1200")
