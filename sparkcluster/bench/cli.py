@@ -21,6 +21,7 @@ from . import ceiling, decode_budget, shell
 from .explain import lineup as explain_lineup
 from .explain import sides as explain_sides
 from .layouts import cli as layouts_cli
+from .layouts import methods as layouts_methods
 from .method import Method
 from .methods.closed_loop import cli as closed_loop_cli
 from .methods.llama_benchy import cli as llama_benchy_cli
@@ -85,10 +86,10 @@ def cmd_bench(args: argparse.Namespace, connect: Connect) -> int:
     if args.explain:
         return cmd_explain(args)
     layouts_cli.check_flags(args)
-    if args.layouts:  # each layout served in turn and measured the same way; --out DIR holds its resume state
-        check_method_flags(args, benchy=False, allowed=("out",))
-        return layouts_cli.cmd(args, connect, closed_loop_cli.sweep_options(args), closed_loop_cli.progress)
     benchy = args.method == "llama-benchy" or bool(args.profile)
+    if args.layouts:  # each layout served in turn and measured the same way; --out DIR holds its resume state
+        check_method_flags(args, benchy, allowed=("out",))
+        return layouts_cli.cmd(args, connect, layouts_methods.for_flags(args))
     check_method_flags(args, benchy)
     method: Method[Any] = llama_benchy_cli.LlamaBenchy() if benchy else closed_loop_cli.ClosedLoop()
     return shell.bench(method, args, connect, find_target)

@@ -12,7 +12,6 @@ from sparkcluster.bench.layouts import cli as layouts_cli
 from sparkcluster.bench.layouts import state
 from sparkcluster.bench.layouts.run import Planned, Swept
 from sparkcluster.bench.methods.closed_loop.arithmetic import Distribution, Row
-from sparkcluster.bench.methods.closed_loop.sweep import Level, Prepared
 from sparkcluster.bench.metrics import ServerSide
 from sparkcluster.engine.cliapp import selected_inventory
 from sparkcluster.engine.errors import SparkclusterError
@@ -65,8 +64,7 @@ class Cluster:
     def measure(self, item: Planned) -> Swept:
         assert item.kind == self.served[-1]  # what was just served
         tps = 50.0 * len(self.served)
-        return Swept([Level(row(1, tps, 0.1, 0.02), ServerSide(0.1, None, 0, 32, 64))],
-                     Prepared(server_version="0.32.0"), "0.32.0+cpu")
+        return Swept((row(1, tps, 0.1, 0.02),), (ServerSide(0.1, None, 0, 32, 64),), "0.32.0", "0.32.0+cpu")
 
 
 def on_cluster(monkeypatch: pytest.MonkeyPatch, cluster: Cluster, staged_s: float):
@@ -79,5 +77,5 @@ def on_cluster(monkeypatch: pytest.MonkeyPatch, cluster: Cluster, staged_s: floa
     monkeypatch.setattr(layouts_cli, "one_at_a_time", lambda session: nullcontext())
     monkeypatch.setattr(layouts_cli, "stage_once", lambda session, todo, emit: staged_s)
     monkeypatch.setattr(layouts_cli, "serve_on", lambda session, emit: cluster.serve)
-    monkeypatch.setattr(layouts_cli, "sweep_on", lambda session, options, emit: cluster.measure)
+    monkeypatch.setattr(layouts_cli, "measure_on", lambda session, method, plan, args: cluster.measure)
     return connect

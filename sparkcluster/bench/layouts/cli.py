@@ -1,20 +1,17 @@
 """`bench --layouts tp,pp,replicas`: serve's own options (--model/--recipe, --runtime, --launcher, vLLM flags after
---), every layout sized on the selected nodes and the state of an earlier run read before anything connects; then
-the run (run.py) and one table of the layouts side by side (report.py), or --json. The results (each layout with
+--), the method's plan (methods.py: the closed loop's, or --method llama-benchy's), every layout sized on the
+selected nodes and the state of an earlier run read before anything connects; then the run (run.py) and one table of the layouts side by side (report.py), or --json. The results (each layout with
 its receipt, which `bench --explain DIR/layouts.json:KIND` reads) and the resume state lie in --out DIR."""
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import datetime
 import json
 from collections.abc import Callable
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any
-
-from rich.progress import Progress
 
 from ... import __version__
 from ...engine.cliapp import Connect
@@ -34,9 +31,9 @@ from ...serving.recipes_cli import add_recipe_flags
 from ...serving.serve_flags import RECIPE_FLAGS, add_serve_flags
 from ...serving.serve_flags import given as serve_given
 from ...serving.serve_flags import words as serve_words
-from ..methods.closed_loop.sweep import Emit, SweepOptions
 from . import choice, report, state
-from .run import Planned, measure_layouts, serve_on, stage_once, sweep_on
+from .methods import LayoutsMethod
+from .run import Planned, measure_layouts, measure_on, serve_on, stage_once
 
 # serve's flags that bench takes for --layouts (serving/serve_flags.py): given without --layouts they would do nothing.
 SERVE_FLAGS = ("recipe", "runtime", "launcher", "image", "docker_arg", "up_timeout", "ready_timeout", "verify")
@@ -46,11 +43,9 @@ LAYOUTS_HELP = {"recipe": "with --layouts: the recipe to serve, as serve's --rec
                 "ready_timeout": "with --layouts: as serve's --ready-timeout (default 1800)",
                 "verify": "with --layouts: skip the NCCL probe before each layout's vLLM starts"}
 # bench's flags that measure one served endpoint, which --layouts serves and measures itself.
-ONE_SERVE_ONLY: dict[str, object] = {"url": None, "compare": None, "csv": None, "plot": None, "profile": None,
-                                     "method": "sustained"}
+ONE_SERVE_ONLY: dict[str, object] = {"url": None, "compare": None, "csv": None, "plot": None, "profile": None}
 DEFAULT_OUT = "bench-layouts"
 RESULTS_FILE = "layouts.json"
-Progressing = Callable[[bool], tuple[Progress | None, Emit]]
 
 
 def add_flags(p: argparse.ArgumentParser) -> None:
@@ -58,7 +53,7 @@ def add_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--layouts", nargs="+", metavar="KIND",
                    help="tp, pp and/or replicas (space- or comma-separated): serve each on the selected nodes (TP = "
                         "the nodes, PP = the nodes, one replica per node behind the router), measure it with the "
-                        "sweep's flags, and print them side by side with the best layout per concurrency marked. "
+                        "method's flags (the sustained sweep's, or --method llama-benchy's), and print them side by side with the best layout per concurrency marked. "
                         "--model is then the model to serve (default: the recipe's, else the inventory's first `models:` "
                         "entry, as serve's); extra vLLM flags go after --. The results and the "
                         f"resume state go to --out DIR (default ./{DEFAULT_OUT}): the same command again measures "
@@ -81,21 +76,17 @@ def check_flags(args: argparse.Namespace) -> None:
         return
     if others := given(args, ONE_SERVE_ONLY):
         raise UsageError(f"{', '.join(others)} with --layouts: --layouts serves each layout itself and measures it "
-                         "with the sustained sweep", "leave them out, or bench one served layout without --layouts")
+                         "with bench's method", "leave them out, or bench one served layout without --layouts")
 
 
-def inputs(args: argparse.Namespace, inventory: Inventory, sweep: SweepOptions) -> dict[str, Any]:
+def inputs(args: argparse.Namespace, inventory: Inventory, method: LayoutsMethod, plan: object) -> dict[str, Any]:
     """What the figures depend on: a state measured otherwise is refused rather than resumed. No secret: the state
     is a file of the working folder, and a key is no figure input (apikey.figure_inputs)."""
     return {"inventory": str(inventory.path), "nodes": [h.name for h in inventory.hosts],
             "cluster": state.cluster(inventory), "model": args.model,
             "recipe": args.recipe, "sets": [list(figure_set(*s)) for s in args.sets],
             "vllm_flags": list(figure_inputs(args.remote)),
-            "runtime": args.runtime, "launcher": args.launcher, "image": args.image,
-            "concurrency": list(sweep.concurrency), "prompt_tokens": sweep.prompt_tokens if sweep.prompt_given
-            else None, "output_tokens": sweep.output_tokens if sweep.output_given else None, "runs": sweep.runs,
-            "warmup": sweep.warmup, "requests_per_stream": sweep.requests_per_stream,
-            "prefix_cache": sweep.prefix_cache}
+            "runtime": args.runtime, "launcher": args.launcher, "image": args.image, **method.inputs(plan)}
 
 
 def serve_hint(args: argparse.Namespace, item: Planned) -> str:
@@ -113,8 +104,9 @@ def serve_hint(args: argparse.Namespace, item: Planned) -> str:
     return f"`{line}`" + (f" (with {', '.join(variables)} set: a secret's value is never printed)" if variables else "")
 
 
-def cmd(args: argparse.Namespace, connect: Connect, sweep: SweepOptions, progressing: Progressing) -> int:
+def cmd(args: argparse.Namespace, connect: Connect, method: LayoutsMethod) -> int:
     kinds = choice.parse_kinds(args.layouts)
+    plan = method.plan(args)  # the method's flags checked, as for one endpoint
     out = Path(args.out or DEFAULT_OUT)
     if out.exists() and not out.is_dir():
         raise UsageError(f"--out {out} is a file", "give a directory for the results and the resume state")
@@ -128,11 +120,10 @@ def cmd(args: argparse.Namespace, connect: Connect, sweep: SweepOptions, progres
                 planned.append(Planned(kind, layout, sized(options(args, layout), inventory,
                                                            show=not planned and not args.json)))
         hub_model(planned[0].options.serve_args())  # a bad model or revision fails here, before any connection
-        states.append(state.load(out / state.STATE_FILE, inputs(args, inventory, sweep)))
+        states.append(state.load(out / state.STATE_FILE, inputs(args, inventory, method, plan)))
 
     started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     serve_emit = serve_quietly if args.json else render.progress_printer(err_console)
-    bar, sweep_emit = progressing(not args.json)
     code, stage_s, failure = EXIT_OK, 0.0, None
     say: Callable[[str], None] = (lambda text: None) if args.json else (
         lambda text: err_console.print(text, highlight=False, markup=False))
@@ -142,9 +133,7 @@ def cmd(args: argparse.Namespace, connect: Connect, sweep: SweepOptions, progres
             todo = [item for item in planned if item.kind not in layout_state.done]
             if todo:
                 stage_s = stage_once(session, todo, serve_emit)
-            if bar:
-                bar.start()
-            measure_layouts(planned, layout_state, serve_on(session, serve_emit), sweep_on(session, sweep, sweep_emit),
+            measure_layouts(planned, layout_state, serve_on(session, serve_emit), measure_on(session, method, plan, args),
                             say)
     except SparkclusterError as e:
         if not states:  # refused before anything connected: nothing measured to show
@@ -152,11 +141,8 @@ def cmd(args: argparse.Namespace, connect: Connect, sweep: SweepOptions, progres
         failure, code = e, e.exit_code
     except KeyboardInterrupt:
         code = EXIT_INTERRUPTED
-    finally:
-        if bar:
-            bar.stop()
     measured = [states[0].done[item.kind] for item in planned if states and item.kind in states[0].done]
-    doc = report.document(measured, config(args, planned, sweep, started), stage_s)
+    doc = report.document(measured, config(args, planned, method.config(plan), started), stage_s)
     if measured:
         out.mkdir(parents=True, exist_ok=True)
         write_text(out / RESULTS_FILE, json.dumps(doc, indent=1) + "\n")  # a link planted there is replaced
@@ -165,7 +151,7 @@ def cmd(args: argparse.Namespace, connect: Connect, sweep: SweepOptions, progres
     if args.json:
         print_json(doc)
     elif measured:
-        show(measured, planned, sweep, doc, out, args)
+        show(measured, planned, method.concurrency(plan), doc, out, args)
     if failure:
         kept = (f"; the layouts measured are kept in {out}: the same command again measures only the rest"
                 if measured else "")
@@ -176,18 +162,18 @@ def cmd(args: argparse.Namespace, connect: Connect, sweep: SweepOptions, progres
     return code
 
 
-def config(args: argparse.Namespace, planned: list[Planned], sweep: SweepOptions, started: str) -> dict[str, Any]:
+def config(args: argparse.Namespace, planned: list[Planned], method: dict[str, Any], started: str) -> dict[str, Any]:
     first = planned[0].options if planned else None
     return {"model": first.serve_args().model if first else args.model, "recipe": first.recipe.name if first else None,
             "runtime": first.runtime if first else None,
             "launchers": {item.kind: item.options.launcher for item in planned},
-            "method": {**dataclasses.asdict(sweep), "concurrency": list(sweep.concurrency)},
+            "method": method,
             "client": f"sparkcluster {__version__}, aiohttp {version('aiohttp')}", "started": started}
 
 
-def show(measured: list[state.Measured], planned: list[Planned], sweep: SweepOptions, doc: dict[str, Any],
+def show(measured: list[state.Measured], planned: list[Planned], concurrency: tuple[int, ...], doc: dict[str, Any],
          out: Path, args: argparse.Namespace) -> None:
-    console.print(report.render(measured, sweep.concurrency, f"{doc['config']['model']}: each layout measured the "
+    console.print(report.render(measured, concurrency, f"{doc['config']['model']}: each layout measured the "
                                                              "same way (generation tok/s is all streams' output)"))
     for m in measured:
         console.print(f"{m.layout} ({m.shape.describe()}): served in {m.serve_s:.0f} s, measured in {m.measure_s:.0f} s",

@@ -1,29 +1,30 @@
 """A `bench --layouts` run on a connected cluster: the model staged once, then each layout not measured yet served
 through serve's own phases (serving/phases.py: the same staging check, Ray, probe, launch and readiness; the compile
-caches stay warm between layouts) and measured by bench's own sweep against the endpoint serve recorded, with the
-receipt `bench` writes (methods/closed_loop/receipt.py): that layout's serve record and command line, the /metrics
-deltas over its sweep, and the nodes' facts, read once for the run. Each layout measured is written to the state at
-once, so a run cut short (a failure, Ctrl-C) resumes at the next layout without serving a measured one again."""
+caches stay warm between layouts) and measured by the method bench's flags pick (methods.py: the closed loop's
+sweep, or llama-benchy's cells), run as the one shell runs it against the endpoint serve recorded, with the receipt
+`bench` writes: that layout's serve record and command line, the /metrics deltas over its measurement, and the
+nodes' facts, read once for the run. Each layout measured is written to the state at once, so a run cut short (a
+failure, Ctrl-C) resumes at the next layout without serving a measured one again."""
 
 from __future__ import annotations
 
-import asyncio
+import argparse
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
+from ...engine.errors import EXIT_INTERRUPTED
 from ...engine.session import Session
 from ...serving.fit import replica_fit
 from ...serving.layout import Layout, LayoutKind
 from ...serving.phases import ServeOptions, hub_model, serve, stage_model
 from ...serving.progress import Emit as ServeEmit
-from ..methods.closed_loop.receipt import sustained_parameters, sweep_receipt
-from ..methods.closed_loop.sweep import Emit as SweepEmit
-from ..methods.closed_loop.sweep import Level, Prepared, SweepOptions, sweep
-from ..receipt import Receipt
+from ..methods.llama_benchy import head_tokenizer
 from ..receipt_sources import NodesRead
 from ..target import from_cluster
 from .choice import refused_as
+from .methods import LayoutsMethod, Swept
 from .state import LayoutState, Measured
 
 
@@ -36,19 +37,8 @@ class Planned:
     options: ServeOptions
 
 
-@dataclass(frozen=True)
-class Swept:
-    """What measuring a served layout gave: a level per concurrency, what the sweep learnt of the server, the
-    vLLM build that served (build.py) and the receipt of the measurement."""
-
-    levels: list[Level]
-    prepared: Prepared
-    vllm_build: str | None
-    receipt: Receipt | None = None
-
-
 # What serves a layout (its phases' seconds) and what measures the endpoint then served: serve's phases and bench's
-# sweep on a cluster, fakes in the unit tests.
+# method on a cluster, fakes in the unit tests.
 ServeLayout = Callable[[Planned], dict[str, float]]
 Measure = Callable[[Planned], Swept]
 Say = Callable[[str], None]
@@ -67,10 +57,9 @@ def measure_layouts(planned: Sequence[Planned], state: LayoutState, serve_layout
         served = time.monotonic()
         say(f"{item.kind}: measuring ...")
         swept = measure(item)
-        state.record(Measured(item.kind, item.layout, tuple(level.row for level in swept.levels),
-                              tuple(level.server for level in swept.levels), swept.prepared.server_version,
+        state.record(Measured(item.kind, item.layout, swept.rows, swept.server, swept.server_version,
                               round(served - began, 3), round(time.monotonic() - served, 3), phases,
-                              swept.vllm_build, swept.receipt))
+                              swept.vllm_build, swept.receipt, swept.benchmarks))
 
 
 def stage_once(session: Session, todo: Sequence[Planned], emit: ServeEmit) -> float:
@@ -93,19 +82,26 @@ def serve_on(session: Session, emit: ServeEmit) -> ServeLayout:
     return lambda item: serve(session, item.options, emit).phases
 
 
-def sweep_on(session: Session, options: SweepOptions, emit: SweepEmit) -> Measure:
-    """Bench's sweep against the endpoint serve recorded on the head (the router's, for replicas), and its receipt:
-    the serve record read after each layout's serve, the nodes' comm env and facts once (no serve changes them)."""
+def measure_on(session: Session, method: LayoutsMethod, plan: object, args: argparse.Namespace) -> Measure:
+    """The method run against the endpoint serve recorded on the head (the router's, for replicas), as the shell
+    runs it, and its receipt: the serve record read after each layout's serve, the nodes' comm env and facts once
+    (no serve changes them). A failure or Ctrl-C ends the run here: the layout cut short is not recorded."""
     nodes: list[NodesRead] = []  # read with the first layout measured, shared by the rest
+    tokenizer: list[Path | None] = []  # the served model's, fetched from the head once where the method wants it
 
     def measure(item: Planned) -> Swept:
         target = from_cluster(session, nodes[0] if nodes else None)
         if target.served and not nodes:
             nodes.append(NodesRead(target.served.comm_env, target.served.nodes))
-        levels: list[Level] = []
-        prepared = Prepared()
-        asyncio.run(sweep(target.base_url, target.model, options, levels, prepared, emit, target.api_key,
-                          target.engine_metrics))
-        receipt = sweep_receipt(target, prepared, sustained_parameters(prepared.options or options, prepared))
-        return Swept(levels, prepared, target.served.vllm_build if target.served else None, receipt)
+        if not tokenizer:
+            hf_model = target.config.get("hf_model")
+            wanted = method.method.tokenizer and not args.tokenizer and isinstance(hf_model, str)
+            tokenizer.append(head_tokenizer.fetch(session, hf_model) if wanted and isinstance(hf_model, str)
+                             else None)
+        measured = method.method.run(plan, args, target, tokenizer[0])
+        if measured.failure:
+            raise measured.failure
+        if measured.code == EXIT_INTERRUPTED:
+            raise KeyboardInterrupt
+        return method.swept(measured, target.served.vllm_build if target.served else None)
     return measure

@@ -6,6 +6,7 @@ so a state of other inputs is refused up front rather than mixed with new figure
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import math
@@ -19,6 +20,7 @@ from ...engine.localfiles import read_json, write_text
 from ...serving.layout import LAYOUT_KINDS, Layout, LayoutKind
 from ..methods.closed_loop.arithmetic import Distribution, Row
 from ..methods.closed_loop.table import DISTRIBUTIONS
+from ..methods.llama_benchy.arithmetic import BenchmarkRun
 from ..metrics import ServerSide
 from ..receipt import Receipt
 
@@ -29,7 +31,8 @@ STATE_FILE = "layouts-state.json"
 
 @dataclass(frozen=True)
 class Measured:
-    """One layout's figures: a row per concurrency (with vLLM's own counters beside it) and where its time went."""
+    """One layout's figures: a row per concurrency (with vLLM's own counters beside it), or llama-benchy's entries
+    for --method llama-benchy, and where its time went."""
 
     layout: LayoutKind  # as --layouts names it: tp, pp, replicas
     shape: Layout  # what it served on these nodes: TP 2, or 2 replicas of TP 1
@@ -41,24 +44,29 @@ class Measured:
     phases: dict[str, float] = field(default_factory=dict)
     vllm_build: str | None = None  # the vLLM distribution's version where it served (build.py): 0.32.0+cpu on CPU
     receipt: Receipt | None = None  # what produced these figures: this layout's serve, /metrics over its sweep
+    benchmarks: tuple[BenchmarkRun, ...] | None = None  # llama-benchy's entries (its rows stay empty); None: sustained
 
     def to_json(self) -> dict[str, Any]:
-        return {"layout": self.layout, "shape": self.shape.to_json(), "rows": [r.to_json() for r in self.rows],
-                "server": [asdict(s) if s else None for s in self.server], "server_version": self.server_version,
-                "serve_s": self.serve_s, "measure_s": self.measure_s, "phases": self.phases,
-                "vllm_build": self.vllm_build, "receipt": None if self.receipt is None else self.receipt.to_json()}
+        doc = {"layout": self.layout, "shape": self.shape.to_json(), "rows": [r.to_json() for r in self.rows],
+               "server": [asdict(s) if s else None for s in self.server], "server_version": self.server_version,
+               "serve_s": self.serve_s, "measure_s": self.measure_s, "phases": self.phases,
+               "vllm_build": self.vllm_build, "receipt": None if self.receipt is None else self.receipt.to_json()}
+        if self.benchmarks is not None:  # only llama-benchy's: the closed loop's entries stay as they were
+            doc["benchmarks"] = [b.to_json() for b in self.benchmarks]
+        return doc
 
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> Measured:
         """Raises ValueError, KeyError or TypeError for an entry that does not read (a receipt's among them); every
         figure a finite number (a state is a file anyone can edit: 1e999 reads as infinity, 400 digits overflow)."""
-        receipt = doc.get("receipt")
+        receipt, benchmarks = doc.get("receipt"), doc.get("benchmarks")
         return cls(kind(doc["layout"]), Layout.from_json(doc["shape"]), tuple(row_from_json(r) for r in doc["rows"]),
                    tuple(_server_from_json(s) if s else None for s in doc["server"]),
                    _text(doc["server_version"], "server_version"), _number(doc["serve_s"], "serve_s"),
                    _number(doc["measure_s"], "measure_s"),
                    {str(k): _number(v, f"phases.{k}") for k, v in doc["phases"].items()},
-                   _text(doc["vllm_build"], "vllm_build"), None if receipt is None else Receipt.from_json(receipt))
+                   _text(doc["vllm_build"], "vllm_build"), None if receipt is None else Receipt.from_json(receipt),
+                   None if benchmarks is None else tuple(_benchmark(b) for b in benchmarks))
 
 
 def kind(text: object) -> LayoutKind:
@@ -78,6 +86,16 @@ def row_from_json(doc: dict[str, Any]) -> Row:
         else:
             values[f.name] = _number(value, where, whole=f.type == "int")
     return Row(**values)
+
+
+def _benchmark(doc: dict[str, Any]) -> BenchmarkRun:
+    """llama-benchy's entry, each figure finite (as a row's)."""
+    run = BenchmarkRun.from_json(doc)
+    for name, value in dataclasses.asdict(run).items():
+        if isinstance(value, dict):
+            for figure in (value["mean"], value["std"], *value["values"]):
+                _number(figure, f"benchmarks' {name}")
+    return run
 
 
 def _server_from_json(doc: dict[str, Any]) -> ServerSide:

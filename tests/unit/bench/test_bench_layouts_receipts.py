@@ -19,22 +19,24 @@ from sparkcluster.bench.cli import cmd_bench
 from sparkcluster.bench.explain.facts import Cause
 from sparkcluster.bench.explain.lineup import explain
 from sparkcluster.bench.explain.sides import sides
+from sparkcluster.bench.layouts import methods as layouts_methods
 from sparkcluster.bench.layouts import report, run, state
 from sparkcluster.bench.layouts.run import Planned, Swept, measure_layouts
+from sparkcluster.bench.methods.closed_loop import cli as closed_loop_cli
+from sparkcluster.bench.methods.closed_loop.sweep import Level
 from sparkcluster.bench.receipt import BenchParams, Engine, NodeReceipt, Receipt
 from sparkcluster.bench.receipt_metrics import EngineDeltas, Snapshot, between, snapshot_engines
 from sparkcluster.bench.receipt_sources import NodesRead, Served
-from sparkcluster.bench.methods.closed_loop.sweep import Level, SweepOptions
 from sparkcluster.bench.target import Target, engine_metrics
 from sparkcluster.engine.errors import SparkclusterError
 from sparkcluster.engine.inventory import Host
 from sparkcluster.observe.prometheus import parse
 from sparkcluster.serving.layout import Placement
 from sparkcluster.serving.record import Launched, ServeRecord, Serving
-from tests.support.openai_stub import running_stub
+from tests.support.bench import corpus
 from tests.support.bench_layouts import INPUTS, TP2, TWO_REPLICAS, inventory_file, measured, on_cluster, planned, row
 from tests.support.bench_layouts import Cluster as ServingCluster
-from tests.support.bench import corpus
+from tests.support.openai_stub import running_stub
 
 MODEL = "local/tiny-llama"
 TP_COMMAND = ("vllm", "serve", MODEL, "--tensor-parallel-size", "2", "--distributed-executor-backend", "ray",
@@ -160,8 +162,10 @@ def test_each_layout_gets_its_own_serve_record_and_metrics_and_the_nodes_are_rea
         levels.append(Level(row(1, 40.0, 0.05, 0.02), None))
 
     monkeypatch.setattr(run, "from_cluster", from_cluster)
-    monkeypatch.setattr(run, "sweep", sweep)
-    measure = run.sweep_on(object(), SweepOptions(concurrency=(1,)), lambda event: None)  # type: ignore[arg-type]
+    monkeypatch.setattr(closed_loop_cli, "sweep", sweep)
+    args = cli.build_parser(["bench"]).parse_args(["bench", "--layouts", "tp,replicas", "--concurrency", "1", "--json"])
+    method = layouts_methods.Sustained()
+    measure = run.measure_on(object(), method, method.plan(args), args)  # type: ignore[arg-type]
     swept = {}
     for item in planned("tp", "replicas"):
         now.append(item.kind)

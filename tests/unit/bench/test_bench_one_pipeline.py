@@ -44,7 +44,7 @@ def bench_modules(folder: Path) -> list[Path]:
 
 
 # What chooses a method and hands it its flags: the command's wiring, and --layouts' driver, which measures each
-# layout with the closed loop.
+# layout with the method the flags pick (layouts/methods.py).
 CALLERS = {BENCH / "cli.py", *bench_modules(BENCH / "layouts")}
 METHODS = BENCH / "methods"
 SHARED = [p for p in bench_modules(BENCH) if METHODS not in p.parents and p not in CALLERS]
