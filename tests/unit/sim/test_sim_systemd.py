@@ -19,6 +19,7 @@ from types import ModuleType
 
 import pytest
 
+from sparkcluster.node import gpuclock
 from sparkcluster.sim import machine
 from sparkcluster.sim.hostfiles import SYSTEMD
 
@@ -71,7 +72,8 @@ def test_a_full_unit_parses_to_what_the_runner_reads():
     assert (unit["working_directory"], unit["working_directory_optional"]) == ("/var/lib/sc", True)
     assert unit["environment"] == [("A", "one two"), ("B", "3"), ("C", "x y")]
     assert unit["environment_files"] == [["/etc/default/sc", True], ["/etc/sc.env", False]]
-    assert unit["exec_start"] == ["/usr/bin/python3", "-m", "sc.supervise", "--unit", "sc.service", "--name", "a b"]
+    assert unit["exec_start"] == [{"argv": ["/usr/bin/python3", "-m", "sc.supervise", "--unit", "sc.service",
+                                            "--name", "a b"], "ignore_failure": False}]
     assert (unit["restart"], unit["restart_sec"], unit["kill_mode"], unit["timeout_stop_sec"]) == \
         ("always", 90.0, "control-group", 5.0)
     assert unit["wanted_by"] == ["multi-user.target"]
@@ -85,7 +87,8 @@ def test_defaults_are_systemds():
     assert (unit["type"], unit["restart"], unit["restart_sec"], unit["kill_mode"], unit["timeout_stop_sec"]) == \
         ("simple", "no", 0.1, "control-group", 90.0)
     assert (unit["start_limit_interval_sec"], unit["start_limit_burst"]) == (10.0, 5)
-    assert unit["exec_start"] == ["sleep", "5"] and unit["user"] == "" and unit["wanted_by"] == []
+    assert unit["exec_start"] == [{"argv": ["sleep", "5"], "ignore_failure": False}]
+    assert unit["user"] == "" and unit["wanted_by"] == [] and unit["remain_after_exit"] is False
 
 
 @pytest.mark.parametrize("text, says", [
@@ -93,6 +96,7 @@ def test_defaults_are_systemds():
     ("[Service]\nExecStart=/bin/true\nExecStart=\n", "Service has no ExecStart="),
     ("[Service]\nExecStart=/bin/true\nExecStart=/bin/false\n", "more than one ExecStart= setting"),
     ("[Service]\nType=forking\nExecStart=/bin/true\n", "Type=forking is not emulated"),
+    ("[Service]\nType=oneshot\nExecStart=/bin/true\nRestart=always\n", "isn't allowed for Type=oneshot"),
     ("[Service]\nExecStart=bin/true\n", "Neither a valid executable name nor an absolute path"),
     ("[Service]\nExecStart=+/bin/true\n", "prefix '+' is not emulated"),
     ("[Service]\nExecStart=/bin/echo %Z\n", "Failed to parse ExecStart="),
@@ -106,10 +110,18 @@ def test_a_unit_systemd_would_refuse_is_refused(text, says):
 def test_bad_values_are_warnings_and_keep_the_default():
     unit = unit_file.parse_unit("[Service]\nExecStart=-/bin/false\nRestart=sometimes\nRestartSec=soon\n"
                                 "[Frobnicate]\nX=1\n", "w.service", "w")
-    assert (unit["restart"], unit["restart_sec"], unit["ignore_failure"]) == ("no", 0.1, True)
+    assert (unit["restart"], unit["restart_sec"], unit["exec_start"][0]["ignore_failure"]) == ("no", 0.1, True)
     assert unit["warnings"] == ["w:3: Failed to parse Restart=sometimes, ignoring.",
                                 "w:4: Failed to parse RestartSec=soon, ignoring.",
                                 "w:5: Unknown section 'Frobnicate'. Ignoring."]
+
+
+def test_the_gpu_clock_caps_oneshot_unit_is_one_the_emulation_runs():
+    """bootstrap's unit (node/gpuclock.py) re-applies the cap at every boot: a simulated boot runs it too."""
+    unit = unit_file.parse_unit(gpuclock.unit_text(2000), gpuclock.UNIT_NAME, gpuclock.UNIT_PATH)
+    assert (unit["type"], unit["remain_after_exit"], unit["wanted_by"], unit["warnings"]) == \
+        ("oneshot", True, ["multi-user.target"], [])
+    assert unit["exec_start"] == [{"argv": ["/bin/sh", "-c", gpuclock.apply_line(2000)], "ignore_failure": False}]
 
 
 @pytest.mark.parametrize("text, seconds", [("5", 5.0), ("5s", 5.0), ("1min", 60.0), ("1min 30s", 90.0),
@@ -126,7 +138,7 @@ def test_a_bad_timespan_is_an_error(text):
 
 def test_specifiers_resolve_the_users_home():
     unit = unit_file.parse_unit("[Service]\nUser=root\nExecStart=/bin/ls %h %u %p 100%%\n", "x.service")
-    assert unit["exec_start"] == ["/bin/ls", "/root", "root", "x", "100%"]
+    assert unit["exec_start"][0]["argv"] == ["/bin/ls", "/root", "root", "x", "100%"]
 
 
 # ---- systemctl and the runner, for real --------------------------------------------------------------------------
@@ -339,6 +351,26 @@ def test_a_changing_verb_waits_for_the_one_before_it(root):
     assert systemctl(root, "start", "once").returncode == 0  # a no-op: it runs
     assert journalctl(root, "-u", "once", "-o", "cat").stdout == "Started once.service - test once.\n"
     assert systemctl(root, "stop", "once").returncode == 0
+
+
+def test_oneshot_start_waits_for_its_commands_and_remain_after_exit_keeps_it_active(root, tmp_path):
+    mark = tmp_path / "mark"
+    write_unit(root, "cap", f"Type=oneshot\nRemainAfterExit=yes\nExecStart=/bin/sleep 0.5\n"
+                            f"ExecStart=/bin/sh -c 'echo capped > {mark}'")
+    began = time.monotonic()
+    assert systemctl(root, "start", "cap").returncode == 0
+    assert time.monotonic() - began >= 0.5 and mark.read_text() == "capped\n"  # done before start returned
+    assert (show(root, "cap")["ActiveState"], show(root, "cap")["SubState"]) == ("active", "exited")
+    assert systemctl(root, "stop", "cap").returncode == 0 and show(root, "cap")["ActiveState"] == "inactive"
+    assert journalctl(root, "-u", "cap", "-o", "cat").stdout.splitlines()[-3:] == [
+        "Finished cap.service - test cap.", "cap.service: Deactivated successfully.", "Stopped cap.service - test cap."]
+
+    write_unit(root, "once", "Type=oneshot\nExecStart=/bin/true")
+    assert systemctl(root, "start", "once").returncode == 0 and show(root, "once")["ActiveState"] == "inactive"
+    write_unit(root, "broken", "Type=oneshot\nExecStart=/bin/false\nExecStart=/bin/touch /never")
+    out = systemctl(root, "start", "broken")
+    assert out.returncode == 1 and out.stderr.startswith("Job for broken.service failed because the control process")
+    assert systemctl(root, "is-failed", "broken").returncode == 0 and not Path("/never").exists()
 
 
 def test_boot_starts_the_enabled_units_only(root):
