@@ -91,6 +91,9 @@ def sparkrun_v2(doc: SourceMap, shown: str, name: str, inputs: Inputs, resolve_m
         if key not in V2_USED and key not in V2_IGNORED:
             warnings.append(f"{shown}:{line_of(doc, key)}: {key!r} is not a key sparkcluster uses; ignored "
                             "(sparkrun sweeps unknown keys into runtime_config)")
+    shm = _executor_shm(doc, shown)
+    if shm is not None:
+        warnings.append(shm)
     runtime = _text(doc, "runtime", shown, required=False) or ""
     command = _text(doc, "command", shown, required=False)
     if not runtime and command:
@@ -275,6 +278,19 @@ def _defaults(doc: Any, shown: str) -> dict[str, Any]:
         raise UsageError(f"{shown}:{line_of(doc, 'defaults')}: defaults must map names to values, not {describe(value)}",
                          "write `defaults:` followed by indented `name: value` lines")
     return {str(k): v for k, v in value.items()}
+
+
+def _executor_shm(doc: Any, shown: str) -> str | None:
+    """sparkrun's `executor_config: {shm_size: ...}` sizes its container's /dev/shm; sparkcluster runs eugr's line
+    (`--ipc=host`) and applies none of executor_config, so a size asked there would otherwise vanish without a word
+    (and on GB10 a large /dev/shm is what powered hosts off: serve bounds --shm-size, serving/headroom.py)."""
+    config = doc.get("executor_config")
+    size = config.get("shm_size") if isinstance(config, dict) else None
+    if size is None:
+        return None
+    return (f"{shown}:{line_of(config, 'shm_size')}: executor_config.shm_size {size} is not applied: sparkcluster "
+            "runs the container with --ipc=host (the node's own /dev/shm); to size it, serve with "
+            "--docker-arg=--ipc=private --docker-arg=--shm-size=10g (GB10's bound is 16g: serve refuses more)")
 
 
 def _text(doc: Any, key: str, shown: str, required: bool = True) -> str | None:

@@ -1,33 +1,24 @@
-"""Unified-memory headroom on GB10: the two serve settings the field found taking whole hosts down, held to a bound.
-
-A GB10's 128 GB is one pool for the CPU and the GPU, so what vLLM reserves (`--gpu-memory-utilization`) and what the
-container's `/dev/shm` tmpfs may fill (`docker run --shm-size`) come out of the memory the OS itself runs in. Past a
-point the node does not fail politely with an OOM kill: it freezes or powers off, and no restart policy brings it
-back. serve refuses either above its bound (exit 2, before anything connects) unless `--force` is given, which lets
-it through with a warning. Checked once, on the final values: vLLM's flags as the recipe, `--set` and the extra
-arguments after `--` merged them, and the `docker run` arguments as given with `--docker-arg`."""
+"""Unified-memory headroom on GB10: the two serve settings the field found taking whole hosts down, held to the bounds
+of node/memory_bounds.py (why they bite, and the threads that found them, are there). serve refuses either above its
+bound (exit 2, before anything connects) unless `--force` is given, which lets it through with a warning. Checked
+once, on the final values: vLLM's flags as the recipe, `--set` and the extra arguments after `--` merged them, and the
+`docker run` arguments as given with `--docker-arg`."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..engine.errors import UsageError
+from ..node.memory_bounds import (
+    GPU_MEMORY_SOURCE,
+    MAX_GPU_MEMORY_UTILIZATION,
+    MAX_SHM_BYTES,
+    MAX_SHM_TEXT,
+    SHM_SOURCE,
+    shm_bytes,
+)
 from ..recipes.command import canonical, flag_words
-
-# 0.95 froze hosts (MiaAI's hard reboots, as hasso5703/dgx-spark-qwen38#2 reports them); 0.90 is vLLM's own default.
-MAX_GPU_MEMORY_UTILIZATION = 0.90
-GPU_MEMORY_SOURCE = "hasso5703/dgx-spark-qwen38#2 (MiaAI's hosts froze and needed hard reboots at 0.95)"
-# 64 GB gave about 20 hard power-offs and 10 GB stopped them; eugr's README offers --shm-size=16g in place of
-# --ipc=host. Above 16 GiB is refused.
-MAX_SHM_BYTES = 16 * 1024**3
-MAX_SHM_TEXT = "16g"
-SHM_SOURCE = ("tonyd2wild/DeepSeek-v4-Flash-Vision-Exp-DSpark-1M-NVFP4-KV-2x-DGX-Spark#31 (shm_size 64 GB gave hard "
-              "power-offs; 10 GB stopped them)")
-# Docker's own reading of a size (go-units RAMInBytes): binary multiples, an optional `i` and `b`.
-_SIZE = re.compile(r"(\d+(?:\.\d+)?) ?([kmgtp])?i?b?", re.IGNORECASE)
-_UNITS = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4, "p": 1024**5}
 
 
 @dataclass(frozen=True)
@@ -40,14 +31,6 @@ class Breach:
 
     def message(self) -> str:
         return f"{self.setting} {self.why}"
-
-
-def shm_bytes(text: str) -> int | None:
-    """`--shm-size`'s value as Docker reads it ("10g", "10.24g", "64gb", "1024m"), in bytes; None if unreadable."""
-    match = _SIZE.fullmatch(text.strip())
-    if match is None:
-        return None
-    return int(float(match.group(1)) * _UNITS[(match.group(2) or "").lower()])
 
 
 def gpu_memory_breach(vllm_flags: Sequence[str]) -> Breach | None:

@@ -79,6 +79,17 @@ def test_a_recipe_and_its_template_are_held_alike(capsys, inventory, tmp_path):
     assert code is None, err
 
 
+def test_a_sparkrun_recipes_shm_size_is_named_as_not_applied(capsys, inventory, tmp_path):
+    """sparkcluster runs eugr's --ipc=host and none of sparkrun's executor_config: the size asked is not silently lost."""
+    recipe = tmp_path / "r.yml"
+    recipe.write_text(TEMPLATE_RECIPE + "executor_config:\n  ipc: shareable\n  shm_size: 64gb\n")
+    code, err = serve(capsys, inventory, "--recipe", str(recipe))
+    assert code is None, err  # nothing of it reaches docker run, so nothing to refuse
+    assert (f"{recipe}:10: executor_config.shm_size 64gb is not applied: sparkcluster runs the container with "
+            "--ipc=host") in err
+    assert "--docker-arg=--ipc=private --docker-arg=--shm-size=10g" in err
+
+
 def test_force_lets_it_through_with_a_warning(capsys, inventory):
     code, err = serve(capsys, inventory, "--force", "--docker-arg=--shm-size=64g", "--",
                       "--gpu-memory-utilization", "0.95")
