@@ -73,6 +73,9 @@ WINGS: tuple[Wing, ...] = (
     Wing("sparkcluster.bench.cli", (
         ("bench", "measure what the served cluster delivers: throughput and latency at each concurrency"),
     )),
+    Wing("sparkcluster.monitor.cli", (
+        ("monitor", "Prometheus on the head: every node's metrics, the engines', alert and recording rules"),
+    )),
     Wing("sparkcluster.sim.cli", (
         ("sim", "a simulated Spark cluster on this machine (needs root)"),
     )),

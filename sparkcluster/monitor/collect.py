@@ -75,7 +75,7 @@ class Sources:
 
     home: Path = field(default_factory=Path.home)
     sys_root: Path = field(default_factory=qsfp.sys_root_from_env)
-    meminfo: Path = Path("/proc/meminfo")
+    meminfo: Path = field(default_factory=lambda: qsfp.root_from_env("SPARKCLUSTER_PROC_ROOT", "/proc") / "meminfo")
     shell: Callable[[str, float], str] = run_shell
 
     def expand(self, path: str) -> Path:

@@ -96,6 +96,11 @@ def read_twins(sys_root: Path = Path("/sys")) -> list[QsfpTwin]:
     return twins
 
 
+def root_from_env(name: str, default: str) -> Path:
+    """Where a kernel file system is (/sys, /proc), or the tree an environment variable names instead: the tests'
+    and benchmarks' fixture nodes (SPARKCLUSTER_SYS_ROOT, SPARKCLUSTER_PROC_ROOT)."""
+    return Path(os.environ.get(name) or default)
+
+
 def sys_root_from_env() -> Path:
-    """Where sysfs is: /sys, or SPARKCLUSTER_SYS_ROOT (the tests' and benchmarks' fixture trees)."""
-    return Path(os.environ.get("SPARKCLUSTER_SYS_ROOT", "/sys"))
+    return root_from_env("SPARKCLUSTER_SYS_ROOT", "/sys")
