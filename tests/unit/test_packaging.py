@@ -28,6 +28,7 @@ def test_wheel_ships_host_files_and_inventories(wheel):
     # the monitor wing's alert and recording rules (monitor up writes them beside Prometheus' configuration)
     assert "sparkcluster/monitor/rules/sparkcluster-alerts.yml" in names
     assert "sparkcluster/monitor/rules/sparkcluster-recording.yml" in names
+    assert "sparkcluster/monitor/dashboards/sparkcluster.json" in names
 
 
 def test_wheel_declares_the_console_script(wheel):
