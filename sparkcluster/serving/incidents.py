@@ -71,6 +71,7 @@ class Incident:
     root_cause: str | None = None
     text: str = ""
     version: int = FORMAT_VERSION
+    phases: dict[str, float] | None = None  # what the recovery was made of: its serve's phases, in seconds
 
     def to_json(self) -> dict[str, Any]:
         return {k: str(v) if isinstance(v, StrEnum) else v for k, v in asdict(self).items()}
@@ -80,7 +81,8 @@ class Incident:
         return cls(at=str(doc["at"]), target=str(doc["target"]), seen=Seen(doc["seen"]), action=Action(doc["action"]),
                    outcome=Outcome(doc["outcome"]), detected_s=_number(doc.get("detected_s")),
                    recovered_s=_number(doc.get("recovered_s")), root_cause=doc.get("root_cause"),
-                   text=str(doc.get("text", "")), version=int(doc.get("version", FORMAT_VERSION)))
+                   text=str(doc.get("text", "")), version=int(doc.get("version", FORMAT_VERSION)),
+                   phases=_phases(doc.get("phases")))
 
     def line(self) -> str:
         """One line for a person: when, what, what was done, how long."""
@@ -127,6 +129,12 @@ def parse_state(text: str | None) -> SupervisorState | None:
         return SupervisorState.from_json(json.loads(text))
     except (ValueError, KeyError, TypeError):
         return None
+
+
+def _phases(value: object) -> dict[str, float] | None:
+    if not isinstance(value, dict):
+        return None
+    return {str(k): float(v) for k, v in value.items() if isinstance(v, int | float)}
 
 
 def _number(value: object) -> float | None:

@@ -119,15 +119,24 @@ def head_inventory_doc(inventory: Inventory) -> dict[str, Any]:
             doc["hcas"] = list(h.hcas)
         own = {k: v for k, v in h.vars.items() if inventory.vars.get(k) != v}
         if own:
-            doc["vars"] = own
+            doc["vars"] = _plain(own)
         return doc
-    shared = {k: v for k, v in inventory.vars.items() if k not in ("key", "known_hosts")}
+    shared = {k: _plain(v) for k, v in inventory.vars.items() if k not in ("key", "known_hosts")}
     shared.update({"key": "~/.ssh/id_ed25519", "known_hosts": "~/.ssh/known_hosts"})
     doc: dict[str, Any] = {"name": inventory.name, "vars": shared,
                            "hosts": {h.name: host_doc(h) for h in inventory.every_host}}
     if inventory.models:
         doc["models"] = list(inventory.models)
     return doc
+
+
+def _plain(value: Any) -> Any:
+    """A var as YAML writes it: mappings and sequences as dicts and lists (the loaded inventory holds read-only ones)."""
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value
 
 
 def unit_text(user: str, home: str, lib: str) -> str:

@@ -5,6 +5,7 @@ serve gives it, while the router serves the others."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -30,6 +31,7 @@ class Outcome:
     seconds: float
     cause: str | None  # the serve's own error (its first line), where it failed
     busy: bool = False  # a serve or down by hand holds the cluster's lock: not a failure of ours
+    phases: dict[str, float] | None = None  # the serve's own phases (its --json), what the recovery was made of
 
 
 def serve_argv(spec: SupervisorSpec, inventory: Path, survivors: Sequence[str] | None = None,
@@ -60,7 +62,7 @@ def run_serve(argv: list[str], timeout_s: float, log: Path) -> Outcome:
         out.write(done.stdout[-4000:] + done.stderr[-8000:])
     seconds = time.monotonic() - start
     if done.returncode == 0:
-        return Outcome(True, seconds, None)
+        return Outcome(True, seconds, None, phases=_phases(done.stdout))
     said = done.stderr.decode(errors="replace")
     return Outcome(False, seconds, first_error(said), busy="is already running there" in " ".join(said.split()))
 
@@ -82,6 +84,14 @@ def restart_replica(spec: SupervisorSpec, inventory_path: Path, index: int, log:
             out.write(f"replica {index} restart failed: {cause}\n")
         return Outcome(False, time.monotonic() - start, cause)
     return Outcome(True, time.monotonic() - start, None)
+
+
+def _phases(stdout: bytes) -> dict[str, float] | None:
+    try:
+        phases = json.loads(stdout)["phases"]
+    except (ValueError, KeyError, TypeError):
+        return None
+    return {str(k): float(v) for k, v in phases.items()} if isinstance(phases, dict) else None
 
 
 def first_error(stderr: str) -> str:

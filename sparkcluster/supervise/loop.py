@@ -112,7 +112,8 @@ class Supervisor:
         if self.degraded and not set(self.degraded.lost) & set(view.down):
             self.restore(now)
             return
-        for c, verdict in verdicts:
+        # The router first: without it no replica is reached, and serving the layout again restarts every part.
+        for c, verdict in sorted(verdicts, key=lambda cv: not by_name[cv[0].target].router):
             if verdict is not None and verdict.act:
                 self.act(c, verdict, by_name.get(c.target), record, now)
                 return
@@ -203,8 +204,8 @@ class Supervisor:
         if outcome.ok:
             self.judge.started(name, self.clock())
             self.record(Incident(now_iso(), name, seen, action, Outcome.RECOVERED, round(verdict.detected_s, 1),
-                                 round(outcome.seconds, 1), None,
-                                 f"{seen}: {action} ({what}): answering again"))
+                                 round(outcome.seconds, 1), None, f"{seen}: {action} ({what}): answering again",
+                                 phases=outcome.phases))
             self.tell(WatchState.DEGRADED if self.degraded else WatchState.WATCHING,
                       f"serving without {', '.join(self.degraded.lost)}" if self.degraded else None)
         else:

@@ -716,8 +716,8 @@ def test_two_replicas_answer_through_vllms_router_and_one_that_dies_is_named_whi
     assert f"--listen 0.0.0.0:8000 --upstream 28000 -- vllm-router --host 127.0.0.1 --port 28000 --worker-urls " \
            f"http://{head.fabric_ips[0]}:8001 http://{worker.fabric_ips[0]}:8002" in lines["spark-1"][1]
     try:
-        served = sc(cluster, "serve", "--replicas", "2", "--model", MODEL, "--no-verify", "--json", *VLLM_FLAGS,
-                    "--api-key", API_KEY)  # given by flag: the guards get it as the replicas do (issue 46)
+        served = sc(cluster, "serve", "--replicas", "2", "--model", MODEL, "--no-verify", "--no-supervise", "--json",
+                    *VLLM_FLAGS, "--api-key", API_KEY)  # by flag: the guards get it as the replicas do (issue 46)
         assert served.returncode == 0, served.stderr[-3000:]
         doc = json.loads(served.stdout)
         assert doc["endpoint"] == f"http://{head.mgmt_ip}:8000/v1" and doc["launcher"] == "native"
@@ -942,3 +942,98 @@ def layouts_have_receipts_that_explain_them(tp: dict, replicas: dict, out: Path)
                       "replicas behind the router",
                       "  2. --tensor-parallel-size: A 2, B 1  [model and layout] the serve command line's "
                       "parallelism, as launched"], explained.stdout
+
+
+# A policy for the tests: a round every 2 s, a probe every 3 s that waits 5 s, two misses in a row. The defaults
+# (15 s, 30 s, 20 s) notice within 100 s; these within 20 s, so the proofs below cost seconds, not minutes.
+QUICK_POLICY = {"interval_s": 2, "probe_every_s": 3, "probe_timeout_s": 5, "misses": 2, "backoff_s": [0, 5, 10]}
+RECEIVER = """
+import http.server, sys
+class Receiver(http.server.BaseHTTPRequestHandler):
+    def do_POST(self):
+        body = self.rfile.read(int(self.headers['Content-Length']))
+        with open(sys.argv[1], 'ab') as f:
+            f.write(body + b'\\n')
+        self.send_response(204)
+        self.end_headers()
+http.server.HTTPServer(('127.0.0.1', 9977), Receiver).serve_forever()
+"""
+
+
+@contextmanager
+def supervise_policy(c: SimCluster, policy: dict) -> Iterator[None]:
+    text = c.inventory_path.read_text()
+    doc = yaml.safe_load(text)
+    doc["vars"]["supervise"] = policy
+    c.inventory_path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    try:
+        yield
+    finally:
+        c.inventory_path.write_text(text)
+
+
+def wait_for_incident(c: SimCluster, count: int, timeout_s: float = 400) -> list[dict]:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        events = json.loads(sc(c, "events", "--json").stdout)["events"]
+        if len([e for e in events if e["outcome"] != "reported"]) >= count:
+            return events
+        time.sleep(2)
+    raise AssertionError(f"no incident #{count} within {timeout_s} s: {sc(c, 'events').stdout}\n"
+                         + ssh(c, "spark-1", "tail -n 40 ~/.config/sparkcluster/supervisor/supervisor.log").stdout)
+
+
+def test_the_supervisor_serves_again_a_tp2_whose_worker_died_or_whose_engine_wedged(cluster):
+    """Issue 48, proofs 1 and 2: serve installs the supervisor on the head as a systemd unit (the simulator's
+    systemd runs the same unit file). `kill -9` of spark-2's vLLM: noticed, the TP 2 layout served again, answering,
+    one incident with both times, posted to --notify (a receiver on the head). `kill -STOP` of the head's engine
+    core (/health still 200): the probe times out, wedged, served again. `down` stops the supervisor first."""
+    receiver_log = "/tmp/sparkcluster-notify.jsonl"
+    cluster.exec_in("spark-1", ["sh", "-c", f"setsid python3 -c {shlex.quote(RECEIVER)} {receiver_log} "
+                                            "</dev/null >/dev/null 2>&1 &"])
+    body = {"model": MODEL, "prompt": "The cluster of sparks", "max_tokens": 2, "temperature": 0}
+    head = cluster.topology.hosts[0]
+    endpoint = f"http://{head.mgmt_ip}:8000/v1"
+    with supervise_policy(cluster, QUICK_POLICY):
+        try:
+            served = sc(cluster, "serve", "--launcher", "native", "--tp", "2", "--model", MODEL, "--no-verify",
+                        "--json", "--notify", "http://127.0.0.1:9977/hook", *VLLM_FLAGS)
+            assert served.returncode == 0, served.stderr[-3000:]
+            assert json.loads(served.stdout)["supervisor"]["state"] == "watching", served.stdout[-1000:]
+            unit = ssh(cluster, "spark-1", "systemctl is-active sparkcluster-supervisor.service; "
+                                           "systemctl is-enabled sparkcluster-supervisor.service").stdout.split()
+            assert unit == ["active", "enabled"], unit
+
+            ssh(cluster, "spark-2", 'kill -KILL -- -"$(cat ~/.cache/sparkcluster/serve/main.pid)"')
+            killed = time.monotonic()
+            first = wait_for_incident(cluster, 1)[-1]
+            assert (first["target"], first["seen"], first["action"], first["outcome"]) == (
+                "vLLM", "engine-dead", "restart", "recovered"), first
+            assert 0 <= first["detected_s"] < 60 and first["recovered_s"] > 0, first
+            assert time.monotonic() - killed < 400
+            code, text = http(f"{endpoint}/completions", body, timeout=60)
+            assert code == 200, text
+            posted = [json.loads(line) for line in ssh(cluster, "spark-1", f"cat {receiver_log}").stdout.splitlines()]
+            assert posted and posted[0]["seen"] == "engine-dead" and posted[0]["text"].startswith("sparkcluster: "), \
+                posted
+
+            core = ssh(cluster, "spark-1", "pgrep -f 'VLLM::EngineCore|EngineCore' | head -n 1").stdout.strip()
+            assert core, ssh(cluster, "spark-1", "ps -eo pid,args").stdout
+            ssh(cluster, "spark-1", f"kill -STOP {core}")
+            assert http(f"http://{head.mgmt_ip}:8000/health", timeout=10)[0] == 200  # /health cannot see a wedge
+            second = wait_for_incident(cluster, 2)[-1]
+            assert (second["seen"], second["action"], second["outcome"]) == ("wedged", "restart", "recovered"), second
+            code, text = http(f"{endpoint}/completions", body, timeout=60)
+            assert code == 200, text
+
+            status = json.loads(sc(cluster, "status", "--json").stdout)
+            assert status["supervisor"]["active"] and status["supervisor"]["state"]["state"] == "watching", status
+            assert [i["seen"] for i in status["supervisor"]["incidents"]] == ["engine-dead", "wedged"]
+            since = json.loads(sc(cluster, "events", "--json", "--since", "1h").stdout)["events"]
+            assert len(since) == 2
+        finally:
+            down = sc(cluster, "down", "--json")
+            cluster.exec_in("spark-1", ["pkill", "-f", "sparkcluster-notify"])
+    assert down.returncode == 0, down.stderr
+    assert ssh(cluster, "spark-1", "systemctl is-active sparkcluster-supervisor.service || true").stdout.strip() == \
+        "inactive"

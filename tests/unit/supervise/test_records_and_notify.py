@@ -35,7 +35,7 @@ def test_an_incident_and_a_state_go_to_json_and_back_and_a_torn_line_is_skipped(
     assert json.loads(line) == {"at": "2026-12-01T21:00:00+00:00", "target": "vLLM", "seen": "engine-dead",
                                 "action": "restart", "outcome": "recovered", "detected_s": 4.1, "recovered_s": 71.5,
                                 "root_cause": None, "text": "engine-dead: restart (TP 2): answering again",
-                                "version": 1}
+                                "version": 1, "phases": None}
     assert parse_events(f"{line}\n{line}\n{line[:30]}") == [INCIDENT, INCIDENT]  # a power cut mid-write
     assert INCIDENT.line() == ("2026-12-01T21:00:00+00:00 vLLM: engine-dead: restart (TP 2): answering again "
                                "(detected in 4 s, answering again after 72 s)")
