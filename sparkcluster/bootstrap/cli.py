@@ -118,7 +118,7 @@ def cmd_bootstrap(args: argparse.Namespace, connect_selected: Connect) -> int:
         extra["allow_other_gpu"] = True
     if args.runtime:
         extra["runtime"] = args.runtime
-    if args.gpu_clock_cap:
+    if getattr(args, "gpu_clock_cap", None):
         extra["gpu_clock_cap"] = args.gpu_clock_cap
     inventory = selected_inventory(args)
     if args.runtime and not args.check:  # the cluster's from now on: every later command reads it there
