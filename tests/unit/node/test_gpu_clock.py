@@ -9,8 +9,11 @@ from pathlib import Path
 import pytest
 
 from sparkcluster import cli
+from sparkcluster.bootstrap import cli as bootstrap_cli
+from sparkcluster.bootstrap import stepcatalog
 from sparkcluster.engine import session as session_module
 from sparkcluster.engine.errors import EXIT_USAGE
+from sparkcluster.engine.playbook import build_args
 from sparkcluster.node.gpuclock import Clocks, apply_line, parse_clock_report, unit_text
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
@@ -68,3 +71,20 @@ def test_an_inventory_cap_that_is_no_cap_is_refused_with_its_line(tmp_path, caps
     assert cli.main(["bootstrap", str(inventory)]) == EXIT_USAGE
     err = capsys.readouterr().err
     assert "inv.yml:2" in err and "gpu_clock_cap must be a GPU clock in MHz" in err and "gpu_clock_cap: 2000" in err
+
+
+def test_the_flag_and_the_inventory_var_reach_the_step_as_a_whole_number(tmp_path, monkeypatch):
+    """--gpu-clock-cap is the playbook's gpu_clock_cap (beating the inventory's), and bootstrap's step gets it as MHz;
+    without either the step is asked for no cap (0: skipped)."""
+    extras: list[dict[str, object]] = []
+    monkeypatch.setattr(bootstrap_cli, "run_playbook",
+                        lambda playbook, inventory, args, extra: extras.append(extra) or type("R", (), {"exit_code": 1}))
+    inventory = tmp_path / "inv.yml"
+    inventory.write_text("vars:\n  gpu_clock_cap: 1800\nhosts:\n  s1: {address: 10.0.0.1, role: head}\n")
+    assert cli.main(["bootstrap", str(inventory), "--gpu-clock-cap", "2000"]) == 1
+    assert extras == [{"gpu_clock_cap": 2000}]
+    call = next(c for play in stepcatalog.load_bundled("bootstrap").plays for c in play.steps
+                if c.name == "gpu.clock_cap")
+    assert build_args(call, {"gpu_clock_cap": 2000}).cap_mhz == 2000
+    assert build_args(call, {"gpu_clock_cap": 1800}).cap_mhz == 1800  # the inventory's var, where no flag is given
+    assert build_args(call, {}).cap_mhz == 0
