@@ -1,5 +1,6 @@
-"""What either method's receipt reads (the endpoint's /version) and where it is written (beside a file, or in a
-folder); each method assembles its own (methods/*/receipt.py) from what the target and its run already hold."""
+"""What either method's receipt reads (the endpoint's /version: the one reader of it, the closed loop's config
+records it too) and where it is written (beside a file, or in a folder); each method assembles its own
+(methods/*/receipt.py) from what the target and its run already hold."""
 
 from __future__ import annotations
 
@@ -12,10 +13,12 @@ from ..observe.scrape import SCRAPE_TIMEOUT_S
 from .receipt import Receipt
 
 
-def endpoint_version(base_url: str) -> str | None:
-    """What the endpoint's /version says (vLLM's release), None where it says nothing readable."""
+def endpoint_version(base_url: str, api_key: str | None = None) -> str | None:
+    """What the endpoint's /version says (vLLM's release), None where it says nothing readable; the key, where
+    bench has one, sent as to the endpoint's other paths (vLLM leaves /version open; another server may not)."""
     url = base_url.rstrip("/").removesuffix("/v1") + "/version"
-    answer = request(url, timeout_s=SCRAPE_TIMEOUT_S, limit_bytes=4096)  # the whole GET within the bound
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
+    answer = request(url, timeout_s=SCRAPE_TIMEOUT_S, limit_bytes=4096, headers=headers)  # the whole GET, bounded
     try:
         doc = json.loads(answer.body) if answer.status == 200 else None
     except ValueError:

@@ -5,6 +5,7 @@ imports only its own modules and the shared ones, so no twin of a shared module 
 from __future__ import annotations
 
 import ast
+import json
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,8 @@ from sparkcluster.bench.methods.llama_benchy import formats
 from sparkcluster.bench.methods.llama_benchy.chat import Client
 from sparkcluster.bench.sse import BadResponse, Usage
 from sparkcluster.bench.timeline import Chunk, Exchange
+from tests.support.helpers import run_cli
+from tests.support.openai_stub import running_stub
 
 BENCH = Path(sparkcluster.bench.__file__).parent
 PACKAGE = BENCH.parent
@@ -113,3 +116,17 @@ def test_a_failed_exchange_is_an_error_in_each_methods_words(seen: Exchange, our
 def test_both_methods_write_csv_through_the_one_renderer():
     assert formats.csv_text("m", [], 1) == render.csv_text(formats.CSV_COLUMNS, []) == ",".join(
         formats.CSV_COLUMNS) + "\r\n"
+
+
+def test_one_reader_asks_the_endpoint_its_version():
+    """Issue 47: /version was read two ways (the sweep's own GET beside the receipt's bounded one); receipts.py's
+    is the one left, and the closed loop's config and its receipt say what it read."""
+    readers = sorted(str(p.relative_to(PACKAGE)) for folder in (BENCH, PACKAGE / "observe")
+                     for p in bench_modules(folder) if '/version"' in p.read_text(encoding="utf-8"))
+    assert readers == ["bench/receipts.py"]
+    with running_stub() as endpoint:  # its /version says "stub"
+        result = run_cli("bench", "--url", endpoint, "--json", "--concurrency", "1", "--runs", "1",
+                         "--requests-per-stream", "1", "--warmup", "0", "--prompt-tokens", "16", "--output-tokens", "4")
+    assert result.returncode == 0, result.stderr
+    doc = json.loads(result.stdout)
+    assert doc["config"]["server_version"] == doc["receipt"]["engine"]["vllm_version"] == "stub"

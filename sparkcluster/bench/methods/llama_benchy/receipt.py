@@ -29,5 +29,5 @@ def benchy_receipt(target: Target, parameters: dict[str, Any], corpus: Corpus | 
     """`parameters`: llama-benchy's own, as its document records them; the engine's /metrics from after the session's
     warm-up to the last cell (each cell's own warm-up run, part of llama-benchy's method, included)."""
     params = BenchParams("llama-benchy", parameters, corpus_digest(corpus) if corpus else None)
-    version = None if target.served and target.served.vllm_build else endpoint_version(target.base_url)
+    version = None if target.served and target.served.vllm_build else endpoint_version(target.base_url, target.api_key)
     return assemble(target.base_url, target.served, version, params, between(before, after))
