@@ -48,16 +48,18 @@ def make_dirs_in_upper(upper: Path, directory: Path) -> None:
             os.chmod(d, 0o755)
 
 
-def opaque_dir_in_upper(upper: Path, path: str) -> None:
-    """Make a directory of the host's disk its own: overlayfs shows none of the real one's entries under an
-    opaque upper directory (the xattr overlayfs reads; a mounted overlay's upper must not change, so the host is off)."""
+def opaque_dir_in_upper(upper: Path, path: str) -> bool:
+    """Make a directory of the host's disk its own: overlayfs shows none of the real one's entries under an opaque
+    upper directory (the xattr overlayfs reads; a mounted overlay's upper must not change, so the host is off).
+    False where the upper's filesystem refuses the xattr (an overlayfs before Linux 6.7): the real entries then
+    show, and what reads the directory must tell them apart (the emulated systemd starts only units of its own)."""
     directory = upper / path.lstrip("/")
     make_dirs_in_upper(upper, directory)
     try:
         os.setxattr(directory, "trusted.overlay.opaque", b"y")
-    except OSError as e:
-        raise SparkclusterError(f"cannot mark {directory} opaque for overlayfs: {e.strerror}",
-                                "keep the simulator's state on a filesystem with trusted xattrs (ext4, xfs, tmpfs)") from e
+    except OSError:
+        return False
+    return True
 
 
 def capabilities_restricted() -> bool:

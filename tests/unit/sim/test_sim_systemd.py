@@ -377,14 +377,20 @@ def test_boot_starts_the_enabled_units_only(root):
     write_unit(root, "wanted", "ExecStart=/bin/sleep 1000")
     write_unit(root, "unwanted", "ExecStart=/bin/sleep 1000")
     assert systemctl(root, "enable", "wanted").returncode == 0
+    # an enabled unit of the real machine's (a link into /lib/systemd/system), where the host's dir is not opaque
+    (root / "usr/lib").mkdir(parents=True)
+    (root / "usr/lib/machine.service").write_text("[Service]\nExecStart=/bin/sleep 1000\n")
+    (root / "etc/systemd/system/machine.service").symlink_to(root / "usr/lib/machine.service")
+    (root / "etc/systemd/system/multi-user.target.wants/machine.service").symlink_to(root / "usr/lib/machine.service")
     assert systemctl(root, "__boot").returncode == 0
-    assert [show(root, n)["ActiveState"] for n in ("wanted", "unwanted")] == ["active", "inactive"]
+    assert [show(root, n)["ActiveState"] for n in ("wanted", "unwanted", "machine")] == ["active", "inactive",
+                                                                                         "inactive"]
     assert systemctl(root, "stop", "wanted").returncode == 0
 
 
 def test_the_host_gets_the_tools_and_a_unit_directory_of_its_own(tmp_path):
     assert all((HOST / tool).is_file() and os.access(HOST / tool, os.X_OK) for tool in SYSTEMD)
-    machine.opaque_dir_in_upper(tmp_path, "/etc/systemd/system")
+    assert machine.opaque_dir_in_upper(tmp_path, "/etc/systemd/system")
     made = tmp_path / "etc/systemd/system"
     # overlayfs hides the real machine's units (and their enabled links) under it
     assert os.getxattr(made, "trusted.overlay.opaque") == b"y"
