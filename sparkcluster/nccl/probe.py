@@ -10,10 +10,14 @@ Rank 0 prints an nccl-tests-like table, the per-call latency at decode sizes (me
 `SPARKCLUSTER_PROBE_RESULT {json}`; every rank prints `SPARKCLUSTER_PROBE_RANK {json}`. `sparkcluster nccl-report`
 reads both together with NCCL's own INFO lines.
 
-Latency is timed call by call (a median and a p99 need each call's time, which nccl-tests' one average over a loop
-does not give): on a GPU with a pair of CUDA events around each call, enqueued back to back as nccl-tests launches
-them, so that neither the host's launch cost nor a synchronize per call is counted; on the CPU (gloo, whose calls
-return when done) with perf_counter around each call. Each call's time is the slowest rank's, as nccl-tests counts.
+Latency is timed in samples, so that a median and a p99 exist (nccl-tests' one average over a loop gives neither).
+On a GPU a sample is CALLS_PER_SAMPLE calls captured in one CUDA graph (as vLLM's decode replays them, and as
+nccl-tests' -G times them), replayed between a pair of CUDA events, all samples enqueued behind a spin kernel so
+that the host's launch cost is never what the events hold; its time per call is the replay's over its calls. Where
+torch cannot capture the collective, the sample is the same calls launched eagerly back to back. Timing single
+calls instead read an 8 KiB all_reduce over NVLink at 80 us where the collective takes 12 (issue 50): each call then
+carried torch's per-call host work. On the CPU (gloo, whose calls return when done) a sample is one call timed with
+perf_counter. Each sample's time is the slowest rank's, as nccl-tests counts.
 """
 
 from __future__ import annotations
@@ -36,9 +40,16 @@ from typing import Any
 DEFAULT_SIZES = "1M,16M,64M,256M,1G"
 # A decode step's all-reduces carry tens to hundreds of KB (hidden size x batch x dtype): latency, not bandwidth.
 DEFAULT_LATENCY_SIZES = "8K,32K,128K,512K,2M"
-# Enough calls for a p99 that is not the single worst one on a GPU (a few ms per size); gloo's CPU calls take
+# Enough samples for a p99 that is not the single worst one on a GPU (10-100 ms per size); gloo's CPU calls take
 # 0.1-10 ms each on the simulator, where 50 keep a link's run to about a second.
-LATENCY_ITERS = {"cuda": 200, "cpu": 50}
+LATENCY_ITERS = {"cuda": 100, "cpu": 50}
+# A GPU sample's calls, back to back: enough that the gap between two samples (a graph launch, a few us) is a tenth
+# of a call or less at 8 KiB, few enough that a sample stays one decode step's worth of all-reduces.
+CALLS_PER_SAMPLE = 10
+# Samples run untimed first. A sample's graph is replayed slower its first few times (the first size's most: two
+# warm replays read an 8 KiB all_reduce over sockets up to 31% above the reference, tests/fixtures/nccl/real/).
+WARM_SAMPLES = 10
+LATENCY_TIMINGS = ("auto", "graph", "eager")
 LATENCY_WARMUP = 5
 # A slow link must not make verify slow: a size gets fewer calls (never under the minimum) where its warm-up says
 # the full count would take longer than its budget (a 2 MiB all_reduce at 160 ms, 16 MiB at 1.2 s over a delayed
@@ -147,7 +158,11 @@ def parse_args(argv: Sequence[str], environ: Mapping[str, str]) -> argparse.Name
                         help=f"sizes timed call by call, median and p99 (default {DEFAULT_LATENCY_SIZES}; "
                              "'none' skips them)")
     parser.add_argument("--latency-iters", type=int,
-                        help="calls timed per latency size (default 200 on a GPU, 50 on the CPU)")
+                        help=f"samples timed per latency size (default 100 on a GPU, each {CALLS_PER_SAMPLE} calls "
+                             "back to back; 50 on the CPU, each one call)")
+    parser.add_argument("--latency-timing", choices=LATENCY_TIMINGS, default="auto",
+                        help="a GPU sample's calls: captured in a CUDA graph (graph), launched one by one (eager), "
+                             "or a graph where torch can capture one (auto, the default)")
     parser.add_argument("--timeout", type=int, default=300, help="seconds to wait for the other ranks")
     args = parser.parse_args(argv)
     try:
@@ -199,9 +214,9 @@ def latency_row(op: str, size_bytes: int, seconds: Sequence[float]) -> dict[str,
 
 
 def format_latency(rows: Sequence[Mapping[str, Any]]) -> str:
-    """Per collective, its median and p99 per call at each size (the decode sizes)."""
-    lines = [f"# latency per call{'':>3}{'size':>10} {'median(us)':>11} {'p99(us)':>11} {'calls':>6}"]
-    lines += [f"  {r['op']:<18}{r['size_bytes']:>10} {r['median_us']:>11.1f} {r['p99_us']:>11.1f} {r['iters']:>6}"
+    """Per collective, its median and p99 per call at each size (the decode sizes), over how many samples."""
+    lines = [f"# latency per call{'':>3}{'size':>10} {'median(us)':>11} {'p99(us)':>11} {'samples':>7}"]
+    lines += [f"  {r['op']:<18}{r['size_bytes']:>10} {r['median_us']:>11.1f} {r['p99_us']:>11.1f} {r['iters']:>7}"
               for r in rows]
     return "\n".join(lines)
 
@@ -276,7 +291,7 @@ def _measure(dist: Any, torch: Any, args: argparse.Namespace, device: Any, op: s
 
 def _time_calls(dist: Any, torch: Any, args: argparse.Namespace, device: Any, op: str, size: int
                 ) -> dict[str, Any]:
-    """`op` at `size`, call by call: the slowest rank's time of each call, as its median and p99."""
+    """`op` at `size` in samples: the slowest rank's time per call of each sample, as its median and p99."""
     began_size = time.perf_counter()
     count = max(args.world, size // FLOAT_BYTES // args.world * args.world)
     call = _collective(dist, torch, op, count, args.world, device, args.backend)
@@ -287,21 +302,14 @@ def _time_calls(dist: Any, torch: Any, args: argparse.Namespace, device: Any, op
     if on_gpu:
         torch.cuda.synchronize(device)
     per_call = (time.perf_counter() - warm_from) / LATENCY_WARMUP
-    calls = _agreed(dist, torch, device, calls_within(args.latency_iters, per_call, LATENCY_BUDGET_S,
-                                                      LATENCY_MIN_CALLS))
-    _barrier(dist, args)
     if on_gpu:
-        events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-                  for _ in range(calls)]
-        _hold_stream(torch, device, calls * per_call)
-        for start, end in events:
-            start.record()
-            call()
-            end.record()
-        torch.cuda.synchronize(device)
-        seconds = [start.elapsed_time(end) / 1e3 for start, end in events]  # elapsed_time is in ms
+        seconds, timing = _gpu_samples(dist, torch, args, device, call)
+        per_sample = CALLS_PER_SAMPLE
     else:
-        seconds = []
+        calls = _agreed(dist, torch, device, calls_within(args.latency_iters, per_call, LATENCY_BUDGET_S,
+                                                          LATENCY_MIN_CALLS))
+        _barrier(dist, args)
+        seconds, timing, per_sample = [], "host", 1
         for _ in range(calls):
             began = time.perf_counter()
             call()
@@ -309,23 +317,80 @@ def _time_calls(dist: Any, torch: Any, args: argparse.Namespace, device: Any, op
     slowest = torch.tensor(seconds, dtype=torch.float64, device=device)
     dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
     # What timing this size added to the probe's run (warm-up, calls, the exchange): benchmarks/verify_latency.py
-    return {**latency_row(op, count * FLOAT_BYTES, slowest.tolist()),
+    return {**latency_row(op, count * FLOAT_BYTES, slowest.tolist()), "per_sample": per_sample, "timing": timing,
             "wall_ms": round((time.perf_counter() - began_size) * 1e3, 1)}
+
+
+def _gpu_samples(dist: Any, torch: Any, args: argparse.Namespace, device: Any, call: Callable[[], None]
+                 ) -> tuple[list[float], str]:
+    """Per-call seconds of each sample (CALLS_PER_SAMPLE calls back to back) and how they ran ("graph" or
+    "eager"). Every rank runs its samples the same way (a collective's calls must match on every rank), so one
+    rank that cannot capture sends all of them to eager calls."""
+    graph = _captured(torch, device, call) if args.latency_timing != "eager" else None
+    graphed = _agreed(dist, torch, device, int(graph is not None)) == 1
+    if args.latency_timing == "graph" and not graphed:  # after the agreement: every rank stops, none waits
+        raise RuntimeError("--latency-timing graph: torch could not capture the collective in a CUDA graph on "
+                           "every rank (the note above says why where it was this one)")
+
+    def eager() -> None:
+        for _ in range(CALLS_PER_SAMPLE):
+            call()
+
+    sample: Callable[[], None] = graph.replay if graphed and graph is not None else eager
+
+    warm_from = time.perf_counter()
+    for _ in range(WARM_SAMPLES):
+        sample()
+    enqueued = time.perf_counter()  # the host's share: what the spin kernel must outlast, not the GPU's time
+    torch.cuda.synchronize(device)
+    per_sample = (time.perf_counter() - warm_from) / WARM_SAMPLES
+    samples = _agreed(dist, torch, device, calls_within(args.latency_iters, per_sample, LATENCY_BUDGET_S,
+                                                        LATENCY_MIN_CALLS))
+    _barrier(dist, args)
+    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(samples)]
+    _hold_stream(torch, device, samples * (enqueued - warm_from) / WARM_SAMPLES)
+    for start, end in events:
+        start.record()
+        sample()
+        end.record()
+    torch.cuda.synchronize(device)
+    # elapsed_time is in ms
+    return [start.elapsed_time(end) / 1e3 / CALLS_PER_SAMPLE for start, end in events], \
+        "graph" if graphed else "eager"
+
+
+def _captured(torch: Any, device: Any, call: Callable[[], None]) -> Any:
+    """CALLS_PER_SAMPLE calls of `call` captured in one CUDA graph; None where torch or NCCL cannot capture them
+    (an older torch, a build without graph support for collectives): the caller then launches them eagerly."""
+    try:
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            for _ in range(CALLS_PER_SAMPLE):
+                call()
+        torch.cuda.synchronize(device)
+        return graph
+    except Exception as e:  # noqa: BLE001 - whatever stopped the capture, eager calls still time the collective
+        print(f"note: the latency calls run eagerly, not in a CUDA graph: {type(e).__name__}: {e}", file=sys.stderr)
+        return None
 
 
 _SLEEP_CYCLES_PER_S: dict[str, float] = {}
 
 
 def _hold_stream(torch: Any, device: Any, host_seconds: float) -> None:
-    """Keep the GPU busy (a spin kernel) while the host enqueues every timed call, so that the calls then run back
-    to back and each pair of events holds the collective's GPU time alone. Without it a short collective waits on
-    torch's per-call host work (tens of us) and the events would time that instead; vLLM's decode replays CUDA
-    graphs, where no such gap exists either. Where torch has no spin kernel, the calls are timed as they come."""
+    """Keep the GPU busy (a spin kernel) while the host enqueues every timed sample, so that the samples then run
+    back to back and each pair of events holds the collectives' GPU time alone, never a gap while the host catches
+    up (torch's per-call host work is tens of us; a graph launch a few). Where torch has no spin kernel, the samples
+    are timed as they come."""
     sleep = getattr(torch.cuda, "_sleep", None)
     if sleep is None:
         return
     key = str(device)
     if key not in _SLEEP_CYCLES_PER_S:  # the spin is counted in GPU clock cycles: measure how many make a second
+        # Launched once before it is timed: the first launch loads the kernel's module (lazy loading) while the
+        # start event has already run, and a calibration that counted that load held the stream too briefly.
+        sleep(1000)
+        torch.cuda.synchronize(device)
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
         sleep(10_000_000)
