@@ -296,6 +296,7 @@ def _time_calls(dist: Any, torch: Any, args: argparse.Namespace, device: Any, op
     count = max(args.world, size // FLOAT_BYTES // args.world * args.world)
     call = _collective(dist, torch, op, count, args.world, device, args.backend)
     on_gpu = device.type == "cuda"
+    checked = {"sum_ok": _sum_holds(dist, torch, device, count, args)} if op == "all_reduce" else {}
     warm_from = time.perf_counter()
     for _ in range(LATENCY_WARMUP):
         call()
@@ -318,7 +319,20 @@ def _time_calls(dist: Any, torch: Any, args: argparse.Namespace, device: Any, op
     dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
     # What timing this size added to the probe's run (warm-up, calls, the exchange): benchmarks/verify_latency.py
     return {**latency_row(op, count * FLOAT_BYTES, slowest.tolist()), "per_sample": per_sample, "timing": timing,
-            "wall_ms": round((time.perf_counter() - began_size) * 1e3, 1)}
+            **checked, "wall_ms": round((time.perf_counter() - began_size) * 1e3, 1)}
+
+
+def _sum_holds(dist: Any, torch: Any, device: Any, count: int, args: argparse.Namespace) -> bool:
+    """Whether an all_reduce at this size gives the right sum on every rank: element i of rank r holds
+    i % 251 + r + 1, so every element of the result is world * (i % 251) + world * (world + 1) / 2 (exact in
+    float32). A setting under trial (verify --tune) must carry data, not only time: a forced protocol can corrupt
+    it silently (NVIDIA/nccl#281)."""
+    pattern = torch.arange(count, dtype=torch.float32, device=device) % 251
+    buffer = pattern + float(args.rank + 1)
+    dist.all_reduce(buffer)
+    expected = pattern * args.world + args.world * (args.world + 1) / 2
+    ok = bool(torch.equal(buffer, expected))
+    return _agreed(dist, torch, device, int(ok)) == 1
 
 
 def _gpu_samples(dist: Any, torch: Any, args: argparse.Namespace, device: Any, call: Callable[[], None]

@@ -181,3 +181,29 @@ def test_a_rank_that_cannot_capture_sends_every_rank_to_eager_calls(capsys: pyte
     assert how == "eager" and torch.cuda.graphs[0].replays == 0
     with pytest.raises(RuntimeError, match="could not capture the collective in a CUDA graph on every rank"):
         samples(capture_fails=False, peer_captured=False, timing="graph")
+
+
+# ---- the sum check a setting under trial must pass (verify --tune) ---------------------------------------------
+class _PairDist:
+    """Rank 0's side of a two-rank all_reduce on CPU tensors: rank 1's buffer is added, `corrupt` drops a chunk."""
+
+    class ReduceOp:
+        MIN = "min"
+
+    def __init__(self, torch: Any, corrupt: bool) -> None:
+        self.torch, self.corrupt, self.first = torch, corrupt, True
+
+    def all_reduce(self, tensor: Any, op: str | None = None) -> None:
+        if op == "min":
+            return  # the other rank agrees with whatever this one found
+        theirs = self.torch.arange(tensor.numel(), dtype=self.torch.float32) % 251 + 2  # rank 1's pattern
+        if self.corrupt:
+            theirs[tensor.numel() // 2:] = 0  # a protocol that loses half a message (LL128 forced, nccl#281)
+        tensor += theirs
+
+
+def test_an_all_reduce_is_checked_for_the_right_sum_before_its_time_counts():
+    torch = pytest.importorskip("torch")
+    args = argparse.Namespace(rank=0, world=2)
+    assert probe._sum_holds(_PairDist(torch, corrupt=False), torch, torch.device("cpu"), 2048, args)
+    assert not probe._sum_holds(_PairDist(torch, corrupt=True), torch, torch.device("cpu"), 2048, args)
