@@ -234,10 +234,10 @@ class HostRuntime(Runtime):
         # Private: the log may hold clients' prompts and completions (keptlog.py); its keeper bounds it.
         d = shell_path(SERVE_STATE_DIR)
         return env.started(f"umask 077\nmkdir -p {d} && chmod 700 {d} || exit 1\n{self._enter(env)}"
-                           f"if kill -0 $(cat {d}/{role}.pid 2>/dev/null) 2>/dev/null; then echo 'already running' >&2; exit 3; fi\n"
+                           f"if {ours(f'{d}/{role}.pid')}; then echo 'already running' >&2; exit 3; fi\n"
                            f"{keep_host_output(role)} || exit 1\n"
                            f"setsid nohup {shlex.join(argv)} > {output_fifo(role)} 2>&1 < /dev/null &\n"
-                           f"echo $! > {d}/{role}.pid")
+                           f"{started_at('$!')} > {d}/{role}.pid.start; echo $! > {d}/{role}.pid")
 
     def start_main(self, argv: Sequence[str], env: NodeEnv) -> Command:
         return self._start("main", argv, env)
@@ -252,7 +252,7 @@ class HostRuntime(Runtime):
         return Command(f"{self._enter(env)}exec {shlex.join(argv)}")
 
     def alive(self, role: str) -> Command:
-        return Command(f"kill -0 $(cat {shell_path(SERVE_STATE_DIR)}/{role}.pid 2>/dev/null) 2>/dev/null")
+        return Command(ours(f"{shell_path(SERVE_STATE_DIR)}/{role}.pid"))
 
     def logs(self, role: str, lines: int, follow: bool) -> Command:
         # The kept log is <role>.log and, once its keeper rotated, the chunk before it in <role>.log.1; followed by
@@ -265,8 +265,8 @@ class HostRuntime(Runtime):
 
     def stop_vllm(self) -> Command:
         d = shell_path(SERVE_STATE_DIR)
-        return Command(f"p=$(cat {d}/vllm.pid 2>/dev/null) && kill -TERM -- -$p 2>/dev/null && "
-                       f"while kill -0 $p 2>/dev/null; do sleep 0.2; done; rm -f {d}/vllm.pid; true")
+        return Command(f"{ours(f'{d}/vllm.pid')} && kill -TERM -- -$p 2>/dev/null && "
+                       f"while kill -0 $p 2>/dev/null; do sleep 0.2; done; rm -f {d}/vllm.pid {d}/vllm.pid.start; true")
 
     def stop_main(self) -> Command:
         return Command(self._stop_roles("main") + "; true")
@@ -276,9 +276,9 @@ class HostRuntime(Runtime):
         d = shell_path(SERVE_STATE_DIR)
         grace = _wait_while("kill -0 \"$p\" 2>/dev/null", STOP_GRACE_S)
         gone = _wait_while("ps -o stat= -s \"$p\" 2>/dev/null | grep -qv '^Z'", KILL_WAIT_S)
-        return (f"for r in {roles}; do p=$(cat {d}/$r.pid 2>/dev/null); if [ -n \"$p\" ] && kill -0 \"$p\" 2>/dev/null; "
+        return (f"for r in {roles}; do if {ours(f'{d}/$r.pid')}; "
                 f"then kill -TERM -- -\"$p\" 2>/dev/null; {grace}; kill -KILL -- -\"$p\" 2>/dev/null; {gone}; echo $r; fi; "
-                f"rm -f {d}/$r.pid; done")
+                f"rm -f {d}/$r.pid {d}/$r.pid.start; done")
 
     def stop_all(self) -> Command:
         # setsid made each process a group leader: signal the whole group (Ray's raylet, vLLM's workers). A SIGKILL
@@ -291,6 +291,20 @@ class HostRuntime(Runtime):
         return Command(f"{self._stop_roles('router vllm main')}; "
                        f"if [ -x {ray} ] && {raylet}; then {ray} stop --force >/dev/null 2>&1; "
                        f"{_wait_while(raylet, KILL_WAIT_S)}; echo ray; fi; {keepers}; true")
+
+
+def started_at(pid: str) -> str:
+    """Shell printing when process `pid` started (its /proc stat's 22nd field, read after the name's closing
+    parenthesis, which may hold spaces)."""
+    return f"sed 's/.*) //' /proc/{pid}/stat 2>/dev/null | cut -d' ' -f20"
+
+
+def ours(pid_file: str) -> str:
+    """Shell that holds (setting $p) while the process `pid_file` names runs and is the one that was started: after a
+    reboot the file outlives its process, and its number may be another process's, which only its start time tells
+    apart (a file without one, from an older serve: the number alone)."""
+    return (f"p=$(cat {pid_file} 2>/dev/null) && [ -n \"$p\" ] && kill -0 \"$p\" 2>/dev/null && "
+            f"{{ [ ! -e {pid_file}.start ] || [ \"$({started_at('$p')})\" = \"$(cat {pid_file}.start)\" ]; }}")
 
 
 def _wait_while(condition: str, seconds: int) -> str:

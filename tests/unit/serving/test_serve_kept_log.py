@@ -264,7 +264,7 @@ def test_the_host_runtimes_output_goes_through_its_keeper_into_a_private_log(tmp
         assert _sh(runtime.logs("main", 5, follow=False).script, node) == "started\nERROR its last words\n"
         assert not (state / "main.fifo").exists()
         assert _mode(state) == 0o700 and {p.name: _mode(p) for p in state.iterdir()} == {
-            "main.log": 0o600, "main.pid": 0o600, "main.host-keeper.pid": 0o600}
+            "main.log": 0o600, "main.pid": 0o600, "main.pid.start": 0o600, "main.host-keeper.pid": 0o600}
     finally:
         stopped = _sh(runtime.stop_all().script, node)
     assert stopped == "main\n" and _ended(process, 5) and _ended(keeper, 10), "down left the process or its keeper"

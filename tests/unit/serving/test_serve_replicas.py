@@ -30,7 +30,7 @@ from sparkcluster.serving.phases import ServeResult
 from sparkcluster.serving.record import ServeRecord, Serving
 from sparkcluster.serving.render import serving, status_table
 from sparkcluster.serving.router import replica_commands, replica_nodes, router_command
-from sparkcluster.serving.runtime import DockerRuntime, HostRuntime, NodeEnv, RuntimeChoice
+from sparkcluster.serving.runtime import DockerRuntime, HostRuntime, NodeEnv, RuntimeChoice, ours, started_at
 from sparkcluster.serving.status import (
     ClusterStatus,
     NodeStatus,
@@ -163,8 +163,9 @@ def test_the_router_is_a_process_each_runtime_starts_watches_and_stops_like_vllm
     host = HostRuntime("/v")
     assert host.start_router(["vllm-router", "--port", "8000"], ENV).script.endswith(
         "setsid nohup vllm-router --port 8000 > \"$HOME\"/.cache/sparkcluster/serve/router.fifo 2>&1 < /dev/null &\n"
+        f"{started_at('$!')} > \"$HOME\"/.cache/sparkcluster/serve/router.pid.start; "
         "echo $! > \"$HOME\"/.cache/sparkcluster/serve/router.pid")
-    assert host.alive("router") == Command("kill -0 $(cat \"$HOME\"/.cache/sparkcluster/serve/router.pid 2>/dev/null) 2>/dev/null")
+    assert host.alive("router") == Command(ours("\"$HOME\"/.cache/sparkcluster/serve/router.pid"))
     assert "for r in router vllm main; do" in host.stop_all().script
     docker = DockerRuntime("vllm-node", entrypoint=("vllm", "serve"))
     # an image whose entrypoint is `vllm serve` gets the router's own as entrypoint

@@ -5,6 +5,8 @@ data, exactly as the engine's steps are."""
 from __future__ import annotations
 
 import io
+import os
+import subprocess
 from dataclasses import replace
 from pathlib import Path
 
@@ -22,10 +24,20 @@ from sparkcluster.serving.keptlog import container_output, file_output, keep_hos
 from sparkcluster.serving.launch import Node, ServeArgs
 from sparkcluster.serving.lifecycle import ray_commands, running_current, vllm_commands
 from sparkcluster.serving.nodes import node_env
+from sparkcluster.serving.phases import ServeOptions
 from sparkcluster.serving.record import ServeRecord
 from sparkcluster.serving.render import progress_printer
-from sparkcluster.serving.phases import ServeOptions
-from sparkcluster.serving.runtime import DockerRuntime, HostRuntime, NodeEnv, RuntimeChoice, stop_all_serving
+from sparkcluster.serving.runtime import (
+    DockerRuntime,
+    HostRuntime,
+    NodeEnv,
+    RuntimeChoice,
+    ours,
+    started_at,
+    stop_all_serving,
+)
+
+STATE = '"$HOME"/.cache/sparkcluster/serve'
 from sparkcluster.serving.status import logs_command
 from sparkcluster.staging.images import ImageInfo
 
@@ -73,12 +85,25 @@ def test_host_runtime_commands_source_the_comm_env_then_the_fixed_env():
         "cd || exit 1",
         'set -a; . "$HOME"/c.env || exit 1; set +a',
         "export PATH=/opt/venv/bin:\"$PATH\" A=1 B='two words'",
-        'if kill -0 $(cat "$HOME"/.cache/sparkcluster/serve/main.pid 2>/dev/null) 2>/dev/null; then '
+        f'if {ours(STATE + "/main.pid")}; then '
         "echo 'already running' >&2; exit 3; fi",
         f"{keep_host_output('main')} || exit 1",
         'setsid nohup ray start --block > "$HOME"/.cache/sparkcluster/serve/main.fifo 2>&1 < /dev/null &',
-        'echo $! > "$HOME"/.cache/sparkcluster/serve/main.pid']
-    assert host.alive("vllm") == Command('kill -0 $(cat "$HOME"/.cache/sparkcluster/serve/vllm.pid 2>/dev/null) 2>/dev/null')
+        f"{started_at('$!')} > {STATE}/main.pid.start; echo $! > {STATE}/main.pid"]
+    assert host.alive("vllm") == Command(ours(f"{STATE}/vllm.pid"))
+
+
+def test_a_pid_file_names_the_process_started_not_one_that_took_its_number_after_a_reboot(tmp_path):
+    """After a reboot the pid file outlives its process and its number may be another's: `alive` compares the start
+    time it wrote (seen: the supervisor's restart of a node that came back found `already running`)."""
+    pid_file = tmp_path / "main.pid"
+    started = subprocess.run(["sh", "-c", f"sleep 30 & {started_at('$!')} > {pid_file}.start; echo $! > {pid_file}; "
+                                          f"if {ours(str(pid_file))}; then echo ours; fi"], capture_output=True, text=True)
+    assert started.stdout.strip() == "ours"
+    pid_file.write_text(f"{os.getpid()}\n")  # a live process that is not the one started
+    stale = subprocess.run(["sh", "-c", f"if {ours(str(pid_file))}; then echo ours; else echo stale; fi"],
+                           capture_output=True, text=True)
+    assert stale.stdout.strip() == "stale"
 
 
 @pytest.mark.parametrize("name", ["A;touch /tmp/x;B", "1X", "A B", "", "A-B", "$(id)"])
