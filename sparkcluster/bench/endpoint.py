@@ -22,6 +22,12 @@ class BenchFailed(SparkclusterError):
         super().__init__(message, fix, EXIT_FAILED)
 
 
+def requests_failed(where: str, failed: int, sent: int, first: str | None, fix: str) -> BenchFailed:
+    """Requests of one step of a run failed (a concurrency's run, a llama-benchy cell): either method's in one
+    wording, where, how many of how many, and the first one's error."""
+    return BenchFailed(f"{where}: {failed} of {sent} requests failed; the first: {first}", fix)
+
+
 def session(max_streams: int, timeout_s: float, api_key: str | None = None) -> aiohttp.ClientSession:
     """`timeout_s` bounds each request as a whole (aiohttp's `total` runs until the body is read), not only a
     silence: a server that keeps sending tokens or comments forever never stalls a read. `api_key` goes with
@@ -50,10 +56,6 @@ def describe_error(error: BaseException, url: str) -> str:
 
 FIX = ("check that the server runs (`sparkcluster status`) and that --url names its OpenAI base, "
        "e.g. http://HOST:8000/v1")
-
-
-def root_of(base_url: str) -> str:
-    return base_url[: -len("/v1")] if base_url.endswith("/v1") else base_url
 
 
 async def get_json(client: aiohttp.ClientSession, url: str) -> tuple[int, object]:

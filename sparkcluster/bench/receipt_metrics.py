@@ -15,14 +15,15 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Protocol
 
 import aiohttp
 
 from ..observe.prometheus import MAX_TEXT_CHARS, Scrape, parse
-from ..observe.scrape import SCRAPE_TIMEOUT_S
+from ..observe.scrape import SCRAPE_TIMEOUT_S, metrics_url
+from .endpoint import BenchFailed
 
 DRAFTS = "vllm:spec_decode_num_drafts_total"
 DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"
@@ -185,6 +186,33 @@ async def snapshot_engines(client: aiohttp.ClientSession, metrics_urls: Sequence
     return Snapshot(at, Scrape(tuple(replace(sample, labels=(*sample.labels, (REPLICA_LABEL, str(i))))
                                      for i, scrape in enumerate(scrapes) for sample in scrape.samples),
                                sum(scrape.skipped for scrape in scrapes), any(scrape.truncated for scrape in scrapes)))
+
+
+def engines_of(base_url: str, engine_metrics: Sequence[str]) -> list[str]:
+    """Each engine's /metrics behind a router (`engine_metrics`), or else the endpoint's own."""
+    return list(engine_metrics) or [metrics_url(base_url)]
+
+
+class Held(Protocol):
+    """Where a run keeps the snapshots its receipt's deltas are taken between."""
+
+    metrics_before: Snapshot | None
+    metrics_after: Snapshot | None
+
+
+async def around(client: aiohttp.ClientSession, base_url: str, engine_metrics: Sequence[str], held: Held,
+                 measure: Callable[[], Awaitable[None]]) -> None:
+    """Either method's measurement between two snapshots of the engines' /metrics (each replica's own behind a
+    router, `engine_metrics`; none: the endpoint's), the second taken after a BenchFailed too, so the rows measured
+    before it keep their receipt."""
+    engines = engines_of(base_url, engine_metrics)
+    held.metrics_before = await snapshot_engines(client, engines)
+    try:
+        await measure()
+    except BenchFailed:
+        held.metrics_after = await snapshot_engines(client, engines)
+        raise
+    held.metrics_after = await snapshot_engines(client, engines)
 
 
 def between(before: Snapshot | None, after: Snapshot | None) -> EngineDeltas | None:

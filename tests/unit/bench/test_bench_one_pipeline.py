@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,7 @@ from sparkcluster.bench.methods.llama_benchy import formats
 from sparkcluster.bench.methods.llama_benchy.chat import Client
 from sparkcluster.bench.sse import BadResponse, Usage
 from sparkcluster.bench.timeline import Chunk, Exchange
+from tests.support.bench import benchy
 from tests.support.helpers import run_cli
 from tests.support.openai_stub import running_stub
 
@@ -130,3 +132,20 @@ def test_one_reader_asks_the_endpoint_its_version():
     assert result.returncode == 0, result.stderr
     doc = json.loads(result.stdout)
     assert doc["config"]["server_version"] == doc["receipt"]["engine"]["vllm_version"] == "stub"
+
+
+def test_requests_that_fail_mid_run_are_worded_one_way_by_either_method(tmp_path):
+    """Issue 47: the closed loop said "at concurrency 2, run 1: 1 of 2 requests failed; the first: ..." where
+    llama-benchy said "2 request(s) of cell ... failed: ... (and 1 more)"; both now say where, how many of how many,
+    and the first one's error (endpoint.requests_failed)."""
+    # The closed loop: a calibration probe, a warm-up and c=1's 4 requests answer; then every request fails.
+    with running_stub(ttft=0.01, itl=0.001, fail_after=6) as url:
+        ours = run_cli("bench", "--url", url, "--json", "--concurrency", "1,2", "--runs", "1", "--prompt-tokens", "16",
+                       "--output-tokens", "4", timeout=120)
+    # llama-benchy: 3 prompt probes, the coherence question, cell c=1's warm-up and run; then HTTP 500s.
+    with running_stub(ttft=0.01, itl=0.001, fail_after=6) as url:
+        theirs = benchy(tmp_path, url, "--pp", "32", "--tg", "4", "--concurrency", "1", "2", "--runs", "1", "--json")
+    assert (ours.returncode, theirs.returncode) == (1, 1), (ours.stderr, theirs.stderr)
+    said = [json.loads(ours.stdout)["error"], json.loads(theirs.stdout)["sparkcluster"]["error"]]
+    wording = r"(at concurrency 2, run 1|cell d=0 pp=32 tg=4 c=2): 2 of 2 requests failed; the first: HTTP 500: "
+    assert [re.match(wording, s["message"]) is not None for s in said] == [True, True], said

@@ -12,9 +12,9 @@ from dataclasses import dataclass, replace
 import aiohttp
 
 from ...context import TOKENS_PER_WORD_AT_MOST, Sizes, fit
-from ...endpoint import FIX, BenchFailed, resolve_model, root_of, session
+from ...endpoint import FIX, BenchFailed, requests_failed, resolve_model, session
 from ...metrics import Sampler, ServerSide, summarize
-from ...receipt_metrics import Snapshot, snapshot_engines
+from ...receipt_metrics import Snapshot, around, engines_of
 from ...receipts import endpoint_version
 from ...timeline import RequestTimeline
 from . import prompts
@@ -152,15 +152,9 @@ async def sweep(base_url: str, model: str | None, opts: SweepOptions, levels: li
                                              opts.output_tokens)
             if not result.ok:
                 raise _failed(result, "the warm-up request")
-        engines = list(engine_metrics) or [f"{root_of(base_url)}/metrics"]
-        sampler = Sampler(client, engines)
-        prepared.metrics_before = await snapshot_engines(client, engines)
-        try:
-            await _levels(client, endpoint, opts, levels, prepared, sampler, emit)
-        except BenchFailed:  # the rows measured so far keep their receipt
-            prepared.metrics_after = await snapshot_engines(client, engines)
-            raise
-        prepared.metrics_after = await snapshot_engines(client, engines)
+        sampler = Sampler(client, engines_of(base_url, engine_metrics))
+        await around(client, base_url, engine_metrics, prepared,
+                     lambda: _levels(client, endpoint, opts, levels, prepared, sampler, emit))
 
 
 async def _levels(client: aiohttp.ClientSession, endpoint: Endpoint, opts: SweepOptions, levels: list[Level],
@@ -184,7 +178,6 @@ async def _levels(client: aiohttp.ClientSession, endpoint: Endpoint, opts: Sweep
             first_failed = next((r for r in timeline.requests if not r.ok), None)
             if first_failed:
                 levels.append(Level(combine(rows), summarize(windows)))
-                raise BenchFailed(f"at concurrency {concurrency}, run {run + 1}: "
-                                  f"{rows[-1].errors} of {rows[-1].requests} requests failed; "
-                                  f"the first: {first_failed.error}", fix_for(first_failed))
+                raise requests_failed(f"at concurrency {concurrency}, run {run + 1}", rows[-1].errors,
+                                      rows[-1].requests, first_failed.error, fix_for(first_failed))
         levels.append(Level(combine(rows), summarize(windows)))

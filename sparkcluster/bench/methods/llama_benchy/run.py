@@ -11,19 +11,13 @@ from dataclasses import dataclass, field, replace
 
 import aiohttp
 
-from ....engine.errors import SparkclusterError
-from ....observe.scrape import metrics_url
-from ...endpoint import resolve_model
+from ...endpoint import requests_failed, resolve_model
 from ...endpoint import session as request_pool
-from ...receipt_metrics import Snapshot, snapshot_engines
+from ...receipt_metrics import Snapshot, around
 from .arithmetic import BenchmarkRun
 from .chat import Client, Tally
 from .corpus import Corpus
 from .schedule import BenchyOptions, Cell, Session, http_session, run_cell, start
-
-
-class CellFailed(SparkclusterError):
-    """Requests of a cell failed: the run stops there (the cells before it stand)."""
 
 
 @dataclass
@@ -80,14 +74,8 @@ async def session_run(client: Client, corpus: Corpus, opts: BenchyOptions, plan:
         outcome.session = session = await start(client, http, corpus, opts, session_warmup, context)
         say(f"latency {session.latency_s * 1000:.2f} ms ({opts.latency_mode})"
             + (f"; the model answered {session.answer!r}" if opts.coherence else ""))
-        engines = list(engine_metrics) or [metrics_url(client.base_url)]
-        outcome.metrics_before = await snapshot_engines(http, engines)
-        try:
-            await _cells(client, http, corpus, opts, session, plan, outcome, say, done, skipped, warm_first_cell_only)
-        except CellFailed:  # the cells measured so far keep their receipt
-            outcome.metrics_after = await snapshot_engines(http, engines)
-            raise
-        outcome.metrics_after = await snapshot_engines(http, engines)
+        await around(http, client.base_url, engine_metrics, outcome, lambda: _cells(
+            client, http, corpus, opts, session, plan, outcome, say, done, skipped, warm_first_cell_only))
 
 
 async def _cells(client: Client, http: aiohttp.ClientSession, corpus: Corpus, opts: BenchyOptions, session: Session,
@@ -109,9 +97,9 @@ async def _cells(client: Client, http: aiohttp.ClientSession, corpus: Corpus, op
         entries, errors = await run_cell(client, http, corpus, cell_opts, session, cell, step)
         outcome.runs += entries
         weight_done += _weight(cell)
-        if errors:
-            more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
-            raise CellFailed(f"{len(errors)} request(s) of cell {cell.label} failed: {errors[0]}{more}",
-                             "the cells before it are kept; check the server's log, or raise --timeout")
+        if errors:  # a cell's requests: each measured run's burst, and its context load's where split
+            sent = cell_opts.runs * cell.concurrency * (2 if cell_opts.prefix_caching and cell.depth > 0 else 1)
+            raise requests_failed(f"cell {cell.label}", len(errors), sent, errors[0],
+                                  "the cells before it are kept; check the server's log, or raise --timeout")
         outcome.cells_done += 1
         done(cell, entries)  # only a cell whose every request succeeded counts as measured
