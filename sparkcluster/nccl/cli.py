@@ -15,7 +15,7 @@ from ..engine.console import out as console
 from ..engine.errors import EXIT_FAILED, EXIT_OK, UsageError
 from ..engine.inventory import Inventory
 from ..engine.report import print_json
-from . import report, thresholds
+from . import report, thresholds, tunerun
 from .latency import Latency
 from .verdict import VerdictStatus
 from .verify import run_verify
@@ -29,7 +29,42 @@ def two_nodes_or_more(inventory: Inventory) -> None:
                          "verify two nodes or more (--limit NODE1,NODE2); a one-node serve needs no probe")
 
 
+def tune_flags(args: argparse.Namespace) -> list[int] | None:
+    """verify --tune's flags checked before connecting: the concurrencies, or None where no tuning is asked."""
+    if not (getattr(args, "tune", False) or getattr(args, "reset", False)):  # callers that build args bare
+        if getattr(args, "check", False):
+            raise UsageError("--check goes with --tune or --reset", "add --tune (or --reset) to see what it would set")
+        return None
+    if args.tune and args.reset:
+        raise UsageError("--tune and --reset together", "run one: --tune measures and sets, --reset goes back")
+    try:
+        concurrencies = [int(c) for c in args.concurrency.split(",")]
+    except ValueError:
+        concurrencies = []
+    if not concurrencies or min(concurrencies) < 1:
+        raise UsageError(f"--concurrency {args.concurrency!r}: not a list of positive whole numbers",
+                         "e.g. --concurrency 1,8 (the streams decoding at once)")
+    if args.tune and (args.hidden_size is None or args.hidden_size < 1 or args.dtype_bytes < 1):
+        raise UsageError("verify --tune needs the served model's hidden size (--hidden-size, its config.json's "
+                         "hidden_size): the decode all-reduce carries hidden size x concurrency x dtype bytes",
+                         "e.g. --hidden-size 4096 for Llama-3-8B (--dtype-bytes 2 for bf16, the default)")
+    return concurrencies
+
+
+def cmd_tune(args: argparse.Namespace, connect: Connect, concurrencies: list[int]) -> int:
+    with connect(args, two_nodes_or_more) as session:
+        if args.reset:
+            result = tunerun.run_reset(session, check=args.check)
+        else:
+            result = tunerun.run_tune(session, hidden_size=args.hidden_size, concurrencies=concurrencies,
+                                      dtype_bytes=args.dtype_bytes, backend=args.backend, check=args.check)
+    return shown(lambda: print_json(result.to_json()) if args.json else print(tunerun.render(result)), EXIT_OK)
+
+
 def cmd_verify(args: argparse.Namespace, connect: Connect) -> int:
+    concurrencies = tune_flags(args)
+    if concurrencies is not None:
+        return cmd_tune(args, connect, concurrencies)
     with connect(args, two_nodes_or_more) as session:
         result = run_verify(session, backend=args.backend, sizes=args.sizes, min_busbw=args.min_busbw,
                             per_twin=args.twins)
@@ -80,6 +115,16 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser], app:
                           "one run)")
     ver.add_argument("--strict", action="store_true",
                      help="exit 1 on a WARN too (e.g. a link much slower than its peers for small messages)")
+    ver.add_argument("--tune", action="store_true",
+                     help="measure candidate NCCL settings at the decode sizes (--hidden-size x --concurrency x "
+                          "--dtype-bytes) and 64 MiB+, each all-reduce's sum checked, never LL128; keep the fastest "
+                          "beyond noise within 10%% busbw in every node's comm env and last-verify record")
+    ver.add_argument("--reset", action="store_true", help="remove verify --tune's settings from every comm env")
+    ver.add_argument("--check", action="store_true", help="with --tune or --reset: show what it would set, change "
+                                                          "nothing")
+    ver.add_argument("--concurrency", default="1,8", help="--tune: the concurrencies decode runs at (default 1,8)")
+    ver.add_argument("--hidden-size", type=int, help="--tune: the served model's hidden size (config.json)")
+    ver.add_argument("--dtype-bytes", type=int, default=2, help="--tune: bytes per activation (default 2, bf16)")
     app.wire(ver, cmd_verify)
 
     rep = commands.add_parser("nccl-report", help="read NCCL_DEBUG=INFO logs: transports, devices, a verdict")

@@ -4,7 +4,7 @@ offers it (NCCL on a GPU, gloo on CPU)."""
 from __future__ import annotations
 
 import shlex
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 
 from ..engine.command import Command
@@ -35,9 +35,11 @@ RunInEnv = Callable[[list[str]], Command]  # per node: the command that runs arg
 
 def probe_commands(session: Session, master: str, backend: str, sizes: str | None, env_files: Mapping[str, str],
                    script: str, timeout: float, in_serving_env: Mapping[str, RunInEnv] | None,
-                   extra_env: Mapping[str, Mapping[str, str]] | None = None, port: int = MASTER_PORT
-                   ) -> dict[str, Command]:
-    """Node -> the command that runs its rank of the probe (rank 0 on the head), as a value: nothing runs here."""
+                   extra_env: Mapping[str, Mapping[str, str]] | None = None, port: int = MASTER_PORT,
+                   probe_args: Sequence[str] = (), unset: Sequence[str] = ()) -> dict[str, Command]:
+    """Node -> the command that runs its rank of the probe (rank 0 on the head), as a value: nothing runs here.
+    `probe_args` go to the probe after the rendezvous; `unset` names comm env variables the probe runs without
+    (verify --tune measures NCCL's default beside a tuned comm env)."""
     hosts = session.hosts
     commands = {}
     for rank, host in enumerate(hosts):
@@ -45,13 +47,15 @@ def probe_commands(session: Session, master: str, backend: str, sizes: str | Non
                 "--master-port", str(port), "--backend", backend, "--timeout", str(RENDEZVOUS_TIMEOUT_S)]
         if sizes:
             args += ["--sizes", sizes]
+        args += list(probe_args)
         extra = dict((extra_env or {}).get(host.name, {}))
         if in_serving_env is not None:
             pinned = [f"{k}={v}" for k, v in extra.items()]
             probe = in_serving_env[host.name](["env", "NCCL_DEBUG=INFO", *pinned, "python3", "-", *args])
             commands[host.name] = replace(probe, script=probe.script + " 2>&1", stdin=script, timeout=timeout + 60)
             continue
-        exports = "".join(f"{k}={shlex.quote(v)}; export {k}; " for k, v in extra.items())
+        exports = "".join(f"unset {k}; " for k in unset if k not in extra)
+        exports += "".join(f"{k}={shlex.quote(v)}; export {k}; " for k, v in extra.items())
         line = (f"{source_env(env_files[host.name])}; NCCL_DEBUG=INFO; export NCCL_DEBUG; {exports}"
                 f"exec {python_line(python_of(host), script, *args)} 2>&1")
         commands[host.name] = Command(f"cd; {line}", timeout=timeout + 60)

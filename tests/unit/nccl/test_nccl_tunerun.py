@@ -1,0 +1,148 @@
+"""verify --tune's run (issue 50), with a double at the probe's boundary that prints what the probe prints: the
+winner lands in every node's comm env and last-verify record, --check changes nothing, gloo keeps the default and
+says why, --reset goes back; the default is measured with an earlier tuning unset."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from sparkcluster.engine.command import Command
+from sparkcluster.engine.inventory import Host, Inventory
+from sparkcluster.engine.session import Session
+from sparkcluster.engine.transport import Result
+from sparkcluster.nccl.proberun import probe_commands
+from sparkcluster.nccl.tune import BLOCK_BEGIN, Candidate, tuned_settings
+from sparkcluster.nccl.tunerun import render, run_reset, run_tune
+
+COMM = ".config/sparkcluster/comm.env"
+RECORD = ".config/sparkcluster/last-verify.json"
+BOOTSTRAP_ENV = "# sparkcluster bootstrap\nNCCL_IB_HCA=rocep1s0f1\nNCCL_SOCKET_IFNAME=enp1s0f1np1\n"
+
+
+class Node:
+    """A node's files: the comm env (read and written whole) and the last-verify record (through `cat`)."""
+
+    def __init__(self) -> None:
+        self.files = {COMM: BOOTSTRAP_ENV.encode(), RECORD: json.dumps({"status": "PASS"}).encode()}
+
+    def read_file(self, path: str) -> bytes | None:
+        return self.files.get(path.removeprefix("~/"))
+
+    def write_file_atomic(self, path: str, content: bytes, mode: int) -> None:
+        self.files[path.removeprefix("~/")] = content
+
+    def run(self, command: Command) -> Result:
+        if re.match(r"cat \S*last-verify.json 2>/dev/null", command.script):
+            return Result(command, 0, self.files.get(RECORD, b"").decode(), "", 0.0)
+        if "last-verify.json.tmp" in command.script:
+            self.files[RECORD] = (command.stdin or "").encode()
+        return Result(command, 0, "", "", 0.0)  # test -f: the comm env is there
+
+    def close(self) -> None:
+        pass
+
+
+def cluster() -> tuple[Session, dict[str, Node]]:
+    hosts = (Host("spark-1", "10.0.0.1", role="head"), Host("spark-2", "10.0.0.2", role="worker"))
+    nodes = {h.name: Node() for h in hosts}
+    return Session(Inventory(Path("inv.yml"), "t", hosts, {}), transports=nodes), nodes  # type: ignore[arg-type]
+
+
+# All-reduce medians per call at 8 KiB (c1) and 64 KiB (c8), and busbw at 64 MiB, per candidate: LL wins decode
+# within busbw; 4 channels is faster still but loses a third of the busbw.
+TIMES = {"default": (50.0, 100.0, 20.0), "LL protocol": (38.0, 80.0, 19.5), "4 channels": (30.0, 60.0, 13.0)}
+
+
+def probe_double(candidate: Candidate) -> str:
+    """What rank 0 of the probe prints last, with this candidate's timings (others: the default's, +2%)."""
+    us8k, us64k, busbw = TIMES.get(candidate.name, tuple(v * 1.02 for v in TIMES["default"]))
+    latency = [{"op": "all_reduce", "size_bytes": s, "median_us": us, "p99_us": us * 1.3, "iters": 100,
+                "per_sample": 10, "timing": "graph", "sum_ok": True} for s, us in ((8192, us8k), (65536, us64k))]
+    rows = [{"op": "all_reduce", "size_bytes": 64 << 20, "time_us": 6000.0, "algbw_gbps": busbw,
+             "busbw_gbps": busbw}]
+    return "SPARKCLUSTER_PROBE_RESULT " + json.dumps({"backend": "nccl", "world": 2, "rows": rows,
+                                                      "latency": latency})
+
+
+def test_the_winner_is_in_every_nodes_comm_env_and_last_verify_record_and_reset_removes_it():
+    session, nodes = cluster()
+    with session:
+        found = run_tune(session, hidden_size=4096, concurrencies=[1, 8], backend="nccl", measure=probe_double)
+    assert found.transport == "ib" and found.choice is not None and found.written
+    assert found.choice.chosen.settings == {"NCCL_PROTO": "LL"}
+    assert found.choice.reason.startswith("LL protocol: decode all-reduces 150.0 -> 118.0 us (21% faster)")
+    verdicts = {c["name"]: c["verdict"] for c in found.to_json()["candidates"]}
+    assert verdicts["4 channels"] == "loses 35% busbw at 64 MiB and above" and verdicts["LL protocol"] == "chosen"
+    for node in nodes.values():
+        env = node.files[COMM].decode()
+        assert env.startswith(BOOTSTRAP_ENV) and tuned_settings(env) == {"NCCL_PROTO": "LL"}
+        record = json.loads(node.files[RECORD])
+        assert record["status"] == "PASS" and record["comm_tuned"]["settings"] == {"NCCL_PROTO": "LL"}
+        assert record["comm_tuned"]["decode_bytes"] == {"1": 8192, "8": 65536}
+    with session:
+        back = run_reset(session)
+    assert back.before == {"NCCL_PROTO": "LL"}
+    for node in nodes.values():
+        assert node.files[COMM].decode() == BOOTSTRAP_ENV and "comm_tuned" not in json.loads(node.files[RECORD])
+
+
+def test_check_measures_and_changes_nothing():
+    session, nodes = cluster()
+    with session:
+        found = run_tune(session, hidden_size=4096, concurrencies=[1, 8], backend="nccl", measure=probe_double,
+                         check=True)
+    assert found.choice is not None and found.choice.chosen.name == "LL protocol" and not found.written
+    assert all(n.files[COMM].decode() == BOOTSTRAP_ENV for n in nodes.values())
+    assert all("comm_tuned" not in json.loads(n.files[RECORD]) for n in nodes.values())
+    text = render(found).splitlines()
+    assert text[1].split() == ["CANDIDATE", "DECODE(us)", "VS", "DEFAULT", "BUSBW", "LOST", "VERDICT"]
+    assert text[2].split() == ["default", "150.0", "-", "-", "the", "default"]
+    assert text[3].split() == ["LL", "protocol", "118.0", "+21%", "2%", "chosen"]
+    assert "4 channels                         90.0        +40%         35%  loses 35% busbw" in "\n".join(text)
+    assert text[-1] == "would set in every node's comm env (--check): NCCL_PROTO=LL"
+
+
+def test_under_gloo_the_candidates_are_measured_and_the_default_kept_saying_why():
+    session, nodes = cluster()
+    measured: list[str] = []
+
+    def gloo(candidate: Candidate) -> str:
+        measured.append(candidate.name)
+        return probe_double(candidate)
+
+    with session:
+        found = run_tune(session, hidden_size=4096, concurrencies=[1, 8], backend="gloo", measure=gloo)
+    assert found.choice is not None and not found.choice.changes_anything and len(measured) > 5
+    assert "NCCL's settings change nothing" in found.choice.reason
+    assert all(BLOCK_BEGIN not in n.files[COMM].decode() for n in nodes.values())
+
+
+def test_each_candidates_probe_runs_with_an_earlier_tuning_unset_and_its_own_set():
+    session, _ = cluster()
+    commands = probe_commands(session, "192.168.100.1", "nccl", "64M", {"spark-1": COMM, "spark-2": COMM},
+                              "print()", 60, None, extra_env={"spark-1": {"NCCL_MAX_NCHANNELS": "4"}},
+                              probe_args=["--latency-sizes", "8192"], unset=("NCCL_PROTO", "NCCL_MAX_NCHANNELS"))
+    head = commands["spark-1"].script
+    assert "unset NCCL_PROTO; NCCL_MAX_NCHANNELS=4; export NCCL_MAX_NCHANNELS;" in head
+    assert "unset NCCL_MAX_NCHANNELS" not in head and "--latency-sizes 8192" in head
+    assert "unset NCCL_PROTO; unset NCCL_MAX_NCHANNELS;" in commands["spark-2"].script
+
+
+def test_bad_tune_flags_are_refused_before_connecting(tmp_path, monkeypatch, capsys):
+    from sparkcluster import cli
+    from sparkcluster.engine import session as session_module
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("connected although the flags were refused")
+    monkeypatch.setattr(session_module, "Transport", refuse)
+    path = tmp_path / "inv.yml"
+    path.write_text("hosts:\n  spark-1: {address: 10.0.0.1, role: head}\n  spark-2: {address: 10.0.0.2}\n")
+    for flags, words in ((["--tune"], "needs the served model's hidden size (--hidden-size"),
+                         (["--tune", "--hidden-size", "4096", "--concurrency", "1,x"], "--concurrency '1,x'"),
+                         (["--tune", "--hidden-size", "4096", "--concurrency", "0"], "not a list of positive"),
+                         (["--check"], "--check goes with --tune or --reset"),
+                         (["--tune", "--reset", "--hidden-size", "4096"], "--tune and --reset together")):
+        assert cli.main(["verify", "-i", str(path), *flags]) == 2, flags
+        assert words in " ".join(capsys.readouterr().err.split()), flags
