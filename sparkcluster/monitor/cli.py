@@ -99,8 +99,9 @@ def cmd_status(args: argparse.Namespace, connect: Connect) -> int:
                            | {n: "unreachable" for n in session.unreachable},
                            "targets": health if isinstance(health, list) else None,
                            "error": health if isinstance(health, str) else None}
+    # No target yet is no health yet: Prometheus lists its targets a moment after it starts.
     healthy = prometheus and all(exporters.values()) and not session.unreachable and isinstance(health, list) \
-        and all(t["health"] == "up" for t in health)
+        and bool(health) and all(t["health"] == "up" for t in health)
     if args.json:
         from ..engine.report import print_json
 

@@ -12,13 +12,15 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from ..engine.facts import parse_speeds
 from ..nccl.lastverify import LAST_VERIFY_PATH
 from ..node import gputelemetry
 from ..node.health import parse_meminfo
@@ -29,6 +31,19 @@ from .exposition import Family
 KERNEL_LOG_EVERY_S = 60.0
 KERNEL_LOG_DEADLINE_S = 45.0  # the script gives each reader 10 s, four of them at worst
 MAX_RECORD_BYTES = 1 << 20
+ETHTOOL_DEADLINE_S = 10.0
+
+
+def ethtool_script(twins: list[qsfp.QsfpTwin]) -> str:
+    """The facts probe's `speeds` lines (`<netdev> <ethtool speed or -> <sysfs speed or ->`) for these twins: one
+    ethtool per up twin, as the probe runs it, so the exporter's speed is the one bootstrap and doctor judge."""
+    lines = []
+    for twin in twins:
+        sysfs = twin.speed_mbps if twin.speed_mbps is not None else "-"
+        lines.append(f"out=$(timeout 5 ethtool {shlex.quote(twin.netdev)} 2>/dev/null); s=; case $out in "
+                     f"*\"Speed: \"*) s=${{out#*Speed: }}; s=${{s%%[[:space:]]*}} ;; esac; "
+                     f"echo \"{twin.netdev} ${{s:--}} {sysfs}\"")
+    return "PATH=\"$PATH:/usr/sbin:/sbin\"\n" + "\n".join(lines)
 
 
 def run_shell(script: str, timeout: float) -> str:
@@ -127,7 +142,12 @@ class Collector:
         return nodemetrics.kernel_families(self._kernel)
 
     def _qsfp(self) -> list[Family]:
-        return nodemetrics.qsfp_families(qsfp.read_twins(self.sources.sys_root))
+        twins = qsfp.read_twins(self.sources.sys_root)
+        up = [t for t in twins if t.up]
+        if up:  # the speed as the facts probe reads it: ethtool's where it answers, else sysfs (engine/facts.py)
+            speeds = parse_speeds(self.sources.shell(ethtool_script(up), ETHTOOL_DEADLINE_S).splitlines())
+            twins = [replace(t, speed_mbps=speeds[t.netdev]) if speeds.get(t.netdev) else t for t in twins]
+        return nodemetrics.qsfp_families(twins)
 
     def _hf_cache(self) -> list[Family]:
         env = {**os.environ, "HOME": str(self.sources.home)}

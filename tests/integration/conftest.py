@@ -22,6 +22,7 @@ SLOWEST_FIRST = (
     "test_ring3.py",  # ~280 s: a real vLLM served as three pipeline stages
     "test_ring4.py",  # ~260 s: a real vLLM served as TP 2 x PP 2
     "test_serve_docker.py",  # ~220 s: a two-node cluster, the image copied to the worker
+    "test_monitor.py",  # ~180 s alone: Prometheus on the head waits for four alerts to fire (each under 2 min)
     "test_sim_variants.py",  # ~130 s: bootstrap and verify on the mlx5 link-local pair, then a degraded twin's
 )
 

@@ -5,6 +5,7 @@ and a shell that answers the GPU query and the kernel-log reader with captured o
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -71,6 +72,7 @@ class FakeNode:
     gpu: str = GPU_IDLE
     gpu_rc: int = 0
     journal: str = KERNEL_JOURNAL
+    ethtool: dict[str, str] = field(default_factory=dict)  # netdev -> the Speed ethtool prints (200000Mb/s)
     shell_calls: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -92,6 +94,9 @@ class FakeNode:
             return f"{self.gpu.strip()}\nrc={self.gpu_rc}\n"
         if "journalctl" in script:
             return kernel_script_output(self.journal)
+        if "ethtool" in script:  # what the facts probe's speeds lines say: ethtool's figure, then sysfs'
+            return "".join(f"{netdev} {self.ethtool.get(netdev, '-')} {sysfs}\n"
+                           for netdev, sysfs in re.findall(r'echo "(\S+) \$\{s:--\} (\S+)"', script))
         return ""
 
     def sources(self) -> Sources:

@@ -114,6 +114,15 @@ def test_qsfp_twins_state_speed_and_roce_counters(node: FakeNode) -> None:
     assert value(s, "sparkcluster_qsfp_up", netdev="lo") is None
 
 
+def test_a_twins_speed_is_ethtools_as_the_facts_probe_reads_it(node: FakeNode) -> None:
+    """The simulator's twins are veths (sysfs: 10000) with an emulated ethtool: the facts' rule, ethtool first."""
+    node.ethtool = {"enp1s0f1np1": "100000Mb/s", "enP2p1s0f1np1": "Unknown!"}
+    s = scrape_of(node)
+    assert value(s, "sparkcluster_qsfp_speed_mbps", netdev="enp1s0f1np1", hca="rocep1s0f1", port="1") == 100000
+    assert value(s, "sparkcluster_qsfp_speed_mbps", netdev="enP2p1s0f1np1", hca="roceP2p1s0f1", port="1") == 200000
+    assert not any("enp1s0f0np0" in c for c in node.shell_calls if "ethtool" in c)  # a down twin: no ethtool
+
+
 def test_hf_cache_disk_and_last_verify(node: FakeNode) -> None:
     s = scrape_of(node)
     free, size = value(s, "sparkcluster_hf_cache_free_bytes"), value(s, "sparkcluster_hf_cache_size_bytes")
