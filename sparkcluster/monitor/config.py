@@ -38,7 +38,7 @@ def _job(name: str, targets: Sequence[Target], rename_ray: bool = False) -> dict
 
 def prometheus_config(targets: Targets, rule_files: Sequence[str], interval_s: int = SCRAPE_INTERVAL_S) -> str:
     """`interval_s`: the scrape's (the rules keep their own 15 s); the tests scrape faster to wait less."""
-    jobs = [_job("sparkcluster-node", targets.nodes)]
+    jobs = [_job("sparkcluster-node", targets.nodes)] if targets.nodes else []
     if targets.supervisor:
         jobs.append(_job("sparkcluster-supervisor", [targets.supervisor]))
     if targets.engines:
