@@ -1,6 +1,6 @@
 """Issue 48's platform guards on simulated Sparks: bootstrap's GPU clock cap converges through a real SSH session,
-sudo and the emulated nvidia-smi (locked, kept by its boot unit, re-applied once reset) and a second run changes
-nothing; `doctor --upgrades` reads every node's real apt simulation (the hosts share this Debian machine's root
+sudo and the emulated nvidia-smi (locked, put back by its unit at the next boot, re-applied once reset by hand) and a
+second run changes nothing; `doctor --upgrades` reads every node's real apt simulation (the hosts share this Debian machine's root
 filesystem) and says that fwupd is not there to read."""
 
 from __future__ import annotations
@@ -64,6 +64,15 @@ def test_the_clock_cap_is_applied_kept_at_boot_and_reapplied_once_reset(cluster,
         assert (again["status"], again["reason"]) == (
             "ok", "GPU clock capped at 2000 MHz (graphics clock 2000 MHz); sparkcluster-gpu-clock.service re-applies "
                   "it at boot")
+
+        # a power cycle forgets the lock (the GPU and /run start afresh): the unit enabled at boot puts it back,
+        # with no command from here (the simulator's boot starts enabled units as systemd does)
+        cluster.power_off(fresh_host)
+        cluster.boot(fresh_host)
+        smi = ssh(cluster, fresh_host, "nvidia-smi --query-gpu=clocks.sm --format=csv,noheader").stdout
+        assert smi == "2000 MHz\n"
+        assert ssh(cluster, fresh_host, f"cat {MARK_PATH}").stdout == "0,2000\n"
+        assert clock_cap(inventory, playbook)["status"] == "ok"
 
         ssh(cluster, fresh_host, "nvidia-smi -rgc", user="root")  # someone lifts the lock by hand
         reset = clock_cap(inventory, playbook)
