@@ -287,7 +287,7 @@ def _follow(argvs: dict[str, list[str]]) -> int:
 
 def cmd_down(args: argparse.Namespace, connect: Connect) -> int:
     with connect(args, no_check) as session:
-        supervisor_stopped(session)  # first: it would serve again what down stops
+        supervisor_stopped(session, forget=True)  # first: it would serve again what down stops
         outcomes = stop_everywhere(session)
         if outcomes[session.head.name].state is not StopState.UNREACHABLE:
             clear_record(session)

@@ -9,12 +9,16 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
+from ..engine.command import Command
 from ..engine.errors import SparkclusterError
 from ..engine.session import Session
 from ..engine.transport import Unreachable
+from .incidents import SUPERVISOR_DIR
 from .nodes import node_env
 from .phases import ServeOptions
 from .supervisor_unit import SUPERVISED_ENV, SupervisorSpec, install, serve_argv_for_head, stop_command
+
+KEPT_RECORD = f"{SUPERVISOR_DIR}/record.json"  # the serve record the supervisor keeps (supervise/loop.py)
 
 
 @dataclass(frozen=True)
@@ -37,12 +41,16 @@ def supervised_run() -> bool:
     return os.environ.get(SUPERVISED_ENV) == "1"
 
 
-def supervisor_stopped(session: Session) -> bool:
-    """Stops the head's supervisor (idempotent); True when one was running."""
+def supervisor_stopped(session: Session, forget: bool = False) -> bool:
+    """Stops the head's supervisor (idempotent); True when one was running. `forget` (down): also the serve it kept,
+    so that `supervise on` later serves nothing that was stopped on purpose."""
     if supervised_run():
         return False
     try:
-        return "supervisor" in session.run(session.head, stop_command()).stdout
+        stopped = "supervisor" in session.run(session.head, stop_command()).stdout
+        if forget:
+            session.run(session.head, Command(f"rm -f {KEPT_RECORD}"))
+        return stopped
     except Unreachable:
         return False
 

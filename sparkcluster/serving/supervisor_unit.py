@@ -140,15 +140,16 @@ def _plain(value: Any) -> Any:
 
 
 def unit_text(user: str, home: str, lib: str) -> str:
-    """The systemd unit. KillMode=process: the serve it runs started the engines detached (setsid), and stopping
-    the supervisor must never take a serving cluster down with it."""
+    """The systemd unit. Stopping it (systemd's default KillMode, control-group) ends the supervisor and a serve it
+    is running, so that `down` or a serve by hand never races a recovery; the engines are not in its group (they
+    are started over SSH, in sshd's sessions), so stopping the supervisor leaves the cluster serving."""
     run = shlex.join([HEAD_PYTHON, "-m", "sparkcluster", "supervise", "run"])
     return (f"[Unit]\nDescription=sparkcluster supervisor: keeps the serve on this head answering\n"
             f"After=network-online.target docker.service\nWants=network-online.target\n\n"
             f"[Service]\nType=simple\nUser={user}\nWorkingDirectory={home}\n"
             f"Environment=PYTHONPATH={home}/{lib}\nEnvironment=PYTHONUNBUFFERED=1\n"
             f"EnvironmentFile=-{home}/{SECRETS_FILE}\nExecStart={run}\n"
-            f"Restart=always\nRestartSec=5\nKillMode=process\nTimeoutStopSec=20\n\n"
+            f"Restart=always\nRestartSec=5\nTimeoutStopSec=20\n\n"
             f"[Install]\nWantedBy=multi-user.target\n")
 
 

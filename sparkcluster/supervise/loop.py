@@ -28,12 +28,13 @@ from ..serving.apikey import environment_key
 from ..serving.incidents import Action, Incident, Outcome, Seen, SupervisorState, WatchState, now_iso
 from ..serving.record import ServeRecord, read_record
 from ..serving.runtime import RuntimeChoice
+from ..serving.supervision import KEPT_RECORD
 from ..serving.supervisor_unit import SupervisorSpec
 from . import act
 from .act import Outcome as Done
 from .notify import post
 from .policy import Check, Judge, Policy, Verdict
-from .watch import Progress, Target, check, nodes_view, targets
+from .watch import Progress, Target, check, nodes_view, targets, unreachable
 
 log = logging.getLogger("sparkcluster.supervise")
 
@@ -68,6 +69,11 @@ class Supervisor:
 
     def __post_init__(self) -> None:
         self.judge = Judge(self.policy)
+        try:
+            lost = tuple(json.loads((self.folder / "degraded.json").read_text())["lost"])
+            self.degraded = Degraded(lost, self.clock())
+        except (OSError, ValueError, KeyError, TypeError):
+            self.degraded = None
 
     # ---- what it tells
     def tell(self, state: WatchState, reason: str | None = None) -> None:
@@ -91,6 +97,7 @@ class Supervisor:
             except Exception as e:  # the head's own file: unreadable is told, and the round skipped
                 log.warning("the serve record cannot be read: %s", e)
                 return
+            record = self.kept(record)
             if record is None or record.serving is None:
                 self.tell(WatchState.WATCHING, "nothing is served")
                 return
@@ -109,7 +116,7 @@ class Supervisor:
         if self.gave_up:
             self.tell(WatchState.GAVE_UP, self.gave_up)
             return
-        if self.degraded and not set(self.degraded.lost) & set(view.down):
+        if self.degraded and not self.still_lost(inventory, self.degraded.lost):
             self.restore(now)
             return
         # The router first: without it no replica is reached, and serving the layout again restarts every part.
@@ -137,7 +144,7 @@ class Supervisor:
         assert serving is not None
         if seen is Seen.NODE_DOWN and serving.replicas and target is not None and not target.router:
             if self.degraded is None:  # the router's health checks already keep clients off it
-                self.degraded = Degraded(c.nodes_down, now)
+                self.set_degraded(Degraded(c.nodes_down, now))
                 self.record(Incident(now_iso(), name, seen, Action.NONE, Outcome.REPORTED, verdict.detected_s, None,
                                      None, f"{', '.join(c.nodes_down)} does not answer: the router serves the other "
                                            "replicas (degraded) until it is back"))
@@ -174,28 +181,46 @@ class Supervisor:
         outcome = act.run_serve(act.serve_argv(self.spec, self.inventory_path, survivors, tp=tp),
                                 self.spec.ready_timeout_s + 600, self.log_path)
         if outcome.ok:
-            self.degraded = Degraded(c.nodes_down, self.clock())
+            self.set_degraded(Degraded(c.nodes_down, self.clock()))
         self.after(c.target, Seen.NODE_DOWN, Action.DEGRADE, verdict, outcome,
                    f"TP {tp} on {', '.join(survivors)}")
 
     def restore(self, now: float) -> None:
+        """The lost nodes answer again: with replicas, the next rounds restart the lost replica alone (its engine is
+        not running); with one engine, the full layout served again, as a restart is (backoff and breaker)."""
         assert self.degraded is not None
-        back = self.degraded.lost
-        self.tell(WatchState.RECOVERING, f"{', '.join(back)} answers again: back to the full layout")
-        self.record(Incident(now_iso(), ", ".join(back), Seen.NODE_BACK, Action.NONE, Outcome.REPORTED, None, None,
-                             None, f"{', '.join(back)} answers again"))
+        back = ", ".join(self.degraded.lost)
         record_now = self.current_record()
-        replicas = bool(record_now and record_now.serving and record_now.serving.replicas)
-        if replicas:  # the lost replica alone; the others served throughout
-            self.degraded = None
-            return  # the next round finds its engine not running and restarts that replica
+        if record_now and record_now.serving and record_now.serving.replicas:
+            self.record(Incident(now_iso(), back, Seen.NODE_BACK, Action.NONE, Outcome.REPORTED, None, None, None,
+                                 f"{back} answers again: its replica is started again"))
+            self.set_degraded(None)
+            return
+        allowed, _ = self.judge.may_restart(now)
+        if not allowed:
+            return  # backing off (or gave up: the next fault says so); degraded until then
+        self.judge.restarting(now)
+        self.tell(WatchState.RECOVERING, f"{back} answers again: back to the full layout")
         outcome = act.run_serve(act.serve_argv(self.spec, self.inventory_path), self.spec.ready_timeout_s + 600,
                                 self.log_path)
-        verdict = Verdict(", ".join(back), Seen.NODE_BACK, True, 0.0)
         if outcome.ok:
-            self.degraded = None
-            self.judge = Judge(self.policy)
-        self.after(", ".join(back), Seen.NODE_BACK, Action.RESTORE, verdict, outcome, "the full layout")
+            self.set_degraded(None)
+        self.after("vLLM", Seen.NODE_BACK, Action.RESTORE, Verdict(back, Seen.NODE_BACK, True, 0.0), outcome,
+                   f"{back} answers again: the full layout")
+
+    def set_degraded(self, degraded: Degraded | None) -> None:
+        """Kept in the folder too: a supervisor started again (its unit, a reboot) still knows what it serves without."""
+        self.degraded = degraded
+        kept = self.folder / "degraded.json"
+        if degraded is None:
+            kept.unlink(missing_ok=True)
+        else:
+            write_text(kept, json.dumps({"lost": list(degraded.lost)}) + "\n", 0o600)
+
+    def still_lost(self, inventory: Inventory, names: tuple[str, ...]) -> bool:
+        """Whether any of `names` still does not answer over SSH."""
+        with connect(inventory) as session:
+            return bool(unreachable(session.only(names)))
 
     def after(self, name: str, seen: Seen, action: Action, verdict: Verdict, outcome: Done, what: str) -> None:
         if outcome.busy:
@@ -214,9 +239,22 @@ class Supervisor:
                                  outcome.cause, f"{seen}: {action} ({what}) failed: {outcome.cause}"))
             self.tell(WatchState.RECOVERING, outcome.cause)
 
+    def kept(self, record: ServeRecord | None) -> ServeRecord | None:
+        """The head's serve record, kept in the supervisor's folder; where the head has none any more (a failed serve
+        clears it), the one kept: what is to be served does not change because a restart failed. `down` by hand
+        stops the supervisor before it clears the record."""
+        copy = Path.home() / KEPT_RECORD
+        if record is not None and record.serving is not None:
+            write_text(copy, json.dumps(record.to_json()) + "\n", 0o600)
+            return record
+        try:
+            return ServeRecord.from_json(json.loads(copy.read_text()))
+        except (OSError, ValueError, KeyError, TypeError):
+            return record
+
     def current_record(self) -> ServeRecord | None:
         with connect(load_inventory(self.inventory_path)) as session:
-            return read_record(session)
+            return self.kept(read_record(session))
 
     @property
     def log_path(self) -> Path:

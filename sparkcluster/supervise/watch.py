@@ -10,6 +10,7 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
+from ..engine.command import Command
 from ..engine.errors import SparkclusterError
 from ..engine.inventory import Inventory
 from ..engine.session import Session
@@ -84,6 +85,17 @@ def nodes_view(session: Session, runtime: RuntimeChoice, serving: Serving | None
         return host_name, True, stopped
     seen = session.each(lambda h: one(h.name))
     return NodeView(tuple(n for n, up, _ in seen if not up), {n: s for n, up, s in seen if up and s})
+
+
+def unreachable(session: Session) -> tuple[str, ...]:
+    """The session's nodes that do not answer over SSH."""
+    def down(host_name: str) -> bool:
+        try:
+            session.run(host_name, Command("true", timeout=20))
+        except (Unreachable, SparkclusterError):
+            return True
+        return False
+    return tuple(h.name for h, lost in zip(session.hosts, session.each(lambda h: down(h.name))) if lost)
 
 
 def probe(base_url: str, model: str, api_key: str | None, timeout_s: float) -> ProbeResult:

@@ -66,9 +66,9 @@ def test_the_root_cause_is_the_serves_own_error():
     assert first_error("") == "the serve failed and said nothing"
 
 
-def test_the_unit_restarts_always_and_stopping_it_leaves_the_cluster_serving():
+def test_the_unit_restarts_always_and_stopping_it_ends_a_serve_it_runs():
     unit = unit_text("spark", "/home/spark", ".local/share/sparkcluster/lib/abc")
-    assert "Restart=always\n" in unit and "KillMode=process\n" in unit and "WantedBy=multi-user.target" in unit
+    assert "Restart=always\n" in unit and "KillMode" not in unit and "WantedBy=multi-user.target" in unit
     assert "ExecStart=/usr/bin/python3 -m sparkcluster supervise run\n" in unit
     assert "EnvironmentFile=-/home/spark/.config/sparkcluster/supervisor/secrets.env\n" in unit
     assert "Environment=PYTHONPATH=/home/spark/.local/share/sparkcluster/lib/abc\n" in unit
