@@ -31,6 +31,7 @@ from ...serving.recipes_cli import add_recipe_flags
 from ...serving.serve_flags import RECIPE_FLAGS, add_serve_flags
 from ...serving.serve_flags import given as serve_given
 from ...serving.serve_flags import words as serve_words
+from ..flagset import FlagSet
 from . import choice, report, state
 from .methods import LayoutsMethod
 from .run import Planned, measure_layouts, measure_on, serve_on, stage_once
@@ -42,8 +43,6 @@ LAYOUTS_HELP = {"recipe": "with --layouts: the recipe to serve, as serve's --rec
                 "up_timeout": "with --layouts: as serve's --up-timeout (default 180)",
                 "ready_timeout": "with --layouts: as serve's --ready-timeout (default 1800)",
                 "verify": "with --layouts: skip the NCCL probe before each layout's vLLM starts"}
-# bench's flags that measure one served endpoint, which --layouts serves and measures itself.
-ONE_SERVE_ONLY: dict[str, object] = {"url": None, "compare": None, "csv": None, "plot": None, "profile": None}
 DEFAULT_OUT = "bench-layouts"
 RESULTS_FILE = "layouts.json"
 
@@ -62,19 +61,16 @@ def add_flags(p: argparse.ArgumentParser) -> None:
     add_recipe_flags(p)
 
 
-def given(args: argparse.Namespace, defaults: dict[str, object]) -> list[str]:
-    return ["--" + name.replace("_", "-") for name, default in defaults.items() if getattr(args, name) != default]
-
-
-def check_flags(args: argparse.Namespace) -> None:
-    """Without --layouts, serve's flags would be ignored; with it, the flags of a one-endpoint measurement."""
+def check_flags(args: argparse.Namespace, one_endpoint: FlagSet) -> None:
+    """Without --layouts, serve's flags would be ignored; with it, `one_endpoint`'s, the flags of a one-endpoint
+    measurement (bench's cli.py: --url, --compare, --csv, --plot, --profile)."""
     if not args.layouts:
         if serve_flags := serve_given(args, (*SERVE_FLAGS, *RECIPE_FLAGS)):
             raise UsageError(f"{', '.join(serve_flags)}: serve's flags, which bench reads only with --layouts (it "
                              "measures what is served)",
                              "add --layouts KIND,... to serve and measure each layout, or serve first and bench then")
         return
-    if others := given(args, ONE_SERVE_ONLY):
+    if others := one_endpoint.given(args):
         raise UsageError(f"{', '.join(others)} with --layouts: --layouts serves each layout itself and measures it "
                          "with bench's method", "leave them out, or bench one served layout without --layouts")
 

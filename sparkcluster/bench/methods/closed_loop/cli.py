@@ -56,9 +56,6 @@ time), peak tok/s (the best 1 s of output), TTFT / ITL / E2E mean, p50, p90, p99
 runs (counts are totals). vLLM's /metrics is sampled once a second beside each run."""
 
 DEFAULT_PROMPT_TOKENS, DEFAULT_OUTPUT_TOKENS = 512, 128  # fitted to a smaller served context; a size given is kept
-# its own flags, with their defaults: given with the other method they would be silently ignored
-DEFAULTS: dict[str, object] = {"prompt_tokens": None, "output_tokens": None, "warmup": 1, "requests_per_stream": 4,
-                               "prefix_cache": False}
 
 
 def concurrency_list(text: str) -> tuple[int, ...]:

@@ -48,13 +48,6 @@ population std of the runs, latencies in ms. Unlike llama-benchy, a grid whose d
 context (max_model_len) is refused before any request, naming the largest that fits (the default --pp is fitted)."""
 
 
-# its own flags, with their defaults: given with the other method they would be silently ignored
-DEFAULTS: dict[str, object] = {"pp": None, "tg": None, "depth": None, "latency_mode": "api",
-                               "enable_prefix_caching": False, "no_cache": False, "skip_coherence": False,
-                               "no_warmup": False, "no_adapt_prompt": False, "tokenizer": None, "corpus": None,
-                               "book_url": None, "out": None}
-
-
 @dataclass(frozen=True)
 class Plan:
     opts: BenchyOptions
@@ -300,30 +293,37 @@ class LlamaBenchy:
         return measured
 
 
-def add_flags(p: argparse.ArgumentParser) -> None:
+def add_flags(p: argparse.ArgumentParser) -> tuple[argparse.Action, argparse.Action, list[argparse.Action]]:
+    """--method, --profile, and llama-benchy's own flags (the closed loop would ignore them): their declarations
+    are where their defaults live (flagset.py reads them there)."""
     g = p.add_argument_group("--method llama-benchy and --profile (llama-benchy 0.4.0's flags)")
-    g.add_argument("--method", choices=("sustained", "llama-benchy"), default="sustained",
-                   help="sustained: our closed loop of completions (default); llama-benchy: its bursts of chat "
-                        "requests, its arithmetic and formats (what the Spark Arena and the recipes publish)")
-    g.add_argument("--pp", nargs="+", metavar="N",
-                   help="prompt tokens per request (default 2048, halved until the grid fits the served context)")
-    g.add_argument("--tg", nargs="+", metavar="N", help="tokens to generate per request (default 32)")
-    g.add_argument("--depth", nargs="+", metavar="N", help="context tokens before the prompt (default 0)")
-    g.add_argument("--latency-mode", choices=("api", "generation", "none"), default="api",
-                   help="how the round trip subtracted from TTFR is measured (default api: GET /models)")
-    g.add_argument("--enable-prefix-caching", action="store_true",
-                   help="with depth > 0: load the context first (ctx_pp/ctx_tg), then measure on the cached prefix")
-    g.add_argument("--no-cache", action="store_true", help="a unique suffix and cache_prompt=false per request")
-    g.add_argument("--skip-coherence", action="store_true", help="do not ask the model the capital of France first")
-    g.add_argument("--no-warmup", action="store_true", help="no warm-up run per cell (nor at session start)")
-    g.add_argument("--no-adapt-prompt", action="store_true",
-                   help="do not subtract the chat template's tokens (learnt at warm-up) from pp/depth")
-    g.add_argument("--tokenizer", metavar="PATH", help="tokenizer.json or a snapshot directory (default: the "
-                                                       "model's in the HF cache; else words, calibrated)")
-    g.add_argument("--corpus", metavar="FILE", help="text to cut prompts from (default: llama-benchy's book)")
-    g.add_argument("--book-url", help=f"the book to download when --corpus is not given (default {BOOK_URL})")
-    g.add_argument("--profile", metavar="NAME|FILE",
-                   help="run a benchmark profile: arena-v2 (the Spark Arena v2 grid) or a profile YAML")
-    g.add_argument("--out", metavar="DIR", help="with --profile: where the Arena's files and each cell go "
-                                                "(a re-run resumes, measuring only the missing cells)")
-
+    method = g.add_argument(
+        "--method", choices=("sustained", "llama-benchy"), default="sustained",
+        help="sustained: our closed loop of completions (default); llama-benchy: its bursts of chat requests, its "
+             "arithmetic and formats (what the Spark Arena and the recipes publish)")
+    own = [
+        g.add_argument("--pp", nargs="+", metavar="N",
+                       help="prompt tokens per request (default 2048, halved until the grid fits the served context)"),
+        g.add_argument("--tg", nargs="+", metavar="N", help="tokens to generate per request (default 32)"),
+        g.add_argument("--depth", nargs="+", metavar="N", help="context tokens before the prompt (default 0)"),
+        g.add_argument("--latency-mode", choices=("api", "generation", "none"), default="api",
+                       help="how the round trip subtracted from TTFR is measured (default api: GET /models)"),
+        g.add_argument("--enable-prefix-caching", action="store_true",
+                       help="with depth > 0: load the context first (ctx_pp/ctx_tg), then measure on the cached "
+                            "prefix"),
+        g.add_argument("--no-cache", action="store_true", help="a unique suffix and cache_prompt=false per request"),
+        g.add_argument("--skip-coherence", action="store_true",
+                       help="do not ask the model the capital of France first"),
+        g.add_argument("--no-warmup", action="store_true", help="no warm-up run per cell (nor at session start)"),
+        g.add_argument("--no-adapt-prompt", action="store_true",
+                       help="do not subtract the chat template's tokens (learnt at warm-up) from pp/depth"),
+        g.add_argument("--tokenizer", metavar="PATH", help="tokenizer.json or a snapshot directory (default: the "
+                                                           "model's in the HF cache; else words, calibrated)"),
+        g.add_argument("--corpus", metavar="FILE", help="text to cut prompts from (default: llama-benchy's book)"),
+        g.add_argument("--book-url", help=f"the book to download when --corpus is not given (default {BOOK_URL})"),
+    ]
+    profile = g.add_argument("--profile", metavar="NAME|FILE",
+                             help="run a benchmark profile: arena-v2 (the Spark Arena v2 grid) or a profile YAML")
+    own.append(g.add_argument("--out", metavar="DIR", help="with --profile: where the Arena's files and each cell go "
+                                                           "(a re-run resumes, measuring only the missing cells)"))
+    return method, profile, own
