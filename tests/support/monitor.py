@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import json
 import re
+import socket
 from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 from sparkcluster.monitor.collect import Collector, Sources
@@ -118,3 +120,32 @@ def incident(target: str = "replica 2", seen: str = "wedged", action: str = "res
     return {"version": 1, "at": "2026-12-01T10:05:00Z", "target": target, "seen": seen, "action": action,
             "outcome": outcome, "detected_s": detected_s, "recovered_s": recovered_s,
             "root_cause": f"HF_TOKEN={SECRET}", "text": f"replica 2 wedged; {SECRET}"}
+
+
+VLLM = (FIXTURES / "metrics" / "vllm-0.32-cpu-busy2.txt").read_text()
+COUNTER = re.compile(r"^(vllm:\S+_total(?:\{[^}]*\})?) (\S+)$", re.MULTILINE)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class RisingVllm(BaseHTTPRequestHandler):
+    """A serving vLLM's /metrics: a real 0.32 capture whose counters grow with each scrape."""
+
+    scrapes = 0
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        RisingVllm.scrapes += 1
+        n = RisingVllm.scrapes
+        body = COUNTER.sub(lambda m: f"{m[1]} {float(m[2]) * n + n}", VLLM).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain; version=0.0.4")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - http.server's signature
+        pass

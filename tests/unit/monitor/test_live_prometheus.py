@@ -10,16 +10,14 @@ PATH, a sysfs tree (SPARKCLUSTER_SYS_ROOT), the last verify and the supervisor's
 from __future__ import annotations
 
 import json
-import re
 import shutil
-import socket
 import sys
 import threading
 import time
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -30,37 +28,20 @@ from sparkcluster.monitor.config import prometheus_config
 from sparkcluster.monitor.packaged import dashboard_path, rule_paths
 from sparkcluster.monitor.place import LocalPlace
 from sparkcluster.monitor.targets import Target, Targets
-from tests.support.monitor import FIXTURES, GPU_HOT, KERNEL_JOURNAL, MEMINFO, VERIFY, build_sysfs, incident, write_file
+from tests.support.monitor import (
+    GPU_HOT,
+    KERNEL_JOURNAL,
+    MEMINFO,
+    VERIFY,
+    RisingVllm,
+    build_sysfs,
+    free_port,
+    incident,
+    write_file,
+)
 
 pytestmark = pytest.mark.skipif(shutil.which("prometheus") is None or shutil.which("promtool") is None,
                                 reason="Prometheus missing: apt-get install prometheus")
-VLLM = (FIXTURES / "metrics" / "vllm-0.32-cpu-busy2.txt").read_text()
-COUNTER = re.compile(r"^(vllm:\S+_total(?:\{[^}]*\})?) (\S+)$", re.MULTILINE)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class _Vllm(BaseHTTPRequestHandler):
-    scrapes = 0
-
-    def do_GET(self) -> None:  # noqa: N802
-        _Vllm.scrapes += 1
-        n = _Vllm.scrapes  # each scrape's counters grow, as a serving engine's do
-        body = COUNTER.sub(lambda m: f"{m[1]} {float(m[2]) * n + n}", VLLM).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "text/plain; version=0.0.4")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002
-        pass
-
-
 @pytest.fixture
 def node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     home = tmp_path / "home"
@@ -89,7 +70,7 @@ def node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
 
 @pytest.fixture
 def vllm() -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Vllm)
+    server = ThreadingHTTPServer(("127.0.0.1", 0), RisingVllm)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     yield f"127.0.0.1:{server.server_address[1]}"
     server.shutdown()
