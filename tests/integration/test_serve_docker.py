@@ -201,7 +201,7 @@ def test_killing_the_cli_leaves_the_model_serving(two):
 
 
 def test_native_launcher_runs_one_rank_per_node(two):
-    result = serve(two, "--launcher", "native", "--json")
+    result = serve(two, "--launcher", "native", "--json", "--no-supervise")  # its worker dies on purpose below
     assert result.returncode == 0, result.stderr
     head, worker = two.topology.hosts
     try:
