@@ -1,6 +1,7 @@
 """A strict fake Transport: every command a test does not expect fails it, naming the command.
 
-It has the interface steps and the runner use (run, read_file, write_file_atomic, reconnect, host_key, close).
+It has the interface steps and the runner use (fake_transport.Transporting: host, run, read_file, write_file_atomic,
+reconnect, host_key, close).
 Expectations match the exact shell line (`Command.line()`, sudo wrapper and exports included) or a regex over it,
 answer with an exit code, stdout and stderr, and are used up once each (unless `times=None`). A test asserts that
 every expectation ran with `verify()`. It stands in for the node's shell where the engine's own protocols meet it:
@@ -23,6 +24,7 @@ from dataclasses import dataclass, field
 from sparkcluster.engine.batch import Batch
 from sparkcluster.engine.command import Command
 from sparkcluster.engine.facts import PROBE
+from sparkcluster.engine.inventory import Host
 from sparkcluster.engine.steps.files import FileRead, FileWrite
 from sparkcluster.engine.transport import Result, Unreachable, remote_path
 
@@ -71,6 +73,7 @@ class StrictTransport:
     def __init__(self, name: str = "spark-1", *, ordered: bool = False,
                  host_key: tuple[str, str] = DEFAULT_HOST_KEY) -> None:
         self.name = name
+        self.host = Host(name, "10.0.0.1", role="head" if name == "spark-1" else "worker")  # as the real one's
         self.ordered = ordered  # expectations must run in the order they were given
         self._host_key = host_key
         self.expectations: list[Expectation] = []

@@ -21,15 +21,16 @@ from hypothesis import strategies as st
 from sparkcluster import cli
 from sparkcluster.bootstrap import cli as bootstrap_cli
 from sparkcluster.engine import session as session_module
-from sparkcluster.engine.command import ENV_NAME, Command
+from sparkcluster.engine.command import ENV_NAME
 from sparkcluster.engine.errors import EXIT_USAGE, SparkclusterError, UsageError
-from sparkcluster.engine.inventory import Host, InventoryError, load_inventory
+from sparkcluster.engine.inventory import InventoryError, load_inventory
 from sparkcluster.engine.modelref import ModelRef
-from sparkcluster.engine.transport import Result, Unreachable
+from sparkcluster.engine.transport import Unreachable
 from sparkcluster.nccl.logs import read_probe_output
 from sparkcluster.recipes.load import load_recipe
 from sparkcluster.staging import images
 from sparkcluster.staging.hfcache import PARTIAL_DIR, Manifest, SnapshotFile, finalize_command
+from tests.support.fake_transport import FakeTransport
 from tests.support.memory import report_child
 
 INJECTION = "A;touch /tmp/sparkcluster-pwned;B"
@@ -280,22 +281,9 @@ def test_a_peer_that_is_not_an_ssh_server_is_one_line_per_host(tmp_path, not_ssh
 
 
 # ---- 8. a bad image name is not blamed on the docker group -----------------------------------------------
-class ScriptedTransport:
-    """Answers every command with one scripted result."""
-
-    def __init__(self, exit_code: int, stderr: str) -> None:
-        self.host = Host("spark-1", "10.0.0.1", role="head")
-        self.exit_code, self.stderr = exit_code, stderr
-        self.commands: list[Command] = []
-
-    def run(self, command: Command) -> Result:
-        self.commands.append(command)
-        return Result(command, self.exit_code, "", self.stderr, 0.1)
-
-
 def test_an_invalid_image_reference_is_the_users_error_not_the_docker_groups():
     # Failed before: "check ... the user is in the docker group" for a name docker could not parse.
-    transport = ScriptedTransport(1, "invalid reference format: repository name must be lowercase\n")
+    transport = FakeTransport(answer=(1, "", "invalid reference format: repository name must be lowercase\n"))
     with pytest.raises(UsageError) as raised:
         images.inspect(transport, "Vllm-Node")  # type: ignore[arg-type]
     assert "spark-1: 'Vllm-Node' is not a valid image name" in raised.value.message
@@ -309,7 +297,7 @@ def test_an_invalid_image_reference_is_the_users_error_not_the_docker_groups():
 ])
 def test_docker_failures_name_the_cause_docker_gave(stderr, fix):
     with pytest.raises(SparkclusterError) as raised:
-        images.inspect(ScriptedTransport(1, stderr), "vllm-node")  # type: ignore[arg-type]
+        images.inspect(FakeTransport(answer=(1, "", stderr)), "vllm-node")  # type: ignore[arg-type]
     assert fix in raised.value.fix and "spark-1" in raised.value.fix
 
 

@@ -20,6 +20,7 @@ from sparkcluster.nccl.links import Measured, degraded_init, named_degraded
 from sparkcluster.nccl.perlink import TWIN_BUDGET_MIN_S, twin_budget
 from sparkcluster.nccl.proberun import ProbeTimedOut, run_probe
 from sparkcluster.nccl.twins import Twin, TwinMeasure, judge_twins
+from tests.support.fake_transport import FakeTransport
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 TWINS = ("enp1s0f1np1", "enP2p1s0f1np1")
@@ -79,13 +80,6 @@ def test_a_dead_twin_stays_named_as_dead():
     assert named_degraded(dead, measured(None, 1.2), facts, "nccl") == dead
 
 
-class _Transport:
-    """What keep_log and the link-state read reach: a node that takes every command and has every link up."""
-
-    def run(self, command):
-        return Result(command, 0, "", "", 0.0)
-
-
 class _Session:
     """Two nodes whose probe commands end as `results` says."""
 
@@ -100,7 +94,7 @@ class _Session:
         return [work(host) for host in self.hosts]
 
     def transport(self, host):
-        return _Transport()
+        return FakeTransport(host.name)  # keep_log and the link-state read: every command taken, every link up
 
 
 def test_a_probe_that_runs_out_of_time_is_named_slow_and_a_failed_one_says_why_on_its_first_line():
