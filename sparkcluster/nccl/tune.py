@@ -16,6 +16,7 @@ Here the values (candidates, trials, the choice) and the comm env's tuned block 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -155,6 +156,17 @@ class Choice:
         return self.chosen != DEFAULT
 
 
+def noise_of(first: Trial, again: Trial | None, decode: Mapping[int, int]) -> float:
+    """The noise a candidate must beat: NOISE, or more where the default measured twice (first and last) differed
+    by more at the decode sizes (one H200 with two ranks over sockets: 4-20% from one run to the next)."""
+    if again is None:
+        return NOISE
+    a, b = first.decode_us(decode), again.decode_us(decode)
+    if a is None or b is None or a <= 0:
+        return NOISE
+    return max(NOISE, abs(b - a) / a)
+
+
 def choose(trials: Sequence[Trial], decode: Mapping[int, int], *, backend: str = "nccl", noise: float = NOISE,
            busbw_loss: float = BUSBW_LOSS) -> Choice:
     """The candidate with the least decode all-reduce time that gives the right sum, loses no more than
@@ -278,5 +290,6 @@ def tuned_settings(text: str) -> dict[str, str]:
             inside = False
         elif inside and not line.startswith("#") and "=" in line:
             key, _, value = line.partition("=")
-            found[key] = value
+            if re.fullmatch(r"[A-Z][A-Z0-9_]*", key):  # a variable name, safe in a shell's `unset`
+                found[key] = value
     return found

@@ -33,6 +33,7 @@ from .tune import (
     candidates,
     choose,
     decode_sizes,
+    noise_of,
     trial_of,
     tuned_settings,
     with_tuning,
@@ -98,7 +99,9 @@ def run_tune(session: Session, *, hidden_size: int, concurrencies: Sequence[int]
             unmeasured.append(candidate.name)
             continue
         trials.append(found)
-    choice = choose(trials, decode, backend=backend)
+    # The default once more, last: how far it moved is this cluster's noise, which a winner must beat.
+    again = trial_of(tried[0], measure(tried[0])) if len(trials) > 1 else None
+    choice = choose(trials, decode, backend=backend, noise=noise_of(trials[0], again, decode))
     at = datetime.now(timezone.utc).isoformat(timespec="seconds")
     if not check:
         _write_envs(session, {name: with_tuning(text, choice, at) for name, text in texts.items()})

@@ -141,3 +141,32 @@ def test_the_tuned_block_is_added_replaced_read_back_and_removed_leaving_the_res
     assert forced.chosen == DEFAULT and forced.lines[1].verdict.startswith("never forced")
     with pytest.raises(RefusedSetting):  # nor written, whatever asks
         with_tuning(COMM_ENV, type(forced)(ll128, "asked", (), 1.0, 1.0), "now")
+
+
+def test_on_a_real_capture_the_candidates_are_judged_and_nothing_beats_the_defaults_own_spread():
+    """tests/device/tune_candidates.py on one H200, two ranks each its own host over sockets (under CUDA MPS): the
+    default ran first and last, 9-candidate figures in between (NCCL_ALGO=Tree gave no result there)."""
+    from pathlib import Path
+
+    from sparkcluster.nccl.tune import noise_of
+
+    log = Path(__file__).resolve().parents[2] / "fixtures" / "nccl" / "real" / "h200-one-gpu-tune-candidates.log"
+    docs = [json.loads(line.removeprefix("TUNE_TRIAL ")) for line in log.read_text().splitlines()
+            if line.startswith("TUNE_TRIAL ")]
+    trials = [Trial(DEFAULT if d["name"] == "default" else Candidate(d["name"], tuple(sorted(d["env"].items()))),
+                    {int(k): v for k, v in d["latency_us"].items()}, {int(k): v for k, v in d["busbw_gbps"].items()},
+                    d["sum_ok"]) for d in docs]
+    first, last = trials[0], trials[-1]
+    assert first.candidate == last.candidate == DEFAULT and all(t.sum_ok for t in trials)
+    noise = noise_of(first, last, DECODE)
+    assert noise == pytest.approx((233.3 - 214.4) / 214.4, abs=0.002)  # the default moved 9% between its runs
+    found = choose(trials[:-1], DECODE, noise=noise)
+    assert found.chosen == DEFAULT and "by more than 9%" in found.reason
+    verdicts = {line.name: line.verdict for line in found.lines}
+    assert verdicts["LL protocol"] == "loses 71% busbw at 64 MiB and above"  # 11% faster at decode sizes
+    assert verdicts["2 channels"] == "no faster beyond noise" and verdicts["Simple protocol"] == "slower"
+    assert "Tree algorithm" not in verdicts
+    assert found.per_size_note is not None and found.per_size_note.startswith(
+        "per size (8 KiB: 2 channels, 64 KiB: LL protocol)")
+    # With the fixed 5% alone, 2 channels' 4% would still be noise; LL's busbw loss keeps it out either way.
+    assert choose(trials[:-1], DECODE).chosen == DEFAULT
