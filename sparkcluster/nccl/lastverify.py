@@ -31,14 +31,17 @@ def record_doc(result: VerifyResult) -> dict[str, Any]:
 
 
 def record_verdict(session: Session, result: VerifyResult) -> None:
-    """Best effort: a node that cannot take the record keeps the verdict it had; the verdict is printed anyway."""
-    doc = json.dumps(record_doc(result))
+    """Best effort: a node that cannot take the record keeps the verdict it had; the verdict is printed anyway.
+    What verify --tune chose (`comm_tuned`) stays: the comm env still carries it, and this run measured with it."""
+    doc = record_doc(result)
     target = shell_path(LAST_VERIFY_PATH)
-    command = Command(f"mkdir -p {shell_path(LAST_VERIFY_PATH.rsplit('/', 1)[0])} && cat > {target}.tmp && "
-                      f"mv {target}.tmp {target}", stdin=doc, timeout=30)
 
     def record(host: Host) -> bool:
         try:
+            kept = tuned_of(session.run(host, LAST_VERIFY_COMMAND).stdout)
+            command = Command(f"mkdir -p {shell_path(LAST_VERIFY_PATH.rsplit('/', 1)[0])} && cat > {target}.tmp && "
+                              f"mv {target}.tmp {target}", timeout=30,
+                              stdin=json.dumps({**doc, **({"comm_tuned": kept} if kept is not None else {})}))
             return session.run(host, command).ok
         except Unreachable:  # it dropped off after the measurement: the verdict stands, its record waits
             return False
@@ -47,6 +50,16 @@ def record_verdict(session: Session, result: VerifyResult) -> None:
 
 
 LAST_VERIFY_COMMAND = Command(f"cat {shell_path(LAST_VERIFY_PATH)} 2>/dev/null", timeout=30)
+
+
+def tuned_of(text: str) -> dict[str, Any] | None:
+    """The record's `comm_tuned` (what verify --tune chose), None where it holds none."""
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError:
+        return None
+    tuned = doc.get("comm_tuned") if isinstance(doc, dict) else None
+    return tuned if isinstance(tuned, dict) else None
 
 
 def last_verify(text: str) -> str | None:
@@ -61,4 +74,7 @@ def last_verify(text: str) -> str | None:
     busbw = doc.get("busbw_gbps")
     measured = f", busbw {busbw:.2f} GB/s" if isinstance(busbw, (int, float)) else ""
     cause = "" if doc["status"] == "PASS" else f": {doc.get('cause', '')}"
-    return f"{doc['status']}{measured} ({doc.get('backend', '?')}, {doc.get('at', '?')}){cause}"
+    settings = (tuned_of(text) or {}).get("settings")
+    tuned = f", tuned {' '.join(f'{k}={v}' for k, v in settings.items())}" if isinstance(settings, dict) and \
+        settings else ""
+    return f"{doc['status']}{measured}{tuned} ({doc.get('backend', '?')}, {doc.get('at', '?')}){cause}"

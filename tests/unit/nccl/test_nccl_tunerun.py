@@ -146,3 +146,20 @@ def test_bad_tune_flags_are_refused_before_connecting(tmp_path, monkeypatch, cap
                          (["--tune", "--reset", "--hidden-size", "4096"], "--tune and --reset together")):
         assert cli.main(["verify", "-i", str(path), *flags]) == 2, flags
         assert words in " ".join(capsys.readouterr().err.split()), flags
+
+
+def test_a_later_verify_keeps_the_tuning_in_its_record_and_status_names_it():
+    from sparkcluster.nccl.lastverify import last_verify, record_verdict
+    from sparkcluster.nccl.verdict import Verdict, VerdictStatus
+    from sparkcluster.nccl.verifyresult import VerifyResult
+
+    session, nodes = cluster()
+    with session:
+        run_tune(session, hidden_size=4096, concurrencies=[1, 8], backend="nccl", measure=probe_double)
+        record_verdict(session, VerifyResult("nccl", Verdict(VerdictStatus.PASS, "RDMA on both twins", "", (), (),
+                                                                False), []))
+    for node in nodes.values():
+        record = json.loads(node.files[RECORD])
+        assert record["cause"] == "RDMA on both twins" and record["comm_tuned"]["settings"] == {"NCCL_PROTO": "LL"}
+        line = last_verify(node.files[RECORD].decode())
+        assert line is not None and line.startswith("PASS, tuned NCCL_PROTO=LL (nccl, ")
