@@ -1,4 +1,5 @@
-"""Shared fixtures: a session-scoped simulated cluster built with the same code as `sparkcluster sim`."""
+"""Shared fixtures: a session-scoped simulated cluster built with the same code as `sparkcluster sim`, and
+no_connection (tests/support/refusals.py), under which a test fails if anything connects."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import pytest
 
 from sparkcluster.sim import SimCluster, UpOptions
 from tests.support.helpers import SESSION_DRIVERS, SESSION_HOSTS, require_sim, unique_name
+from tests.support.refusals import no_connection  # noqa: F401 (a fixture every test may ask for)
 
 
 def pytest_configure(config: pytest.Config) -> None:

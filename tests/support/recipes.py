@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 
 from sparkcluster import cli
-from sparkcluster.engine import session as session_module
 from sparkcluster.engine.errors import EXIT_OK, EXIT_USAGE, UsageError
 from sparkcluster.recipes import registry as recipe_registry
 from sparkcluster.recipes.load import load_recipe
@@ -21,13 +20,6 @@ def private_home(tmp_path, monkeypatch):
     """Registries live under the user's config and cache: a fresh pair per test."""
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-
-
-@pytest.fixture
-def no_connection(monkeypatch):
-    def refuse(*args, **kwargs):
-        raise AssertionError("connected although the input was invalid")
-    monkeypatch.setattr(session_module, "Transport", refuse)
 
 
 def show(monkeypatch, capsys, *argv: str) -> tuple[int, dict | None, str]:

@@ -20,7 +20,6 @@ from hypothesis import strategies as st
 
 from sparkcluster import cli
 from sparkcluster.bootstrap import cli as bootstrap_cli
-from sparkcluster.engine import session as session_module
 from sparkcluster.engine.command import ENV_NAME
 from sparkcluster.engine.errors import EXIT_USAGE, SparkclusterError, UsageError
 from sparkcluster.engine.inventory import InventoryError, load_inventory
@@ -32,6 +31,7 @@ from sparkcluster.staging import images
 from sparkcluster.staging.hfcache import PARTIAL_DIR, Manifest, SnapshotFile, finalize_command
 from tests.support.fake_transport import FakeTransport
 from tests.support.memory import report_child
+from tests.support.refusals import run_cli
 
 INJECTION = "A;touch /tmp/sparkcluster-pwned;B"
 
@@ -40,22 +40,6 @@ def write(tmp_path: Path, name: str, text: str) -> Path:
     path = tmp_path / name
     path.write_text(text)
     return path
-
-
-@pytest.fixture
-def no_connection(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Any attempt to connect fails the test: these inputs must be refused before it (transports are built
-    only in engine/session.py)."""
-    def refuse(*args: object, **kwargs: object) -> None:
-        raise AssertionError("connected although the input was invalid")
-    monkeypatch.setattr(session_module, "Transport", refuse)
-
-
-def run_cli(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture, *argv: str) -> tuple[int, str]:
-    """The CLI in this process (so `no_connection` holds), its stderr unwrapped: (exit code, stderr)."""
-    monkeypatch.setattr(cli.err_console, "width", 10_000)  # the one stderr console every wing prints through
-    code = cli.main(list(argv))
-    return code, capsys.readouterr().err
 
 
 # ---- 1. env names reach a shell: refused where they are written ----------------------------------------
@@ -150,39 +134,9 @@ def test_recipe_values_keep_their_meaning(tmp_path):
 
 
 # ---- 5. flags checked before anything connects -----------------------------------------------------------
+# The flags refused before anything connects, the nccl-report threshold and an unknown node: the case table
+# tests/fixtures/cases/refused-input.json (tests/unit/test_case_tables.py).
 INVENTORY = "hosts:\n  s1: {address: 10.0.0.1, role: head}\n  s2: {address: 10.0.0.2}\n"
-BAD_FLAGS = [
-    # (argv after the command, what the error says); each connected (or took the value) before the fix
-    (["serve", "--port", "0"], "--port"), (["serve", "--port", "65536"], "--port"), (["serve", "--port", "-1"], "--port"),
-    (["serve", "--up-timeout", "-5"], "--up-timeout"), (["up", "--up-timeout", "nan"], "--up-timeout"),
-    (["serve", "--ready-timeout", "-1"], "--ready-timeout"), (["serve", "--ready-timeout", "inf"], "--ready-timeout"),
-    (["serve", "--min-busbw", "nan"], "--min-busbw"), (["serve", "--min-busbw", "-1"], "--min-busbw"),
-    (["verify", "--min-busbw", "NaN"], "--min-busbw"), (["verify", "--min-busbw", "-0.5"], "--min-busbw"),
-    (["facts", "--forks", "0"], "--forks"), (["bootstrap", "--forks", "-3"], "--forks"),
-    (["stage", "Qwen/Qwen3-0.6B", "--streams", "0"], "--streams"), (["logs", "-n", "-5"], "-n/--lines"),
-    (["facts", "--limit", ""], "--limit"), (["down", "--limit", " , "], "--limit"),
-]
-
-
-@pytest.mark.parametrize("argv, flag", BAD_FLAGS, ids=[" ".join(a) for a, _ in BAD_FLAGS])
-def test_bad_flags_are_exit_2_before_any_connection(tmp_path, no_connection, monkeypatch, capsys, argv, flag):
-    inventory = write(tmp_path, "inv.yml", INVENTORY)
-    with pytest.raises(SystemExit) as raised:
-        run_cli(monkeypatch, capsys, *argv, "-i", str(inventory))
-    assert raised.value.code == EXIT_USAGE
-    assert f"argument {flag}" in capsys.readouterr().err
-
-
-def test_nccl_report_refuses_a_nan_threshold(tmp_path, capsys):
-    with pytest.raises(SystemExit) as raised:
-        cli.main(["nccl-report", str(write(tmp_path, "x.log", "")), "--min-busbw", "nan"])
-    assert raised.value.code == EXIT_USAGE and "argument --min-busbw" in capsys.readouterr().err
-
-
-def test_logs_of_an_unknown_node_is_exit_2_before_any_connection(tmp_path, no_connection, monkeypatch, capsys):
-    # Passed before this work too: the node is checked by the `check` hook the CLI runs before connecting.
-    code, err = run_cli(monkeypatch, capsys, "logs", "--node", "nosuch", "-i", str(write(tmp_path, "inv.yml", INVENTORY)))
-    assert code == EXIT_USAGE and "no node named 'nosuch'" in err and "choose from: s1, s2" in err
 
 
 def test_good_flags_still_parse():
@@ -417,18 +371,5 @@ def test_a_lost_connection_that_reaches_the_top_names_the_node(monkeypatch, caps
     assert "error: spark-2: lost the connection to 192.168.103.12" in err and "fix: power it on" in err
 
 
-# ---- host vars the code reads are typed where the inventory is written -----------------------------------
-@pytest.mark.parametrize("var, value, message", [
-    ("ray_num_gpus", "two", "ray_num_gpus must be a whole number of GPUs, not 'two'"),
-    ("ray_num_gpus", "true", "ray_num_gpus must be a whole number of GPUs"),
-    ("python", "[python3]", "python must be a path on the node"),
-    ("python_env", "''", "python_env must be a path on the node"),
-])
-def test_a_bad_host_var_is_exit_2_with_its_line_before_any_connection(tmp_path, no_connection, monkeypatch, capsys,
-                                                                     var, value, message):
-    # Failed before the fix: `ray_num_gpus: two` loaded, and serve raised ValueError from int() after connecting.
-    path = write(tmp_path, "inv.yml", f"hosts:\n  s1: {{address: 10.0.0.1, role: head}}\n"
-                                      f"  s2:\n    address: 10.0.0.2\n    vars:\n      {var}: {value}\n")
-    code, err = run_cli(monkeypatch, capsys, "up", "-i", str(path))
-    assert code == EXIT_USAGE, err
-    assert f"{path}:6: {message}" in err and "fix:" in err
+# ---- host vars the code reads are typed where the inventory is written: the case table
+# tests/fixtures/cases/refused-input.json (tests/unit/test_case_tables.py)

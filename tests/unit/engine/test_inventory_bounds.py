@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 
 from sparkcluster import cli
-from sparkcluster.engine import session as session_module
 from sparkcluster.engine.inventory import load_inventory
 
 from tests.support.inventory import problems
@@ -22,13 +21,6 @@ hosts:
 
 def fabric(*lines: str) -> str:
     return "vars:\n  fabric:\n" + "".join(f"    {line}\n" for line in lines) + HOSTS
-
-
-@pytest.fixture
-def no_connection(monkeypatch: pytest.MonkeyPatch) -> None:
-    def refuse(*args: object, **kwargs: object) -> None:
-        raise AssertionError("connected although the inventory was invalid")
-    monkeypatch.setattr(session_module, "Transport", refuse)
 
 
 # ---- T2: link subnets near the top of IPv4, or outside unicast ---------------------------------------------

@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 
 from sparkcluster import cli
-from sparkcluster.engine import session as session_module
 from sparkcluster.engine.inventory import load_inventory
 from tests.support.inventory import problems
 
@@ -22,13 +21,6 @@ hosts:
   spark-1: {address: 192.168.1.50, role: head}
   spark-2: {address: 192.168.1.51, port: 70000}
 """
-
-
-@pytest.fixture
-def no_connection(monkeypatch: pytest.MonkeyPatch) -> None:
-    def refuse(*args: object, **kwargs: object) -> None:
-        raise AssertionError("connected although the inventory was invalid")
-    monkeypatch.setattr(session_module, "Transport", refuse)
 
 
 def test_three_problems_are_all_named_with_their_lines(tmp_path: Path) -> None:

@@ -44,54 +44,7 @@ def rows(*busbws: float, size: int = 256 * MiB, op: str = "all_reduce") -> list[
     return [BandwidthRow(op, size, 1000.0, b, b) for b in busbws]
 
 
-# ---- every fixture's verdict -------------------------------------------------------------------------------
-@pytest.mark.parametrize("name, status, cause, transports, intra", [
-    ("roce-both-twins.log", "PASS", "RDMA: NET/IB on rocep1s0f0, roceP2p1s0f0 for 2 rank(s)", ("NET/IB",), False),
-    ("hpcx-ibext.log", "PASS", "RDMA: NET/IBext on rocep1s0f1, roceP2p1s0f1", ("NET/IBext",), False),
-    ("vllm-ray-combined.log", "PASS", "RDMA: NET/IB on rocep1s0f1, roceP2p1s0f1 for 2 rank(s)", ("NET/IB",), False),
-    ("roce-one-twin.log", "WARN", "one twin only: about half bandwidth (≈11-12 GB/s)", ("NET/IB",), False),
-    ("socket-no-device.log", "FAIL",
-     "socket fallback over enp1s0f1np1: NET/IB found no device (is /dev/infiniband in the container?)",
-     ("NET/Socket",), False),
-    ("socket-ib-disabled.log", "FAIL", "socket fallback over enp1s0f1np1: NCCL_IB_DISABLE=1", ("NET/Socket",), False),
-    ("socket-lo-forced.log", "FAIL", "socket fallback over lo: NCCL_IB_DISABLE=1", ("NET/Socket",), False),
-    ("socket-management.log", "FAIL", "socket fallback on the management interface enP7s7 (10 GbE",
-     ("NET/Socket",), False),
-    ("intra-node-p2p.log", "WARN", "intra-node only (P2P): not a network verdict: it says nothing about the QSFP link",
-     (), True),
-    ("truncated.log", "FAIL", "truncated: the log stops before NCCL connected any channel", (), False),
-    ("ibv-modify-qp.log", "FAIL", "ibv_modify_qp timed out between 192.168.100.11 on rocep1s0f0 -> 192.168.100.12",
-     ("NET/IB",), False),
-    ("ring3-roce.log", "PASS", "RDMA: NET/IB on rocep1s0f0, rocep1s0f1, roceP2p1s0f0, roceP2p1s0f1 for 3 rank(s)",
-     ("NET/IB",), False),
-    ("ring4-ring-only.log", "PASS", "RDMA: NET/IB on rocep1s0f0", ("NET/IB",), False),
-    ("ring4-tree-connect.log", "FAIL", "NCCL's tree connect (ncclTransportTreeConnect) failed on a ring of 4",
-     ("NET/IB",), False),
-    ("ring3-port0-port0.log", "FAIL", "ibv_modify_qp timed out between 192.168.0.1 on rocep1s0f0 -> 192.168.4.3",
-     ("NET/IB",), False),
-    ("pair-gdr-off.log", "PASS", "RDMA: NET/IB on rocep1s0f1, roceP2p1s0f1 for 2 rank(s) (GDR off", ("NET/IB",), False),
-    ("empty.log", "FAIL", "no NCCL INFO lines in empty.log", (), False),
-    ("captured-h200-p2p.log", "WARN", "intra-node only (P2P): not a network verdict: it says nothing about the QSFP link",
-     (), True),
-    ("captured-h200-socket-lo.log", "FAIL", "socket fallback over lo: NCCL_IB_DISABLE=1", ("NET/Socket",), False),
-])
-def test_fixture_verdicts(name, status, cause, transports, intra):
-    verdict = judge(ranks_of(name))
-    assert (verdict.status, verdict.transports, verdict.intra_node_only) == (status, transports, intra)
-    assert verdict.cause.startswith(cause), verdict.cause
-
-
-@pytest.mark.parametrize("name, fix", [
-    ("socket-no-device.log", "--device=/dev/infiniband --ulimit memlock=-1"),
-    ("socket-ib-disabled.log", "unset NCCL_IB_DISABLE"),
-    ("socket-management.log", "NCCL_SOCKET_IFNAME="),
-    ("roce-one-twin.log", "NCCL_IB_HCA=rocep1s0f1,roceP2p1s0f1"),
-    ("ibv-modify-qp.log", "set NCCL_IB_HCA to that port's two twins only, in the same order on both nodes"),
-    ("empty.log", "NCCL_DEBUG=INFO"),
-    ("intra-node-p2p.log", "two Sparks"),
-])
-def test_fixture_fixes(name, fix):
-    assert fix in judge(ranks_of(name)).fix
+# ---- every fixture's verdict and fix: tests/fixtures/cases/nccl-verdicts.json (tests/unit/test_case_tables.py) -------
 
 
 # ---- reading -----------------------------------------------------------------------------------------------

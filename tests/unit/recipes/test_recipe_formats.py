@@ -19,7 +19,7 @@ from sparkcluster.recipes.load import load_recipe
 from sparkcluster.recipes.types import Inputs, ModPlace
 from sparkcluster.serving.layout import Layout, LayoutAsk
 from sparkcluster.serving.parallel import size_layout
-from tests.support.recipes import git, no_connection, private_home, registry_repo, show, two_node_inventory  # noqa: F401 (fixtures)
+from tests.support.recipes import git, private_home, registry_repo, show, two_node_inventory  # noqa: F401 (fixtures)
 
 EUGR_V1 = """\
 recipe_version: "1"

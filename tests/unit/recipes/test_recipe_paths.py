@@ -23,7 +23,7 @@ from sparkcluster.recipes.load import load_recipe
 from sparkcluster.recipes.mods import mod_files
 from sparkcluster.recipes.paths import Clone, Outside, lookup, owner
 
-from tests.support.recipes import git, no_connection, private_home, registry_repo  # noqa: F401 (fixtures)
+from tests.support.recipes import git, private_home, registry_repo  # noqa: F401 (fixtures)
 from tests.support.recipes import repo
 
 CANARY = "#!/bin/sh\ntouch /tmp/pwned-by-mod\n"

@@ -17,7 +17,7 @@ from sparkcluster.recipes import trustgate
 from sparkcluster.recipes.load import load_recipe
 from sparkcluster.recipes.trustenv import ALLOWED
 
-from tests.support.recipes import no_connection, private_home, two_node_inventory  # noqa: F401 (fixtures)
+from tests.support.recipes import private_home, two_node_inventory  # noqa: F401 (fixtures)
 from tests.support.recipes import refused, registry
 
 CORPUS = json.loads((Path(__file__).parents[2] / "fixtures" / "recipes" / "community-corpus-settings.json").read_text())

@@ -17,7 +17,7 @@ from sparkcluster.recipes import registry
 from sparkcluster.recipes.load import load_recipe
 from sparkcluster.serving.phases import ServeOptions, hub_model
 
-from tests.support.recipes import git, no_connection, private_home, show  # noqa: F401 (fixtures)
+from tests.support.recipes import git, private_home, show  # noqa: F401 (fixtures)
 from tests.support.recipes import repo
 
 SHA = "0123456789abcdef0123456789abcdef01234567"

@@ -14,7 +14,6 @@ from rich.console import Console
 from sparkcluster import cli
 from sparkcluster.bench.ceiling import effective_nodes
 from sparkcluster.bench.target import from_record
-from sparkcluster.engine import session as session_module
 from sparkcluster.engine.command import Command
 from sparkcluster.engine.errors import EXIT_USAGE, UsageError
 from sparkcluster.engine.inventory import Host, Inventory, load_inventory
@@ -232,13 +231,6 @@ def test_node_roles_add_the_router_on_the_head_of_a_replicated_serve():
 
 
 # --- refused before anything connects (exit 2) ---
-
-@pytest.fixture
-def no_connection(monkeypatch):
-    def refuse(*args, **kwargs):
-        raise AssertionError("connected although the input was invalid")
-    monkeypatch.setattr(session_module, "Transport", refuse)
-
 
 @pytest.mark.parametrize("extra, inventory_vars, message", [
     (["--replicas", "3"], "", "3 replicas on 2 nodes"),
