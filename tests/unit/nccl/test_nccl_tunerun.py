@@ -163,3 +163,14 @@ def test_a_later_verify_keeps_the_tuning_in_its_record_and_status_names_it():
         assert record["cause"] == "RDMA on both twins" and record["comm_tuned"]["settings"] == {"NCCL_PROTO": "LL"}
         line = last_verify(node.files[RECORD].decode())
         assert line is not None and line.startswith("PASS, tuned NCCL_PROTO=LL (nccl, ")
+
+
+def test_bench_receipts_read_the_tuned_variables_from_the_comm_env():
+    from sparkcluster.bench.receipt_sources import comm_env
+
+    session, _ = cluster()
+    with session:
+        run_tune(session, hidden_size=4096, concurrencies=[1, 8], backend="nccl", measure=probe_double)
+        env = comm_env(session, session.head)  # what bench's receipt records of a node
+    assert env["NCCL_PROTO"] == "LL" and env["NCCL_IB_HCA"] == "rocep1s0f1"
+    assert not any(key.startswith("#") for key in env)  # the block's markers are comments, as env files read them
