@@ -132,7 +132,15 @@ def inventory_replicas(inventory: Inventory) -> int | None:
 
 def one_at_a_time(session: Session) -> AbstractContextManager[None]:
     """Two serves (or ups) on one cluster would start, replace and stop each other's Ray and vLLM: the second
-    is refused while the first runs. `down` takes no lock: it is how a user stops a serve that went wrong."""
+    is refused while the first runs. `down` takes no lock: it is how a user stops a serve that went wrong. The
+    head's supervisor is stopped first (it would take this serve's restart for a fault and act on it): serve
+    starts it again once it answers; up and bench --layouts leave it off."""
+    supervisor_stopped(session)
+    return serve_lock(session)
+
+
+def serve_lock(session: Session) -> AbstractContextManager[None]:
+    """The cluster's one lock for what starts or replaces its engines (the supervisor's replica restart takes it)."""
     return held(session, "serve", "a serve or up of this cluster",
                 "wait for it, or stop it (`sparkcluster down`) and serve again")
 
@@ -197,7 +205,6 @@ def cmd_serve(args: argparse.Namespace, connect: Connect) -> int:
                 render.serve_plan(console, doc)
             return EXIT_OK
         with one_at_a_time(session):
-            supervisor_stopped(session)  # it would take this serve's restart for a fault and act on it
             result = serve(session, opts, _emit(args))
         supervisor = supervise_after_serve(session, args, opts)
     if args.json:
@@ -228,7 +235,7 @@ def _runtime_checked(given: RuntimeName | None, show: bool, starts: bool) -> Cal
 
 def cmd_status(args: argparse.Namespace, connect: Connect) -> int:
     try:
-        with connect(args, _runtime_set_up(args)) as session:
+        with connect(args, _runtime_set_up(args), require_all=False) as session:
             state = status(session, _chosen(args, session.inventory))
     except UsageError as e:
         if not args.json:

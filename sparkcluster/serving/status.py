@@ -171,11 +171,19 @@ def recorded(session: Session, chosen: RuntimeChoice) -> tuple[ServeRecord | Non
 
 
 def status(session: Session, chosen: RuntimeChoice) -> ClusterStatus:
-    """Per node: process state, Ray membership and address, GPUs; the server's health, model, endpoint."""
+    """Per node: process state, Ray membership and address, GPUs; the server's health, model, endpoint. A node that
+    does not answer is shown so (the others, the server and the supervisor still are): a node off is what a
+    degraded serve is serving around."""
+    nodes = {h.name: NodeStatus() for h in session.hosts}
+    for name, lost in session.unreachable.items():
+        nodes[name].unreachable = lost.message
+    if session.head.name in session.unreachable:
+        return ClusterStatus(None, nodes, error=f"the head {session.head.name} does not answer: "
+                                                f"{session.unreachable[session.head.name].message}")
+    session = session.only([h.name for h in session.hosts if h.name not in session.unreachable])
     record, runtime = recorded(session, chosen)
     serving = record.serving if record else None
     launcher = record.launcher if record else "ray"
-    nodes = {h.name: NodeStatus() for h in session.hosts}
     try:
         fabric = read_nodes(session)
     except SparkclusterError as e:

@@ -105,9 +105,10 @@ def package_archive() -> tuple[str, bytes]:
     return digest.hexdigest()[:16], buffer.getvalue()
 
 
-def head_inventory_doc(inventory: Inventory) -> dict[str, Any]:
+def head_inventory_doc(inventory: Inventory, secrets: Mapping[str, str] | None = None) -> dict[str, Any]:
     """The inventory as the head reaches the nodes: the same hosts and vars, with the head's own key and known_hosts
-    (the control machine's key never leaves it)."""
+    (the control machine's key never leaves it); `secrets` (given to serve by flag) join its serve_env, which hands
+    them to vLLM on stdin, as serve does."""
     def host_doc(h: Host) -> dict[str, Any]:
         doc: dict[str, Any] = {"address": h.address, "role": h.role, "port": h.port}
         if h.user:
@@ -123,6 +124,8 @@ def head_inventory_doc(inventory: Inventory) -> dict[str, Any]:
         return doc
     shared = {k: _plain(v) for k, v in inventory.vars.items() if k not in ("key", "known_hosts")}
     shared.update({"key": "~/.ssh/id_ed25519", "known_hosts": "~/.ssh/known_hosts"})
+    if secrets:
+        shared["serve_env"] = {**dict(shared.get("serve_env") or {}), **secrets}
     doc: dict[str, Any] = {"name": inventory.name, "vars": shared,
                            "hosts": {h.name: host_doc(h) for h in inventory.every_host}}
     if inventory.models:
@@ -167,7 +170,22 @@ class Installed:
     copied_bytes: int  # 0: this version was already on the head
 
 
-def install(session: Session, spec: SupervisorSpec, api_key: str | None) -> Installed:
+def forget_spec(session: Session) -> None:
+    """The serve the supervisor would watch, removed (its unit stays stopped): `supervise on` then refuses."""
+    try:
+        session.run(session.head, Command(f"rm -f {SPEC_FILE} {SECRETS_FILE}"))
+    except Unreachable:
+        pass
+
+
+def environment_line(name: str, value: str) -> str:
+    """NAME="VALUE" as systemd's EnvironmentFile reads it back unchanged (quotes and backslashes escaped)."""
+    escaped = value.replace("\\", "\\\\").replace('"', '\\"')
+    return f'{name}="{escaped}"\n'
+
+
+def install(session: Session, spec: SupervisorSpec, api_key: str | None,
+            secrets: Mapping[str, str] | None = None) -> Installed:
     """Everything the supervisor needs on the head, then its unit enabled and started. SparkclusterError (with the
     fix) where the head cannot run it."""
     head = session.head
@@ -193,11 +211,11 @@ def install(session: Session, spec: SupervisorSpec, api_key: str | None) -> Inst
                                     f"{unpack.stderr_tail(3)}", f"check the free space in ~/{LIB_ROOT}")
         copied = len(archive)
     session.run(head, Command(f"mkdir -p {SUPERVISOR_DIR} && chmod 700 {SUPERVISOR_DIR}"))
-    transport.write_file_atomic(INVENTORY_FILE, yaml.safe_dump(head_inventory_doc(session.inventory),
+    transport.write_file_atomic(INVENTORY_FILE, yaml.safe_dump(head_inventory_doc(session.inventory, secrets),
                                                                sort_keys=False).encode(), 0o600)
     transport.write_file_atomic(SPEC_FILE, json.dumps(spec.to_json(), indent=2).encode(), 0o600)
-    secrets = f"{API_KEY_ENV}={api_key}\n" if api_key else ""
-    transport.write_file_atomic(SECRETS_FILE, secrets.encode(), 0o600)
+    transport.write_file_atomic(SECRETS_FILE, environment_line(API_KEY_ENV, api_key).encode() if api_key else b"",
+                                0o600)
     who = session.run(head, Command("id -un; printf %s \"$HOME\"")).stdout.splitlines()
     user, home = who[0], who[1]
     unit = unit_text(user, home, lib)

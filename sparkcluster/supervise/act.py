@@ -16,8 +16,10 @@ from pathlib import Path
 
 from ..engine.errors import SparkclusterError
 from ..engine.inventory import load_inventory
+from ..engine.locks import Busy
+from ..engine.secret_names import masked_argv
 from ..engine.session import connected
-from ..serving.cli import served_options
+from ..serving.cli import serve_lock, served_options
 from ..serving.record import read_record
 from ..serving.replica import restart_replica as restart_replica_of
 from ..serving.supervisor_unit import SUPERVISED_ENV, SupervisorSpec
@@ -52,7 +54,7 @@ def run_serve(argv: list[str], timeout_s: float, log: Path) -> Outcome:
     start = time.monotonic()
     env = {**os.environ, SUPERVISED_ENV: "1"}
     with open(log, "ab") as out:
-        out.write(f"\n$ {' '.join(argv[3:])}\n".encode())
+        out.write(f"\n$ {' '.join(masked_argv(argv[3:]))}\n".encode())
         out.flush()
         try:
             done = subprocess.run(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -73,13 +75,15 @@ def restart_replica(spec: SupervisorSpec, inventory_path: Path, index: int, log:
     try:
         inventory = load_inventory(inventory_path)
         opts = served_options(list(spec.serve_argv), list(spec.remote), inventory)
-        with connected(inventory) as session:
+        with connected(inventory) as session, serve_lock(session):
             record = read_record(session)
             placement = next(p for p in (record.serving.replicas if record and record.serving else ())
                              if p.index == index)
             restart_replica_of(session, opts, placement)
     except (SparkclusterError, StopIteration) as e:
         cause = e.message if isinstance(e, SparkclusterError) else f"replica {index} is not in the serve record"
+        if isinstance(e, Busy):
+            return Outcome(False, time.monotonic() - start, cause, busy=True)
         with open(log, "a", encoding="utf-8") as out:
             out.write(f"replica {index} restart failed: {cause}\n")
         return Outcome(False, time.monotonic() - start, cause)

@@ -16,8 +16,8 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field, fields, replace
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -33,18 +33,21 @@ from ..serving.supervisor_unit import SupervisorSpec
 from . import act
 from .act import Outcome as Done
 from .notify import post
-from .policy import Check, Judge, Policy, Verdict
+from .policy import Check, Judge, Policy, Verdict, policy_values
 from .watch import Progress, Target, check, nodes_view, targets, unreachable
 
 log = logging.getLogger("sparkcluster.supervise")
 
 
 def policy_from(spec: SupervisorSpec, inventory: Inventory) -> Policy:
-    """The defaults, then the inventory's `supervise:` settings, then the serve's own readiness deadline."""
-    given: dict[str, Any] = {**dict(inventory.vars.get("supervise") or {}), **dict(spec.policy)}
-    known = {f.name for f in fields(Policy)}
-    values: dict[str, Any] = {k: (tuple(v) if isinstance(v, list) else v) for k, v in given.items() if k in known}
-    return replace(Policy(start_timeout_s=spec.ready_timeout_s), **values)
+    """The defaults, then the inventory's `supervise:` settings, then the serve's own readiness deadline; a setting
+    that is not one (or of the wrong kind) keeps its default and is logged."""
+    given = inventory.vars.get("supervise")
+    values, refused = policy_values({**(dict(given) if isinstance(given, Mapping) else {}), **dict(spec.policy)})
+    for why in refused:
+        log.warning("the inventory's supervise: setting %s; its default is kept", why)
+    settings: dict[str, Any] = dict(values)
+    return replace(Policy(start_timeout_s=spec.ready_timeout_s), **settings)
 
 
 @dataclass
@@ -68,7 +71,7 @@ class Supervisor:
     last_failure: str | None = None
 
     def __post_init__(self) -> None:
-        self.judge = Judge(self.policy)
+        self.judge = Judge(self.policy, born_at=self.clock())
         try:
             lost = tuple(json.loads((self.folder / "degraded.json").read_text())["lost"])
             self.degraded = Degraded(lost, self.clock())
@@ -121,8 +124,9 @@ class Supervisor:
             return
         # The router first: without it no replica is reached, and serving the layout again restarts every part.
         for c, verdict in sorted(verdicts, key=lambda cv: not by_name[cv[0].target].router):
-            if verdict is not None and verdict.act:
-                self.act(c, verdict, by_name.get(c.target), record, now)
+            covered = self.degraded is not None and set(c.nodes_down) <= set(self.degraded.lost)
+            if verdict is not None and verdict.act and not (verdict.seen is Seen.NODE_DOWN and covered):
+                self.act(c, verdict, by_name.get(c.target), record, now, view.down)
                 return
         loading = any(v is not None and v.loading for _, v in verdicts)
         if self.degraded:
@@ -131,7 +135,8 @@ class Supervisor:
             self.tell(WatchState.LOADING if loading else WatchState.WATCHING)
 
     # ---- what it does
-    def act(self, c: Check, verdict: Verdict, target: Target | None, record: ServeRecord, now: float) -> None:
+    def act(self, c: Check, verdict: Verdict, target: Target | None, record: ServeRecord, now: float,
+            down: tuple[str, ...] = ()) -> None:
         seen = verdict.seen
         name = c.target
         if seen is Seen.UNAUTHORIZED:
@@ -153,16 +158,13 @@ class Supervisor:
         allowed, why_not = self.judge.may_restart(now)
         if not allowed:
             if why_not:
-                self.gave_up = f"{why_not}; the last failure: {self.last_failure or seen}"
-                self.record(Incident(now_iso(), name, seen, Action.GAVE_UP, Outcome.GAVE_UP, verdict.detected_s, None,
-                                     self.last_failure, f"gave up: {self.gave_up}; the cluster is left as it is; "
-                                                        "`sparkcluster serve` by hand starts it afresh"))
-                self.tell(WatchState.GAVE_UP, self.gave_up)
+                self.give_up(name, seen, verdict.detected_s, why_not)
             return
         self.judge.restarting(now)
         self.tell(WatchState.RECOVERING, f"{name}: {seen}")
-        if seen is Seen.NODE_DOWN:
-            self.degrade(c, verdict, record)
+        lost = tuple(n for n in record.nodes if n in set(down) | set(c.nodes_down))
+        if lost and not (target is not None and target.replica is not None):
+            self.degrade(name, seen, verdict, record, lost)  # a full serve needs every node: serve without them
             return
         if target is not None and target.replica is not None:
             outcome = act.restart_replica(self.spec, self.inventory_path, target.replica, self.log_path)
@@ -173,17 +175,26 @@ class Supervisor:
             action = Action.RESTART
         self.after(name, seen, action, verdict, outcome, target.name if target else name)
 
-    def degrade(self, c: Check, verdict: Verdict, record: ServeRecord) -> None:
+    def degrade(self, name: str, seen: Seen, verdict: Verdict, record: ServeRecord, lost: tuple[str, ...]) -> None:
+        """The largest layout of the same shape on the nodes left: TP (x PP) on a power of two of them, or the
+        replicas whose nodes all answer; its serve says whether the model fits there."""
         serving = record.serving
         assert serving is not None
-        survivors = [h for h in record.nodes if h not in c.nodes_down]
-        tp = len(survivors) if serving.pp <= 1 else None
-        outcome = act.run_serve(act.serve_argv(self.spec, self.inventory_path, survivors, tp=tp),
-                                self.spec.ready_timeout_s + 600, self.log_path)
+        survivors = [h for h in record.nodes if h not in lost]
+        if serving.replicas:
+            whole = [p for p in serving.replicas if not set(p.nodes) & set(lost)]
+            used = [n for p in whole for n in p.nodes]
+            argv = act.serve_argv(self.spec, self.inventory_path, used, replicas=len(whole))
+            what = f"{len(whole)} replica(s) on {', '.join(used)}"
+        else:
+            size = 1 << (max(1, len(survivors) // max(1, serving.pp)).bit_length() - 1)  # TP divides the heads
+            used = survivors[:size * max(1, serving.pp)]
+            argv = act.serve_argv(self.spec, self.inventory_path, used, tp=size)
+            what = f"TP {size} on {', '.join(used)}"
+        outcome = act.run_serve(argv, self.spec.ready_timeout_s + 600, self.log_path)
         if outcome.ok:
-            self.set_degraded(Degraded(c.nodes_down, self.clock()))
-        self.after(c.target, Seen.NODE_DOWN, Action.DEGRADE, verdict, outcome,
-                   f"TP {tp} on {', '.join(survivors)}")
+            self.set_degraded(Degraded(lost, self.clock()))
+        self.after(name, seen, Action.DEGRADE, verdict, outcome, what)
 
     def restore(self, now: float) -> None:
         """The lost nodes answer again: with replicas, the next rounds restart the lost replica alone (its engine is
@@ -196,17 +207,30 @@ class Supervisor:
                                  f"{back} answers again: its replica is started again"))
             self.set_degraded(None)
             return
-        allowed, _ = self.judge.may_restart(now)
+        allowed, why_not = self.judge.may_restart(now)
         if not allowed:
-            return  # backing off (or gave up: the next fault says so); degraded until then
+            if why_not:
+                self.give_up("vLLM", Seen.NODE_BACK, 0.0, why_not)
+            return  # backing off; degraded until then
         self.judge.restarting(now)
         self.tell(WatchState.RECOVERING, f"{back} answers again: back to the full layout")
         outcome = act.run_serve(act.serve_argv(self.spec, self.inventory_path), self.spec.ready_timeout_s + 600,
                                 self.log_path)
+        verdict = Verdict(back, Seen.NODE_BACK, True, 0.0)
         if outcome.ok:
             self.set_degraded(None)
-        self.after("vLLM", Seen.NODE_BACK, Action.RESTORE, Verdict(back, Seen.NODE_BACK, True, 0.0), outcome,
-                   f"{back} answers again: the full layout")
+        self.after("vLLM", Seen.NODE_BACK, Action.RESTORE, verdict, outcome, f"{back} answers again: the full layout")
+        if not outcome.ok and not outcome.busy and record_now is not None:
+            # The failed full serve stopped the degraded one: serve without the node again, and keep waiting.
+            self.degrade("vLLM", Seen.NODE_BACK, verdict, record_now, self.degraded.lost)
+
+    def give_up(self, name: str, seen: Seen, detected_s: float, why: str) -> None:
+        """The breaker opens: no more actions, the cluster left as it is, and why, with the last failure's cause."""
+        self.gave_up = f"{why}; the last failure: {self.last_failure or seen}"
+        self.record(Incident(now_iso(), name, seen, Action.GAVE_UP, Outcome.GAVE_UP, round(detected_s, 1), None,
+                             self.last_failure, f"gave up: {self.gave_up}; the cluster is left as it is; "
+                                                "`sparkcluster serve` by hand starts it afresh"))
+        self.tell(WatchState.GAVE_UP, self.gave_up)
 
     def set_degraded(self, degraded: Degraded | None) -> None:
         """Kept in the folder too: a supervisor started again (its unit, a reboot) still knows what it serves without."""
@@ -224,8 +248,10 @@ class Supervisor:
 
     def after(self, name: str, seen: Seen, action: Action, verdict: Verdict, outcome: Done, what: str) -> None:
         if outcome.busy:
+            self.judge.not_counted()
             self.tell(WatchState.WATCHING, "a serve or down by hand holds the cluster: it waits")
             return
+        self.judge.finished(self.clock(), outcome.ok)
         if outcome.ok:
             self.judge.started(name, self.clock())
             self.record(Incident(now_iso(), name, seen, action, Outcome.RECOVERED, round(verdict.detected_s, 1),

@@ -15,6 +15,8 @@ from ..engine.errors import SparkclusterError
 from ..engine.inventory import Inventory
 from ..engine.session import Session
 from ..engine.transport import Unreachable
+
+TIMED_OUT = -1  # a Result's exit code when the command ran past its timeout (engine/transport.py)
 from ..observe.scrape import RUNNING, fetch
 from ..serving.readiness import http
 from ..serving.record import Serving
@@ -53,17 +55,26 @@ class Progress:
     """The last token count seen per target while requests ran, and since when it has not moved."""
 
     count: dict[str, float] = field(default_factory=dict)
-    since: dict[str, float] = field(default_factory=dict)
+    since: dict[str, float] = field(default_factory=dict)  # when requests began running, or the count last moved
+    busy: set[str] = field(default_factory=set)  # requests were running at the last reading
+    moved: dict[str, bool] = field(default_factory=dict)  # the count changed since the reading before
 
     def stalled(self, target: str, running: float | None, count: float | None, now: float, stall_s: float) -> bool:
+        previous = self.count.get(target)
+        if count is not None:
+            self.moved[target] = previous is not None and previous != count
+            self.count[target] = count
         if not running or count is None:  # idle (or unreadable): a still count means nothing
-            self.count.pop(target, None)
-            self.since.pop(target, None)
+            self.busy.discard(target)
             return False
-        if self.count.get(target) != count:
-            self.count[target], self.since[target] = count, now
+        if target not in self.busy or previous != count:  # requests just began, or tokens were counted
+            self.busy.add(target)
+            self.since[target] = now
             return False
         return now - self.since[target] >= stall_s
+
+    def advancing(self, target: str) -> bool:
+        return self.moved.get(target, False)
 
 
 @dataclass(frozen=True)
@@ -78,11 +89,11 @@ def nodes_view(session: Session, runtime: RuntimeChoice, serving: Serving | None
         host = next(h for h in session.hosts if h.name == host_name)
         roles = node_roles(serving, launcher, host.name == session.head.name)
         try:
-            stopped = tuple(r for r in roles
-                            if not session.run(host, replace(runtime.on(host).alive(r), timeout=20)).ok)
+            answers = {r: session.run(host, replace(runtime.on(host).alive(r), timeout=20)) for r in roles}
         except (Unreachable, SparkclusterError):
             return host_name, False, ()
-        return host_name, True, stopped
+        # A check that timed out (a node under load, sshd slow) says nothing: only an answer "not running" counts.
+        return host_name, True, tuple(r for r, a in answers.items() if not a.ok and a.exit_code != TIMED_OUT)
     seen = session.each(lambda h: one(h.name))
     return NodeView(tuple(n for n, up, _ in seen if not up), {n: s for n, up, s in seen if up and s})
 
@@ -105,6 +116,8 @@ def probe(base_url: str, model: str, api_key: str | None, timeout_s: float) -> P
                                                        "temperature": 0}, timeout=timeout_s, api_key=api_key)
     if status in (401, 403):
         return ProbeResult.UNAUTHORIZED
+    if status in (429, 503):
+        return ProbeResult.BUSY
     if status == 0:
         return ProbeResult.TIMED_OUT
     if status != 200:
@@ -126,6 +139,8 @@ def check(target: Target, view: NodeView, served_name: str, api_key: str | None,
     if down or stopped:
         return Check(target.name, down, stopped, health=0)
     health, _ = http(f"{target.base_url}/health", timeout=policy.probe_timeout_s)
+    if target.router and health == 503:
+        health = 200  # vllm-router answers 503 while a replica is out of rotation: that replica's own check says so
     stalled = False
     if health == 200 and not target.router:
         reading = fetch(f"{target.base_url}/metrics")
@@ -134,4 +149,4 @@ def check(target: Target, view: NodeView, served_name: str, api_key: str | None,
                                        now, policy.stall_s)
     result = probe(target.base_url, served_name, api_key, policy.probe_timeout_s) if with_probe and health == 200 \
         else None
-    return Check(target.name, health=health, probe=result, stalled=stalled)
+    return Check(target.name, health=health, probe=result, stalled=stalled, advancing=progress.advancing(target.name))

@@ -22,7 +22,7 @@ from sparkcluster.serving.incidents import (
     parse_events,
     parse_state,
 )
-from sparkcluster.serving.supervisor_unit import SupervisorSpec, serve_argv_for_head, unit_text
+from sparkcluster.serving.supervisor_unit import SupervisorSpec, environment_line, serve_argv_for_head, unit_text
 from sparkcluster.supervise.act import first_error, serve_argv
 from sparkcluster.supervise.notify import post
 
@@ -104,3 +104,19 @@ def test_an_incident_is_posted_as_json_with_a_text_a_chat_webhook_shows(receiver
 
 def test_a_receiver_that_is_not_there_costs_a_warning_not_the_supervisor():
     assert not post("http://127.0.0.1:9/hook", INCIDENT)
+
+
+def test_the_key_in_the_units_environment_file_reads_back_unchanged_as_systemd_reads_it():
+    """The simulator's systemd parses EnvironmentFile= as systemd does (quotes, backslash escapes inside double
+    quotes): a key with a quote or a backslash reaches the probe unchanged (review of issue 48)."""
+    import importlib.util
+    from importlib.machinery import SourceFileLoader
+
+    path = Path(__file__).parents[3] / "sparkcluster/sim/host/sim-systemd-runner"
+    spec = importlib.util.spec_from_loader("runner", SourceFileLoader("runner", str(path)))
+    assert spec is not None and spec.loader is not None
+    runner = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(runner)
+    parse = runner.environment_file
+    for key in ("sk-plain", 'sk-"quoted"', "sk-back\\slash", "sk-$dollar"):
+        assert parse(environment_line("VLLM_API_KEY", key)) == {"VLLM_API_KEY": key}
