@@ -14,8 +14,6 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 import yaml
@@ -23,21 +21,17 @@ import yaml
 from sparkcluster.serving.readiness import http
 from sparkcluster.sim import SimCluster
 from tests.support.helpers import git_repo, run_cli, ssh
+from tests.support.ring_cluster import Ring, TestEveryRing, ring_fixture  # noqa: F401 (TestEveryRing: collected here)
 from tests.support.rings import (
     bootstrap,
-    comm_env_is_the_rings,
-    each_cable_its_own_subnets,
     eugr_clone,
     forwarded,
     forwarding_state,
-    found_before_addressing,
     ipv4,
     lan_host_reaches,
     node_address,
     node_logs,
     ready_to_serve,
-    ring,
-    topology,
     vllm_lines,
 )
 from tests.support.sim_serving import processes
@@ -47,38 +41,13 @@ COMM_ENV = "~/.config/sparkcluster/comm.env"
 HOSTS = ("spark-1", "spark-2", "spark-3")
 
 
-@pytest.fixture(scope="module")
-def ring3(tmp_path_factory) -> Iterator[tuple[SimCluster, dict, int, subprocess.CompletedProcess, Path]]:
-    pytest.importorskip("torch")
-    c = ring(3, "ring3")
-    try:
-        code, before = topology(c)  # unaddressed: discovery runs on IPv6 link-local alone
-        first = bootstrap(c, tmp_path_factory.mktemp("cfg"))
-        yield c, before, code, first, tmp_path_factory.mktemp("cfg")
-    finally:
-        c.down()
+ring_cluster = ring_fixture(3, "ring3", needs_torch=True)  # the cluster block both ring files share
 
 
 @pytest.fixture
-def c3(ring3) -> SimCluster:
-    """The ring, bootstrapped (the tests after the first three)."""
-    assert ring3[3].returncode == 0, ring3[3].stdout + ring3[3].stderr
-    return ring3[0]
-
-
-def test_topology_finds_every_cable_before_anything_is_addressed(ring3):
-    c, before, code, _, _ = ring3
-    found_before_addressing(c, code, before)
-
-
-def test_bootstrap_gives_each_cable_its_own_subnets_then_changes_nothing(ring3):
-    c, _, _, first, cfg = ring3
-    each_cable_its_own_subnets(c, first, cfg)
-
-
-def test_neighbours_answer_over_each_link_and_the_comm_env_is_the_rings(ring3):
-    c, _, _, first, _ = ring3
-    comm_env_is_the_rings(c, first)
+def c3(ring_cluster: Ring) -> SimCluster:
+    """The ring, bootstrapped (the tests after TestEveryRing's three)."""
+    return ring_cluster.bootstrapped
 
 
 # ---- the runtime bootstrap was given -------------------------------------------------------------------------

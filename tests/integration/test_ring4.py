@@ -19,14 +19,12 @@ import yaml
 
 from sparkcluster.serving.readiness import http
 from tests.support.helpers import run_cli, ssh
+from tests.support.ring_cluster import TestEveryRing, ring_fixture  # noqa: F401 (TestEveryRing: collected here)
 from tests.support.rings import (
     bootstrap,
-    comm_env_is_the_rings,
-    each_cable_its_own_subnets,
     eugr_clone,
     forwarded,
     forwarding_state,
-    found_before_addressing,
     ipv4,
     lan_host_reaches,
     node_address,
@@ -41,41 +39,17 @@ from tests.support.sim_serving import processes
 pytestmark = [pytest.mark.sim, pytest.mark.slow]
 
 
-@pytest.fixture(scope="module")
-def ring4(tmp_path_factory):
-    c = ring(4, "ring4")
-    try:
-        code, before = topology(c)  # unaddressed: discovery runs on IPv6 link-local alone
-        found = {h.name: forwarding_state(c, h.name) for h in c.topology.hosts}  # as bootstrap finds them
-        first = bootstrap(c, tmp_path_factory.mktemp("cfg"))
-        yield c, before, code, first, tmp_path_factory, found
-    finally:
-        c.down()
+ring_cluster = ring_fixture(4, "ring4")  # the cluster block both ring files share
 
 
-def test_topology_finds_every_cable_before_anything_is_addressed(ring4):
-    c, before, code, _, _, _ = ring4
-    found_before_addressing(c, code, before)
-
-
-def test_bootstrap_gives_each_cable_its_own_subnets_then_changes_nothing(ring4):
-    c, _, _, first, tmp, _ = ring4
-    each_cable_its_own_subnets(c, first, tmp.mktemp("cfg"))
-
-
-def test_neighbours_answer_over_each_link_and_the_comm_env_is_the_rings(ring4):
-    c, _, _, first, _, _ = ring4
-    comm_env_is_the_rings(c, first)
-
-
-def test_the_diagonal_crosses_a_neighbour_over_the_fabric_and_the_lan_reaches_no_cable_subnet(ring4):
+def test_the_diagonal_crosses_a_neighbour_over_the_fabric_and_the_lan_reaches_no_cable_subnet(ring_cluster):
     """Round 5's S4 on the 4-ring: spark-2 forwards spark-1 <-> spark-3 (and spark-1 spark-2 <-> spark-4) between
     its two control-plane twins alone, rp_filter strict there; ssh and ping cross it over the fabric, also where
     Docker set FORWARD's policy to DROP. spark-3's LAN port, standing for any management-LAN host, routes the
     spark-1 <-> spark-2 cable's subnet through spark-1's LAN address: unanswered, nothing forwarded; and with
     spark-1's management port forwarding (as Docker's ip_forward=1 leaves every interface) still unanswered: the
     chain drops both pings."""
-    c = ring4[0]
+    c = ring_cluster.bootstrapped
     values = forwarding_state(c, "spark-2")
     assert (values["enp1s0f0np0/rp_filter"], values["enp1s0f1np1/rp_filter"]) == ("1", "1")
     chain = ssh(c, "spark-2", "sudo iptables -w -S FORWARD").stdout.splitlines()
@@ -103,8 +77,8 @@ def test_the_diagonal_crosses_a_neighbour_over_the_fabric_and_the_lan_reaches_no
         ssh(c, "spark-1", "sudo sysctl -qw net.ipv4.conf.enP7s7.forwarding=0")
 
 
-def test_eugrs_4x_recipe_serves_tp2_x_pp2_along_the_ring(ring4, tmp_path):
-    c = ring4[0]
+def test_eugrs_4x_recipe_serves_tp2_x_pp2_along_the_ring(ring_cluster, tmp_path):
+    c = ring_cluster.bootstrapped
     ready_to_serve(c)
     user = {"XDG_CONFIG_HOME": str(tmp_path / "config"), "XDG_CACHE_HOME": str(tmp_path / "cache")}
     recipe = eugr_clone(tmp_path / "cache", tmp_path / "config") / "recipes" / "4x-spark-cluster" / "tiny-llama.yaml"
@@ -139,11 +113,11 @@ def test_eugrs_4x_recipe_serves_tp2_x_pp2_along_the_ring(ring4, tmp_path):
     assert all("vllm serve" not in processes(c, h.name) for h in c.topology.hosts)
 
 
-def test_choosing_the_lan_puts_forwarding_back_as_bootstrap_found_it(ring4, tmp_path):
+def test_choosing_the_lan_puts_forwarding_back_as_bootstrap_found_it(ring_cluster, tmp_path):
     """`fabric.control_plane: lan` on the routed 4-ring (after the serve: the plane is not needed again): on every
     node ip_forward and each interface's forwarding and rp_filter are as before the first bootstrap, the chain and
     the values kept for this are gone, and the LAN still reaches no cable subnet."""
-    c, found = ring4[0], ring4[5]
+    c, found = ring_cluster.bootstrapped, ring_cluster.found
     doc = yaml.safe_load(c.inventory_path.read_text())
     doc["vars"].setdefault("fabric", {})["control_plane"] = "lan"
     lan = tmp_path / "lan.yml"
