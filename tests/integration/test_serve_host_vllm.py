@@ -26,14 +26,11 @@ import pytest
 import yaml
 
 from sparkcluster.serving.readiness import http
-from sparkcluster.sim import SimCluster, UpOptions, tinymodel
-from tests.support.helpers import git_repo, require_sim, run_cli, ssh, unique_name
-from tests.support import vllm_model_info
-from tests.support.sim_serving import ROOT, VLLM_ENV, processes
+from sparkcluster.sim import SimCluster
+from tests.support.helpers import git_repo, run_cli, ssh
+from tests.support.sim_serving import MODEL, ROOT, VLLM_FLAGS, host_bootstrap, processes, sc, vllm_pair
 
 pytestmark = [pytest.mark.sim, pytest.mark.slow]
-MODEL = "local/tiny-llama"
-VLLM_FLAGS = ["--", "--max-model-len", "512", "--enforce-eager"]
 CANARY = "hf_SERVEENV" + "CANARY42"  # split: the test's own argv never holds it whole
 API_KEY = "sk-" + "APIKEY" + "CANARY39"  # vLLM's --api-key (issue 39, S5), split the same way
 HF_FLAG = "hf_" + "FLAGCANARY77"  # vLLM's --hf-token (issue 46, F3), split the same way
@@ -45,34 +42,11 @@ BENCH_RESULTS: dict[str, str] = {}
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory) -> Iterator[SimCluster]:
-    require_sim(docker=False)
-    if not (VLLM_ENV / "bin" / "vllm").exists():
-        pytest.fail(f"{VLLM_ENV} is missing: run scripts/setup-vllm.sh")
-    # Sparks without Docker; the inventory names the vLLM environment (python_env), the host runtime and the CPU
-    # vLLM's settings, the simulator's Ray plugin among them (tests/vllm_cpu_plugin). The twins hold link-local
-    # addresses until bootstrap gives them the fabric's, and the RDMA devices are mlx5_N.
-    c = SimCluster.up(UpOptions(count=2, name=unique_name("vllm"), docker=False, vllm_env=str(VLLM_ENV),
-                                rdma_names="mlx5", link_local=True))
-    try:
-        host_bootstrap(c, tmp_path_factory.mktemp("cfg"))
+    with vllm_pair(tmp_path_factory.mktemp("cfg"), "vllm") as c:
         doc = yaml.safe_load(c.inventory_path.read_text())
         doc["vars"]["serve_env"]["HF_TOKEN"] = CANARY  # a secret: never in a command line on a node (issue 28)
         c.inventory_path.write_text(yaml.safe_dump(doc, sort_keys=False))
-        # The model exists on the head only; serve stages it to the worker.
-        tinymodel.generate_on(c, "spark-1", str(VLLM_ENV / "bin" / "python"))
-        vllm_model_info.lay_on(c, VLLM_ENV)
         yield c
-    finally:
-        c.down()
-
-
-def host_bootstrap(c: SimCluster, config: Path) -> None:
-    result = run_cli("bootstrap", str(c.inventory_path), "--runtime", "host", env={"XDG_CONFIG_HOME": str(config)})
-    assert result.returncode == 0, result.stdout + result.stderr
-
-
-def sc(c: SimCluster, *args: str, timeout: float = 600, env: dict | None = None) -> subprocess.CompletedProcess:
-    return run_cli(args[0], "-i", str(c.inventory_path), *args[1:], timeout=timeout, env=env)  # before any `--`
 
 
 def connections(c: SimCluster, host: str) -> list[tuple[str, str, str]]:
@@ -943,97 +917,3 @@ def layouts_have_receipts_that_explain_them(tp: dict, replicas: dict, out: Path)
                       "  2. --tensor-parallel-size: A 2, B 1  [model and layout] the serve command line's "
                       "parallelism, as launched"], explained.stdout
 
-
-# A policy for the tests: a round every 2 s, a probe every 3 s that waits 5 s, two misses in a row. The defaults
-# (15 s, 30 s, 20 s) notice within 100 s; these within 20 s, so the proofs below cost seconds, not minutes.
-QUICK_POLICY = {"interval_s": 2, "probe_every_s": 3, "probe_timeout_s": 5, "misses": 2, "backoff_s": [0, 5, 10]}
-RECEIVER = """
-import http.server, sys
-class Receiver(http.server.BaseHTTPRequestHandler):
-    def do_POST(self):
-        body = self.rfile.read(int(self.headers['Content-Length']))
-        with open(sys.argv[1], 'ab') as f:
-            f.write(body + b'\\n')
-        self.send_response(204)
-        self.end_headers()
-http.server.HTTPServer(('127.0.0.1', 9977), Receiver).serve_forever()
-"""
-
-
-@contextmanager
-def supervise_policy(c: SimCluster, policy: dict) -> Iterator[None]:
-    text = c.inventory_path.read_text()
-    doc = yaml.safe_load(text)
-    doc["vars"]["supervise"] = policy
-    c.inventory_path.write_text(yaml.safe_dump(doc, sort_keys=False))
-    try:
-        yield
-    finally:
-        c.inventory_path.write_text(text)
-
-
-def wait_for_incident(c: SimCluster, count: int, timeout_s: float = 400) -> list[dict]:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        events = json.loads(sc(c, "events", "--json").stdout)["events"]
-        if len([e for e in events if e["outcome"] != "reported"]) >= count:
-            return events
-        time.sleep(2)
-    raise AssertionError(f"no incident #{count} within {timeout_s} s: {sc(c, 'events').stdout}\n"
-                         + ssh(c, "spark-1", "tail -n 40 ~/.config/sparkcluster/supervisor/supervisor.log").stdout)
-
-
-def test_the_supervisor_serves_again_a_tp2_whose_worker_died_or_whose_engine_wedged(cluster):
-    """Issue 48, proofs 1 and 2: serve installs the supervisor on the head as a systemd unit (the simulator's
-    systemd runs the same unit file). `kill -9` of spark-2's vLLM: noticed, the TP 2 layout served again, answering,
-    one incident with both times, posted to --notify (a receiver on the head). `kill -STOP` of the head's engine
-    core (/health still 200): the probe times out, wedged, served again. `down` stops the supervisor first."""
-    receiver_log = "/tmp/sparkcluster-notify.jsonl"
-    cluster.exec_in("spark-1", ["sh", "-c", f"setsid python3 -c {shlex.quote(RECEIVER)} {receiver_log} "
-                                            "</dev/null >/dev/null 2>&1 &"])
-    body = {"model": MODEL, "prompt": "The cluster of sparks", "max_tokens": 2, "temperature": 0}
-    head = cluster.topology.hosts[0]
-    endpoint = f"http://{head.mgmt_ip}:8000/v1"
-    with supervise_policy(cluster, QUICK_POLICY):
-        try:
-            served = sc(cluster, "serve", "--launcher", "native", "--tp", "2", "--model", MODEL, "--no-verify",
-                        "--json", "--notify", "http://127.0.0.1:9977/hook", *VLLM_FLAGS)
-            assert served.returncode == 0, served.stderr[-3000:]
-            assert json.loads(served.stdout)["supervisor"]["state"] == "watching", served.stdout[-1000:]
-            unit = ssh(cluster, "spark-1", "systemctl is-active sparkcluster-supervisor.service; "
-                                           "systemctl is-enabled sparkcluster-supervisor.service").stdout.split()
-            assert unit == ["active", "enabled"], unit
-
-            ssh(cluster, "spark-2", 'kill -KILL -- -"$(cat ~/.cache/sparkcluster/serve/main.pid)"')
-            killed = time.monotonic()
-            first = wait_for_incident(cluster, 1)[-1]
-            assert (first["target"], first["seen"], first["action"], first["outcome"]) == (
-                "vLLM", "engine-dead", "restart", "recovered"), first
-            assert 0 <= first["detected_s"] < 60 and first["recovered_s"] > 0, first
-            assert time.monotonic() - killed < 400
-            code, text = http(f"{endpoint}/completions", body, timeout=60)
-            assert code == 200, text
-            posted = [json.loads(line) for line in ssh(cluster, "spark-1", f"cat {receiver_log}").stdout.splitlines()]
-            assert posted and posted[0]["seen"] == "engine-dead" and posted[0]["text"].startswith("sparkcluster: "), \
-                posted
-
-            core = ssh(cluster, "spark-1", "pgrep -f 'VLLM::EngineCore|EngineCore' | head -n 1").stdout.strip()
-            assert core, ssh(cluster, "spark-1", "ps -eo pid,args").stdout
-            ssh(cluster, "spark-1", f"kill -STOP {core}")
-            assert http(f"http://{head.mgmt_ip}:8000/health", timeout=10)[0] == 200  # /health cannot see a wedge
-            second = wait_for_incident(cluster, 2)[-1]
-            assert (second["seen"], second["action"], second["outcome"]) == ("wedged", "restart", "recovered"), second
-            code, text = http(f"{endpoint}/completions", body, timeout=60)
-            assert code == 200, text
-
-            status = json.loads(sc(cluster, "status", "--json").stdout)
-            assert status["supervisor"]["active"] and status["supervisor"]["state"]["state"] == "watching", status
-            assert [i["seen"] for i in status["supervisor"]["incidents"]] == ["engine-dead", "wedged"]
-            since = json.loads(sc(cluster, "events", "--json", "--since", "1h").stdout)["events"]
-            assert len(since) == 2
-        finally:
-            down = sc(cluster, "down", "--json")
-            cluster.exec_in("spark-1", ["pkill", "-f", "sparkcluster-notify"])
-    assert down.returncode == 0, down.stderr
-    assert ssh(cluster, "spark-1", "systemctl is-active sparkcluster-supervisor.service || true").stdout.strip() == \
-        "inactive"
