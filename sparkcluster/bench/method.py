@@ -7,11 +7,12 @@ gives its own panels: the JSON document, the table, the CSV and the plot. Two me
 from __future__ import annotations
 
 import argparse
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
-from ..engine.errors import SparkclusterError, UsageError
+from ..engine.errors import EXIT_INTERRUPTED, SparkclusterError, UsageError
 from .alongside import Alongside
 from .receipt import Receipt
 from .target import Target
@@ -78,6 +79,25 @@ class Method(Protocol[PlanT]):
 
     def run(self, plan: PlanT, args: argparse.Namespace, target: Target, head_tokenizer: Path | None) -> Measured:
         ...
+
+
+class Ending(Protocol):
+    """Where a run records how it ended."""
+
+    code: int
+    failure: SparkclusterError | None
+
+
+@contextmanager
+def ending(measured: Ending, failures: tuple[type[SparkclusterError], ...] = (SparkclusterError,)) -> Iterator[None]:
+    """Either method's run: one of `failures`, or Ctrl-C, ends it with what it measured so far kept, the failure
+    and its exit code (or 130) recorded for the shell, which prints them after the rows."""
+    try:
+        yield
+    except failures as e:
+        measured.failure, measured.code = e, e.exit_code
+    except KeyboardInterrupt:
+        measured.code = EXIT_INTERRUPTED
 
 
 def check_timeout(args: argparse.Namespace) -> None:

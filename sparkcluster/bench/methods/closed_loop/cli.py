@@ -21,14 +21,14 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextC
 from .... import __version__
 from ....engine.console import err as err_console
 from ....engine.console import out as console
-from ....engine.errors import EXIT_INTERRUPTED, EXIT_OK, UsageError
+from ....engine.errors import EXIT_OK, SparkclusterError, UsageError
 from ....recipes.load import Reference
 from ... import ceiling, method
 from ...alongside import Alongside
 from ...compare import is_results_file
 from ...context import DoesNotFit
 from ...endpoint import BenchFailed
-from ...method import check_timeout
+from ...method import check_timeout, ending
 from ...receipt import Receipt
 from ...target import Target
 from . import plot, reference, table
@@ -151,7 +151,7 @@ class Measured:
     levels: list[Level] = field(default_factory=list)
     prepared: Prepared = field(default_factory=Prepared)
     code: int = EXIT_OK
-    failure: BenchFailed | DoesNotFit | None = None
+    failure: SparkclusterError | None = None  # BenchFailed or DoesNotFit
     receipt: Receipt = field(init=False)
 
     @property
@@ -227,14 +227,11 @@ class ClosedLoop:
         measured = Measured(plan_, target, started)
         bar, emit = progress(not args.json)
         try:
-            if bar:
-                bar.start()
-            asyncio.run(sweep(target.base_url, target.model, opts, measured.levels, measured.prepared, emit,
-                              target.api_key, target.engine_metrics))
-        except (BenchFailed, DoesNotFit) as e:
-            measured.failure, measured.code = e, e.exit_code
-        except KeyboardInterrupt:
-            measured.code = EXIT_INTERRUPTED
+            with ending(measured, (BenchFailed, DoesNotFit)):
+                if bar:
+                    bar.start()
+                asyncio.run(sweep(target.base_url, target.model, opts, measured.levels, measured.prepared, emit,
+                                  target.api_key, target.engine_metrics))
         finally:
             if bar:
                 bar.stop()

@@ -22,11 +22,11 @@ from rich.markup import escape
 from .... import __version__
 from ....engine.console import err as err_console
 from ....engine.console import out as console
-from ....engine.errors import EXIT_INTERRUPTED, EXIT_OK, SparkclusterError, UsageError
+from ....engine.errors import EXIT_OK, SparkclusterError, UsageError
 from ... import ceiling
 from ...alongside import Alongside
 from ...compare import is_results_file
-from ...method import check_outputs, check_timeout
+from ...method import check_outputs, check_timeout, ending
 from ...receipt import Receipt
 from ...receipts import save
 from ...target import Target
@@ -263,7 +263,7 @@ class LlamaBenchy:
             if p.out is not None and p.profile is not None:
                 arena.save_cell(p.out, cell, formats.document(measured.header(), entries))
                 arena.write(p.out, p.profile, measured.target, p.opts, measured.started, p.cells, bool(done_before))
-        try:
+        with ending(measured):  # a SparkclusterError: 2 for a grid that cannot fit the context
             model, measured.context = asyncio.run(served_model(target.base_url, target.model or None, args.timeout,
                                                                target.api_key))
             measured.target = target = dataclasses.replace(target, model=model)
@@ -282,10 +282,6 @@ class LlamaBenchy:
                                         session_warmup=not args.no_warmup, skipped=len(done_before),
                                         warm_first_cell_only=plan_.profile is not None, context=measured.context,
                                         engine_metrics=target.engine_metrics))
-        except SparkclusterError as e:
-            measured.failure, measured.code = e, e.exit_code  # 2 for a grid that cannot fit the context
-        except KeyboardInterrupt:
-            measured.code = EXIT_INTERRUPTED
         plan_ = measured.plan
         measured.receipt = benchy_receipt(
             measured.target, {**dataclasses.asdict(plan_.opts), "cells": [c.label for c in plan_.cells]},
