@@ -86,3 +86,24 @@ def test_verify_without_bootstrap_names_the_fix(cluster4):
         assert out.returncode == 1 and "spark-4" in out.stderr and "bootstrap" in out.stderr
     finally:
         ssh(cluster4, "spark-4", "mv ~/comm.env.bak ~/.config/sparkcluster/comm.env")
+
+
+def test_tune_measures_every_candidate_under_gloo_keeps_the_default_and_says_why(cluster4):
+    """verify --tune on the simulator (issue 50): each candidate's probe runs across two nodes for real, every sum
+    checked; under gloo NCCL's settings change nothing, so the comm env stays as bootstrap wrote it."""
+    inventory, pair = str(cluster4.inventory_path), ["--limit", "spark-1,spark-2"]
+    before = {n: ssh(cluster4, n, "cat ~/.config/sparkcluster/comm.env").stdout for n in ("spark-1", "spark-2")}
+    out = run_cli("verify", inventory, "--json", *pair, "--tune", "--hidden-size", "64", "--concurrency", "1,8")
+    assert out.returncode == 0 and "Traceback" not in out.stderr, out.stderr
+    doc = json.loads(out.stdout)
+    assert doc["backend"] == "gloo" and doc["transport"] == "gloo" and doc["decode_bytes"] == {"1": 128, "8": 1024}
+    assert doc["chosen"]["name"] == "default" and "NCCL's settings change nothing" in doc["chosen"]["reason"]
+    assert len(doc["candidates"]) >= 9 and all(c["decode_us"] > 0 for c in doc["candidates"])
+    assert not any(c["verdict"].startswith("wrong sum") for c in doc["candidates"])
+    for node in ("spark-1", "spark-2"):
+        assert ssh(cluster4, node, "cat ~/.config/sparkcluster/comm.env").stdout == before[node]
+        record = json.loads(ssh(cluster4, node, "cat ~/.config/sparkcluster/last-verify.json").stdout)
+        assert record["comm_tuned"]["name"] == "default" and record["comm_tuned"]["settings"] == {}
+    reset = run_cli("verify", inventory, "--json", *pair, "--reset")
+    assert reset.returncode == 0 and json.loads(reset.stdout)["before"] == {}
+    assert "comm_tuned" not in json.loads(ssh(cluster4, "spark-1", "cat ~/.config/sparkcluster/last-verify.json").stdout)
