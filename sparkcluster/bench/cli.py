@@ -52,9 +52,8 @@ def find_target(args: argparse.Namespace, connect: Connect, tokenizer: bool = Fa
     with connect(args, lambda inventory: None) as session:
         target = from_cluster(session)
         target = dataclasses.replace(target, config={**target.config, **served_figures(session, target, args)})
-        hf_model = target.config.get("hf_model")
-        if tokenizer and not args.tokenizer and isinstance(hf_model, str):
-            fetched = head_tokenizer.fetch(session, hf_model)
+        if tokenizer:
+            fetched = head_tokenizer.for_target(session, target.config, args.tokenizer)
     return (dataclasses.replace(target, model=args.model) if args.model else target), fetched
 
 

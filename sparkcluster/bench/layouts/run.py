@@ -94,10 +94,8 @@ def measure_on(session: Session, method: LayoutsMethod, plan: object, args: argp
         if target.served and not nodes:
             nodes.append(NodesRead(target.served.comm_env, target.served.nodes))
         if not tokenizer:
-            hf_model = target.config.get("hf_model")
-            wanted = method.method.tokenizer and not args.tokenizer and isinstance(hf_model, str)
-            tokenizer.append(head_tokenizer.fetch(session, hf_model) if wanted and isinstance(hf_model, str)
-                             else None)
+            tokenizer.append(head_tokenizer.for_target(session, target.config, args.tokenizer)
+                             if method.method.tokenizer else None)
         measured = method.method.run(plan, args, target, tokenizer[0])
         if measured.failure:
             raise measured.failure

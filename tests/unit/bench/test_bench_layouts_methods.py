@@ -15,6 +15,7 @@ from sparkcluster.bench.layouts import cli as layouts_cli
 from sparkcluster.bench.layouts import methods, run, state
 from sparkcluster.bench.methods.closed_loop import cli as closed_loop_cli
 from sparkcluster.bench.methods.llama_benchy import cli as llama_benchy_cli
+from sparkcluster.bench.methods.llama_benchy import head_tokenizer
 from sparkcluster.bench.target import Target
 from sparkcluster.engine.cliapp import selected_inventory
 from sparkcluster.engine.errors import UsageError
@@ -97,3 +98,21 @@ def test_layouts_with_llama_benchy_serves_and_measures_each_layout_and_resumes(t
     table = [" ".join(line.split()) for line in printed.out.splitlines()]
     assert any(line.startswith("1 tp (tp2) ") for line in table), printed.out
     assert "TTFR" in printed.out and "<- best" in printed.out
+
+
+def test_the_served_models_tokenizer_is_taken_from_the_head_by_one_rule_for_bench_and_layouts(tmp_path, monkeypatch):
+    """head_tokenizer.for_target, which bench's find_target and --layouts' measure both ask: nothing where
+    --tokenizer gave one or the record names no model; else this machine's earlier copy, before any SSH read."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+
+    class NoSession:
+        def run(self, host, command):  # noqa: ANN001, ANN202
+            raise AssertionError("read from the head although a copy was here")
+    session = NoSession()
+    assert head_tokenizer.for_target(session, {"hf_model": "org/m"}, "mine.json") is None  # type: ignore[arg-type]
+    assert head_tokenizer.for_target(session, {}, None) is None  # type: ignore[arg-type]
+    copy = head_tokenizer.local_copy("org/m")
+    copy.parent.mkdir(parents=True)
+    copy.write_text("{}")
+    assert head_tokenizer.for_target(session, {"hf_model": "org/m"}, None) == copy  # type: ignore[arg-type]

@@ -25,6 +25,12 @@ def script(model: str) -> str:
             f'[ -n "$f" ] && head -c {MAX_TOKENIZER_BYTES} "$f"')
 
 
+def for_target(session: Session, config: dict[str, object], given: str | None) -> Path | None:
+    """The served model's (`config`'s hf_model, as the serve record names it), unless --tokenizer `given` one."""
+    hf_model = config.get("hf_model")
+    return fetch(session, hf_model) if not given and isinstance(hf_model, str) else None
+
+
 def fetch(session: Session, model: str) -> Path | None:
     """The model's tokenizer.json: this machine's HF cache, an earlier copy, else read from the head."""
     if "/" not in model or any(c in model for c in "\"'`$\\ ") or ".." in model:
