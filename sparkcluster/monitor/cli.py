@@ -1,7 +1,7 @@
 """`sparkcluster monitor up | down | status`: the cluster seen from outside. `up` starts each node's exporter and
 the distribution's Prometheus on the head (or on this machine with --here), configured for every node, engine or
-replica, the router and the supervisor, with sparkcluster's alert and recording rules; idempotent, --check shows
-what it would do. `down` stops them and keeps Prometheus' data unless --purge. `status` says what runs and which
+replica, the router and the supervisor, with sparkcluster's alert and recording rules, and with --notify its
+Alertmanager posting alerts to a webhook; idempotent, --check shows what it would do. `down` stops them and keeps Prometheus' data unless --purge. `status` says what runs and which
 targets Prometheus sees up."""
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from typing import Any
 
 from ..engine.cliapp import App, Connect
 from ..engine.errors import EXIT_FAILED, EXIT_OK, UsageError
+from .alerting import notify_url
 from .deploy import DEFAULT_LISTEN
 
 LISTEN = re.compile(r"(?P<host>[0-9A-Za-z.\-]+|\[[0-9a-fA-F:]+\]):(?P<port>\d{1,5})")
@@ -48,6 +49,7 @@ def cmd_up(args: argparse.Namespace, connect: Connect) -> int:
     from ..engine.remote import python_of
     from ..serving.record import read_record
     from . import deploy
+    from .alerting import alertmanager_config
     from .config import prometheus_config
     from .packaged import rule_paths
     from .place import NodePlace
@@ -58,14 +60,23 @@ def cmd_up(args: argparse.Namespace, connect: Connect) -> int:
         targets = targets_of(session.hosts, session.head, record, on_head=not args.here,
                              exporter_port=args.exporter_port)
         rules = {f"rules/{p.name}": p.read_bytes() for p in rule_paths()}
-        files = {"prometheus.yml": prometheus_config(targets, sorted(rules)).encode(), **rules}
+        notify = deploy.alertmanager() if args.notify else None
+        files = {"prometheus.yml": prometheus_config(targets, sorted(rules),
+                                                     alertmanager=notify.listen if notify else None).encode(), **rules}
         reachable = [h for h in session.hosts if h.name not in session.unreachable]
         outcomes = [deploy.Outcome(name, "exporter", "failed", f"unreachable: {e.message}")
                     for name, e in session.unreachable.items()]
         outcomes += session.each(lambda h: deploy.exporter_up(NodePlace(h.name, session.transport(h)), python_of(h),
                                                               h.address, args.exporter_port, args.check), reachable)
-        outcomes.append(deploy.prometheus_up(_places(args, session), files, args.listen, args.check))
-    return _report(args, outcomes, {"listen": args.listen, "here": args.here,
+        place = _places(args, session)
+        if notify is not None:  # Alertmanager first: Prometheus sends to it from its first evaluation
+            outcomes.append(deploy.daemon_up(place, notify, {"alertmanager.yml": alertmanager_config(args.notify)
+                                                             .encode()}, args.check))
+        elif deploy.running(place, "alertmanager"):  # --notify dropped: nothing sends to it any more
+            outcomes.append(deploy.Outcome(place.name, "alertmanager", "would change", "would stop it (no --notify)")
+                            if args.check else deploy.stop(place, "alertmanager", purge=False))
+        outcomes.append(deploy.prometheus_up(place, files, args.listen, args.check))
+    return _report(args, outcomes, {"listen": args.listen, "here": args.here, "notify": bool(args.notify),
                                     "targets": [{"job": t.job, "address": t.address, **dict(t.labels)}
                                                 for t in targets.all()], "served": targets.served})
 
@@ -76,7 +87,8 @@ def cmd_down(args: argparse.Namespace, connect: Connect) -> int:
 
     with connect(args, require_all=False) as session:
         reachable = [h for h in session.hosts if h.name not in session.unreachable]
-        outcomes = [deploy.stop(_places(args, session), "prometheus", args.purge)]
+        place = _places(args, session)
+        outcomes = [deploy.stop(place, "prometheus", args.purge), deploy.stop(place, "alertmanager", args.purge)]
         outcomes += session.each(lambda h: deploy.stop(NodePlace(h.name, session.transport(h)), "exporter",
                                                        args.purge), reachable)
         outcomes += [deploy.Outcome(n, "exporter", "failed", f"unreachable: {e.message}")
@@ -93,8 +105,10 @@ def cmd_status(args: argparse.Namespace, connect: Connect) -> int:
         exporters = {h.name: deploy.running(NodePlace(h.name, session.transport(h)), "exporter")
                      for h in session.hosts if h.name not in session.unreachable}
         prometheus = deploy.running(place, "prometheus")
+        notifying = deploy.running(place, "alertmanager")
         health = deploy.targets_health(place, args.listen) if prometheus else "Prometheus is not running there"
     doc: dict[str, Any] = {"prometheus": {"place": place.name, "listen": args.listen, "running": prometheus},
+                           "alertmanager": {"running": notifying},
                            "exporters": {n: ("running" if up else "stopped") for n, up in exporters.items()}
                            | {n: "unreachable" for n in session.unreachable},
                            "targets": health if isinstance(health, list) else None,
@@ -109,8 +123,8 @@ def cmd_status(args: argparse.Namespace, connect: Connect) -> int:
     else:
         from ..engine.console import out
 
-        out.print(f"prometheus on {place.name} ({args.listen}): {'running' if prometheus else 'not running'}",
-                  highlight=False)
+        out.print(f"prometheus on {place.name} ({args.listen}): {'running' if prometheus else 'not running'}; "
+                  f"alertmanager (--notify): {'running' if notifying else 'not running'}", highlight=False)
         for name, state in doc["exporters"].items():
             out.print(f"  exporter on {name}: {state}", highlight=False)
         for t in health if isinstance(health, list) else ():
@@ -145,9 +159,13 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser], app:
     sub = monitor.add_subparsers(dest="monitor_command", required=True, metavar="up|down|status")
     up = app.connecting(sub.add_parser("up", help="start each node's exporter and Prometheus (idempotent)"))
     up.add_argument("--check", action="store_true", help="show what would change; change nothing")
+    up.add_argument("--notify", type=notify_url, metavar="URL",
+                    help="also run the distribution's Alertmanager, posting every alert and its resolution to this "
+                         "webhook (the URL is kept in a private file only); without it a running one is stopped")
     up.add_argument("--exporter-port", type=port_number, default=9839,
                     help="the port each node's exporter serves on (default 9839)")
-    down = app.connecting(sub.add_parser("down", help="stop Prometheus and the exporters; Prometheus' data is kept"))
+    down = app.connecting(sub.add_parser("down", help="stop Prometheus, Alertmanager and the exporters; their data is "
+                                                      "kept"))
     down.add_argument("--purge", action="store_true", help="also remove Prometheus' data and the exporters' files")
     status = app.connecting(sub.add_parser("status", help="what runs, and which targets Prometheus sees up"))
     for p in (up, down, status):

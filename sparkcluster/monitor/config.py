@@ -36,8 +36,10 @@ def _job(name: str, targets: Sequence[Target], rename_ray: bool = False) -> dict
     return job
 
 
-def prometheus_config(targets: Targets, rule_files: Sequence[str], interval_s: int = SCRAPE_INTERVAL_S) -> str:
-    """`interval_s`: the scrape's (the rules keep their own 15 s); the tests scrape faster to wait less."""
+def prometheus_config(targets: Targets, rule_files: Sequence[str], interval_s: int = SCRAPE_INTERVAL_S,
+                      alertmanager: str | None = None) -> str:
+    """`interval_s`: the scrape's (the rules keep their own 15 s); the tests scrape faster to wait less.
+    `alertmanager`: its HOST:PORT, where --notify runs one."""
     jobs = [_job("sparkcluster-node", targets.nodes)] if targets.nodes else []
     if targets.supervisor:
         jobs.append(_job("sparkcluster-supervisor", [targets.supervisor]))
@@ -45,10 +47,12 @@ def prometheus_config(targets: Targets, rule_files: Sequence[str], interval_s: i
         jobs.append(_job("vllm", targets.engines, rename_ray=True))
     if targets.router:
         jobs.append(_job("vllm-router", [targets.router]))
-    doc = {"global": {"scrape_interval": f"{interval_s}s", "scrape_timeout": f"{min(SCRAPE_TIMEOUT_S, interval_s)}s",
+    doc: dict[str, Any] = {"global": {"scrape_interval": f"{interval_s}s", "scrape_timeout": f"{min(SCRAPE_TIMEOUT_S, interval_s)}s",
                       "evaluation_interval": f"{SCRAPE_INTERVAL_S}s",
                       "external_labels": {"cluster": "sparkcluster"}},
            "rule_files": list(rule_files), "scrape_configs": jobs}
+    if alertmanager:
+        doc["alerting"] = {"alertmanagers": [{"static_configs": [{"targets": [alertmanager]}]}]}
     header = ("# Written by `sparkcluster monitor up`; rewritten by it (edit the inventory or serve again, then run it "
               "again).\n")
     return header + yaml.safe_dump(doc, sort_keys=False, width=120)

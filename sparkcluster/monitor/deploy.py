@@ -1,5 +1,5 @@
 """What `monitor up`, `down` and `status` do at each place: each node's exporter, and the distribution's Prometheus
-on the head (or this machine). Each piece is checked first (read-only: what is there, what runs), then changed
+(and, with --notify, its Alertmanager) on the head (or this machine). Each piece is checked first (read-only: what is there, what runs), then changed
 only where it differs, so a second `up` changes nothing; `--check` stops after the check. Everything started is
 detached (setsid nohup, stdin from /dev/null, a pid file), as the host runtime starts vLLM (serving/runtime.py),
 so the SSH session closing never stops it. Prometheus' data folder is kept by `down` unless purged.
@@ -20,7 +20,9 @@ from .place import Place
 MONITOR_DIR = ".local/share/sparkcluster/monitor"  # under the login user's home, at each place
 EXPORTER = f"{MONITOR_DIR}/sparkcluster-exporter.pyz"
 PROMETHEUS_DIR = f"{MONITOR_DIR}/prometheus"
+ALERTMANAGER_DIR = f"{MONITOR_DIR}/alertmanager"
 DEFAULT_LISTEN = "127.0.0.1:9095"  # loopback: `status` asks it over SSH; Debian's own service keeps 9090
+ALERTMANAGER_LISTEN = "127.0.0.1:9096"  # beside Prometheus, which alone talks to it; Debian's own keeps 9093
 RETENTION = "30d"
 READY_S = 15
 Status = Literal["ok", "changed", "failed", "would change"]
@@ -37,7 +39,7 @@ class Outcome:
         return {"place": self.place, "piece": self.piece, "status": self.status, "reason": self.reason}
 
 
-def _state(place: Place, prefix: str, files: Mapping[str, str]) -> dict[str, str]:
+def _state(place: Place, prefix: str, files: Mapping[str, str], tools: tuple[str, ...] = ()) -> dict[str, str]:
     """`key=value` lines: each file's sha256 (empty: absent), the args it was started with, whether it runs."""
     lines = [f"d={shlex.quote(MONITOR_DIR)}"]
     for key, path in files.items():
@@ -45,7 +47,7 @@ def _state(place: Place, prefix: str, files: Mapping[str, str]) -> dict[str, str
     lines += [f"echo \"args=$(cat {shlex.quote(prefix)}.args 2>/dev/null)\"",
               f"if kill -0 \"$(cat {shlex.quote(prefix)}.pid 2>/dev/null)\" 2>/dev/null; then echo running=yes; "
               "else echo running=no; fi",
-              "for t in prometheus promtool; do command -v $t >/dev/null 2>&1 && echo have_$t=yes; done; true"]
+              f"for t in {' '.join(tools)}; do command -v $t >/dev/null 2>&1 && echo have_$t=yes; done; true"]
     ran = place.run("\n".join(lines), timeout=30)
     return dict(line.split("=", 1) for line in ran.stdout.splitlines() if "=" in line)
 
@@ -109,77 +111,117 @@ def _tail(text: str) -> str:
     return " ".join(text.strip().splitlines()[-3:])[:300] or "no message"
 
 
-# ---- Prometheus ---------------------------------------------------------------------------------------------
+# ---- Prometheus and Alertmanager -------------------------------------------------------------------------------
 
-def prometheus_argv(listen: str) -> str:
+@dataclass(frozen=True)
+class Daemon:
+    """One of the distribution's servers, as `up` installs, configures, checks, starts and reloads it."""
+
+    piece: str  # "prometheus", "alertmanager": what outcomes and `down` call it
+    package: str  # the Debian/Ubuntu package
+    tools: tuple[str, ...]  # what must be on PATH: the server and its config checker
+    folder: str  # its configuration and data, under the home
+    main_file: str  # its configuration's name in the folder
+    check_line: str  # the checker's shell line, run from the home
+    argv: str
+    listen: str
+
+    @property
+    def prefix(self) -> str:
+        return f"{self.folder}/{self.piece}"
+
+
+def prometheus(listen: str) -> Daemon:
     d = f"\"$HOME\"/{PROMETHEUS_DIR}"
-    return (f"prometheus --config.file={d}/prometheus.yml --storage.tsdb.path={d}/data "
-            f"--web.listen-address={shlex.quote(listen)} --storage.tsdb.retention.time={RETENTION}")
+    return Daemon("prometheus", "prometheus", ("prometheus", "promtool"), PROMETHEUS_DIR, "prometheus.yml",
+                  f"promtool check config {PROMETHEUS_DIR}/prometheus.yml",
+                  f"prometheus --config.file={d}/prometheus.yml --storage.tsdb.path={d}/data "
+                  f"--web.listen-address={shlex.quote(listen)} --storage.tsdb.retention.time={RETENTION}", listen)
+
+
+def alertmanager(listen: str = ALERTMANAGER_LISTEN) -> Daemon:
+    d = f"\"$HOME\"/{ALERTMANAGER_DIR}"
+    # --cluster.listen-address= (empty): one Alertmanager, no gossip port opened to the LAN
+    return Daemon("alertmanager", "prometheus-alertmanager", ("prometheus-alertmanager", "amtool"), ALERTMANAGER_DIR,
+                  "alertmanager.yml", f"amtool check-config {ALERTMANAGER_DIR}/alertmanager.yml",
+                  f"prometheus-alertmanager --config.file={d}/alertmanager.yml --storage.path={d}/data "
+                  f"--web.listen-address={shlex.quote(listen)} --cluster.listen-address=", listen)
 
 
 def _sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-INSTALL = ("if [ \"$(id -u)\" = 0 ]; then s=; else s='sudo -n'; fi; "
-           "DEBIAN_FRONTEND=noninteractive $s apt-get install -y -q prometheus")
+def _install(package: str) -> str:
+    return ("if [ \"$(id -u)\" = 0 ]; then s=; else s='sudo -n'; fi; "
+            f"DEBIAN_FRONTEND=noninteractive $s apt-get install -y -q {package}")
+
+
+def daemon_up(place: Place, daemon: Daemon, files: Mapping[str, bytes], check: bool) -> Outcome:
+    """`files`: name under the daemon's folder (prometheus.yml, rules/...) -> content, private to the login user
+    (alertmanager.yml holds the --notify URL, which may carry a token)."""
+    state = _state(place, daemon.prefix, {name: f"{daemon.folder}/{name}" for name in files}, daemon.tools)
+    stale = [name for name, data in files.items() if state.get(name) != _sha(data)]
+    installed = all(state.get(f"have_{tool}") == "yes" for tool in daemon.tools)
+    running, same_args = state.get("running") == "yes", state.get("args") == daemon.argv
+    name = daemon.piece
+    if installed and not stale and running and same_args:
+        return Outcome(place.name, name, "ok", f"serving {daemon.listen}, configuration current")
+    todo = ([] if installed else [f"install the distribution's {daemon.package}"]) + \
+        ([f"write {', '.join(stale)}"] if stale else []) + \
+        (["reload it"] if running and same_args else ["restart it"] if running else ["start it"])
+    if check:
+        return Outcome(place.name, name, "would change", f"would {', '.join(todo)}")
+    if not installed:
+        ran = place.run(_install(daemon.package), timeout=600)
+        if not ran.ok:
+            return Outcome(place.name, name, "failed",
+                           f"apt-get install {daemon.package} failed: {_tail(ran.stderr)}; install it there "
+                           f"(`sudo apt-get install {daemon.package}`) and run `sparkcluster monitor up` again")
+    folders = {f"{daemon.folder}/{n.rpartition('/')[0]}" for n in files if "/" in n} | {f"{daemon.folder}/data"}
+    ran = place.run(_folders(*sorted(folders)))
+    if not ran.ok:
+        return Outcome(place.name, name, "failed", f"could not make {daemon.folder}: {_tail(ran.stderr)}")
+    for file in stale:
+        place.write(f"{daemon.folder}/{file}", files[file], 0o600)
+    checked = place.run(daemon.check_line, timeout=60)
+    if not checked.ok:
+        return Outcome(place.name, name, "failed", f"{daemon.tools[1]} rejects the configuration: "
+                       f"{_tail(checked.stdout + checked.stderr)}")
+    if running and same_args:
+        ran = place.run(f"kill -HUP \"$(cat {daemon.prefix}.pid)\"")  # both reread their files on SIGHUP
+    else:
+        ran = place.run(_start(daemon.prefix, daemon.argv, f"http://{daemon.listen}/-/ready", "python3"), timeout=90)
+    if not ran.ok:
+        return Outcome(place.name, name, "failed", f"{', '.join(todo)}: {_tail(ran.stderr)}")
+    return Outcome(place.name, name, "changed", f"{', '.join(todo)}; serving {daemon.listen}")
 
 
 def prometheus_up(place: Place, files: Mapping[str, bytes], listen: str, check: bool) -> Outcome:
-    """`files`: name under PROMETHEUS_DIR (prometheus.yml, rules/...) -> content."""
-    prefix = f"{PROMETHEUS_DIR}/prometheus"
-    state = _state(place, prefix, {name: f"{PROMETHEUS_DIR}/{name}" for name in files})
-    stale = [name for name, data in files.items() if state.get(name) != _sha(data)]
-    installed = state.get("have_prometheus") == "yes" and state.get("have_promtool") == "yes"
-    argv = prometheus_argv(listen)
-    running = state.get("running") == "yes"
-    if installed and not stale and running and state.get("args") == argv:
-        return Outcome(place.name, "prometheus", "ok", f"serving {listen}, configuration current")
-    todo = ([] if installed else ["install the distribution's prometheus"]) + \
-        ([f"write {', '.join(stale)}"] if stale else []) + \
-        (["reload it"] if running and stale and state.get("args") == argv else
-         ["restart it"] if running else ["start it"])
-    if check:
-        return Outcome(place.name, "prometheus", "would change", f"would {', '.join(todo)}")
-    if not installed:
-        ran = place.run(INSTALL, timeout=600)
-        if not ran.ok:
-            return Outcome(place.name, "prometheus", "failed",
-                           f"apt-get install prometheus failed: {_tail(ran.stderr)}; install it there "
-                           "(`sudo apt-get install prometheus`) and run `sparkcluster monitor up` again")
-    ran = place.run(_folders(f"{PROMETHEUS_DIR}/rules", f"{PROMETHEUS_DIR}/data"))
-    for name in stale:
-        place.write(f"{PROMETHEUS_DIR}/{name}", files[name], 0o600)
-    checked = place.run(f"promtool check config {PROMETHEUS_DIR}/prometheus.yml", timeout=60)
-    if not checked.ok:
-        return Outcome(place.name, "prometheus", "failed", f"promtool rejects the configuration: "
-                       f"{_tail(checked.stdout + checked.stderr)}")
-    if running and state.get("args") == argv:
-        ran = place.run(f"kill -HUP \"$(cat {prefix}.pid)\"")
-    else:
-        ran = place.run(_start(prefix, argv, f"http://{listen}/-/ready", "python3"), timeout=90)
-    if not ran.ok:
-        return Outcome(place.name, "prometheus", "failed", f"{', '.join(todo)}: {_tail(ran.stderr)}")
-    return Outcome(place.name, "prometheus", "changed", f"{', '.join(todo)}; serving {listen}")
+    return daemon_up(place, prometheus(listen), files, check)
 
 
 # ---- down and status ----------------------------------------------------------------------------------------
 
+PREFIXES = {"prometheus": f"{PROMETHEUS_DIR}/prometheus", "alertmanager": f"{ALERTMANAGER_DIR}/alertmanager",
+            "exporter": f"{MONITOR_DIR}/exporter"}
+DATA = {"prometheus": PROMETHEUS_DIR, "alertmanager": ALERTMANAGER_DIR}
+
+
 def stop(place: Place, piece: str, purge: bool) -> Outcome:
-    prefix = f"{PROMETHEUS_DIR}/prometheus" if piece == "prometheus" else f"{MONITOR_DIR}/exporter"
-    gone = (f"; rm -rf {PROMETHEUS_DIR}" if piece == "prometheus" else f"; rm -f {EXPORTER} {prefix}.args {prefix}.log"
+    prefix = PREFIXES[piece]
+    gone = (f"; rm -rf {DATA[piece]}" if piece in DATA else f"; rm -f {EXPORTER} {prefix}.args {prefix}.log"
             ) if purge else ""
     ran = place.run(_stop(prefix) + gone, timeout=30)
     if not ran.ok:
         return Outcome(place.name, piece, "failed", _tail(ran.stderr))
     said = "stopped" if "stopped" in ran.stdout else "not running"
-    kept = (", its data removed" if purge else ", its data kept (--purge removes it)") if piece == "prometheus" else ""
+    kept = (", its data removed" if purge else ", its data kept (--purge removes it)") if piece in DATA else ""
     return Outcome(place.name, piece, "changed" if "stopped" in ran.stdout or purge else "ok", said + kept)
 
 
 def running(place: Place, piece: str) -> bool:
-    prefix = f"{PROMETHEUS_DIR}/prometheus" if piece == "prometheus" else f"{MONITOR_DIR}/exporter"
-    return _state(place, prefix, {}).get("running") == "yes"
+    return _state(place, PREFIXES[piece], {}).get("running") == "yes"
 
 
 TARGETS_SCRIPT = ("python3 -c 'import sys,urllib.request; sys.stdout.write(urllib.request.urlopen(sys.argv[1], "

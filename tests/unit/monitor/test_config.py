@@ -14,6 +14,7 @@ import yaml
 
 from sparkcluster.cli import main
 from sparkcluster.engine.inventory import Host
+from sparkcluster.monitor.alerting import alertmanager_config
 from sparkcluster.monitor.config import prometheus_config
 from sparkcluster.monitor.packaged import rule_paths
 from sparkcluster.monitor.targets import targets_of
@@ -73,7 +74,23 @@ def test_promtool_accepts_the_written_configuration_with_its_rules(tmp_path: Pat
     assert "SUCCESS: 2 rule files found" in done.stdout
 
 
+def test_notify_points_prometheus_at_its_alertmanager_and_the_url_stays_in_its_file(tmp_path: Path) -> None:
+    targets = targets_of(HOSTS, HOSTS[0], None, on_head=True)
+    doc = yaml.safe_load(prometheus_config(targets, [], alertmanager="127.0.0.1:9096"))
+    assert doc["alerting"] == {"alertmanagers": [{"static_configs": [{"targets": ["127.0.0.1:9096"]}]}]}
+    assert "alerting" not in yaml.safe_load(prometheus_config(targets, []))
+    url = "https://hooks.example.com/services/T000/B000/" + "XXXXSECRET"
+    config = tmp_path / "alertmanager.yml"
+    config.write_text(alertmanager_config(url))
+    receiver = yaml.safe_load(config.read_text())["receivers"][0]
+    assert receiver["webhook_configs"] == [{"url": url, "send_resolved": True}]
+    if shutil.which("amtool"):  # Debian's prometheus-alertmanager
+        done = subprocess.run(["amtool", "check-config", str(config)], capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0 and "SUCCESS" in done.stdout, done.stdout + done.stderr
+
+
 @pytest.mark.parametrize("argv, said", [
+    (["monitor", "up", "--notify", "hooks.example.com/x"], "http:// or https:// webhook URL"),
     (["monitor", "up", "--listen", "nowhere"], "is not HOST:PORT"),
     (["monitor", "up", "--exporter-port", "70000"], "is not a port"),
     (["monitor", "status", "--listen", "127.0.0.1:0"], "is not HOST:PORT"),

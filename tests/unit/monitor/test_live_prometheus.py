@@ -17,13 +17,14 @@ import time
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
-from http.server import ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from sparkcluster.monitor import deploy
+from sparkcluster.monitor.alerting import alertmanager_config
 from sparkcluster.monitor.config import prometheus_config
 from sparkcluster.monitor.packaged import dashboard_path, rule_paths
 from sparkcluster.monitor.place import LocalPlace
@@ -64,6 +65,7 @@ def node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     monkeypatch.setenv("SPARKCLUSTER_PROC_ROOT", str(tmp_path / "proc"))
     place = LocalPlace()
     yield home
+    deploy.stop(place, "alertmanager", purge=True)
     deploy.stop(place, "prometheus", purge=True)
     deploy.stop(place, "exporter", purge=True)
 
@@ -149,3 +151,59 @@ def test_monitor_here_for_real(node: Path, vllm: str) -> None:
     assert deploy.stop(place, "exporter", purge=False).status == "changed"
     assert deploy.stop(place, "prometheus", purge=True).reason.endswith("its data removed")
     assert not data.exists()
+
+
+class _Webhook(BaseHTTPRequestHandler):
+    received: list[dict[str, Any]] = []
+
+    def do_POST(self) -> None:  # noqa: N802 - http.server's name
+        body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+        _Webhook.received.append({"path": self.path, "doc": json.loads(body)})
+        self.send_response(200)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - http.server's signature
+        pass
+
+
+@pytest.mark.skipif(shutil.which("prometheus-alertmanager") is None or shutil.which("amtool") is None,
+                    reason="Alertmanager missing: apt-get install prometheus-alertmanager")
+def test_notify_posts_a_firing_alert_to_the_webhook(node: Path) -> None:
+    """`up --notify URL`'s pieces: the supervisor gave up on spark-1; Prometheus fires SparkSupervisorGaveUp, its
+    Alertmanager posts it to the webhook, with the summary naming the node; the URL's token is in no outcome."""
+    write_file(node / ".local/state/sparkcluster/supervisor/state.json", json.dumps(
+        {"version": 1, "state": "gave-up", "since": "2026-12-01T10:00:00Z", "restarts_last_hour": 5, "reason": None}))
+    hook = ThreadingHTTPServer(("127.0.0.1", 0), _Webhook)
+    threading.Thread(target=hook.serve_forever, daemon=True).start()
+    place = LocalPlace()
+    try:
+        port, listen = free_port(), f"127.0.0.1:{free_port()}"
+        assert deploy.exporter_up(place, sys.executable, "127.0.0.1", port, check=False).status == "changed"
+        token = "T000-B000-" + "HOOKTOKEN"
+        url = f"http://127.0.0.1:{hook.server_address[1]}/hooks/{token}"
+        manager = deploy.alertmanager(f"127.0.0.1:{free_port()}")
+        sent = deploy.daemon_up(place, manager, {"alertmanager.yml": alertmanager_config(url).encode()}, check=False)
+        assert sent.status == "changed", sent
+        assert oct((node / deploy.ALERTMANAGER_DIR / "alertmanager.yml").stat().st_mode & 0o777) == "0o600"
+        targets = Targets((Target("sparkcluster-node", f"127.0.0.1:{port}", (("node", "spark-1"),)),),
+                          supervisor=Target("sparkcluster-supervisor", f"127.0.0.1:{port}", (("node", "spark-1"),),
+                                            "/supervisor"))
+        rules = {f"rules/{p.name}": p.read_bytes() for p in rule_paths()}
+        config = prometheus_config(targets, sorted(rules), interval_s=1, alertmanager=manager.listen)
+        up = deploy.prometheus_up(place, {"prometheus.yml": config.encode(), **rules}, listen, check=False)
+        assert up.status == "changed", up
+        assert token not in json.dumps([sent.to_json(), up.to_json()])
+
+        def posted() -> list[dict[str, Any]]:
+            return [a for r in _Webhook.received for a in r["doc"]["alerts"]
+                    if a["labels"]["alertname"] == "SparkSupervisorGaveUp"]
+
+        alerts = until("the webhook to receive SparkSupervisorGaveUp", posted, 90)
+        assert alerts[0]["status"] == "firing" and alerts[0]["labels"]["node"] == "spark-1"
+        assert "spark-1 gave up" in alerts[0]["annotations"]["summary"]
+        assert _Webhook.received[0]["path"] == f"/hooks/{token}"
+        assert deploy.stop(place, "alertmanager", purge=True).status == "changed"
+    finally:
+        hook.shutdown()
+        hook.server_close()
