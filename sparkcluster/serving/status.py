@@ -214,8 +214,8 @@ def status(session: Session, chosen: RuntimeChoice) -> ClusterStatus:
                             tuple(judge_members(members, fabric_ips(session), other_ips(session))))
         except SparkclusterError as e:
             ray = RayStatus(error=e.message)
-    if serving is None:
-        return ClusterStatus(record, nodes, ray)
+    if serving is None:  # nothing served: the supervisor may say why (it gave up after failed restarts)
+        return ClusterStatus(record, nodes, ray, supervisor=read_view(session))
     # A replica is read over HTTP, outside --limit too: the endpoint's figures are all the replicas' sum.
     addresses = {h.name: h.address for h in session.inventory.every_host}
     placements = [p for p in serving.replicas if p.head in addresses]
