@@ -120,3 +120,22 @@ def test_the_key_in_the_units_environment_file_reads_back_unchanged_as_systemd_r
     parse = runner.environment_file
     for key in ("sk-plain", 'sk-"quoted"', "sk-back\\slash", "sk-$dollar"):
         assert parse(environment_line("VLLM_API_KEY", key)) == {"VLLM_API_KEY": key}
+
+
+def test_the_heads_inventory_reaches_the_nodes_with_the_heads_own_key_and_carries_flag_secrets_as_serve_env(tmp_path):
+    from sparkcluster.engine.inventory import load_inventory
+    from sparkcluster.serving.supervisor_unit import head_inventory_doc
+
+    key = tmp_path / "control_key"
+    key.write_text("not a key\n")
+    path = tmp_path / "inventory.yml"
+    path.write_text(f"name: pair\nvars:\n  user: spark\n  key: {key}\n  serve_env: {{A: '1'}}\n"
+                    "  supervise: {interval_s: 5}\nhosts:\n  spark-1: {address: 10.0.0.1, role: head}\n"
+                    "  spark-2: {address: 10.0.0.2, role: worker, vars: {serve_env: {B: '2'}}}\n")
+    doc = head_inventory_doc(load_inventory(path, check_files=False), {"VLLM_API_KEY": "sk-flag"})
+    assert doc["vars"]["key"] == "~/.ssh/id_ed25519" and doc["vars"]["known_hosts"] == "~/.ssh/known_hosts"
+    assert str(key) not in str(doc)  # the control machine's key never leaves it
+    assert doc["vars"]["serve_env"] == {"A": "1", "VLLM_API_KEY": "sk-flag"}
+    assert doc["vars"]["supervise"] == {"interval_s": 5}
+    assert doc["hosts"]["spark-2"] == {"address": "10.0.0.2", "role": "worker", "port": 22, "user": "spark",
+                                       "vars": {"serve_env": {"B": "2"}}}
