@@ -86,6 +86,7 @@ class Curve:
     median_us: tuple[tuple[int, float], ...]
     backend: str | None = None
     measured_at: str | None = None
+    settings: tuple[tuple[str, str], ...] = ()  # what verify --tune set in the comm env the latency was timed in
 
     def at(self, size: int) -> tuple[float, str]:
         """(microseconds for one all-reduce of `size` bytes, how it was read off the measurements)."""
@@ -101,7 +102,7 @@ class Curve:
         return us0 + (us1 - us0) * (size - s0) / (s1 - s0), how
 
     def to_json(self) -> dict[str, Any]:
-        return {"backend": self.backend, "at": self.measured_at,
+        return {"backend": self.backend, "at": self.measured_at, "comm_tuned": {"settings": dict(self.settings)},
                 "latency_us": {str(size): us for size, us in self.median_us}}
 
 
@@ -112,9 +113,11 @@ def latency_of(record: Mapping[str, Any]) -> Curve | None:
     medians = {size: us for size, us in (found.median_us() if found else {}).items() if size > 0 and us > 0}
     if len(medians) < 2:  # one size cannot say how latency grows with the batch
         return None
-    backend, at = record.get("backend"), record.get("at")
+    backend, at, tuned = record.get("backend"), record.get("at"), record.get("comm_tuned")
+    settings = tuned.get("settings") if isinstance(tuned, Mapping) else None
     return Curve(tuple(sorted(medians.items())), backend if isinstance(backend, str) else None,
-                 at if isinstance(at, str) else None)
+                 at if isinstance(at, str) else None,
+                 tuple(sorted((str(k), str(v)) for k, v in settings.items())) if isinstance(settings, Mapping) else ())
 
 
 @dataclass(frozen=True)
@@ -276,7 +279,9 @@ def describe(found: DecodeBudget) -> str:
     if found.verdict is Share.NO_ALL_REDUCE:
         return f"decode budget (TP {i.tp}, {i.model}): no all-reduce crosses a link inside a step"
     lines = [head if i.latency is None else
-             f"{head}; verify's latency ({i.latency.backend or '?'}, {i.latency.measured_at or '?'})"]
+             f"{head}; verify's latency ({i.latency.backend or '?'}, {i.latency.measured_at or '?'}) with "
+             + (" ".join(f"{k}={v}" for k, v in i.latency.settings) + " (verify --tune)" if i.latency.settings
+                else "no verify --tune settings")]
     for s in found.steps:
         if s.all_reduce_us is None or s.all_reduces_ms is None:
             lines.append(f"  c={s.concurrency}: {_size(s.message_bytes)} each, latency unknown")

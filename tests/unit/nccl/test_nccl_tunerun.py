@@ -174,3 +174,19 @@ def test_bench_receipts_read_the_tuned_variables_from_the_comm_env():
         env = comm_env(session, session.head)  # what bench's receipt records of a node
     assert env["NCCL_PROTO"] == "LL" and env["NCCL_IB_HCA"] == "rocep1s0f1"
     assert not any(key.startswith("#") for key in env)  # the block's markers are comments, as env files read them
+
+
+def test_the_decode_budget_names_the_settings_its_latency_was_timed_with():
+    from sparkcluster.bench.ceiling import ServedModel
+    from sparkcluster.bench.decode_budget import budget, describe, for_served, latency_of
+    from tests.support.bench import LLAMA_8B, RECORD
+
+    tuned = {**RECORD, "comm_tuned": {"name": "LL protocol", "settings": {"NCCL_PROTO": "LL"}}}
+    curve = latency_of(tuned)
+    assert curve is not None and curve.settings == (("NCCL_PROTO", "LL"),)
+    assert latency_of(curve.to_json()) == curve  # as bench's config carries it
+    inputs = for_served(ServedModel("m", LLAMA_8B, None), {"nodes": ["spark-1", "spark-2"], "tp": 2}, tuned)
+    assert inputs is not None
+    assert "2026-11-27T16:00:00+00:00) with NCCL_PROTO=LL (verify --tune)" in describe(budget(inputs, [(1, 0.03)]))
+    plain = for_served(ServedModel("m", LLAMA_8B, None), {"nodes": ["spark-1", "spark-2"], "tp": 2}, RECORD)
+    assert plain is not None and "with no verify --tune settings" in describe(budget(plain, [(1, 0.03)]))
