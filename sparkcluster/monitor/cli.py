@@ -32,6 +32,15 @@ def port_number(text: str) -> int:
     return int(text)
 
 
+def resolved_addresses(hosts: Any) -> dict[str, str]:
+    """Each host's inventory address as ssh resolves it (an ssh_config alias's HostName): what Prometheus can
+    reach, where the alias means nothing to it."""
+    from ..engine.sshtarget import load_ssh_config
+
+    config = load_ssh_config()
+    return {h.name: str(config.lookup(h.address).get("hostname", h.address)) for h in hosts}
+
+
 def _places(args: argparse.Namespace, session: Any) -> Any:
     from .place import LocalPlace, NodePlace
 
@@ -58,7 +67,7 @@ def cmd_up(args: argparse.Namespace, connect: Connect) -> int:
     with connect(args, require_all=False) as session:
         record = read_record(session) if session.head.name not in session.unreachable else None
         targets = targets_of(session.hosts, session.head, record, on_head=not args.here,
-                             exporter_port=args.exporter_port)
+                             exporter_port=args.exporter_port, addresses=resolved_addresses(session.hosts))
         rules = {f"rules/{p.name}": p.read_bytes() for p in rule_paths()}
         notify = deploy.alertmanager() if args.notify else None
         files = {"prometheus.yml": prometheus_config(targets, sorted(rules),
@@ -66,8 +75,9 @@ def cmd_up(args: argparse.Namespace, connect: Connect) -> int:
         reachable = [h for h in session.hosts if h.name not in session.unreachable]
         outcomes = [deploy.Outcome(name, "exporter", "failed", f"unreachable: {e.message}")
                     for name, e in session.unreachable.items()]
+        # Every address of the node: Prometheus reaches it by the one it knows, whichever that is on the node.
         outcomes += session.each(lambda h: deploy.exporter_up(NodePlace(h.name, session.transport(h)), python_of(h),
-                                                              h.address, args.exporter_port, args.check), reachable)
+                                                              "0.0.0.0", args.exporter_port, args.check), reachable)
         place = _places(args, session)
         if notify is not None:  # Alertmanager first: Prometheus sends to it from its first evaluation
             outcomes.append(deploy.daemon_up(place, notify, {"alertmanager.yml": alertmanager_config(args.notify)

@@ -96,8 +96,9 @@ def exporter_up(place: Place, python: str, listen: str, port: int, check: bool) 
     ran = place.run(_folders(MONITOR_DIR))
     if ran.ok and not current:
         place.write(EXPORTER, exporter_zip(), 0o600)
+    here = "127.0.0.1" if listen == "0.0.0.0" else listen  # asked from the node itself
     ran = ran if not ran.ok else place.run(
-        _start(f"{MONITOR_DIR}/exporter", argv, f"http://{_host_port(listen, port)}/metrics", python), timeout=60)
+        _start(f"{MONITOR_DIR}/exporter", argv, f"http://{_host_port(here, port)}/metrics", python), timeout=60)
     if not ran.ok:
         return Outcome(place.name, "exporter", "failed", f"{why}; starting it failed: {_tail(ran.stderr)}")
     return Outcome(place.name, "exporter", "changed", f"started ({why}), serving {listen}:{port}")

@@ -4,7 +4,7 @@ built from the inventory and the head's serve record (serving/record.py). Pure: 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from ..engine.inventory import Host
@@ -38,15 +38,18 @@ class Targets:
                 *((self.supervisor,) if self.supervisor else ()))
 
 
-def _address(host: Host, port: int) -> str:
-    return f"[{host.address}]:{port}" if ":" in host.address else f"{host.address}:{port}"
-
-
 def targets_of(hosts: Sequence[Host], head: Host, record: ServeRecord | None, on_head: bool,
-               exporter_port: int = EXPORTER_PORT) -> Targets:
+               exporter_port: int = EXPORTER_PORT, addresses: Mapping[str, str] | None = None) -> Targets:
     """`on_head`: Prometheus runs on the head (it then reaches the router's loopback listener); else on this
-    machine, which reaches every node by its inventory address as sparkcluster does."""
+    machine. Each node is reached at `addresses[name]` (its inventory address as ssh resolves it: an ssh_config
+    alias's HostName), else its inventory address."""
     by_name = {h.name: h for h in hosts}
+    known = addresses or {}
+
+    def _address(host: Host, port: int) -> str:
+        name = known.get(host.name, host.address)
+        return f"[{name}]:{port}" if ":" in name else f"{name}:{port}"
+
     nodes = tuple(Target("sparkcluster-node", _address(h, exporter_port), (("node", h.name),)) for h in hosts)
     supervisor = Target("sparkcluster-supervisor", _address(head, exporter_port), (("node", head.name),),
                         "/supervisor")

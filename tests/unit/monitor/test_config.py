@@ -15,6 +15,7 @@ import yaml
 from sparkcluster.cli import main
 from sparkcluster.engine.inventory import Host
 from sparkcluster.monitor.alerting import alertmanager_config
+from sparkcluster.monitor.cli import resolved_addresses
 from sparkcluster.monitor.config import prometheus_config
 from sparkcluster.monitor.packaged import rule_paths
 from sparkcluster.monitor.targets import targets_of
@@ -54,6 +55,21 @@ def test_each_replica_where_it_answers_and_the_router_on_the_heads_loopback() ->
     assert got["vllm-router"]["static_configs"][0]["targets"] == ["127.0.0.1:29000"]
     # from this machine (--here) the router's loopback listener is out of reach: no job that would always be down
     assert "vllm-router" not in jobs(prometheus_config(targets_of(HOSTS, HOSTS[0], TWO, on_head=False), []))
+
+
+def test_an_ssh_config_alias_is_scraped_at_its_hostname(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An inventory may name a node by an alias of ~/.ssh/config: Prometheus knows no alias, so the target is the
+    HostName ssh would connect to."""
+    (tmp_path / ".ssh").mkdir()
+    (tmp_path / ".ssh/config").write_text("Host sparky\n  HostName 10.9.8.7\n")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    hosts = (Host("spark-1", "sparky", "head"), Host("spark-2", "192.168.1.11", "worker"))
+    addresses = resolved_addresses(hosts)
+    assert addresses == {"spark-1": "10.9.8.7", "spark-2": "192.168.1.11"}
+    got = jobs(prometheus_config(targets_of(hosts, hosts[0], ONE, on_head=True, addresses=addresses), []))
+    assert [c["targets"] for c in got["sparkcluster-node"]["static_configs"]] == [["10.9.8.7:9839"],
+                                                                                ["192.168.1.11:9839"]]
+    assert got["vllm"]["static_configs"][0]["targets"] == ["10.9.8.7:8000"]
 
 
 def test_nothing_served_means_the_nodes_and_the_supervisor_only() -> None:
