@@ -123,6 +123,7 @@ def incident(target: str = "replica 2", seen: str = "wedged", action: str = "res
 
 
 VLLM = (FIXTURES / "metrics" / "vllm-0.32-cpu-busy2.txt").read_text()
+RAY_NAMED = "ray_vllm_kv_offload_load_bytes_total"  # its name from RayPrometheusStatLogger
 COUNTER = re.compile(r"^(vllm:\S+_total(?:\{[^}]*\})?) (\S+)$", re.MULTILINE)
 
 
@@ -140,7 +141,9 @@ class RisingVllm(BaseHTTPRequestHandler):
     def do_GET(self) -> None:  # noqa: N802 - http.server's name
         RisingVllm.scrapes += 1
         n = RisingVllm.scrapes
-        body = COUNTER.sub(lambda m: f"{m[1]} {float(m[2]) * n + n}", VLLM).encode()
+        # and one figure under the name Ray's stat logger gives it (vLLM's `vllm:` sanitised, `ray_` before it)
+        body = (COUNTER.sub(lambda m: f"{m[1]} {float(m[2]) * n + n}", VLLM)
+                + f"# TYPE {RAY_NAMED} counter\n{RAY_NAMED}{{model_name=\"local/tiny-llama\"}} {n}\n").encode()
         self.send_response(200)
         self.send_header("Content-Type", "text/plain; version=0.0.4")
         self.send_header("Content-Length", str(len(body)))
