@@ -210,3 +210,24 @@ def test_notify_posts_a_firing_alert_to_the_webhook(node: Path) -> None:
     finally:
         hook.shutdown()
         hook.server_close()
+
+
+def test_check_changes_nothing_and_failures_name_their_cause(node: Path) -> None:
+    """--check writes and starts nothing; a configuration promtool rejects is never started, with promtool's
+    words; an exporter that cannot start says why (its log's last lines)."""
+    place = LocalPlace()
+    port, listen = free_port(), f"127.0.0.1:{free_port()}"
+    would = deploy.exporter_up(place, sys.executable, "127.0.0.1", port, check=True)
+    assert would.status == "would change" and "not installed" in would.reason
+    assert not (node / deploy.MONITOR_DIR).exists()
+
+    broken = {"prometheus.yml": b"scrape_configs:\n  - job_name: x\n    static_configs: [{targets: ['a:1']}]\n"
+                                b"    bogus_field: 1\n"}
+    failed = deploy.prometheus_up(place, broken, listen, check=False)
+    assert failed.status == "failed" and "promtool rejects the configuration" in failed.reason, failed
+    assert "bogus_field" in failed.reason
+    assert not deploy.running(place, "prometheus")
+
+    bad = deploy.exporter_up(place, "/nonexistent/python3", "127.0.0.1", port, check=False)
+    assert bad.status == "failed" and "starting it failed" in bad.reason, bad
+    assert "/nonexistent/python3" in bad.reason  # the shell's own words, from the exporter's log
