@@ -11,7 +11,7 @@ import re
 from typing import Any
 
 from ..engine.cliapp import App, Connect
-from ..engine.errors import EXIT_FAILED, EXIT_OK, UsageError
+from ..engine.errors import EXIT_FAILED, EXIT_OK, SparkclusterError
 from .alerting import notify_url
 from .deploy import DEFAULT_LISTEN
 
@@ -48,7 +48,7 @@ def _places(args: argparse.Namespace, session: Any) -> Any:
         return LocalPlace()
     head = session.head
     if head.name in session.unreachable:
-        raise UsageError(f"{head.name} (the head, where Prometheus runs) cannot be reached: "
+        raise SparkclusterError(f"{head.name} (the head, where Prometheus runs) cannot be reached: "
                          f"{session.unreachable[head.name].message}",
                          "bring the head back, or run Prometheus here with --here")
     return NodePlace(head.name, session.transport(head))
@@ -65,6 +65,7 @@ def cmd_up(args: argparse.Namespace, connect: Connect) -> int:
     from .targets import targets_of
 
     with connect(args, require_all=False) as session:
+        place = _places(args, session)  # an unreachable head stops `up` here, before any node changes
         record = read_record(session) if session.head.name not in session.unreachable else None
         targets = targets_of(session.hosts, session.head, record, on_head=not args.here,
                              exporter_port=args.exporter_port, addresses=resolved_addresses(session.hosts))
@@ -78,7 +79,6 @@ def cmd_up(args: argparse.Namespace, connect: Connect) -> int:
         # Every address of the node: Prometheus reaches it by the one it knows, whichever that is on the node.
         outcomes += session.each(lambda h: deploy.exporter_up(NodePlace(h.name, session.transport(h)), python_of(h),
                                                               "0.0.0.0", args.exporter_port, args.check), reachable)
-        place = _places(args, session)
         if notify is not None:  # Alertmanager first: Prometheus sends to it from its first evaluation
             outcomes.append(deploy.daemon_up(place, notify, {"alertmanager.yml": alertmanager_config(args.notify)
                                                              .encode()}, args.check))

@@ -4,6 +4,7 @@ refused before anything connects."""
 
 from __future__ import annotations
 
+import argparse
 import shutil
 import subprocess
 from pathlib import Path
@@ -13,7 +14,10 @@ import pytest
 import yaml
 
 from sparkcluster.cli import main
+from sparkcluster.engine.errors import SparkclusterError
 from sparkcluster.engine.inventory import Host
+from sparkcluster.engine.transport import Unreachable
+from sparkcluster.monitor import cli as monitor_cli
 from sparkcluster.monitor.alerting import alertmanager_config
 from sparkcluster.monitor.cli import resolved_addresses
 from sparkcluster.monitor.config import prometheus_config
@@ -117,3 +121,33 @@ def test_bad_flags_are_refused_before_connecting(argv: list[str], said: str,
         main(argv)
     assert e.value.code == 2
     assert said in capsys.readouterr().err
+
+
+class _NoNodeTouched:
+    """A session whose head did not answer: any command on a node is a failure of the test."""
+
+    def __init__(self) -> None:
+        self.head, self.hosts = HOSTS[0], HOSTS
+        self.unreachable = {"spark-1": Unreachable("192.168.1.10: connection timed out", "check its power")}
+
+    def transport(self, host: object) -> object:
+        raise AssertionError(f"{host} was reached for")
+
+    def each(self, fn: object, hosts: object = None) -> list[object]:
+        raise AssertionError("the nodes were changed")
+
+    def __enter__(self) -> _NoNodeTouched:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pass
+
+
+def test_an_unreachable_head_stops_up_before_any_node_changes() -> None:
+    args = argparse.Namespace(here=False, exporter_port=9839, notify=None, check=False, listen="127.0.0.1:9095",
+                              json=True)
+    with pytest.raises(SparkclusterError) as e:
+        connect: Any = lambda *a, **k: _NoNodeTouched()  # noqa: E731 - the App's connect, faked
+        monitor_cli.cmd_up(args, connect)
+    assert e.value.exit_code == 1 and e.value.message.startswith("spark-1 (the head, where Prometheus runs)")
+    assert "--here" in e.value.fix
