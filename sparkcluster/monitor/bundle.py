@@ -12,8 +12,9 @@ from functools import cache
 from pathlib import Path
 
 MAIN = b"import sys\nfrom sparkcluster.monitor.exporter import main\nsys.exit(main())\n"
-# What the exporter imports, with what those import: the wings it reads with (node, nccl), engine below them.
-WINGS = ("engine", "node", "nccl", "monitor")
+# What the exporter imports, with what those import: the wings it reads with (node, nccl; serving for the
+# supervisor's file shapes, serving/incidents.py), engine below them. Only what it imports runs on the node.
+WINGS = ("engine", "node", "nccl", "serving", "monitor")
 
 
 @cache

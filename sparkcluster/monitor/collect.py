@@ -119,8 +119,7 @@ class Collector:
         return out + [self._timings()]
 
     def supervisor(self) -> list[Family]:
-        folder = self.sources.expand(supervisorfiles.SUPERVISOR_DIR)
-        return nodemetrics.supervisor_families(supervisorfiles.read(folder))
+        return nodemetrics.supervisor_families(supervisorfiles.read(self.sources.home))
 
     def _gpu(self) -> list[Family]:
         command = gputelemetry.telemetry_command()

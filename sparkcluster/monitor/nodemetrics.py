@@ -16,9 +16,10 @@ from ..nccl.lastverify import LAST_VERIFY_PATH
 from ..node.gputelemetry import EVENT_BITS, THROTTLES, GpuTelemetry
 from ..node.kernellog import KernelLog
 from ..node.network import FULL_SPEED_MBPS
+from ..serving.incidents import Seen, WatchState
 from .exposition import Family
 from .qsfp import CONGESTION, DATA_WORDS, ERRORS, PACKETS, QsfpTwin
-from .supervisorfiles import SEEN, STATES, SupervisorFiles
+from .supervisorfiles import SupervisorFiles, epoch_seconds
 
 # Every kind the kernel-log reader names, each always rendered (0 until it happens), so that a first Xid is an
 # increase Prometheus can see rather than a new series.
@@ -155,21 +156,21 @@ def supervisor_families(files: SupervisorFiles) -> list[Family]:
     since = Family("sparkcluster_supervisor_state_since_timestamp_seconds", "when the supervisor entered its state")
     restarts = Family("sparkcluster_supervisor_restarts_last_hour", "the supervisor's restarts in the last hour")
     if files.state:
-        for name in STATES:
-            state.add(1 if files.state.state == name else 0, state=name)
-        since.add(files.state.since_s)
+        for watch in WatchState:
+            state.add(1 if files.state.state == watch else 0, state=str(watch))
+        since.add(epoch_seconds(files.state.since))
         restarts.add(files.state.restarts_last_hour)
     if not (files.events_present or files.state):
         return [present, state, since, restarts]
     seen = Family("sparkcluster_supervisor_seen_total", "incidents by what was seen, each kind at 0 from the start "
                   "(so that a first one is an increase)", "counter")
-    by_seen = Counter(i.seen for i in files.incidents)
-    for kind in SEEN:
-        seen.add(by_seen.get(kind, 0), seen=kind)
+    by_seen = Counter(str(i.seen) for i in files.incidents)
+    for seen_kind in Seen:
+        seen.add(by_seen.get(str(seen_kind), 0), seen=str(seen_kind))
     incidents = Family("sparkcluster_supervisor_incidents_total", "incidents by target, what was seen, what was "
                        "done and how it ended (events.jsonl)", "counter")
     for (target, kind, action, outcome), count in sorted(
-            Counter((i.target, i.seen, i.action, i.outcome) for i in files.incidents).items()):
+            Counter((i.target, str(i.seen), str(i.action), str(i.outcome)) for i in files.incidents).items()):
         incidents.add(count, target=target, seen=kind, action=action, outcome=outcome)
     detected = [i.detected_s for i in files.incidents if i.detected_s is not None]
     recovered = [i.recovered_s for i in files.incidents if i.recovered_s is not None and i.outcome == "recovered"]

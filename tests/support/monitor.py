@@ -12,6 +12,7 @@ from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 from sparkcluster.monitor.collect import Collector, Sources
+from sparkcluster.serving.incidents import SUPERVISOR_DIR
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
 GPU_IDLE = (FIXTURES / "gpu" / "gb10-idle.csv").read_text()
@@ -88,7 +89,7 @@ class FakeNode:
 
     @property
     def supervisor_dir(self) -> Path:
-        return self.home / ".local/state/sparkcluster/supervisor"
+        return self.home / SUPERVISOR_DIR
 
     def shell(self, script: str, timeout: float) -> str:
         self.shell_calls.append(script)

@@ -15,6 +15,7 @@ import pytest
 from sparkcluster.monitor.exporter import ExporterServer
 from sparkcluster.monitor.exposition import Family, render
 from sparkcluster.observe.prometheus import Scrape, parse
+from sparkcluster.serving.incidents import Action, Incident, Outcome, Seen, SupervisorState, WatchState
 from tests.support.monitor import GPU_HOT, SECRET, FakeNode, incident, write_file
 
 
@@ -153,6 +154,28 @@ def test_supervisor_state_incidents_and_recovery_times(node: FakeNode) -> None:
     assert value(s, "sparkcluster_supervisor_recovery_seconds_sum") == 135.0
     assert value(s, "sparkcluster_supervisor_last_recovery_seconds") == 40.0
     assert value(s, "sparkcluster_supervisor_unread_event_lines") == 2
+
+
+def test_what_the_supervisor_writes_is_what_the_exporter_reads(node: FakeNode) -> None:
+    """The files as the supervisor's own types write them (serving/incidents.py), a node as target included."""
+    state = SupervisorState(WatchState.DEGRADED, "2026-12-01T10:00:00+00:00", 2, f"lost spark-2; {SECRET}")
+    written = [Incident("2026-12-01T10:00:00+00:00", "spark-2", Seen.NODE_DOWN, Action.DEGRADE, Outcome.RECOVERED,
+                        30.0, 120.0, f"HF_TOKEN={SECRET}", "spark-2 is gone"),
+               Incident("2026-12-01T10:05:00+00:00", "replica 1", Seen.WEDGED, Action.RESTART_REPLICA,
+                        Outcome.RECOVERED, 65.0, 80.0)]
+    write_file(node.supervisor_dir / "state.json", json.dumps(state.to_json()))
+    write_file(node.supervisor_dir / "events.jsonl", "".join(json.dumps(i.to_json()) + "\n" for i in written))
+    text = render(node.collector().supervisor())
+    s = parse(text)
+    assert value(s, "sparkcluster_supervisor_state", state="degraded") == 1
+    assert value(s, "sparkcluster_supervisor_state_since_timestamp_seconds") == 1796119200
+    assert value(s, "sparkcluster_supervisor_incidents_total", target="spark-2", seen="node-down", action="degrade",
+                 outcome="recovered") == 1
+    assert value(s, "sparkcluster_supervisor_incidents_total", target="replica 1", seen="wedged",
+                 action="restart-replica", outcome="recovered") == 1
+    assert value(s, "sparkcluster_supervisor_recovery_seconds_sum") == 200.0
+    assert value(s, "sparkcluster_supervisor_unread_event_lines") == 0
+    assert SECRET not in text and "is gone" not in text
 
 
 def test_no_supervisor_files_is_said_not_invented(node: FakeNode) -> None:

@@ -29,6 +29,7 @@ from sparkcluster.monitor.config import prometheus_config
 from sparkcluster.monitor.packaged import dashboard_path, rule_paths
 from sparkcluster.monitor.place import LocalPlace
 from sparkcluster.monitor.targets import Target, Targets
+from sparkcluster.serving.incidents import EVENTS_FILE, STATE_FILE
 from tests.support.monitor import (
     GPU_HOT,
     KERNEL_JOURNAL,
@@ -56,9 +57,9 @@ def node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     build_sysfs(tmp_path / "sys")
     write_file(tmp_path / "proc/meminfo", MEMINFO)
     write_file(home / ".config/sparkcluster/last-verify.json", json.dumps(VERIFY))
-    write_file(home / ".local/state/sparkcluster/supervisor/state.json", json.dumps(
+    write_file(home / STATE_FILE, json.dumps(
         {"version": 1, "state": "watching", "since": "2026-12-01T10:00:00Z", "restarts_last_hour": 1, "reason": None}))
-    write_file(home / ".local/state/sparkcluster/supervisor/events.jsonl", json.dumps(incident()) + "\n")
+    write_file(home / EVENTS_FILE, json.dumps(incident()) + "\n")
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.setenv("PATH", f"{bin_dir}:{Path(sys.executable).parent}:/usr/bin:/bin")
     monkeypatch.setenv("SPARKCLUSTER_SYS_ROOT", str(tmp_path / "sys"))
@@ -175,7 +176,7 @@ class _Webhook(BaseHTTPRequestHandler):
 def test_notify_posts_a_firing_alert_to_the_webhook(node: Path) -> None:
     """`up --notify URL`'s pieces: the supervisor gave up on spark-1; Prometheus fires SparkSupervisorGaveUp, its
     Alertmanager posts it to the webhook, with the summary naming the node; the URL's token is in no outcome."""
-    write_file(node / ".local/state/sparkcluster/supervisor/state.json", json.dumps(
+    write_file(node / STATE_FILE, json.dumps(
         {"version": 1, "state": "gave-up", "since": "2026-12-01T10:00:00Z", "restarts_last_hour": 5, "reason": None}))
     hook = ThreadingHTTPServer(("127.0.0.1", 0), _Webhook)
     threading.Thread(target=hook.serve_forever, daemon=True).start()
