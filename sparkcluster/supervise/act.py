@@ -103,7 +103,7 @@ def first_error(stderr: str) -> str:
     lines = [line.strip() for line in stderr.splitlines() if line.strip()]
     for i, line in enumerate(lines):
         if line.lower().startswith("error"):
-            return " ".join(lines[i:i + 3])[:500]
+            return " ".join([line.removeprefix("error:").strip(), *lines[i + 1:i + 3]])[:500]
     return (lines[-1] if lines else "the serve failed and said nothing")[:500]
 
 

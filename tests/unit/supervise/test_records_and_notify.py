@@ -62,7 +62,7 @@ def test_the_supervisors_serve_runs_as_asked_or_degraded_on_the_nodes_left(tmp_p
 def test_the_root_cause_is_the_serves_own_error():
     said = ("inventory: x\n  vLLM loading\nerror: starting vLLM on spark-2 failed (exit 1): boom\n"
             "  fix: check python_env\n")
-    assert first_error(said) == "error: starting vLLM on spark-2 failed (exit 1): boom fix: check python_env"
+    assert first_error(said) == "starting vLLM on spark-2 failed (exit 1): boom fix: check python_env"
     assert first_error("") == "the serve failed and said nothing"
 
 
