@@ -29,8 +29,8 @@ from sparkcluster.serving.record import ServeRecord
 from sparkcluster.serving.runtime import ClusterRuntime, cluster_launcher, cluster_runtime, remember_runtime
 from sparkcluster.sim import SimCluster
 from sparkcluster.sim.state import ClusterState
-from tests.support.helpers import run_cli
 from tests.support.doctor import healthy
+from tests.support.helpers import run_cli
 
 INVENTORY = """\
 # my two Sparks

@@ -3,7 +3,6 @@ and the record that keeps it on the head (older records without one read as not 
 
 from __future__ import annotations
 
-
 from sparkcluster.engine.command import Command
 from sparkcluster.serving.record import ServeRecord
 from sparkcluster.serving.reuse import ray_fingerprint

@@ -13,13 +13,20 @@ import pytest
 
 from sparkcluster.engine.errors import SparkclusterError, UsageError
 from sparkcluster.engine.inventory import load_inventory
-from sparkcluster.serving.launch import Node, ServeArgs, container_command, docker_run_line, ray_start_argv, vllm_serve_argv
-from sparkcluster.serving.membership import Member, judge_members, parse_members
-from sparkcluster.serving.readiness import Diagnosis, NotReady, wait_ready
 from sparkcluster.recipes.load import bundled_names, load_recipe, merged_flags, parse_flags
-from sparkcluster.serving.layout import LayoutAsk
-from sparkcluster.serving.parallel import size_layout
 from sparkcluster.recipes.types import Recipe
+from sparkcluster.serving.launch import (
+    Node,
+    ServeArgs,
+    container_command,
+    docker_run_line,
+    ray_start_argv,
+    vllm_serve_argv,
+)
+from sparkcluster.serving.layout import LayoutAsk
+from sparkcluster.serving.membership import Member, judge_members, parse_members
+from sparkcluster.serving.parallel import size_layout
+from sparkcluster.serving.readiness import Diagnosis, NotReady, wait_ready
 
 HEAD = Node("spark-1", 0, "192.168.177.11", "192.168.177.11")
 WORKER = Node("spark-2", 1, "192.168.177.12", "192.168.177.11")
