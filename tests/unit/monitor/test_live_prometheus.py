@@ -131,6 +131,10 @@ def test_monitor_here_for_real(node: Path, vllm: str) -> None:
     # the hot GPU of the node (92 C, hw_thermal_slowdown) as Prometheus stores it, with the node's label
     temp = until("the GPU's temperature", lambda: query(listen, "sparkcluster_gpu_temperature_celsius"))
     assert temp[0]["metric"]["node"] == "spark-1" and temp[0]["value"][1] == "92"
+    # vLLM's own dashboards filter on job, instance, model_name and engine: each is there, beside ours
+    running = until("vLLM's running requests", lambda: query(listen, "vllm:num_requests_running"))
+    assert {"job", "instance", "model_name", "engine", "node", "replica", "model"} <= set(running[0]["metric"])
+    assert running[0]["metric"]["model_name"] == "local/tiny-llama" and running[0]["metric"]["job"] == "vllm"
     # a figure under Ray's stat logger's name is stored under vLLM's own
     renamed = until("Ray's name read as vLLM's", lambda: query(listen, "vllm:kv_offload_load_bytes_total"))
     assert renamed[0]["metric"]["replica"] == "vLLM" and not query(listen, "ray_vllm_kv_offload_load_bytes_total")
