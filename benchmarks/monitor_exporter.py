@@ -1,8 +1,8 @@
 """How a node serves its metrics: sparkcluster's own exporter (sparkcluster/monitor/exporter.py, reading on each
 scrape) against the distribution's prometheus-node-exporter with its textfile collector (a timer writing the same
 rendering with `exporter --once` into a .prom file, node_exporter serving it). Measured on this machine's own
-/proc, /sys and kernel log, with an `nvidia-smi` on PATH that prints a captured GB10 row (the real one costs more:
-tens of ms on a Spark; see the note printed).
+/proc and kernel log, a Spark's sysfs (four QSFP twins, two up, their RoCE counters) and an `nvidia-smi` and
+`ethtool` on PATH that print what a Spark's do (the real nvidia-smi costs more: tens of ms; see the note printed).
 
 For each: CPU per scrape (the serving process's user+system time, and its children's, over many scrapes; for the
 textfile way, the writer's run per 15 s interval added), scrape time (median and max, over HTTP on loopback),
@@ -67,10 +67,18 @@ def scrape_many(pid: int, url: str, scrapes: int) -> tuple[float, list[float]]:
 
 
 def env_with_fake_gpu(bin_dir: Path) -> dict[str, str]:
-    fake = bin_dir / "nvidia-smi"
-    fake.write_text(f"#!/bin/sh\necho '{GPU_ROW}'\n")
-    fake.chmod(0o755)
-    return {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "PYTHONPATH": str(ROOT)}
+    """nvidia-smi and ethtool as a Spark's print, and a Spark's sysfs (four QSFP twins, two up, with their RoCE
+    counters: tests/support/monitor.py), so each scrape reads what it reads on a node, ethtool per up twin too."""
+    sys.path.insert(0, str(ROOT))
+    from tests.support.monitor import build_sysfs
+
+    for name, text in (("nvidia-smi", f"echo '{GPU_ROW}'"), ("ethtool", "echo '\tSpeed: 200000Mb/s'")):
+        fake = bin_dir / name
+        fake.write_text(f"#!/bin/sh\n{text}\n")
+        fake.chmod(0o755)
+    build_sysfs(bin_dir.parent / "sys")
+    return {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "PYTHONPATH": str(ROOT),
+            "SPARKCLUSTER_SYS_ROOT": str(bin_dir.parent / "sys")}
 
 
 def ours(env: dict[str, str], scrapes: int, kernel_every_scrape: bool) -> tuple[float, list[float]]:
