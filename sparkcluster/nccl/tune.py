@@ -280,6 +280,27 @@ def with_tuning(text: str, choice: Choice, at: str) -> str:
     return base + ("" if not base or base.endswith("\n") else "\n") + "\n".join(lines) + "\n"
 
 
+def keep_tuning(old: str, new: str) -> str:
+    """`new` (bootstrap's rewrite of the comm env) with `old`'s verify --tune block carried over: its values were
+    chosen by measurement on this cluster, and a re-run of bootstrap must not drop them unsaid. A variable `new`
+    itself sets is left out of the block (bootstrap's value is a requirement, e.g. a ring's NCCL_ALGO=Ring); a block
+    left with no variable is dropped."""
+    base = without_tuning(new)
+    owned = {line.partition("=")[0] for line in base.splitlines() if "=" in line and not line.startswith("#")}
+    block, inside = [], False
+    for line in old.splitlines():
+        if line == BLOCK_BEGIN:
+            inside = True
+        elif line == BLOCK_END:
+            inside = False
+        elif inside and (line.startswith("#") or "=" in line and line.partition("=")[0] not in owned):
+            block.append(line)
+    if not any(not line.startswith("#") for line in block):
+        return base
+    lines = [BLOCK_BEGIN, *block, BLOCK_END]
+    return base + ("" if not base or base.endswith("\n") else "\n") + "\n".join(lines) + "\n"
+
+
 def tuned_settings(text: str) -> dict[str, str]:
     """The variables in verify --tune's block (bench's receipts and the decode budget name them); {} for none."""
     found, inside = {}, False

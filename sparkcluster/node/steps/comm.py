@@ -7,6 +7,7 @@ binds to a port it may not have cabled (docs/failure-modes.md F19, F22).
 
 from __future__ import annotations
 
+import base64
 import functools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -14,6 +15,7 @@ from typing import TYPE_CHECKING
 from ...engine.command import Command
 from ...engine.steps.base import HostContext, Plan, Step, StepFailed, register
 from ...engine.steps.files import file_state, plan_file, write_file
+from ...nccl.tune import keep_tuning
 from ..addressing import routed_control_plane
 from ..fabric import Kind
 from ..network import COMM_ENV_PATH, NODE_NETDEV, QsfpError, comm_env, qsfp_port, ring_env
@@ -77,7 +79,12 @@ class CommEnv(Step):
             hcas = [d.hca for d in facts.rdma if d.up and qsfp_port(d.netdev) is not None]
             prefix = next((l.subnet.prefixlen for l in fabric.links if l.subnet), 24)
             env = ring_env(env, len(fabric.nodes), hcas, control[1], control[0], prefix)
-        return render_comm_env(ctx.host.name, env)
+        return keep_tuning(self._current(ctx), render_comm_env(ctx.host.name, env))
+
+    def _current(self, ctx: HostContext) -> str:
+        """The file as it is (empty where missing or unreadable: plan_file says which), for verify --tune's block."""
+        state = ctx.read(file_state(self.args.path)).stdout.split()
+        return base64.b64decode(state[1]).decode(errors="replace") if len(state) == 2 else ""
 
     def reads(self, ctx: HostContext) -> tuple[Command, ...]:
         return (file_state(self.args.path),)

@@ -170,3 +170,14 @@ def test_on_a_real_capture_the_candidates_are_judged_and_nothing_beats_the_defau
         "per size (8 KiB: 2 channels, 64 KiB: LL protocol)")
     # With the fixed 5% alone, 2 channels' 4% would still be noise; LL's busbw loss keeps it out either way.
     assert choose(trials[:-1], DECODE).chosen == DEFAULT
+
+
+def test_bootstraps_rewrite_keeps_the_tuned_block_less_what_bootstrap_now_sets():
+    from sparkcluster.nccl.tune import BLOCK_BEGIN, BLOCK_END, keep_tuning, tuned_settings
+
+    old = f"A=1\n{BLOCK_BEGIN}\n# why\nNCCL_PROTO=LL\nNCCL_ALGO=Tree\n{BLOCK_END}\n"
+    assert keep_tuning(old, "A=2\n") == f"A=2\n{BLOCK_BEGIN}\n# why\nNCCL_PROTO=LL\nNCCL_ALGO=Tree\n{BLOCK_END}\n"
+    ring = keep_tuning(old, "A=2\nNCCL_ALGO=Ring\n")  # bootstrap's requirement wins over the tuning
+    assert tuned_settings(ring) == {"NCCL_PROTO": "LL"} and ring.count("NCCL_ALGO") == 1
+    assert keep_tuning(f"{BLOCK_BEGIN}\nNCCL_ALGO=Tree\n{BLOCK_END}\n", "NCCL_ALGO=Ring") == "NCCL_ALGO=Ring"
+    assert keep_tuning("A=1\n", "A=2\n") == "A=2\n"  # no block: bootstrap's file as rendered
