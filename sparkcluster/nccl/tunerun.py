@@ -6,6 +6,7 @@ the tuned block."""
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -44,6 +45,13 @@ from .verify import _fabric, _rendezvous
 # A candidate's run: its env on every node -> the probe's output on the head (rank 0). The probe's boundary, where
 # the tests put a double that prints what the probe prints.
 Measure = Callable[[Candidate], str]
+
+# Tests only: a file on the machine running sparkcluster whose Python runs on every node in the probe's place, with
+# the probe's arguments and each candidate's env, and prints the probe's result line with the timings the test
+# chose (the simulator's gloo times no NCCL setting, so no candidate could win there). Read from the environment of
+# the sparkcluster process alone: a recipe sets the nodes' serving env and vLLM's flags, never this, and nothing
+# else in the CLI names it. docs/verify.md says so.
+PROBE_DOUBLE_ENV = "SPARKCLUSTER_TEST_PROBE_SCRIPT"
 
 
 @dataclass(frozen=True)
@@ -142,7 +150,7 @@ def _probe_measure(session: Session, backend: str, decode: Mapping[int, int], ti
     fabric = _fabric(session)
     master = _rendezvous(session, choices, fabric is not None and fabric.kind is Kind.RING)
     env_files = check_comm_env(session)
-    script = (resources.files("sparkcluster.nccl") / "probe.py").read_text()
+    script = _probe_script()
     sizes = GLOO_BANDWIDTH_SIZES if backend == "gloo" else BANDWIDTH_SIZES
     latency = ",".join(str(b) for b in sorted(set(decode.values())))
     args = ["--ops", "all_reduce", "--latency-sizes", latency]
@@ -156,6 +164,19 @@ def _probe_measure(session: Session, backend: str, decode: Mapping[int, int], ti
         except SparkclusterError as e:  # a setting this cluster cannot run: no result, the others still count
             return f"probe failed: {e.message}"
     return measure
+
+
+def _probe_script() -> str:
+    """The probe's source, or the tests' double in its place (PROBE_DOUBLE_ENV)."""
+    double = os.environ.get(PROBE_DOUBLE_ENV)
+    if double:
+        try:
+            with open(double, encoding="utf-8") as f:
+                return f.read()
+        except OSError as e:
+            raise SparkclusterError(f"{PROBE_DOUBLE_ENV}={double}: {e.strerror}",
+                                    f"unset {PROBE_DOUBLE_ENV} (it is for sparkcluster's own tests)") from None
+    return (resources.files("sparkcluster.nccl") / "probe.py").read_text()
 
 
 def _write_envs(session: Session, texts: Mapping[str, str]) -> None:

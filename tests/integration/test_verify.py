@@ -107,3 +107,77 @@ def test_tune_measures_every_candidate_under_gloo_keeps_the_default_and_says_why
     reset = run_cli("verify", inventory, "--json", *pair, "--reset")
     assert reset.returncode == 0 and json.loads(reset.stdout)["before"] == {}
     assert "comm_tuned" not in json.loads(ssh(cluster4, "spark-1", "cat ~/.config/sparkcluster/last-verify.json").stdout)
+
+
+# verify --tune's probe double (tunerun.PROBE_DOUBLE_ENV): it runs on every node in the probe's place, with the
+# probe's arguments, in the env each candidate's probe gets, and rank 0 prints the probe's result line with timings
+# chosen by that env: NCCL_PROTO=LL makes decode 24% faster at the same busbw, so it wins; anything else is the
+# default's, 2% slower. What the candidate's env really was on the node decides the timings.
+PROBE_DOUBLE = """
+import json, os, sys
+args = sys.argv[1:]
+if args[args.index("--rank") + 1] == "0":
+    lat = [int(s) for s in args[args.index("--latency-sizes") + 1].split(",")]
+    proto, tuned = os.environ.get("NCCL_PROTO"), any(k in os.environ for k in ("NCCL_ALGO", "NCCL_MAX_NCHANNELS"))
+    us = 38.0 if proto == "LL" else 51.0 if proto or tuned else 50.0
+    latency = [{"op": "all_reduce", "size_bytes": s, "median_us": us * (i + 1), "p99_us": us * 1.3 * (i + 1),
+                "iters": 100, "per_sample": 10, "timing": "graph", "sum_ok": True} for i, s in enumerate(lat)]
+    rows = [{"op": "all_reduce", "size_bytes": 64 << 20, "time_us": 6000.0, "algbw_gbps": 20.0, "busbw_gbps": 20.0}]
+    print(MARKER + " " + json.dumps({"backend": "nccl", "world": int(args[args.index("--world") + 1]),
+                                     "rows": rows, "latency": latency}))
+"""
+
+
+def serving_env(c: SimCluster, node: str) -> dict[str, str]:
+    """The environment the next serve's vLLM gets on `node`: the host runtime's own entry into the serving env (the
+    one its vLLM start runs under: the comm env, then the inventory's serve_env), running `env` instead of vLLM."""
+    from sparkcluster.engine.inventory import load_inventory
+    from sparkcluster.serving.nodes import node_env
+    from sparkcluster.serving.runtime import HostRuntime
+
+    inventory = load_inventory(c.inventory_path)
+    host = next(h for h in inventory.hosts if h.name == node)
+    command = HostRuntime(python_env="/usr", node=node).run_in_env(["env"], node_env(inventory, host))
+    out = ssh(c, node, command.script).stdout
+    return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+
+
+def test_tune_with_a_winning_candidate_sets_it_everywhere_and_reset_removes_it(cluster4, tmp_path):
+    """verify --tune on the simulator with a candidate that wins (issue 50): the probe's double times NCCL_PROTO=LL
+    faster, so every node's comm env carries it, the next serve's vLLM gets it, bench's receipt records it, and
+    --reset takes it away again."""
+    from sparkcluster.bench.receipt_sources import comm_env
+    from sparkcluster.engine.inventory import load_inventory
+    from sparkcluster.engine.session import connect
+    from sparkcluster.nccl.logs import PROBE_RESULT
+    from sparkcluster.nccl.tune import tuned_settings
+    from sparkcluster.nccl.tunerun import PROBE_DOUBLE_ENV
+
+    double = tmp_path / "probe_double.py"
+    double.write_text(f"MARKER = {PROBE_RESULT!r}\n{PROBE_DOUBLE}")
+    inventory, nodes = str(cluster4.inventory_path), [h.name for h in cluster4.topology.hosts]
+    read = "cat ~/.config/sparkcluster/comm.env"
+    before = {n: ssh(cluster4, n, read).stdout for n in nodes}
+    out = run_cli("verify", inventory, "--json", "--tune", "--backend", "nccl", "--hidden-size", "64",
+                  env={PROBE_DOUBLE_ENV: str(double)})
+    try:
+        assert out.returncode == 0 and "Traceback" not in out.stderr, out.stderr
+        doc = json.loads(out.stdout)
+        assert doc["written"] and doc["chosen"]["name"] == "LL protocol", doc
+        assert doc["chosen"]["settings"] == {"NCCL_PROTO": "LL"} and "24% faster" in doc["chosen"]["reason"]
+        assert {c["name"]: c["verdict"] for c in doc["candidates"]}["Simple protocol"] == "no faster beyond noise"
+        for node in nodes:
+            env = ssh(cluster4, node, read).stdout
+            assert env.startswith(before[node]) and tuned_settings(env) == {"NCCL_PROTO": "LL"}, node
+            assert serving_env(cluster4, node)["NCCL_PROTO"] == "LL", node
+            record = json.loads(ssh(cluster4, node, "cat ~/.config/sparkcluster/last-verify.json").stdout)
+            assert record["comm_tuned"]["settings"] == {"NCCL_PROTO": "LL"}, node
+        with connect(load_inventory(cluster4.inventory_path)) as session:
+            receipts = {h.name: comm_env(session, h) for h in session.hosts}  # what bench's receipt records
+        assert all(env["NCCL_PROTO"] == "LL" for env in receipts.values()) and len(receipts) == len(nodes)
+    finally:
+        reset = run_cli("verify", inventory, "--json", "--reset")
+    assert reset.returncode == 0 and json.loads(reset.stdout)["before"] == {"NCCL_PROTO": "LL"}, reset.stderr
+    for node in nodes:
+        assert ssh(cluster4, node, read).stdout == before[node], node
+        assert "NCCL_PROTO" not in serving_env(cluster4, node), node
