@@ -98,7 +98,7 @@ class LlamaBenchy:
 
     def plan(self, args: argparse.Namespace) -> llama_benchy_cli.Plan:
         # --out is --layouts' folder here, not a profile's (which --layouts refuses)
-        return llama_benchy_cli.plan(argparse.Namespace(**{**vars(args), "out": None}))
+        return llama_benchy_cli.plan(args, own_out=False)
 
     def inputs(self, plan: llama_benchy_cli.Plan) -> dict[str, Any]:
         return {"method": self.name, **self.config(plan)}

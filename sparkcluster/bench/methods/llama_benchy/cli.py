@@ -86,8 +86,9 @@ def ints(values: list[str] | None, flag: str, default: tuple[int, ...], least: i
     return tuple(dict.fromkeys(found))
 
 
-def plan(args: argparse.Namespace) -> Plan:
-    """Every flag checked, the cells in the order they will run; UsageError (exit 2) before any connection."""
+def plan(args: argparse.Namespace, own_out: bool = True) -> Plan:
+    """Every flag checked, the cells in the order they will run; UsageError (exit 2) before any connection.
+    `own_out`: --out is this method's folder (False under --layouts, whose folder it is)."""
     check_timeout(args)
     if args.corpus and not Path(args.corpus).is_file():
         raise UsageError(f"--corpus {args.corpus}: no such file", "give a text file (a book)")
@@ -95,7 +96,7 @@ def plan(args: argparse.Namespace) -> Plan:
         raise UsageError(f"--tokenizer {args.tokenizer}: no such file or directory",
                          "give the model's tokenizer.json, or its snapshot directory")
     profile = load_profile(args.profile) if args.profile else None
-    out = Path(args.out) if args.out else None
+    out = Path(args.out) if args.out and own_out else None
     if profile is not None:
         if out is None:
             raise UsageError("--profile needs --out DIR", "the Arena's files (and each finished cell) go there")
