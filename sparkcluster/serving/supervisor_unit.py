@@ -70,20 +70,22 @@ class SupervisorSpec:
 
 def serve_argv_for_head(own: Sequence[str]) -> tuple[str, ...]:
     """The serve's flags as given, without those the head's serve must not repeat (-i, --json, --check ...)."""
+    return tuple(without_flags([w for w in own if w != "serve" and w not in _DROPPED], _DROPPED_WITH_VALUE))
+
+
+def without_flags(argv: Sequence[str], names: Sequence[str]) -> list[str]:
+    """`argv` less each of the flags `names` and its value (`--flag VALUE` or `--flag=VALUE`)."""
     kept: list[str] = []
     skip = False
-    for word in own:
+    for word in argv:
         if skip:
             skip = False
             continue
-        name = word.split("=", 1)[0]
-        if name in _DROPPED_WITH_VALUE:
+        if word.split("=", 1)[0] in names:
             skip = "=" not in word
             continue
-        if name in _DROPPED or word == "serve":
-            continue
         kept.append(word)
-    return tuple(kept)
+    return kept
 
 
 def package_archive() -> tuple[str, bytes]:

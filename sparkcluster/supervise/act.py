@@ -22,7 +22,7 @@ from ..engine.session import connected
 from ..serving.cli import serve_lock, served_options
 from ..serving.record import read_record
 from ..serving.replica import restart_replica as restart_replica_of
-from ..serving.supervisor_unit import SUPERVISED_ENV, SupervisorSpec
+from ..serving.supervisor_unit import SUPERVISED_ENV, SupervisorSpec, without_flags
 
 LAYOUT_FLAGS = ("--tp", "--pp", "--replicas", "--limit")
 
@@ -41,7 +41,7 @@ def serve_argv(spec: SupervisorSpec, inventory: Path, survivors: Sequence[str] |
     """The serve to run: as asked, or, degraded, limited to `survivors` with the layout that fits on them."""
     own = list(spec.serve_argv)
     if survivors is not None:
-        own = _without(own, LAYOUT_FLAGS)
+        own = without_flags(own, LAYOUT_FLAGS)
         own += ["--limit", ",".join(survivors)]
         own += ["--tp", str(tp)] if tp else []
         own += ["--replicas", str(replicas)] if replicas else []
@@ -105,18 +105,3 @@ def first_error(stderr: str) -> str:
         if line.lower().startswith("error"):
             return " ".join([line.removeprefix("error:").strip(), *lines[i + 1:i + 3]])[:500]
     return (lines[-1] if lines else "the serve failed and said nothing")[:500]
-
-
-def _without(argv: list[str], names: Sequence[str]) -> list[str]:
-    kept: list[str] = []
-    skip = False
-    for word in argv:
-        if skip:
-            skip = False
-            continue
-        name = word.split("=", 1)[0]
-        if name in names:
-            skip = "=" not in word
-            continue
-        kept.append(word)
-    return kept
