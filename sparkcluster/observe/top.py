@@ -5,14 +5,15 @@ interval into a pipe, or one sample as a JSON document (`--once --json`).
 
 It only reads: one /metrics GET and one short shell line per node per interval, nothing sent to the model. A node
 or an endpoint that stops answering is shown as such and the view goes on. Behind a router (`serve --replicas N`)
-the GET is each replica's own, one row per replica and their total (observe/replicas.py says why).
+the GET is each replica's own, one row per replica and their total (observe/replicas.py says why). Where
+`monitor up` runs Prometheus, the endpoint's figures are its last minutes instead (observe/promrange.py), and say so.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from rich.console import Console, Group
@@ -25,10 +26,12 @@ from ..engine.report import print_json
 from ..node.gputelemetry import HOT_C, GpuTelemetry
 from .endpoint import endpoint_address
 from .nodeprobe import MemorySource, NodeSample, NodeSampler
+from .promrange import PrometheusRange
 from .replicas import ReplicaScraper, ReplicaTarget, ReplicaView
 from .scrape import EndpointFigures, Reading, fetch, figures, metrics_url, summed
 
 MIN_INTERVAL_S, MAX_INTERVAL_S = 0.2, 3600.0
+PROMETHEUS_EVERY_S = 15.0  # monitor's scrape interval: Prometheus' range changes no faster
 
 
 @dataclass(frozen=True)
@@ -37,10 +40,12 @@ class EndpointView:
     figures: EndpointFigures | None = None
     error: str | None = None
     summed_from: tuple[str, ...] | None = None  # behind a router: the replicas whose figures these are the sum of
+    prometheus: PrometheusRange | None = None  # figures: the cluster's Prometheus over minutes (`monitor up`)
 
     def to_json(self) -> dict[str, Any]:
         doc = {"metrics_url": self.url, "error": self.error,
-               "figures": None if self.figures is None else self.figures.to_json()}
+               "figures": None if self.figures is None else self.figures.to_json(),
+               **({"source": self.prometheus.source()} if self.prometheus else {})}  # absent: /metrics, as before
         return doc if self.summed_from is None else {**doc, "summed_from": list(self.summed_from)}
 
 
@@ -80,8 +85,11 @@ class Source:
     the nodes (where connected)."""
 
     def __init__(self, url: str | None, sampler: NodeSampler | None, launcher: str, note: str | None,
-                 replicas: Sequence[ReplicaTarget] = ()) -> None:
+                 replicas: Sequence[ReplicaTarget] = (),
+                 prometheus: Callable[[], PrometheusRange | None] | None = None) -> None:
         self.url, self.sampler, self.launcher, self.note = url, sampler, launcher, note
+        self.prometheus = prometheus  # asks where `monitor up` runs Prometheus; None: /metrics only
+        self.seen: tuple[float, PrometheusRange | None] | None = None  # (monotonic time, its answer)
         self.previous: Reading | None = None
         self.scraper = ReplicaScraper(replicas) if replicas else None
 
@@ -98,8 +106,21 @@ class Source:
             else:
                 endpoint = EndpointView(self.url, figures(reading.scrape, self.previous, reading.at))
                 self.previous = reading
+        seen = self._ask() if endpoint is not None else None
+        if endpoint is not None and seen is not None:
+            endpoint = replace(endpoint, figures=seen.figures, error=None, prometheus=seen)
         nodes = self.sampler.sample() if self.sampler else []
         return TopSample(time.time(), endpoint, nodes, self.launcher, self.note, replicas)
+
+    def _ask(self) -> PrometheusRange | None:
+        """Prometheus' range, asked again once per its scrape interval (a live view every second would otherwise
+        cost an SSH round trip a second for figures that change every 15 s)."""
+        if self.prometheus is None:
+            return None
+        now = time.monotonic()
+        if self.seen is None or now - self.seen[0] >= PROMETHEUS_EVERY_S:
+            self.seen = (now, self.prometheus())
+        return self.seen[1]
 
     def close(self) -> None:
         if self.scraper is not None:
@@ -182,10 +203,14 @@ def _figure_cells(f: EndpointFigures) -> list[str]:
             _num(f.preemptions, "{:.0f}")]
 
 
+def _said(view: EndpointView, figures: EndpointFigures) -> str:
+    return view.prometheus.said() if view.prometheus else _window(figures)
+
+
 def endpoint_table(view: EndpointView) -> Table | Text:
     if view.figures is None:
         return Text(f"{view.url}: {view.error}", style="bold red")
-    table = Table(*FIGURE_COLUMNS, title=f"endpoint {view.url} ({_window(view.figures)})", title_justify="left")
+    table = Table(*FIGURE_COLUMNS, title=f"endpoint {view.url} ({_said(view, view.figures)})", title_justify="left")
     table.add_row(*_figure_cells(view.figures))
     return table
 
@@ -193,7 +218,7 @@ def endpoint_table(view: EndpointView) -> Table | Text:
 def replicas_table(total: EndpointView, replicas: Sequence[ReplicaView]) -> Table:
     """One row per replica, as its own /metrics says, and the total: the sums (KV cache, hits and latency
     quantiles are each replica's own, so the total shows none)."""
-    window = _window(total.figures) if total.figures is not None else "no replica answered"
+    window = _said(total, total.figures) if total.figures is not None else "no replica answered"
     why = [f"{r.target.label}: {r.error}" for r in replicas if r.figures is None]  # under the table: no wide cell
     table = Table("replica", *FIGURE_COLUMNS, title=f"endpoint {total.url}: {len(replicas)} replicas behind the "
                   f"router ({window})", title_justify="left", caption="\n".join(why) or None,
@@ -214,7 +239,8 @@ def replicas_table(total: EndpointView, replicas: Sequence[ReplicaView]) -> Tabl
 def total_summary(total: EndpointView, replicas: Sequence[ReplicaView]) -> str:
     """The replicas' sum on one line (what adds up: requests, token rates, preemptions)."""
     f = total.figures
-    head = f"total of {len(total.summed_from or ())}/{len(replicas)} replicas"
+    head = (f"total {total.prometheus.said()}" if total.prometheus
+            else f"total of {len(total.summed_from or ())}/{len(replicas)} replicas")
     if f is None:
         return f"{head}: {total.error}"
     return (f"{head}: running {_num(f.running, '{:.0f}')}, waiting {_num(f.waiting, '{:.0f}')}, "
@@ -245,7 +271,8 @@ def line(sample: TopSample) -> str:
                   f"{r.target.label}: not answering ({r.error})" for r in sample.replicas]
     elif sample.endpoint is not None:
         e = sample.endpoint
-        parts.append(e.figures.summary() if e.figures else f"endpoint: {e.error}")
+        said = f"{e.prometheus.said()}: " if e.prometheus else ""
+        parts.append(f"{said}{e.figures.summary()}" if e.figures else f"endpoint: {e.error}")
     for n in sample.nodes:
         if not n.answered:
             parts.append(f"{n.name}: not answering ({n.error})")

@@ -120,13 +120,16 @@ def status_table(console: Console, state: ClusterStatus) -> None:
                           highlight=False)
             if replica.figures is not None:  # its own: the router's /metrics is one replica in turn
                 console.print(f"    {escape(replica.figures.summary())}", highlight=False)
+        if server.prometheus is not None and server.figures is not None:  # the endpoint as a whole, over minutes
+            console.print(f"  endpoint {server.prometheus.said()}: {escape(server.figures.summary())}", highlight=False)
         for problem in state.router_problems:  # a stranger among the router's workers, or a replica missing
             console.print(f"[bold red]problem:[/] {escape(problem)}", highlight=False)
     elif server:
         console.print(f"vLLM {'[green]healthy[/]' if server.healthy else '[red]not answering[/]'} "
                       f"{escape(server.served_name)} ({escape(server.model)}) at {server.endpoint}", highlight=False)
         if server.figures is not None:
-            console.print(f"  {escape(server.figures.summary())}", highlight=False)
+            said = f"{server.prometheus.said()}: " if server.prometheus else ""  # else one second of /metrics
+            console.print(f"  {said}{escape(server.figures.summary())}", highlight=False)
         elif server.metrics_error:
             console.print(f"  no figures: {escape(server.metrics_error)}", highlight=False)
         if server.models_error:

@@ -14,6 +14,7 @@ from ..engine.inventory import Host
 from ..engine.session import Session
 from ..engine.transport import Unreachable
 from ..nccl.lastverify import LAST_VERIFY_COMMAND, last_verify
+from ..observe.promrange import PrometheusRange, of_session
 from ..observe.scrape import EndpointFigures, fetch, figures, summed
 from .apikey import unauthorized
 from .caches import parse_size, size_command
@@ -88,6 +89,7 @@ class ServerStatus:
     figures: EndpointFigures | None = None  # from /metrics over one second, as `top` shows them
     metrics_error: str | None = None
     models_error: str | None = None  # why /v1/models listed nothing (a 401: the key it wants, and where to give it)
+    prometheus: PrometheusRange | None = None  # figures: Prometheus' range (`monitor up`), not one second's scrapes
 
     @property
     def healthy(self) -> bool:
@@ -150,6 +152,7 @@ class ClusterStatus:
                 "endpoint": self.server.endpoint, "model": self.server.model, "served_name": self.server.served_name,
                 "health": self.server.health, "models": list(self.server.models),
                 "figures": None if self.server.figures is None else self.server.figures.to_json(),
+                **({"source": self.server.prometheus.source()} if self.server.prometheus else {}),
                 "metrics_error": self.server.metrics_error, "models_error": self.server.models_error}
             if self.replicas:
                 doc["replicas"] = [r.to_json() for r in self.replicas]
@@ -219,12 +222,16 @@ def status(session: Session, chosen: RuntimeChoice) -> ClusterStatus:
     # A replica is read over HTTP, outside --limit too: the endpoint's figures are all the replicas' sum.
     addresses = {h.name: h.address for h in session.inventory.every_host}
     placements = [p for p in serving.replicas if p.head in addresses]
-    with ThreadPoolExecutor(max_workers=1 + len(placements)) as pool:  # each measures over the same second
+    with ThreadPoolExecutor(max_workers=2 + len(placements)) as pool:  # each measures over the same second
         server = pool.submit(server_status, session, serving, not placements)
+        seen = pool.submit(of_session, session)  # where `monitor up` runs Prometheus: its last minutes instead
         replicas = tuple(pool.map(lambda p: replica_status(p, addresses[p.head], nodes), placements))
     workers, problems = (router_workers(session, runtime, serving, fabric)
                          if nodes[session.head.name].processes.get("router") is ProcessState.RUNNING else (None, ()))
-    return ClusterStatus(record, nodes, ray, behind_router(server.result(), replicas), replicas=replicas,
+    endpoint = behind_router(server.result(), replicas)
+    if (prometheus := seen.result()) is not None:
+        endpoint = replace(endpoint, figures=prometheus.figures, prometheus=prometheus)
+    return ClusterStatus(record, nodes, ray, endpoint, replicas=replicas,
                          router_problems=problems, router_workers=workers, supervisor=read_view(session))
 
 

@@ -16,6 +16,7 @@ from ..engine.inventory import Host
 from ..engine.session import Session
 from ..engine.transport import Unreachable
 from ..observe.nodeprobe import AliveChecks, NodeSampler
+from ..observe.promrange import of_session
 from ..observe.replicas import ReplicaTarget
 from ..observe.scrape import metrics_url
 from ..observe.top import MAX_INTERVAL_S, MIN_INTERVAL_S, Source, url_of, watch
@@ -74,7 +75,9 @@ def _source(args: argparse.Namespace, connect: Connect) -> Iterator[Source]:
         sampler = NodeSampler(session, checks)
         # --url names one endpoint to watch; otherwise the recorded replicas, each at its own /metrics
         replicas = () if url else replica_targets(session.inventory.every_host, serving)
-        source = Source(url or serving_url, sampler, launcher, None if (url or serving_url) else note, replicas)
+        # the served endpoint (not a --url's): where `monitor up` runs Prometheus, its range over the last minutes
+        ask = (lambda: of_session(session)) if serving_url and not url else None
+        source = Source(url or serving_url, sampler, launcher, None if (url or serving_url) else note, replicas, ask)
         try:
             yield source
         finally:
