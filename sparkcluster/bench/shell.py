@@ -6,6 +6,7 @@ and the exit code: a failure or Ctrl-C still prints the rows measured so far (ex
 from __future__ import annotations
 
 import argparse
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -26,9 +27,11 @@ FindTarget = Callable[..., tuple[Target, Path | None]]
 def bench(method: Method[PlanT], args: argparse.Namespace, connect: Connect, find_target: FindTarget) -> int:
     plan = method.plan(args)
     target, head_tokenizer = find_target(args, connect, tokenizer=method.tokenizer)
+    started = time.monotonic()
     measured = method.run(plan, args, target, head_tokenizer)
+    run_s = time.monotonic() - started  # Prometheus' range over the run, where `monitor up` runs it
     doc, ours = measured.document()
-    extra = alongside.gather(args, connect, measured.target.config, measured.itl(), measured.code)
+    extra = alongside.gather(args, connect, measured.target.config, measured.itl(), measured.code, run_s)
     ours.update(extra.to_json())  # beside the method's keys, never inside them
     if args.json:
         print_json(doc)
@@ -37,6 +40,9 @@ def bench(method: Method[PlanT], args: argparse.Namespace, connect: Connect, fin
     gpus = extra.gpu_line()
     if gpus and not args.json:
         console.print(gpus, highlight=False, markup=False)
+    seen = extra.prometheus_line()
+    if seen and not args.json:
+        console.print(seen, highlight=False, markup=False)
     if measured.any() and args.csv:  # the receipt beside it (FILE.receipt.json)
         measured.csv(Path(args.csv))
         write_beside(Path(args.csv), measured.receipt)

@@ -7,17 +7,26 @@ reading /metrics as before."""
 
 from __future__ import annotations
 
+import argparse
 import re
 import shutil
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 import pytest
 from rich.console import Console
 
+from sparkcluster.bench import alongside
+from sparkcluster.engine.cliapp import Connect
+from sparkcluster.engine.command import Command
+from sparkcluster.engine.inventory import Host, Inventory
+from sparkcluster.engine.session import Session
+from sparkcluster.engine.transport import Result
 from sparkcluster.monitor import deploy
 from sparkcluster.monitor.config import prometheus_config
 from sparkcluster.monitor.place import LocalPlace
@@ -74,6 +83,26 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
 CAPTURE = parse(VLLM)
 
 
+class Here:
+    """A head that is this machine: each command's shell line run locally, from HOME (as ssh runs it)."""
+
+    def run(self, command: Command) -> Result:
+        code, stdout = promrange.run_here(command.script)
+        return Result(command, code, stdout, "", 0.01)
+
+    def close(self) -> None:
+        pass
+
+
+def head_here(name: str) -> Connect:
+    @contextmanager
+    def connect(args: Any, check: Any, require_all: bool = True) -> Iterator[Session]:
+        head = Host(name=name, address="127.0.0.1", role="head")
+        with Session(Inventory(path=Path("inv.yml"), name="t", hosts=(head,), vars={}), {name: Here()}) as session:
+            yield session
+    return connect  # type: ignore[return-value]
+
+
 @live
 def test_the_range_prometheus_saw_is_the_endpoints_figures(home: Path, vllm: str) -> None:
     assert find(None, None) is None  # nothing started here yet: no range, /metrics as before
@@ -111,8 +140,22 @@ def test_the_range_prometheus_saw_is_the_endpoints_figures(home: Path, vllm: str
     assert f.itl_p90_s == pytest.approx(itl.quantile(0.9), rel=1e-6)
     assert f.interval_s == 6 and not f.since_start
 
+    # bench: the same range over the run's seconds, asked on the head (here: this machine as spark-1, over a
+    # transport that runs the shell line locally) over the connection that reads the GPUs as the run ends
+    extra = alongside.gather(argparse.Namespace(url=None), head_here("spark-1"), {}, [], 0, run_s=4.2)
+    seen_by_bench = extra.prometheus
+    assert seen_by_bench is not None and (seen_by_bench.place, seen_by_bench.window_s) == ("spark-1", 30)
+    assert seen_by_bench.figures.generation_tokens_per_s and seen_by_bench.figures.generation_tokens_per_s > 0
+    doc = extra.to_json()["prometheus"]
+    assert doc["source"] == {"from": "prometheus", "place": "spark-1", "listen": listen, "window_s": 30}
+    assert doc["figures"]["generation_tokens_per_s"] == seen_by_bench.figures.generation_tokens_per_s
+    said = extra.prometheus_line()
+    assert said is not None and said.startswith("Prometheus on spark-1 during the run (last 30 s): running 8, ")
+
     deploy.stop(LocalPlace(), "prometheus", purge=False)
     assert find(None, None) is None  # stopped: its pid file is gone, nothing is asked
+    quiet = alongside.gather(argparse.Namespace(url=None), head_here("spark-1"), {}, [], 0, run_s=4.2)
+    assert quiet.prometheus is None and "prometheus" not in quiet.to_json() and quiet.prometheus_line() is None
 
 
 @live
