@@ -35,6 +35,8 @@ UNIT_PATH = f"/etc/systemd/system/{UNIT}"
 SPEC_FILE = f"{SUPERVISOR_DIR}/serve.json"
 INVENTORY_FILE = f"{SUPERVISOR_DIR}/inventory.yml"
 SECRETS_FILE = f"{SUPERVISOR_DIR}/secrets.env"
+KNOWN_HOSTS_FILE = f"{SUPERVISOR_DIR}/known_hosts"
+HEAD_KEY = "~/.ssh/id_ed25519"  # the head's own key: bootstrap's SSH mesh authorizes it on every other node
 LIB_ROOT = ".local/share/sparkcluster/lib"
 HEAD_PYTHON = "/usr/bin/python3"
 # What the supervisor imports beyond the standard library, as the distribution packages them (python3-paramiko ...).
@@ -125,7 +127,7 @@ def head_inventory_doc(inventory: Inventory, secrets: Mapping[str, str] | None =
             doc["vars"] = _plain(own)
         return doc
     shared = {k: _plain(v) for k, v in inventory.vars.items() if k not in ("key", "known_hosts")}
-    shared.update({"key": "~/.ssh/id_ed25519", "known_hosts": "~/.ssh/known_hosts"})
+    shared.update({"key": HEAD_KEY, "known_hosts": f"~/{KNOWN_HOSTS_FILE}"})
     if secrets:
         shared["serve_env"] = {**dict(shared.get("serve_env") or {}), **secrets}
     doc: dict[str, Any] = {"name": inventory.name, "vars": shared,
@@ -172,6 +174,17 @@ class Installed:
     copied_bytes: int  # 0: this version was already on the head
 
 
+def known_hosts_text(session: Session) -> str:
+    """known_hosts lines for every connected node at the address the inventory gives it, with the key this machine
+    verified when it connected."""
+    lines = []
+    for host in session.hosts:
+        kind, key = session.transport(host).host_key()
+        name = host.address if host.port == 22 else f"[{host.address}]:{host.port}"
+        lines.append(f"{name} {kind} {key}\n")
+    return "".join(lines)
+
+
 def forget_spec(session: Session) -> None:
     """The serve the supervisor would watch, removed (its unit stays stopped): `supervise on` then refuses."""
     try:
@@ -213,6 +226,15 @@ def install(session: Session, spec: SupervisorSpec, api_key: str | None,
                                     f"{unpack.stderr_tail(3)}", f"check the free space in ~/{LIB_ROOT}")
         copied = len(archive)
     session.run(head, Command(f"mkdir -p {SUPERVISOR_DIR} && chmod 700 {SUPERVISOR_DIR}"))
+    # The head reaches each node as this machine does, trusting the host keys this machine verified (never on first
+    # use), with its own key, which the mesh authorized on the others and which is authorized here on itself.
+    transport.write_file_atomic(KNOWN_HOSTS_FILE, known_hosts_text(session).encode(), 0o600)
+    own = session.run(head, Command(f"k={HEAD_KEY}.pub; [ -f \"$k\" ] || exit 3; umask 077; touch ~/.ssh/authorized_keys "
+                                    "&& { grep -qxF \"$(cat \"$k\")\" ~/.ssh/authorized_keys || cat \"$k\" >> "
+                                    "~/.ssh/authorized_keys; }"))
+    if not own.ok:
+        raise SparkclusterError(f"{head.name}: it has no SSH key ({HEAD_KEY}) to reach the nodes with",
+                                "run `sparkcluster bootstrap`: its SSH mesh gives the head a key every node accepts")
     transport.write_file_atomic(INVENTORY_FILE, yaml.safe_dump(head_inventory_doc(session.inventory, secrets),
                                                                sort_keys=False).encode(), 0o600)
     transport.write_file_atomic(SPEC_FILE, json.dumps(spec.to_json(), indent=2).encode(), 0o600)

@@ -133,7 +133,8 @@ def test_the_heads_inventory_reaches_the_nodes_with_the_heads_own_key_and_carrie
                     "  supervise: {interval_s: 5}\nhosts:\n  spark-1: {address: 10.0.0.1, role: head}\n"
                     "  spark-2: {address: 10.0.0.2, role: worker, vars: {serve_env: {B: '2'}}}\n")
     doc = head_inventory_doc(load_inventory(path, check_files=False), {"VLLM_API_KEY": "sk-flag"})
-    assert doc["vars"]["key"] == "~/.ssh/id_ed25519" and doc["vars"]["known_hosts"] == "~/.ssh/known_hosts"
+    assert doc["vars"]["key"] == "~/.ssh/id_ed25519"
+    assert doc["vars"]["known_hosts"] == "~/.config/sparkcluster/supervisor/known_hosts"
     assert str(key) not in str(doc)  # the control machine's key never leaves it
     assert doc["vars"]["serve_env"] == {"A": "1", "VLLM_API_KEY": "sk-flag"}
     assert doc["vars"]["supervise"] == {"interval_s": 5}
