@@ -7,6 +7,14 @@ import json
 
 import pytest
 
+from sparkcluster.bench.receipt_sources import comm_env
+from sparkcluster.engine.inventory import load_inventory
+from sparkcluster.engine.session import connect
+from sparkcluster.nccl.logs import PROBE_RESULT
+from sparkcluster.nccl.tune import tuned_settings
+from sparkcluster.nccl.tunerun import PROBE_DOUBLE_ENV
+from sparkcluster.serving.nodes import node_env
+from sparkcluster.serving.runtime import HostRuntime
 from sparkcluster.sim import SimCluster, UpOptions
 from tests.support.helpers import bootstrapped, require_sim, run_cli, ssh, unique_name
 
@@ -131,10 +139,6 @@ if args[args.index("--rank") + 1] == "0":
 def serving_env(c: SimCluster, node: str) -> dict[str, str]:
     """The environment the next serve's vLLM gets on `node`: the host runtime's own entry into the serving env (the
     one its vLLM start runs under: the comm env, then the inventory's serve_env), running `env` instead of vLLM."""
-    from sparkcluster.engine.inventory import load_inventory
-    from sparkcluster.serving.nodes import node_env
-    from sparkcluster.serving.runtime import HostRuntime
-
     inventory = load_inventory(c.inventory_path)
     host = next(h for h in inventory.hosts if h.name == node)
     command = HostRuntime(python_env="/usr", node=node).run_in_env(["env"], node_env(inventory, host))
@@ -144,15 +148,8 @@ def serving_env(c: SimCluster, node: str) -> dict[str, str]:
 
 def test_tune_with_a_winning_candidate_sets_it_everywhere_and_reset_removes_it(cluster4, tmp_path):
     """verify --tune on the simulator with a candidate that wins (issue 50): the probe's double times NCCL_PROTO=LL
-    faster, so every node's comm env carries it, the next serve's vLLM gets it, bench's receipt records it, and
-    --reset takes it away again."""
-    from sparkcluster.bench.receipt_sources import comm_env
-    from sparkcluster.engine.inventory import load_inventory
-    from sparkcluster.engine.session import connect
-    from sparkcluster.nccl.logs import PROBE_RESULT
-    from sparkcluster.nccl.tune import tuned_settings
-    from sparkcluster.nccl.tunerun import PROBE_DOUBLE_ENV
-
+    faster, so every node's comm env carries it, the next serve's vLLM gets it, bench's receipt records it, a re-run
+    of bootstrap keeps it, and --reset takes it away again."""
     double = tmp_path / "probe_double.py"
     double.write_text(f"MARKER = {PROBE_RESULT!r}\n{PROBE_DOUBLE}")
     inventory, nodes = str(cluster4.inventory_path), [h.name for h in cluster4.topology.hosts]
@@ -175,6 +172,9 @@ def test_tune_with_a_winning_candidate_sets_it_everywhere_and_reset_removes_it(c
         with connect(load_inventory(cluster4.inventory_path)) as session:
             receipts = {h.name: comm_env(session, h) for h in session.hosts}  # what bench's receipt records
         assert all(env["NCCL_PROTO"] == "LL" for env in receipts.values()) and len(receipts) == len(nodes)
+        tuned = {n: ssh(cluster4, n, read).stdout for n in nodes}
+        bootstrapped(cluster4, tmp_path / "cfg")  # a re-run rewrites the comm env: the tuned block stays
+        assert {n: ssh(cluster4, n, read).stdout for n in nodes} == tuned
     finally:
         reset = run_cli("verify", inventory, "--json", "--reset")
     assert reset.returncode == 0 and json.loads(reset.stdout)["before"] == {"NCCL_PROTO": "LL"}, reset.stderr
