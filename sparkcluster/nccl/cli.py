@@ -17,7 +17,6 @@ from ..engine.inventory import Inventory
 from ..engine.report import print_json
 from . import report, thresholds, tunerun
 from .latency import Latency
-from .tunemodel import decode_shape
 from .verdict import VerdictStatus
 from .verify import run_verify
 
@@ -45,11 +44,10 @@ def tune_flags(args: argparse.Namespace) -> list[int] | None:
     if not concurrencies or min(concurrencies) < 1:
         raise UsageError(f"--concurrency {args.concurrency!r}: not a list of positive whole numbers",
                          "e.g. --concurrency 1,8 (the streams decoding at once)")
-    for flag, value in (("--hidden-size", args.hidden_size), ("--dtype-bytes", args.dtype_bytes)):
-        if args.tune and value is not None and value < 1:
-            raise UsageError(f"{flag} {value}: not a positive whole number (the decode all-reduce carries hidden "
-                             "size x concurrency x dtype bytes)", "e.g. --hidden-size 4096 --dtype-bytes 2 for "
-                             "Llama-3-8B in bf16; left out, both come from the served model's config.json")
+    if args.tune and (args.hidden_size is None or args.hidden_size < 1 or args.dtype_bytes < 1):
+        raise UsageError("verify --tune needs the served model's hidden size (--hidden-size, its config.json's "
+                         "hidden_size): the decode all-reduce carries hidden size x concurrency x dtype bytes",
+                         "e.g. --hidden-size 4096 for Llama-3-8B (--dtype-bytes 2 for bf16, the default)")
     return concurrencies
 
 
@@ -58,10 +56,8 @@ def cmd_tune(args: argparse.Namespace, connect: Connect, concurrencies: list[int
         if args.reset:
             result = tunerun.run_reset(session, check=args.check)
         else:
-            shape = decode_shape(session, args.hidden_size, args.dtype_bytes, args.model)
-            result = tunerun.run_tune(session, hidden_size=shape.hidden_size, concurrencies=concurrencies,
-                                      dtype_bytes=shape.dtype_bytes, backend=args.backend, check=args.check,
-                                      shape_from=shape.source)
+            result = tunerun.run_tune(session, hidden_size=args.hidden_size, concurrencies=concurrencies,
+                                      dtype_bytes=args.dtype_bytes, backend=args.backend, check=args.check)
     return shown(lambda: print_json(result.to_json()) if args.json else print(tunerun.render(result)), EXIT_OK)
 
 
@@ -127,12 +123,8 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser], app:
     ver.add_argument("--check", action="store_true", help="with --tune or --reset: show what it would set, change "
                                                           "nothing")
     ver.add_argument("--concurrency", default="1,8", help="--tune: the concurrencies decode runs at (default 1,8)")
-    ver.add_argument("--hidden-size", type=int, help="--tune: the served model's hidden size (default: its "
-                                                      "config.json's, from the snapshot staged on the head)")
-    ver.add_argument("--dtype-bytes", type=int, help="--tune: bytes per activation (default: the config's dtype, "
-                                                     "else 2)")
-    ver.add_argument("--model", help="--tune: the staged model whose config.json gives the hidden size (default: "
-                                     "the model served)")
+    ver.add_argument("--hidden-size", type=int, help="--tune: the served model's hidden size (config.json)")
+    ver.add_argument("--dtype-bytes", type=int, default=2, help="--tune: bytes per activation (default 2, bf16)")
     app.wire(ver, cmd_verify)
 
     rep = commands.add_parser("nccl-report", help="read NCCL_DEBUG=INFO logs: transports, devices, a verdict")

@@ -63,13 +63,12 @@ class TuneResult:
     before: Mapping[str, str]  # the tuned block's variables found before (the head's)
     written: bool
     unmeasured: tuple[str, ...] = field(default=())  # candidates whose run gave no result
-    shape_from: str = ""  # where the hidden size came from: --hidden-size or a model's config.json
 
     def to_json(self) -> dict[str, Any]:
         c = self.choice
         return {"backend": self.backend, "transport": self.transport,
                 "decode_bytes": {str(k): v for k, v in self.decode.items()}, "before": dict(self.before),
-                "written": self.written, "unmeasured": list(self.unmeasured), "hidden_size_from": self.shape_from,
+                "written": self.written, "unmeasured": list(self.unmeasured),
                 "chosen": None if c is None else {"name": c.chosen.name, "settings": c.chosen.settings,
                                                   "reason": c.reason, "default_us": c.default_us,
                                                   "chosen_us": c.chosen_us, "per_size": c.per_size_note},
@@ -85,8 +84,8 @@ def read_comm_envs(session: Session) -> dict[str, str]:
 
 
 def run_tune(session: Session, *, hidden_size: int, concurrencies: Sequence[int], dtype_bytes: int = 2,
-             backend: str = "auto", check: bool = False, timeout: float = 600, measure: Measure | None = None,
-             shape_from: str = "--hidden-size") -> TuneResult:
+             backend: str = "auto", check: bool = False, timeout: float = 600, measure: Measure | None = None
+             ) -> TuneResult:
     decode = decode_sizes(hidden_size, concurrencies, dtype_bytes)
     texts = read_comm_envs(session)
     head = session.head
@@ -117,7 +116,7 @@ def run_tune(session: Session, *, hidden_size: int, concurrencies: Sequence[int]
         _record(session, {"settings": choice.chosen.settings, "name": choice.chosen.name, "reason": choice.reason,
                           "default_us": choice.default_us, "chosen_us": choice.chosen_us,
                           "decode_bytes": {str(k): v for k, v in decode.items()}, "at": at})
-    return TuneResult(backend, transport, decode, choice, before, not check, tuple(unmeasured), shape_from)
+    return TuneResult(backend, transport, decode, choice, before, not check, tuple(unmeasured))
 
 
 def run_reset(session: Session, *, check: bool = False) -> TuneResult:
@@ -215,8 +214,7 @@ def render(result: TuneResult) -> str:
     c = result.choice
     sizes = ", ".join(f"{size_words(b)} (concurrency {k})" for k, b in result.decode.items())
     lines = [f"verify --tune ({result.backend}, {result.transport}): all_reduce at the decode sizes {sizes}, "
-             f"summed (hidden size from {result.shape_from}); busbw at 64 MiB and above; each candidate's sum "
-             "checked first",
+             f"summed; busbw at 64 MiB and above; each candidate's sum checked first",
              f"  {'CANDIDATE':<28}{'DECODE(us)':>11}{'VS DEFAULT':>12}{'BUSBW LOST':>12}  VERDICT"]
     for line in c.lines:
         decode = "-" if line.decode_us is None else f"{line.decode_us:.1f}"

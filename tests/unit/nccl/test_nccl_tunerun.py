@@ -8,8 +8,6 @@ import json
 import re
 from pathlib import Path
 
-import pytest
-
 from sparkcluster.engine.command import Command
 from sparkcluster.engine.inventory import Host, Inventory
 from sparkcluster.engine.session import Session
@@ -141,8 +139,7 @@ def test_bad_tune_flags_are_refused_before_connecting(tmp_path, monkeypatch, cap
     monkeypatch.setattr(session_module, "Transport", refuse)
     path = tmp_path / "inv.yml"
     path.write_text("hosts:\n  spark-1: {address: 10.0.0.1, role: head}\n  spark-2: {address: 10.0.0.2}\n")
-    for flags, words in ((["--tune", "--hidden-size", "0"], "--hidden-size 0: not a positive whole number"),
-                         (["--tune", "--dtype-bytes", "0"], "--dtype-bytes 0: not a positive whole number"),
+    for flags, words in ((["--tune"], "needs the served model's hidden size (--hidden-size"),
                          (["--tune", "--hidden-size", "4096", "--concurrency", "1,x"], "--concurrency '1,x'"),
                          (["--tune", "--hidden-size", "4096", "--concurrency", "0"], "not a list of positive"),
                          (["--check"], "--check goes with --tune or --reset"),
@@ -193,57 +190,3 @@ def test_the_decode_budget_names_the_settings_its_latency_was_timed_with():
     assert "2026-11-27T16:00:00+00:00) with NCCL_PROTO=LL (verify --tune)" in describe(budget(inputs, [(1, 0.03)]))
     plain = for_served(ServedModel("m", LLAMA_8B, None), {"nodes": ["spark-1", "spark-2"], "tp": 2}, RECORD)
     assert plain is not None and "with no verify --tune settings" in describe(budget(plain, [(1, 0.03)]))
-
-
-class ServingNode(Node):
-    """A head that serves `model` (its serve record) and holds its staged config.json (what bench's ceiling reads)."""
-
-    def __init__(self, model: str | None, config: dict[str, object] | None) -> None:
-        super().__init__()
-        from sparkcluster.serving.record import RECORD_FILE, ServeRecord, Serving
-
-        if model is not None:
-            record = ServeRecord("docker", "ray", "img", ("spark-1", "spark-2"),
-                                 Serving(model, model, 8000, "http://10.0.0.1:8000/v1", 2))
-            self.files[RECORD_FILE] = json.dumps(record.to_json()).encode()
-        self.config = config
-
-    def run(self, command: Command) -> Result:
-        if "@@index@@" in command.script:  # the snapshot's config.json, then its index
-            if self.config is None or "models--Org--Served" not in command.script:
-                return Result(command, 3, "", "", 0.0)
-            return Result(command, 0, json.dumps(self.config) + "\n@@index@@\n", "", 0.0)
-        return super().run(command)
-
-
-def served(model: str | None, config: dict[str, object] | None) -> Session:
-    hosts = (Host("spark-1", "10.0.0.1", role="head"), Host("spark-2", "10.0.0.2", role="worker"))
-    nodes = {"spark-1": ServingNode(model, config), "spark-2": Node()}
-    return Session(Inventory(Path("inv.yml"), "t", hosts, {}), transports=nodes)  # type: ignore[arg-type]
-
-
-def test_the_hidden_size_comes_from_the_served_models_config_unless_the_flag_gives_it():
-    from sparkcluster.engine.errors import SparkclusterError
-    from sparkcluster.nccl.tunemodel import decode_shape
-
-    config = {"hidden_size": 5120, "num_hidden_layers": 40, "torch_dtype": "float32"}
-    with served("Org/Served", config) as session:
-        shape = decode_shape(session, None, None)
-        assert (shape.hidden_size, shape.dtype_bytes) == (5120, 4)
-        assert shape.source == ("Org/Served's config.json on spark-1 (the model served, by the head's serve "
-                                "record; dtype bytes: its dtype)")
-        flagged = decode_shape(session, 4096, None)  # the flag wins
-        assert (flagged.hidden_size, flagged.dtype_bytes, flagged.source) == (4096, 2, "--hidden-size")
-        assert decode_shape(session, None, 2).dtype_bytes == 2
-        found = run_tune(session, hidden_size=shape.hidden_size, concurrencies=[1], backend="nccl",
-                         dtype_bytes=shape.dtype_bytes,
-                         measure=probe_double, check=True, shape_from=shape.source)
-        assert found.to_json()["hidden_size_from"] == shape.source and found.decode == {1: 20480}
-        assert f"(hidden size from {shape.source})" in render(found).splitlines()[0]
-    with served(None, config) as session, pytest.raises(SparkclusterError) as nothing:
-        decode_shape(session, None, None)
-    assert "nothing is served" in nothing.value.message and "--hidden-size" in nothing.value.fix
-    with served("Org/Served", None) as session, pytest.raises(SparkclusterError) as unstaged:
-        decode_shape(session, None, None, model="Org/Other")
-    assert unstaged.value.message == ("verify --tune: no config.json with a hidden size for Org/Other (--model) "
-                                      "staged on spark-1")
