@@ -16,10 +16,14 @@ Here the values (candidates, trials, the choice) and the comm env's tuned block 
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from ..node.commtuning import BLOCK_BEGIN as BLOCK_BEGIN
+from ..node.commtuning import BLOCK_END as BLOCK_END
+from ..node.commtuning import keep_tuning as keep_tuning
+from ..node.commtuning import tuned_settings as tuned_settings
+from ..node.commtuning import without_tuning as without_tuning
 from .latency import at_size, size_words
 from .logs import PROBE_RESULT, Lines, _marked_json, split_lines
 
@@ -30,8 +34,6 @@ BANDWIDTH_SIZES = "64M,256M"
 GLOO_BANDWIDTH_SIZES = "1M,4M"  # gloo on the simulator's CPUs: seconds, not minutes
 DEFAULT_CONCURRENCY = (1, 8)
 NEVER_FORCED = {"NCCL_PROTO": "LL128"}
-BLOCK_BEGIN = "# >>> sparkcluster verify --tune (sparkcluster verify --tune --reset removes it)"
-BLOCK_END = "# <<< sparkcluster verify --tune"
 
 
 @dataclass(frozen=True)
@@ -255,19 +257,6 @@ def _per_size_note(trials: Sequence[Trial], decode: Mapping[int, int], eligible:
 
 
 # ---- the comm env's tuned block (text in, text out) ----------------------------------------------------------------
-def without_tuning(text: str) -> str:
-    """The comm env with verify --tune's block removed (and nothing else)."""
-    lines, inside = [], False
-    for line in text.splitlines(keepends=True):
-        if line.rstrip("\n") == BLOCK_BEGIN:
-            inside = True
-        elif inside and line.rstrip("\n") == BLOCK_END:
-            inside = False
-        elif not inside:
-            lines.append(line)
-    return "".join(lines)
-
-
 def with_tuning(text: str, choice: Choice, at: str) -> str:
     """The comm env with `choice`'s variables in verify --tune's block (replacing an earlier one); the default
     leaves no block. Variables the rest of the file sets are never overridden (candidates() leaves them out)."""
@@ -278,39 +267,3 @@ def with_tuning(text: str, choice: Choice, at: str) -> str:
     lines = [BLOCK_BEGIN, f"# {at}: {choice.reason}",
              *(f"{key}={value}" for key, value in choice.chosen.env), BLOCK_END]
     return base + ("" if not base or base.endswith("\n") else "\n") + "\n".join(lines) + "\n"
-
-
-def keep_tuning(old: str, new: str) -> str:
-    """`new` (bootstrap's rewrite of the comm env) with `old`'s verify --tune block carried over: its values were
-    chosen by measurement on this cluster, and a re-run of bootstrap must not drop them unsaid. A variable `new`
-    itself sets is left out of the block (bootstrap's value is a requirement, e.g. a ring's NCCL_ALGO=Ring); a block
-    left with no variable is dropped."""
-    base = without_tuning(new)
-    owned = {line.partition("=")[0] for line in base.splitlines() if "=" in line and not line.startswith("#")}
-    block, inside = [], False
-    for line in old.splitlines():
-        if line == BLOCK_BEGIN:
-            inside = True
-        elif line == BLOCK_END:
-            inside = False
-        elif inside and (line.startswith("#") or "=" in line and line.partition("=")[0] not in owned):
-            block.append(line)
-    if not any(not line.startswith("#") for line in block):
-        return base
-    lines = [BLOCK_BEGIN, *block, BLOCK_END]
-    return base + ("" if not base or base.endswith("\n") else "\n") + "\n".join(lines) + "\n"
-
-
-def tuned_settings(text: str) -> dict[str, str]:
-    """The variables in verify --tune's block (bench's receipts and the decode budget name them); {} for none."""
-    found, inside = {}, False
-    for line in text.splitlines():
-        if line == BLOCK_BEGIN:
-            inside = True
-        elif line == BLOCK_END:
-            inside = False
-        elif inside and not line.startswith("#") and "=" in line:
-            key, _, value = line.partition("=")
-            if re.fullmatch(r"[A-Z][A-Z0-9_]*", key):  # a variable name, safe in a shell's `unset`
-                found[key] = value
-    return found

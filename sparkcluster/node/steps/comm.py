@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING
 from ...engine.command import Command
 from ...engine.steps.base import HostContext, Plan, Step, StepFailed, register
 from ...engine.steps.files import file_state, plan_file, write_file
-from ...nccl.tune import keep_tuning
 from ..addressing import routed_control_plane
+from ..commtuning import keep_tuning
 from ..fabric import Kind
 from ..network import COMM_ENV_PATH, NODE_NETDEV, QsfpError, comm_env, qsfp_port, ring_env
 from .preflight import facts_of, qsfp_of, ring_of
