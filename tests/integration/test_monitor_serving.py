@@ -101,6 +101,10 @@ def test_each_replica_is_a_target_and_its_tokens_rise_under_a_bench(cluster: Sim
                 break
             time.sleep(5)
         assert {r["metric"]["replica"] for r in recorded} == {"replica 0", "replica 1"}, recorded
+        # status reads the endpoint's figures from this Prometheus (its last 5 min), and says so
+        said = json.loads(sc(cluster, "status", "--json").stdout)["server"]
+        assert said["source"]["from"] == "prometheus" and said["source"]["place"] == "spark-1", said
+        assert said["figures"]["generation_tokens_per_s"] > 0, said
     finally:
         down = sc(cluster, "monitor", "down", "--purge", "--json")
         sc(cluster, "down")
