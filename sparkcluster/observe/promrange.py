@@ -125,11 +125,16 @@ def read_answer(place: str, stdout: str, window_s: int = WINDOW_S) -> Prometheus
     if generated is None:
         return None
     return PrometheusRange(place, listen, window_s, EndpointFigures(
-        running=value("running"), waiting=value("waiting"), kv_cache_usage=value("kv_cache_usage"),
+        running=_mean(value("running")), waiting=_mean(value("waiting")), kv_cache_usage=value("kv_cache_usage"),
         prefix_cache_hit_rate=value("prefix_cache_hit_rate"), prompt_tokens_per_s=value("prompt_tokens_per_s"),
         generation_tokens_per_s=generated, ttft_p50_s=value("ttft_p50_s"), ttft_p90_s=value("ttft_p90_s"),
         itl_p50_s=value("itl_p50_s"), itl_p90_s=value("itl_p90_s"), preemptions=value("preemptions"),
         interval_s=float(window_s)))
+
+
+def _mean(v: float | None) -> float | None:
+    """A window's mean count of requests, to a hundredth (the summary prints it as it is: 0.33, not 0.333333)."""
+    return None if v is None else round(v, 2)
 
 
 def ask(place: str, run: Runner, window_s: int = WINDOW_S) -> PrometheusRange | None:

@@ -178,8 +178,9 @@ def test_no_answer_is_no_range() -> None:
         raise OSError("connection refused")
     assert ask("spark-1", unreachable) is None
     got = read_answer("spark-1", '{"listen": "127.0.0.1:9095", "values": {"generation_tokens_per_s": 12.5, '
-                                 '"ttft_p50_s": NaN, "running": 1.5}}')
+                                 '"ttft_p50_s": NaN, "running": 0.3333333}}')
     assert got is not None and got.figures.generation_tokens_per_s == 12.5 and got.figures.ttft_p50_s is None
+    assert got.figures.running == 0.33 and got.figures.waiting is None
     assert got.said() == "from Prometheus on spark-1, last 5 min"
 
 
