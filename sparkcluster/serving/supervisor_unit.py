@@ -266,10 +266,6 @@ def start_command() -> Command:
     return Command(f"test -e {UNIT_PATH} && systemctl enable --now {UNIT}", sudo=True, timeout=60)
 
 
-def active_command() -> Command:
-    return Command(f"systemctl is-active {UNIT} 2>/dev/null || true", timeout=30)
-
-
 @dataclass(frozen=True)
 class SupervisorView:
     """The supervisor as `status` shows it: whether its unit runs, its state, its last incidents."""
@@ -285,18 +281,32 @@ class SupervisorView:
                 "incidents": [i.to_json() for i in self.incidents]}
 
 
+VIEW_MARK = "@@sparkcluster-supervisor@@"
+
+
+def view_command(last: int = 3) -> Command:
+    """One command on the head printing the supervisor as status shows it: installed, active, state.json, the last
+    `last` incidents, each part after a mark line."""
+    return Command(f"echo {VIEW_MARK}; test -e {UNIT_PATH} && echo yes; echo {VIEW_MARK}; systemctl is-active {UNIT} "
+                   f"2>/dev/null; echo {VIEW_MARK}; cat {STATE_FILE} 2>/dev/null; echo {VIEW_MARK}; "
+                   f"tail -n {last} {EVENTS_FILE} 2>/dev/null; true", timeout=30)
+
+
+def parse_view(stdout: str) -> SupervisorView | None:
+    parts = stdout.split(f"{VIEW_MARK}\n")
+    if len(parts) != 5:
+        return None
+    _, installed, active, state, events = parts
+    return SupervisorView(installed.strip() == "yes", active.strip() == "active", parse_state(state),
+                          tuple(parse_events(events)))
+
+
 def read_view(session: Session, last: int = 3) -> SupervisorView | None:
-    """The head's supervisor, or None where the head cannot be asked."""
-    head = session.head
+    """The head's supervisor (one command), or None where the head cannot be asked."""
     try:
-        installed = session.run(head, Command(f"test -e {UNIT_PATH}")).ok
-        active = session.run(head, active_command()).stdout.strip() == "active"
-        transport = session.transport(head)
-        state = parse_state((transport.read_file(STATE_FILE) or b"").decode(errors="replace"))
-        events = session.run(head, Command(f"tail -n {last} {EVENTS_FILE} 2>/dev/null || true")).stdout
+        return parse_view(session.run(session.head, view_command(last)).stdout)
     except Unreachable:
         return None
-    return SupervisorView(installed, active, state, tuple(parse_events(events)))
 
 
 def read_events(session: Session) -> list[Incident]:

@@ -54,7 +54,8 @@ def test_what_enters_the_serving_env_still_names_the_missing_python_env():
 def answering(host: Host) -> StrictTransport:
     """A node that was bootstrapped (its comm env) and serves nothing: every process check answers `not running`."""
     transport = StrictTransport(host.name).put_file(comm_env_path(host).removeprefix("~/"), "VLLM_HOST_IP=10.1.0.1\n")
-    return transport.expect(re.compile(r"\.pid|du -sk|last-verify|verify"), exit_code=1, times=None)
+    return transport.expect(re.compile(r"\.pid|du -sk|last-verify|verify|sparkcluster-supervisor"), exit_code=1,
+                            times=None)
 
 
 def test_status_reads_every_node_of_the_host_runtime_without_python_env():

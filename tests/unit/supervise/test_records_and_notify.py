@@ -140,3 +140,23 @@ def test_the_heads_inventory_reaches_the_nodes_with_the_heads_own_key_and_carrie
     assert doc["vars"]["supervise"] == {"interval_s": 5}
     assert doc["hosts"]["spark-2"] == {"address": "10.0.0.2", "role": "worker", "port": 22, "user": "spark",
                                        "vars": {"serve_env": {"B": "2"}}}
+
+
+def test_status_reads_the_supervisor_in_one_command_run_by_a_real_shell(tmp_path):
+    """What `status` shows of the supervisor comes from one command on the head: run here by a real shell over a
+    home holding its files (no unit: not installed, not active)."""
+    import subprocess
+
+    from sparkcluster.serving.supervisor_unit import parse_view, view_command
+
+    folder = tmp_path / ".config/sparkcluster/supervisor"
+    folder.mkdir(parents=True)
+    state = SupervisorState(WatchState.DEGRADED, "2026-12-01T21:00:00+00:00", 1, "serving without spark-2")
+    (folder / "state.json").write_text(json.dumps(state.to_json()))
+    (folder / "events.jsonl").write_text("".join(json.dumps(INCIDENT.to_json()) + "\n" for _ in range(5)))
+    ran = subprocess.run(["sh", "-c", view_command(last=3).script], cwd=tmp_path, capture_output=True, text=True,
+                         env={"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"})
+    view = parse_view(ran.stdout)
+    assert view is not None and not view.installed and not view.active
+    assert view.state == state and view.incidents == (INCIDENT, INCIDENT, INCIDENT)
+    assert parse_view("garbage") is None
