@@ -55,6 +55,14 @@ curl -sS "http://$HEAD_ADDRESS:8000/v1/completions" -H 'Content-Type: applicatio
 echo
 echo; echo "== bench: throughput and latency at each concurrency, as the community's recipes publish them"
 $SC bench -i "$INVENTORY" --concurrency 1,2,4 --runs 1 --prompt-tokens 64 --output-tokens 16 --plot "${TMPDIR:-/tmp}/sparkcluster-demo-bench.png"
+echo; echo "== the supervisor serve started on the head: spark-2's vLLM killed, noticed and served again, no command given"
+$SC sim ssh spark-2 --name "$NAME" -- 'kill -KILL -- -"$(cat ~/.cache/sparkcluster/serve/main.pid)"'
+for _ in $(seq 60); do
+  $SC events -i "$INVENTORY" --json | grep -q '"outcome": "recovered"' && break
+  sleep 5
+done
+$SC events -i "$INVENTORY"
+$SC status -i "$INVENTORY"
 $SC down -i "$INVENTORY"
 echo
 echo "inventory: $INVENTORY"
