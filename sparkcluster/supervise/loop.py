@@ -6,10 +6,11 @@ What it does, per fault:
 - an engine of one TP/PP layout dead, wedged or unhealthy: the whole layout served again (every rank down first:
   a single restarted rank cannot rejoin the others);
 - a replica: that replica alone, while the router serves the others;
-- a node lost: with replicas, nothing (the router already serves around it: degraded); with one engine, the largest
-  layout that fits on the nodes left; back to the full layout once the node answers again;
+- a node lost (after its grace): with replicas, nothing (the router already serves around it: degraded); with one
+  engine, the largest layout of the same shape on the nodes left; back to the full layout once the node answers;
 - a 401/403 on its probe: reported, nothing restarted;
-- after `max_restarts` in an hour: it stops acting, says why, with the last failure's cause."""
+- after `max_restarts` in an hour, or that many failed in a row: it stops acting, says why, with the last failure's
+  cause."""
 
 from __future__ import annotations
 
