@@ -137,7 +137,7 @@ def test_the_supervisor_serves_again_a_tp2_whose_worker_died_or_whose_engine_wed
             ssh(cluster, "spark-1", f"cp {secrets} {secrets}.good && echo VLLM_API_KEY=wrong > {secrets} && {restart_unit}")
             wait_until("the refused key reported", lambda: any(e["seen"] == "unauthorized"
                                                                for e in incidents(cluster)[base:]))
-            time.sleep(15)  # five rounds more: still nothing restarted
+            time.sleep(8)  # four rounds and two probes more: still nothing restarted
             events = incidents(cluster)[base:]
             assert [(e["seen"], e["action"], e["outcome"]) for e in events[2:]] == [
                 ("unauthorized", "none", "reported")], events
