@@ -225,7 +225,9 @@ def install(session: Session, spec: SupervisorSpec, api_key: str | None,
             raise SparkclusterError(f"{head.name}: unpacking sparkcluster for the supervisor failed: "
                                     f"{unpack.stderr_tail(3)}", f"check the free space in ~/{LIB_ROOT}")
         copied = len(archive)
-    session.run(head, Command(f"mkdir -p {SUPERVISOR_DIR} && chmod 700 {SUPERVISOR_DIR}"))
+    # A new serve starts the supervisor's count afresh: the breaker's restarts and a degraded layout were the last one's.
+    session.run(head, Command(f"mkdir -p {SUPERVISOR_DIR} && chmod 700 {SUPERVISOR_DIR} && "
+                              f"rm -f {SUPERVISOR_DIR}/breaker.json {SUPERVISOR_DIR}/degraded.json"))
     # The head reaches each node as this machine does, trusting the host keys this machine verified (never on first
     # use), with its own key, which the mesh authorized on the others and which is authorized here on itself.
     transport.write_file_atomic(KNOWN_HOSTS_FILE, known_hosts_text(session).encode(), 0o600)

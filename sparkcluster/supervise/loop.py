@@ -74,6 +74,10 @@ class Supervisor:
     def __post_init__(self) -> None:
         self.judge = Judge(self.policy, born_at=self.clock())
         try:
+            self.judge.take_breaker(json.loads((self.folder / "breaker.json").read_text()), self.clock(), time.time())
+        except (OSError, ValueError, AttributeError):
+            pass  # none kept yet (or unreadable): a fresh count
+        try:
             lost = tuple(json.loads((self.folder / "degraded.json").read_text())["lost"])
             self.degraded = Degraded(lost, self.clock())
         except (OSError, ValueError, KeyError, TypeError):
@@ -162,6 +166,7 @@ class Supervisor:
                 self.give_up(name, seen, verdict.detected_s, why_not)
             return
         self.judge.restarting(now)
+        self.keep_breaker()
         self.tell(WatchState.RECOVERING, f"{name}: {seen}")
         lost = tuple(n for n in record.nodes if n in set(down) | set(c.nodes_down))
         if lost and not (target is not None and target.replica is not None):
@@ -214,6 +219,7 @@ class Supervisor:
                 self.give_up("vLLM", Seen.NODE_BACK, 0.0, why_not)
             return  # backing off; degraded until then
         self.judge.restarting(now)
+        self.keep_breaker()
         self.tell(WatchState.RECOVERING, f"{back} answers again: back to the full layout")
         outcome = act.run_serve(act.serve_argv(self.spec, self.inventory_path), self.spec.ready_timeout_s + 600,
                                 self.log_path)
@@ -247,12 +253,20 @@ class Supervisor:
         with connect(inventory) as session:
             return bool(unreachable(session.only(names)))
 
+    def keep_breaker(self) -> None:
+        """The restarts the breaker counts, kept in the folder: a supervisor that crashes and is started again by its
+        unit must not begin counting from zero."""
+        doc = self.judge.breaker_json(self.clock(), time.time())
+        write_text(self.folder / "breaker.json", json.dumps(doc) + "\n", 0o600)
+
     def after(self, name: str, seen: Seen, action: Action, verdict: Verdict, outcome: Done, what: str) -> None:
         if outcome.busy:
             self.judge.not_counted()
+            self.keep_breaker()
             self.tell(WatchState.WATCHING, "a serve or down by hand holds the cluster: it waits")
             return
         self.judge.finished(self.clock(), outcome.ok)
+        self.keep_breaker()
         if outcome.ok:
             self.judge.started(name, self.clock())
             self.record(Incident(now_iso(), name, seen, action, Outcome.RECOVERED, round(verdict.detected_s, 1),

@@ -192,3 +192,19 @@ class Judge:
 
     def restarts_last_hour(self, now: float) -> int:
         return sum(1 for t in self.restarts if now - t < HOUR_S)
+
+    def breaker_json(self, now: float, wall: float) -> dict[str, object]:
+        """The breaker's memory as wall-clock times (`now` monotonic, `wall` the same instant's epoch seconds), so a
+        supervisor started again (a crash, a reboot) keeps counting where this one was."""
+        return {"restarts": [wall - (now - t) for t in self.restarts], "failed_in_row": self.failed_in_row,
+                "last_end": None if self.last_end_at is None else wall - (now - self.last_end_at)}
+
+    def take_breaker(self, doc: dict[str, object], now: float, wall: float) -> None:
+        """What breaker_json kept, on this process's monotonic clock; anything unreadable is forgotten."""
+        restarts, failed, last_end = doc.get("restarts"), doc.get("failed_in_row"), doc.get("last_end")
+        if isinstance(restarts, list) and all(isinstance(t, int | float) for t in restarts):
+            self.restarts = deque(sorted(now - (wall - float(t)) for t in restarts))
+        if isinstance(failed, int) and failed >= 0:
+            self.failed_in_row = failed
+        if isinstance(last_end, int | float):
+            self.last_end_at = now - (wall - float(last_end))

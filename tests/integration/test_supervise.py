@@ -147,8 +147,9 @@ def test_the_supervisor_serves_again_a_tp2_whose_worker_died_or_whose_engine_wed
             spec = "~/.config/sparkcluster/supervisor/serve.json"
             edit = ("import json, os, sys; p = os.path.expanduser(sys.argv[1]); d = json.load(open(p)); "
                     "d['remote'] += ['--max-model-len', '99999999']; json.dump(d, open(p, 'w'))")
+            # The breaker's count is kept across the supervisor's restarts; a new serve's install clears it, as here.
             ssh(cluster, "spark-1", f"mv {secrets}.good {secrets} && python3 -c {shlex.quote(edit)} {spec} && "
-                                    f"{restart_unit}")
+                                    f"rm -f ~/.config/sparkcluster/supervisor/breaker.json && {restart_unit}")
             ssh(cluster, "spark-2", 'kill -KILL -- -"$(cat ~/.cache/sparkcluster/serve/main.pid)"')
             wait_until("gave up", lambda: supervisor_state(cluster) == "gave-up", timeout_s=600)
             events = incidents(cluster)[base:]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from sparkcluster.serving.incidents import Seen
 from sparkcluster.supervise.policy import Check, Judge, Policy, ProbeResult, policy_values
 
@@ -158,3 +160,21 @@ def test_settings_that_are_not_ones_keep_their_defaults_and_are_told():
 
 def test_the_worst_detection_time_of_the_default_policy_is_under_two_minutes():
     assert Policy().worst_detection_s() <= 120
+
+
+def test_the_breakers_count_outlives_the_supervisor_process_as_wall_clock_times():
+    """A supervisor started again by its unit (a crash, a reboot, with a monotonic clock of its own) keeps counting
+    the restarts of the last hour and the failures in a row, and its backoff (review of issue 48)."""
+    first = Judge(POLICY)
+    first.restarting(100)
+    first.finished(150, ok=False)
+    first.restarting(400)
+    first.finished(420, ok=False)
+    kept = json.loads(json.dumps(first.breaker_json(now=500, wall=1_000_500)))
+    again = Judge(POLICY)
+    again.take_breaker(kept, now=7, wall=1_000_600)  # 100 s later, on a clock that began anew
+    assert again.restarts_last_hour(7) == 2 and again.failed_in_row == 2
+    assert again.may_restart(7) == (False, None)  # 300 s of backoff since the last end, 180 s ago
+    assert again.may_restart(7 + 120) == (True, None)
+    again.take_breaker({"restarts": "garbage", "failed_in_row": -1}, now=0, wall=0)
+    assert again.failed_in_row == 2  # what cannot be read changes nothing
