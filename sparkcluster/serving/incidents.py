@@ -33,7 +33,6 @@ class Seen(StrEnum):
     NODE_DOWN = "node-down"  # a node does not answer over SSH
     NODE_BACK = "node-back"  # a lost node answers again
     UNAUTHORIZED = "unauthorized"  # the probe's key was refused: configuration, never a reason to restart
-    NOT_SERVING = "not-serving"  # nothing runs where the record says a serve should (after a boot)
 
 
 class Action(StrEnum):

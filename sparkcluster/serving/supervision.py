@@ -30,9 +30,6 @@ class SupervisorOutcome:
     fix: str | None = None
     copied_bytes: int = 0
 
-    @property
-    def ok(self) -> bool:
-        return True  # the serve answers either way; a supervisor that could not start is a warning with its fix
 
     def to_json(self) -> dict[str, Any]:
         return {"state": self.state, "why": self.why, "fix": self.fix, "copied_bytes": self.copied_bytes}

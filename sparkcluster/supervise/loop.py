@@ -54,7 +54,6 @@ def policy_from(spec: SupervisorSpec, inventory: Inventory) -> Policy:
 @dataclass
 class Degraded:
     lost: tuple[str, ...]  # the nodes it serves without
-    since: float
 
 
 @dataclass
@@ -79,7 +78,7 @@ class Supervisor:
             pass  # none kept yet (or unreadable): a fresh count
         try:
             lost = tuple(json.loads((self.folder / "degraded.json").read_text())["lost"])
-            self.degraded = Degraded(lost, self.clock())
+            self.degraded = Degraded(lost)
         except (OSError, ValueError, KeyError, TypeError):
             self.degraded = None
 
@@ -119,13 +118,14 @@ class Supervisor:
                 self.last_probe = now
             checks = [check(t, view, serving.served_name, environment_key(), self.policy, self.progress, now,
                             probe_now) for t in found]
+            lost_still = unreachable(session.only(self.degraded.lost)) if self.degraded else ()
         by_name = {t.name: t for t in found}
         verdicts = [(c, self.judge.judge(c, now)) for c in checks]
         if self.gave_up:
             self.tell(WatchState.GAVE_UP, self.gave_up)
             return
-        if self.degraded and not self.still_lost(inventory, self.degraded.lost):
-            self.restore(now)
+        if self.degraded and not lost_still:
+            self.restore(now, record)
             return
         # The router first: without it no replica is reached, and serving the layout again restarts every part.
         for c, verdict in sorted(verdicts, key=lambda cv: not by_name[cv[0].target].router):
@@ -154,7 +154,7 @@ class Supervisor:
         assert serving is not None
         if seen is Seen.NODE_DOWN and serving.replicas and target is not None and not target.router:
             if self.degraded is None:  # the router's health checks already keep clients off it
-                self.set_degraded(Degraded(c.nodes_down, now))
+                self.set_degraded(Degraded(c.nodes_down))
                 self.record(Incident(now_iso(), name, seen, Action.NONE, Outcome.REPORTED, verdict.detected_s, None,
                                      None, f"{', '.join(c.nodes_down)} does not answer: the router serves the other "
                                            "replicas (degraded) until it is back"))
@@ -199,16 +199,15 @@ class Supervisor:
             what = f"TP {size} on {', '.join(used)}"
         outcome = act.run_serve(argv, self.spec.ready_timeout_s + 600, self.log_path)
         if outcome.ok:
-            self.set_degraded(Degraded(lost, self.clock()))
+            self.set_degraded(Degraded(lost))
         self.after(name, seen, Action.DEGRADE, verdict, outcome, what)
 
-    def restore(self, now: float) -> None:
+    def restore(self, now: float, record_now: ServeRecord) -> None:
         """The lost nodes answer again: with replicas, the next rounds restart the lost replica alone (its engine is
         not running); with one engine, the full layout served again, as a restart is (backoff and breaker)."""
         assert self.degraded is not None
         back = ", ".join(self.degraded.lost)
-        record_now = self.current_record()
-        if record_now and record_now.serving and record_now.serving.replicas:
+        if record_now.serving and record_now.serving.replicas:
             self.record(Incident(now_iso(), back, Seen.NODE_BACK, Action.NONE, Outcome.REPORTED, None, None, None,
                                  f"{back} answers again: its replica is started again"))
             self.set_degraded(None)
@@ -227,7 +226,7 @@ class Supervisor:
         if outcome.ok:
             self.set_degraded(None)
         self.after("vLLM", Seen.NODE_BACK, Action.RESTORE, verdict, outcome, f"{back} answers again: the full layout")
-        if not outcome.ok and not outcome.busy and record_now is not None:
+        if not outcome.ok and not outcome.busy:
             # The failed full serve stopped the degraded one: serve without the node again, and keep waiting.
             self.degrade("vLLM", Seen.NODE_BACK, verdict, record_now, self.degraded.lost)
 
@@ -247,11 +246,6 @@ class Supervisor:
             kept.unlink(missing_ok=True)
         else:
             write_text(kept, json.dumps({"lost": list(degraded.lost)}) + "\n", 0o600)
-
-    def still_lost(self, inventory: Inventory, names: tuple[str, ...]) -> bool:
-        """Whether any of `names` still does not answer over SSH."""
-        with connect(inventory) as session:
-            return bool(unreachable(session.only(names)))
 
     def keep_breaker(self) -> None:
         """The restarts the breaker counts, kept in the folder: a supervisor that crashes and is started again by its
@@ -292,10 +286,6 @@ class Supervisor:
             return ServeRecord.from_json(json.loads(copy.read_text()))
         except (OSError, ValueError, KeyError, TypeError):
             return record
-
-    def current_record(self) -> ServeRecord | None:
-        with connect(load_inventory(self.inventory_path)) as session:
-            return self.kept(read_record(session))
 
     @property
     def log_path(self) -> Path:
