@@ -91,8 +91,10 @@ def test_the_supervisor_serves_again_a_tp2_whose_worker_died_or_whose_engine_wed
     endpoint = f"http://{head.mgmt_ip}:8000/v1"
     with supervise_policy(cluster, QUICK_POLICY):
         try:
+            began = time.monotonic()
             served = sc(cluster, "serve", "--launcher", "native", "--tp", "2", "--model", MODEL, "--no-verify",
                         "--json", "--notify", "http://127.0.0.1:9977/hook", *VLLM_FLAGS, "--api-key", API_KEY)
+            serve_s = time.monotonic() - began  # the first serve (staging the model included): at least a warm one
             assert served.returncode == 0, served.stderr[-3000:]
             assert json.loads(served.stdout)["supervisor"]["state"] == "watching", served.stdout[-1000:]
             unit = ssh(cluster, "spark-1", "systemctl is-active sparkcluster-supervisor.service; "
@@ -106,9 +108,9 @@ def test_the_supervisor_serves_again_a_tp2_whose_worker_died_or_whose_engine_wed
             assert (first["target"], first["seen"], first["action"], first["outcome"]) == (
                 "vLLM", "engine-dead", "restart", "recovered"), first
             assert 0 <= first["detected_s"] < 60 and first["recovered_s"] > 0, first
-            assert time.monotonic() - killed < 400
             code, text = http(f"{endpoint}/completions", body, timeout=60, api_key=API_KEY)
             assert code == 200, text
+            assert time.monotonic() - killed < serve_s + 60  # the bound: the warm serve time plus 60 s
             kept = ssh(cluster, "spark-1", "cd ~/.config/sparkcluster/supervisor && cat serve.json supervisor.log").stdout
             assert API_KEY not in kept and "--api-key" not in kept, kept[-2000:]  # the restart's argv held no key
             posted = [json.loads(line) for line in ssh(cluster, "spark-1", f"cat {receiver_log}").stdout.splitlines()]
