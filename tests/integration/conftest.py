@@ -16,6 +16,7 @@ import pytest
 # integration lock takes about 2/3 of that): each runs a real CPU vLLM, holds an image with PyTorch, or stages a
 # 1 GiB model. A file not named here runs after them.
 SLOWEST_FIRST = (
+    "test_supervise.py",  # ~510 s: a real vLLM restarted four times by the supervisor, two hosts power-cycled
     "test_serve_caches.py",  # ~500 s: the PyTorch image on two nodes, torch.compile twice, five serves
     "test_serve_host_vllm.py",  # ~480 s: four real vLLM starts on two nodes (the mlx5 link-local pair)
     "test_staging.py",  # ~330 s: a 1 GiB model staged, re-staged, repaired across four nodes; TP 4 served in Docker
@@ -24,6 +25,7 @@ SLOWEST_FIRST = (
     "test_serve_docker.py",  # ~220 s: a two-node cluster, the image copied to the worker
     "test_monitor.py",  # ~180 s alone: Prometheus on the head waits for four alerts to fire (each under 2 min)
     "test_sim_variants.py",  # ~130 s: bootstrap and verify on the mlx5 link-local pair, then a degraded twin's
+    "test_monitor_serving.py",  # ~100 s: two replicas served and scraped under a bench
 )
 
 
