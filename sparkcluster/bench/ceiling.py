@@ -15,15 +15,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..engine.command import Command
 from ..engine.session import Session
-from ..serving.fit import snapshot_line
+from ..node.modelconfig import config_int, read_staged, text_config
 
 GB10_BANDWIDTH_GBPS = 273.0  # GB/s of LPDDR5x per node
 DTYPE_BYTES = {"float32": 4.0, "float16": 2.0, "bfloat16": 2.0, "float8_e4m3fn": 1.0, "fp8": 1.0}
 # Bits per weight of each quantisation, scales included: MXFP4 is 4 bits plus an 8-bit scale per 32 weights.
 QUANT_BYTES = {"mxfp4": 4.25 / 8, "nvfp4": 4.5 / 8, "modelopt_fp4": 4.5 / 8, "fp8": 1.0, "compressed-tensors": 1.0}
-MAX_CONFIG_BYTES = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -58,20 +56,6 @@ class Ceiling:
                 "bytes_per_token": self.bytes_per_token, "bandwidth_gbps_per_node": self.bandwidth_gbps,
                 "nodes": self.nodes, "weights": self.weight_format, "tokens_per_s": self.tokens_per_s,
                 "caveats": list(self.caveats)}
-
-
-def text_config(config: Mapping[str, Any]) -> Mapping[str, Any]:
-    """A multimodal model keeps its language model's settings under text_config."""
-    inner = config.get("text_config")
-    return {**config, **inner} if isinstance(inner, Mapping) else config
-
-
-def config_int(config: Mapping[str, Any], *names: str, default: int = 0) -> int:
-    for name in names:
-        value = config.get(name)
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-    return default
 
 
 def count_params(config: Mapping[str, Any]) -> Params:
@@ -150,32 +134,6 @@ def ceiling(model: str, config: Mapping[str, Any], nodes: int, bandwidth_gbps: f
     return Ceiling(model, params, per_token, bandwidth_gbps, nodes, fmt, tuple(caveats))
 
 
-def head_script(model: str) -> str:
-    """Prints the snapshot's config.json, a separator, then its model.safetensors.index.json (if any)."""
-    return (f'{snapshot_line(model)}head -c {MAX_CONFIG_BYTES} "$d/config.json"; echo; echo @@index@@; '
-            f'head -c {MAX_CONFIG_BYTES} "$d/model.safetensors.index.json" 2>/dev/null; true')
-
-
-def read_from_head(session: Session, model: str) -> tuple[dict[str, Any], int | None] | None:
-    """(config.json, the index's total size) of the model staged on the head; None where it has none."""
-    if "/" not in model or any(ch in model for ch in "\"'`$\\ ") or ".." in model:
-        return None
-    result = session.run(session.head, Command(head_script(model), timeout=60))
-    if not result.ok:
-        return None
-    config_text, _, index_text = result.stdout.partition("@@index@@")
-    try:
-        config = json.loads(config_text)
-    except ValueError:
-        return None
-    total = None
-    try:
-        total = json.loads(index_text).get("metadata", {}).get("total_size")
-    except (ValueError, AttributeError):
-        pass
-    return (config, total if isinstance(total, int) else None) if isinstance(config, dict) else None
-
-
 def effective_nodes(config: Mapping[str, Any]) -> int:
     """Nodes whose memory a token's weights are read from at once: one replica's TP group (pipeline stages take
     turns; a stream runs on one replica)."""
@@ -208,7 +166,7 @@ def served_model(session: Session, config: Mapping[str, Any]) -> ServedModel | N
     model = config.get("hf_model")
     if not isinstance(model, str):
         return None
-    found = read_from_head(session, model)
+    found = read_staged(session, model)
     return None if found is None else ServedModel(model, found[0], found[1])
 
 

@@ -31,10 +31,9 @@ from typing import Any
 from ..engine.session import Session
 from ..nccl.lastverify import LAST_VERIFY_COMMAND
 from ..nccl.latency import Latency
-from .ceiling import ServedModel, config_int, text_config
+from ..node.modelconfig import ALL_REDUCES_PER_LAYER, StepShape, step_shape
+from .ceiling import ServedModel
 
-ALL_REDUCES_PER_LAYER = 2  # after attention and after the MLP (or the MoE experts)
-ACTIVATION_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}  # quantised weights still all-reduce 16-bit values
 # Thresholds on the share of the step. With TP over N nodes a step takes T/N + C (T: one node's step, C: the
 # all-reduces), so one stream decodes N x (1 - share) times as fast as on one node, while N replicas serve N x one
 # node's aggregate. Healthy links measure about 10%: a pair at 41 us per 8 KiB all-reduce spends 2.7 ms of a ~30 ms
@@ -51,32 +50,6 @@ class Share(StrEnum):
     DOMINANT = "dominates"
     UNKNOWN = "unknown"  # no measured latency, or no ITL at this concurrency
     NO_ALL_REDUCE = "no all-reduce"  # TP 1: nothing crosses a link inside a step
-
-
-@dataclass(frozen=True)
-class StepShape:
-    """What a decode step all-reduces, from the model's config.json."""
-
-    layers: int
-    hidden: int
-    activation_bytes: int
-
-    @property
-    def all_reduces(self) -> int:
-        return ALL_REDUCES_PER_LAYER * self.layers + 1  # + the vocabulary-parallel embedding's
-
-    def message_bytes(self, concurrency: int) -> int:
-        return concurrency * self.hidden * self.activation_bytes
-
-
-def step_shape(config: Mapping[str, Any]) -> StepShape:
-    c = text_config(config)
-    layers = config_int(c, "num_hidden_layers", "n_layer", "num_layers")
-    hidden = config_int(c, "hidden_size", "d_model", "n_embd")
-    if not (layers and hidden):
-        raise ValueError("config.json names no num_hidden_layers and hidden_size")
-    dtype = str(c.get("torch_dtype") or c.get("dtype") or "bfloat16")
-    return StepShape(layers, hidden, ACTIVATION_BYTES.get(dtype, 2))
 
 
 @dataclass(frozen=True)

@@ -11,8 +11,8 @@ from collections.abc import Sequence
 
 from ..engine.command import Command
 from ..engine.errors import UsageError
-from ..engine.remote import HF_HOME
 from ..engine.session import Session
+from ..node.modelconfig import is_repo_id, snapshot_line
 from ..recipes.command import flag_words
 from .layout import Layout
 
@@ -20,15 +20,6 @@ NODE_MEMORY_BYTES = 128e9  # a GB10's unified LPDDR5x (reference/spark-captures.
 DEFAULT_GPU_MEMORY_UTILIZATION = 0.9  # vLLM's default share
 MAX_INDEX_BYTES = 1 << 20
 SEPARATOR = "@@files@@"
-
-
-def snapshot_line(model: str) -> str:
-    """Shell that sets `d` to the model's snapshot in the node's HF cache (refs/main's, else any holding a
-    config.json), or exits 3 where the node has none. bench's ceiling reads the same snapshot."""
-    repo = f'"{HF_HOME}/hub/models--{model.replace("/", "--")}"'
-    return (f'repo={repo}; ref=$(cat "$repo/refs/main" 2>/dev/null); d="$repo/snapshots/$ref"; '
-            f'[ -n "$ref" ] && [ -f "$d/config.json" ] || d=$(dirname "$(ls "$repo"/snapshots/*/config.json '
-            f'2>/dev/null | head -n 1)" 2>/dev/null); [ -f "$d/config.json" ] || exit 3; ')
 
 
 def weights_script(model: str) -> str:
@@ -80,7 +71,7 @@ def replica_fit(session: Session, model: str, layout: Layout, flags: Sequence[st
     must hold the whole model. One engine across the nodes is left to vLLM's own check."""
     if not layout.routed:
         return
-    if model.startswith(("/", ".", "~")) or any(ch in model for ch in "\"'`$\\ ") or ".." in model:
+    if not is_repo_id(model):
         return
     result = session.run(session.head, Command(weights_script(model), timeout=60))
     check_fit(model, parse_weights(result.stdout) if result.ok else None, layout, flags)

@@ -55,7 +55,7 @@ class Head:
 
     def run(self, command: Command) -> Result:
         script = command.script
-        if "@@index@@" in script:  # ceiling.head_script: config.json, then the safetensors index
+        if "@@index@@" in script:  # node/modelconfig.config_script: config.json, then the safetensors index
             return Result(command, 0, json.dumps(LLAMA_8B) + "\n@@index@@\n", "", 0.01)
         if "last-verify.json" in script:
             return Result(command, 0 if self.verify else 1, json.dumps(self.verify) if self.verify else "", "", 0.01)

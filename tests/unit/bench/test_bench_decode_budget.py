@@ -19,8 +19,8 @@ from sparkcluster.bench.decode_budget import (
     for_served,
     judge,
     latency_of,
-    step_shape,
 )
+from sparkcluster.node.modelconfig import step_shape
 from sparkcluster.cli import build_parser
 from tests.support.openai_stub import running_stub
 from tests.support.bench import LLAMA_8B
