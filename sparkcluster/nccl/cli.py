@@ -15,6 +15,8 @@ from ..engine.console import out as console
 from ..engine.errors import EXIT_FAILED, EXIT_OK, UsageError
 from ..engine.inventory import Inventory
 from ..engine.report import print_json
+from ..engine.session import Session
+from ..node.modelconfig import is_repo_id, staged_shape
 from . import report, thresholds, tunerun
 from .latency import Latency
 from .verdict import VerdictStatus
@@ -44,11 +46,28 @@ def tune_flags(args: argparse.Namespace) -> list[int] | None:
     if not concurrencies or min(concurrencies) < 1:
         raise UsageError(f"--concurrency {args.concurrency!r}: not a list of positive whole numbers",
                          "e.g. --concurrency 1,8 (the streams decoding at once)")
-    if args.tune and (args.hidden_size is None or args.hidden_size < 1 or args.dtype_bytes < 1):
-        raise UsageError("verify --tune needs the served model's hidden size (--hidden-size, its config.json's "
-                         "hidden_size): the decode all-reduce carries hidden size x concurrency x dtype bytes",
-                         "e.g. --hidden-size 4096 for Llama-3-8B (--dtype-bytes 2 for bf16, the default)")
+    if args.tune and args.model is None and args.hidden_size is None:
+        raise UsageError("verify --tune needs the model it tunes for: the decode all-reduce carries hidden size x "
+                         "concurrency x dtype bytes",
+                         "name the staged model (--model ORG/NAME: its config.json on the head gives both), or give "
+                         "--hidden-size (e.g. 4096 for Llama-3-8B; --dtype-bytes 2 for bf16, the default)")
+    if args.model is not None and not is_repo_id(args.model):
+        raise UsageError(f"--model {args.model!r}: not a model id of the HF cache",
+                         "give ORG/NAME as staged (e.g. --model meta-llama/Meta-Llama-3-8B)")
+    for flag, value in (("--hidden-size", args.hidden_size), ("--dtype-bytes", args.dtype_bytes)):
+        if value is not None and value < 1:
+            raise UsageError(f"{flag} {value}: not a positive whole number", f"e.g. {flag} "
+                             + ("4096" if flag == "--hidden-size" else "2"))
     return concurrencies
+
+
+def tune_shape(session: Session, args: argparse.Namespace) -> tuple[int, int]:
+    """(hidden size, bytes per activation) verify --tune sizes the decode all-reduces with: the flags where given,
+    else the staged model's config.json on the head."""
+    if args.hidden_size is not None:
+        return args.hidden_size, args.dtype_bytes or 2
+    shape = staged_shape(session, args.model)
+    return shape.hidden, args.dtype_bytes or shape.activation_bytes
 
 
 def cmd_tune(args: argparse.Namespace, connect: Connect, concurrencies: list[int]) -> int:
@@ -56,8 +75,10 @@ def cmd_tune(args: argparse.Namespace, connect: Connect, concurrencies: list[int
         if args.reset:
             result = tunerun.run_reset(session, check=args.check)
         else:
-            result = tunerun.run_tune(session, hidden_size=args.hidden_size, concurrencies=concurrencies,
-                                      dtype_bytes=args.dtype_bytes, backend=args.backend, check=args.check)
+            hidden, dtype_bytes = tune_shape(session, args)
+            result = tunerun.run_tune(session, hidden_size=hidden, concurrencies=concurrencies,
+                                      dtype_bytes=dtype_bytes, backend=args.backend, check=args.check,
+                                      model=args.model)
     return shown(lambda: print_json(result.to_json()) if args.json else print(tunerun.render(result)), EXIT_OK)
 
 
@@ -116,15 +137,18 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser], app:
     ver.add_argument("--strict", action="store_true",
                      help="exit 1 on a WARN too (e.g. a link much slower than its peers for small messages)")
     ver.add_argument("--tune", action="store_true",
-                     help="measure candidate NCCL settings at the decode sizes (--hidden-size x --concurrency x "
-                          "--dtype-bytes) and 64 MiB+, each all-reduce's sum checked, never LL128; keep the fastest "
+                     help="measure candidate NCCL settings at the decode sizes of --model (hidden size x "
+                          "--concurrency x dtype bytes) and 64 MiB+, each all-reduce's sum checked, never LL128; keep the fastest "
                           "beyond noise within 10%% busbw in every node's comm env and last-verify record")
     ver.add_argument("--reset", action="store_true", help="remove verify --tune's settings from every comm env")
     ver.add_argument("--check", action="store_true", help="with --tune or --reset: show what it would set, change "
                                                           "nothing")
     ver.add_argument("--concurrency", default="1,8", help="--tune: the concurrencies decode runs at (default 1,8)")
-    ver.add_argument("--hidden-size", type=int, help="--tune: the served model's hidden size (config.json)")
-    ver.add_argument("--dtype-bytes", type=int, default=2, help="--tune: bytes per activation (default 2, bf16)")
+    ver.add_argument("--model", metavar="ORG/NAME", help="--tune: the model served, as staged: its config.json on the "
+                                                         "head gives the hidden size and dtype")
+    ver.add_argument("--hidden-size", type=int, help="--tune: the hidden size, where no staged --model gives it")
+    ver.add_argument("--dtype-bytes", type=int, help="--tune: bytes per activation (default: the model's dtype's, "
+                                                     "else 2, bf16)")
     app.wire(ver, cmd_verify)
 
     rep = commands.add_parser("nccl-report", help="read NCCL_DEBUG=INFO logs: transports, devices, a verdict")

@@ -63,10 +63,11 @@ class TuneResult:
     before: Mapping[str, str]  # the tuned block's variables found before (the head's)
     written: bool
     unmeasured: tuple[str, ...] = field(default=())  # candidates whose run gave no result
+    model: str | None = None  # whose decode sizes these are, where --model named it
 
     def to_json(self) -> dict[str, Any]:
         c = self.choice
-        return {"backend": self.backend, "transport": self.transport,
+        return {"backend": self.backend, "transport": self.transport, "model": self.model,
                 "decode_bytes": {str(k): v for k, v in self.decode.items()}, "before": dict(self.before),
                 "written": self.written, "unmeasured": list(self.unmeasured),
                 "chosen": None if c is None else {"name": c.chosen.name, "settings": c.chosen.settings,
@@ -84,8 +85,8 @@ def read_comm_envs(session: Session) -> dict[str, str]:
 
 
 def run_tune(session: Session, *, hidden_size: int, concurrencies: Sequence[int], dtype_bytes: int = 2,
-             backend: str = "auto", check: bool = False, timeout: float = 600, measure: Measure | None = None
-             ) -> TuneResult:
+             backend: str = "auto", check: bool = False, timeout: float = 600, measure: Measure | None = None,
+             model: str | None = None) -> TuneResult:
     decode = decode_sizes(hidden_size, concurrencies, dtype_bytes)
     texts = read_comm_envs(session)
     head = session.head
@@ -115,8 +116,8 @@ def run_tune(session: Session, *, hidden_size: int, concurrencies: Sequence[int]
         _write_envs(session, {name: with_tuning(text, choice, at) for name, text in texts.items()})
         _record(session, {"settings": choice.chosen.settings, "name": choice.chosen.name, "reason": choice.reason,
                           "default_us": choice.default_us, "chosen_us": choice.chosen_us,
-                          "decode_bytes": {str(k): v for k, v in decode.items()}, "at": at})
-    return TuneResult(backend, transport, decode, choice, before, not check, tuple(unmeasured))
+                          "decode_bytes": {str(k): v for k, v in decode.items()}, "model": model, "at": at})
+    return TuneResult(backend, transport, decode, choice, before, not check, tuple(unmeasured), model)
 
 
 def run_reset(session: Session, *, check: bool = False) -> TuneResult:
@@ -213,7 +214,8 @@ def render(result: TuneResult) -> str:
         return f"verify --tune --reset: {verb} from every node's comm env: {removed}; NCCL's defaults apply"
     c = result.choice
     sizes = ", ".join(f"{size_words(b)} (concurrency {k})" for k, b in result.decode.items())
-    lines = [f"verify --tune ({result.backend}, {result.transport}): all_reduce at the decode sizes {sizes}, "
+    of = f" of {result.model}" if result.model else ""
+    lines = [f"verify --tune ({result.backend}, {result.transport}): all_reduce at the decode sizes{of} {sizes}, "
              f"summed; busbw at 64 MiB and above; each candidate's sum checked first",
              f"  {'CANDIDATE':<28}{'DECODE(us)':>11}{'VS DEFAULT':>12}{'BUSBW LOST':>12}  VERDICT"]
     for line in c.lines:

@@ -139,7 +139,9 @@ def test_bad_tune_flags_are_refused_before_connecting(tmp_path, monkeypatch, cap
     monkeypatch.setattr(session_module, "Transport", refuse)
     path = tmp_path / "inv.yml"
     path.write_text("hosts:\n  spark-1: {address: 10.0.0.1, role: head}\n  spark-2: {address: 10.0.0.2}\n")
-    for flags, words in ((["--tune"], "needs the served model's hidden size (--hidden-size"),
+    for flags, words in ((["--tune"], "needs the model it tunes for"),
+                         (["--tune", "--model", "../x"], "--model '../x': not a model id of the HF cache"),
+                         (["--tune", "--hidden-size", "0"], "--hidden-size 0: not a positive whole number"),
                          (["--tune", "--hidden-size", "4096", "--concurrency", "1,x"], "--concurrency '1,x'"),
                          (["--tune", "--hidden-size", "4096", "--concurrency", "0"], "not a list of positive"),
                          (["--check"], "--check goes with --tune or --reset"),
@@ -190,3 +192,63 @@ def test_the_decode_budget_names_the_settings_its_latency_was_timed_with():
     assert "2026-11-27T16:00:00+00:00) with NCCL_PROTO=LL (verify --tune)" in describe(budget(inputs, [(1, 0.03)]))
     plain = for_served(ServedModel("m", LLAMA_8B, None), {"nodes": ["spark-1", "spark-2"], "tp": 2}, RECORD)
     assert plain is not None and "with no verify --tune settings" in describe(budget(plain, [(1, 0.03)]))
+
+
+class StagedNode(Node):
+    """A head whose HF cache holds `config` (None: nothing staged; config_script then exits 3, as on a node)."""
+
+    def __init__(self, config: dict | None) -> None:
+        super().__init__()
+        self.config = config
+
+    def run(self, command: Command) -> Result:
+        if "config.json" in command.script and "@@index@@" in command.script:
+            if self.config is None:
+                return Result(command, 3, "", "", 0.0)
+            return Result(command, 0, json.dumps(self.config) + "\n@@index@@\n", "", 0.0)
+        return super().run(command)
+
+
+def tune_args(*flags: str):
+    from sparkcluster.cli import build_parser
+    return build_parser().parse_args(["verify", "-i", "inv.yml", "--tune", *flags])
+
+
+def test_the_decode_sizes_come_from_the_staged_models_config_unless_the_flags_give_them():
+    from sparkcluster.engine.errors import UsageError
+    from sparkcluster.nccl.cli import tune_shape
+
+    hosts = (Host("spark-1", "10.0.0.1", role="head"), Host("spark-2", "10.0.0.2", role="worker"))
+    qwen = {"architectures": ["Qwen3ForCausalLM"], "hidden_size": 5120, "num_hidden_layers": 64,
+            "torch_dtype": "bfloat16"}
+    vision = {"text_config": {"hidden_size": 3072, "num_hidden_layers": 28, "torch_dtype": "float32"}}
+    for config, flags, expected in ((qwen, ["--model", "Qwen/Qwen3-32B"], (5120, 2)),
+                                    (vision, ["--model", "org/vl"], (3072, 4)),
+                                    (qwen, ["--model", "Qwen/Qwen3-32B", "--dtype-bytes", "1"], (5120, 1)),
+                                    (None, ["--hidden-size", "4096"], (4096, 2))):
+        nodes = {h.name: StagedNode(config) for h in hosts}
+        session = Session(Inventory(Path("inv.yml"), "t", hosts, {}), transports=nodes)  # type: ignore[arg-type]
+        with session:
+            assert tune_shape(session, tune_args(*flags)) == expected, flags
+    nodes = {h.name: StagedNode(None) for h in hosts}
+    session = Session(Inventory(Path("inv.yml"), "t", hosts, {}), transports=nodes)  # type: ignore[arg-type]
+    with session:
+        try:
+            tune_shape(session, tune_args("--model", "Qwen/Qwen3-32B"))
+        except UsageError as e:
+            assert e.message == "spark-1 has no config.json of Qwen/Qwen3-32B in its HF cache"
+            assert e.fix.startswith("stage it first (`sparkcluster stage Qwen/Qwen3-32B`)")
+        else:
+            raise AssertionError("a model not staged was read")
+
+
+def test_the_model_tuned_for_is_named_in_the_output_and_the_record():
+    session, nodes = cluster()
+    with session:
+        found = run_tune(session, hidden_size=4096, concurrencies=[1, 8], backend="nccl", measure=probe_double,
+                         model="meta-llama/Meta-Llama-3-8B")
+    assert render(found).startswith("verify --tune (nccl, ib): all_reduce at the decode sizes of "
+                                    "meta-llama/Meta-Llama-3-8B 8 KiB (concurrency 1), 64 KiB (concurrency 8)")
+    assert found.to_json()["model"] == "meta-llama/Meta-Llama-3-8B"
+    assert all(json.loads(n.files[RECORD])["comm_tuned"]["model"] == "meta-llama/Meta-Llama-3-8B"
+               for n in nodes.values())
