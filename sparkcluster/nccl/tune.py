@@ -66,6 +66,10 @@ _BY_TRANSPORT = {
     "ib": (Candidate("2 QPs per connection", (("NCCL_IB_QPS_PER_CONNECTION", "2"),)),),
 }
 
+# Every variable a candidate may set: what a comm env difference between two bench runs can owe to verify --tune.
+TUNED_VARIABLES = frozenset(key for c in (*_COMMON, *(c for cs in _BY_TRANSPORT.values() for c in cs))
+                            for key, _ in c.env)
+
 
 class RefusedSetting(ValueError):
     """A setting verify --tune never forces."""

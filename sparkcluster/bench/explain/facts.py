@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from ...engine.errors import UsageError
+from ...nccl.tune import TUNED_VARIABLES
 from ...recipes.command import FlagValue, canonical, flag_words
 from ..receipt import Receipt
 from ..receipt_shape import figure
@@ -144,7 +145,7 @@ def receipt_facts(receipt: Receipt) -> tuple[list[Fact], set[str]]:
     else:
         facts.append(Fact("model", Cause.LAYOUT, model, "engine.command", "what is served"))
         facts += flag_facts({k: v for k, v in flags.items() if canonical(k) not in LAYOUT_FLAGS}, "engine.command")
-    facts += _node_facts(receipt)
+    facts += _node_facts(receipt) + _tuned_facts(receipt)
     if receipt.nodes is None:
         unknown.add("nodes")
     if receipt.comm_env is None:
@@ -218,12 +219,29 @@ def _node_facts(receipt: Receipt) -> list[Fact]:
         if node.connectx_firmware is None:
             found.append(("ConnectX firmware", None, "nodes", f"{at}.connectx_firmware"))
         found += [(var, value, "comm_env", "comm_env")
-                  for var, value in sorted(((receipt.comm_env or {}).get(node.name) or {}).items())]
+                  for var, value in sorted(((receipt.comm_env or {}).get(node.name) or {}).items())
+                  if var not in TUNED_VARIABLES]  # those are the cluster's, below
         out += [Fact(f"{node.name} {label}", Cause.PLATFORM, value, group, _platform_why(label, group), 0, index,
                      label, path) for label, value, group, path in found]
     return out
 
 
+def _tuned_facts(receipt: Receipt) -> list[Fact]:
+    """The NCCL settings verify --tune chooses, one fact each for the whole cluster (it writes the same block into
+    every node's comm env), ranked with the engine's flags by what they move: the decode all-reduces. Where nodes
+    disagree the value says so, node by node."""
+    envs = {node: env or {} for node, env in (receipt.comm_env or {}).items()}
+    out = []
+    for var in sorted({v for env in envs.values() for v in env if v in TUNED_VARIABLES}):
+        values = {node: env.get(var, NOT_SET) for node, env in envs.items()}
+        value = next(iter(values.values())) if len(set(values.values())) == 1 else \
+            "differs by node: " + ", ".join(f"{node} {v}" for node, v in sorted(values.items()))
+        out.append(Fact(var, Cause.FLAGS, value, "comm_env", TUNED_WHY, int(Effect.COLLECTIVES)))
+    return out
+
+
+TUNED_WHY = ("an NCCL setting (verify --tune chooses it by measurement): the time of each decode step's all-reduces, "
+             "2 per layer (bench's decode budget says their share)")
 PLATFORM_WHY = {"kernel": "the kernel (known-bad kernels: doctor)", "driver": "the GPU driver",
                 "BIOS": "the firmware's memory and power settings", "NCCL": "the collectives' library",
                 "CUDA": "the CUDA runtime"}

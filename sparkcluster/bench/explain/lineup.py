@@ -27,12 +27,15 @@ class Difference:
     why: str
     rank: int = 0
     share: bool = False  # a fraction, shown as a percentage
+    group: str = ""  # the receipt field it comes from
 
     @property
     def kind(self) -> str:
-        """The cause as shown; a flag's names its effect."""
+        """The cause as shown; a flag's (or an NCCL setting's, or a measured engine figure's) names its effect."""
         if self.cause is Cause.FLAGS and self.rank:
-            return f"{'flag' if self.key.startswith('-') else 'engine, measured'}: {EFFECT_NAMES[Effect(self.rank)]}"
+            what = "flag" if self.key.startswith("-") else "NCCL setting" if self.group == "comm_env" else \
+                "engine, measured"
+            return f"{what}: {EFFECT_NAMES[Effect(self.rank)]}"
         return CAUSES[self.cause]
 
     def to_json(self) -> dict[str, Any]:
@@ -146,7 +149,8 @@ def explain(a: Side, b: Side) -> Explanation:
         if va is None or vb is None:
             unknown.append(f"{key}: unknown to {_who(va is None, vb is None)}")
         elif _differ(va, vb):
-            differences.append(Difference(key, fact.cause, va, vb, _why(fact, va, vb), fact.rank, fact.share))
+            differences.append(Difference(key, fact.cause, va, vb, _why(fact, va, vb), fact.rank, fact.share,
+                                          fact.group))
         else:
             same.append(key)
     differences.sort(key=lambda d: (not (layouts and d.cause is Cause.LAYOUT), d.cause, d.rank))

@@ -141,3 +141,28 @@ def test_llama_benchy_results_are_lined_up_by_shape(tmp_path):
     assert [(f.row, f.figure, f.a, f.b) for f in found.figures] == [("pp64 tg16 @ d0 c=1", "tg t/s", 20.0, 15.0),
                                                                     ("pp64 tg16 @ d0 c=1", "pp t/s", 900.0, 900.0)]
     assert found.differences == ()
+
+
+def test_a_tuned_nccl_setting_is_one_cluster_fact_ranked_with_the_flags_by_the_decode_all_reduces(tmp_path):
+    """verify --tune's choice (issue 50) differs between two runs: it is named once for the cluster, under the engine's
+    flags after CUDA graphs and before caching, and never buried with the nodes' kernels."""
+    def tuned(env: dict[str, dict[str, str]]):
+        made = receipt((*COMMAND, "--max-num-seqs", "8", "--enable-prefix-caching"), kernel="6.14.0-1013-nvidia")
+        return dataclasses.replace(made, comm_env={node: {**made.comm_env[node], **extra}
+                                                   for node, extra in env.items()})
+    a = result(tmp_path, "a.json", receipt())
+    b = result(tmp_path, "b.json", tuned({"spark-1": {"NCCL_PROTO": "LL"}, "spark-2": {"NCCL_PROTO": "LL"}}))
+    found = explain(*sides([a, b], None))
+    assert [d.key for d in found.differences] == ["--max-num-seqs", "NCCL_PROTO", "--enable-prefix-caching",
+                                                  "spark-2 kernel"]
+    line = next(l for l in render(found).splitlines() if "NCCL_PROTO" in l)
+    assert line.startswith("  2. NCCL_PROTO: A not set, B LL  [NCCL setting: the decode all-reduces] an NCCL "
+                           "setting (verify --tune chooses it by measurement)"), line
+    doc = next(d for d in found.to_json()["differences"] if d["field"] == "NCCL_PROTO")
+    assert (doc["cause"], doc["kind"]) == ("flags", "NCCL setting: the decode all-reduces")
+
+    split = result(tmp_path, "c.json", tuned({"spark-1": {"NCCL_PROTO": "LL"}, "spark-2": {}}))
+    mixed = explain(*sides([a, split], None))
+    assert next(d.b for d in mixed.differences if d.key == "NCCL_PROTO") == \
+        "differs by node: spark-1 LL, spark-2 not set"
+    assert not any(d.key.endswith(" NCCL_PROTO") for d in mixed.differences)  # never per node as well
