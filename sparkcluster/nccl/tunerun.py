@@ -5,6 +5,7 @@ the tuned block."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from collections.abc import Callable, Mapping, Sequence
@@ -21,6 +22,7 @@ from ..engine.session import Session
 from ..engine.transport import remote_path
 from ..node.fabric import Kind
 from ..node.network import choose_for, comm_env_path
+from . import tunerplugin
 from .lastverify import LAST_VERIFY_PATH
 from .latency import size_words
 from .proberun import TORCH_CHECK, detect_backend, probe_commands, run_probe
@@ -28,6 +30,7 @@ from .servingenv import check_comm_env
 from .tune import (
     BANDWIDTH_SIZES,
     GLOO_BANDWIDTH_SIZES,
+    PER_SIZE_NAME,
     Candidate,
     Choice,
     Trial,
@@ -35,6 +38,7 @@ from .tune import (
     choose,
     decode_sizes,
     noise_of,
+    size_table,
     trial_of,
     tuned_settings,
     with_tuning,
@@ -64,12 +68,15 @@ class TuneResult:
     written: bool
     unmeasured: tuple[str, ...] = field(default=())  # candidates whose run gave no result
     model: str | None = None  # whose decode sizes these are, where --model named it
+    table: str | None = None  # the choice per size put together from the pairs' runs (SizeTable.describe)
+    table_refused: Mapping[str, str] = field(default_factory=dict)  # node -> why it cannot load the tuner plugin
 
     def to_json(self) -> dict[str, Any]:
         c = self.choice
         return {"backend": self.backend, "transport": self.transport, "model": self.model,
                 "decode_bytes": {str(k): v for k, v in self.decode.items()}, "before": dict(self.before),
                 "written": self.written, "unmeasured": list(self.unmeasured),
+                "per_size_table": self.table, "per_size_refused": dict(self.table_refused),
                 "chosen": None if c is None else {"name": c.chosen.name, "settings": c.chosen.settings,
                                                   "reason": c.reason, "default_us": c.default_us,
                                                   "chosen_us": c.chosen_us, "per_size": c.per_size_note},
@@ -96,7 +103,8 @@ def run_tune(session: Session, *, hidden_size: int, concurrencies: Sequence[int]
     untuned = {name: _env_lines(without_tuning(text)) for name, text in texts.items()}
     transport = _transport(backend, untuned[head.name])
     tried = candidates(transport, untuned[head.name])
-    measure = measure or _probe_measure(session, backend, decode, timeout, before)
+    homes: dict[str, str] = {}  # each node's home, once the tuner plugin is built there (for_host)
+    measure = measure or _probe_measure(session, backend, decode, timeout, before, homes)
     trials: list[Trial] = []
     unmeasured = []
     for candidate in tried:
@@ -108,16 +116,39 @@ def run_tune(session: Session, *, hidden_size: int, concurrencies: Sequence[int]
             unmeasured.append(candidate.name)
             continue
         trials.append(found)
+    # A choice per size, through the tuner plugin: put together from the pairs' runs, then measured itself.
+    table = size_table(trials, decode) if backend == "nccl" else None
+    refused: dict[str, str] = {}
+    if table is not None:
+        installed = tunerplugin.install(session, table.csv())
+        homes.update(installed.homes)
+        refused.update(installed.refused)
+        per_size = table.candidate(tunerplugin.PLUGIN, tunerplugin.TABLE)
+        found = trial_of(per_size, measure(per_size)) if installed.ok else None
+        if found is not None:
+            trials.append(found)
+        elif installed.ok:
+            unmeasured.append(per_size.name)
     # The default once more, last: how far it moved is this cluster's noise, which a winner must beat.
     again = trial_of(tried[0], measure(tried[0])) if len(trials) > 1 else None
     choice = choose(trials, decode, backend=backend, noise=noise_of(trials[0], again, decode))
     at = datetime.now(timezone.utc).isoformat(timespec="seconds")
     if not check:
-        _write_envs(session, {name: with_tuning(text, choice, at) for name, text in texts.items()})
+        _write_envs(session, {name: with_tuning(text, _on_node(choice, homes.get(name)), at)
+                              for name, text in texts.items()})
         _record(session, {"settings": choice.chosen.settings, "name": choice.chosen.name, "reason": choice.reason,
                           "default_us": choice.default_us, "chosen_us": choice.chosen_us,
                           "decode_bytes": {str(k): v for k, v in decode.items()}, "model": model, "at": at})
-    return TuneResult(backend, transport, decode, choice, before, not check, tuple(unmeasured), model)
+    return TuneResult(backend, transport, decode, choice, before, not check, tuple(unmeasured), model,
+                      None if table is None else table.describe(), refused)
+
+
+def _on_node(choice: Choice, home: str | None) -> Choice:
+    """The choice as one node's comm env carries it: the tuner plugin's paths in that node's home."""
+    if home is None:
+        return choice
+    chosen = Candidate(choice.chosen.name, tuple(tunerplugin.for_host(choice.chosen.settings, home).items()))
+    return dataclasses.replace(choice, chosen=chosen)
 
 
 def run_reset(session: Session, *, check: bool = False) -> TuneResult:
@@ -144,9 +175,9 @@ def _transport(backend: str, env: Mapping[str, str]) -> str:
 
 
 def _probe_measure(session: Session, backend: str, decode: Mapping[int, int], timeout: float,
-                   before: Mapping[str, str]) -> Measure:
+                   before: Mapping[str, str], homes: Mapping[str, str]) -> Measure:
     """A candidate's run: the probe on every node in its comm env, the tuned block's variables unset (the default
-    is NCCL's, not the last tuning's) and the candidate's set."""
+    is NCCL's, not the last tuning's) and the candidate's set (`~/` paths in each node's home: `homes`)."""
     choices = {h.name: choose_for(h, session.facts[h.name]) for h in session.hosts}
     fabric = _fabric(session)
     master = _rendezvous(session, choices, fabric is not None and fabric.kind is Kind.RING)
@@ -158,7 +189,8 @@ def _probe_measure(session: Session, backend: str, decode: Mapping[int, int], ti
 
     def measure(candidate: Candidate) -> str:
         commands = probe_commands(session, master, backend, sizes, env_files, script, timeout, None,
-                                  extra_env={h.name: candidate.settings for h in session.hosts},
+                                  extra_env={h.name: tunerplugin.for_host(candidate.settings, homes.get(h.name, "~"))
+                                             for h in session.hosts},
                                   probe_args=args, unset=tuple(before))
         try:
             return run_probe(session, commands)[session.head.name]
@@ -227,6 +259,11 @@ def render(result: TuneResult) -> str:
               for name in result.unmeasured]
     if c.per_size_note:
         lines.append(f"per size: {c.per_size_note}")
+    if result.table:
+        why = "; ".join(f"{node}: {reason}" for node, reason in result.table_refused.items())
+        lines.append(f"per size, through NCCL's tuner plugin: {result.table}" + (
+            f"; not measured, since a node cannot build the plugin ({why}: install a C compiler, e.g. "
+            "`apt install gcc`)" if why else f"; measured as '{PER_SIZE_NAME}' above"))
     settings = " ".join(f"{k}={v}" for k, v in c.chosen.env)
     if not c.changes_anything:
         lines.append(f"kept the default: {c.reason}")

@@ -14,7 +14,7 @@ DEVICE = ROOT / "tests" / "device"
 
 def test_the_device_checks_are_there_and_each_says_it_is_gpu_only_and_run_by_hand():
     files = sorted(p.name for p in DEVICE.iterdir() if p.is_file())
-    assert files == ["probe_vs_graph.py", "probe_vs_graph.sh", "tune_candidates.py"]
+    assert files == ["probe_vs_graph.py", "probe_vs_graph.sh", "tune_candidates.py", "tuner_plugin.py"]
     for name in files:
         head = (DEVICE / name).read_text(encoding="utf-8")[:1200]
         assert "GPU" in head and "by hand" in head, name

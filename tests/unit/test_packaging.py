@@ -29,6 +29,7 @@ def test_wheel_ships_host_files_and_inventories(wheel):
     assert "sparkcluster/monitor/rules/sparkcluster-alerts.yml" in names
     assert "sparkcluster/monitor/rules/sparkcluster-recording.yml" in names
     assert "sparkcluster/monitor/dashboards/sparkcluster.json" in names
+    assert "sparkcluster/nccl/tuner/sizes_tuner.c" in names  # verify --tune builds it on each node
 
 
 def test_wheel_declares_the_console_script(wheel):

@@ -252,3 +252,63 @@ def test_the_model_tuned_for_is_named_in_the_output_and_the_record():
     assert found.to_json()["model"] == "meta-llama/Meta-Llama-3-8B"
     assert all(json.loads(n.files[RECORD])["comm_tuned"]["model"] == "meta-llama/Meta-Llama-3-8B"
                for n in nodes.values())
+
+
+class BuildingNode(Node):
+    """A node that builds the tuner plugin (its home /home/nvidia), or has no C compiler (`cc=False`)."""
+
+    def __init__(self, cc: bool = True) -> None:
+        super().__init__()
+        self.cc = cc
+
+    def run(self, command: Command) -> Result:
+        if "command -v cc" in command.script:
+            if not self.cc:
+                return Result(command, 3, "no C compiler (cc)\n", "", 0.0)
+            return Result(command, 0, "/home/nvidia", "", 0.0)
+        return super().run(command)
+
+
+def test_a_choice_per_size_is_built_on_every_node_measured_and_kept_with_each_nodes_own_paths():
+    from sparkcluster.nccl.tune import PER_SIZE_NAME
+    from sparkcluster.nccl.tunerplugin import PLUGIN, SOURCE, TABLE, source
+
+    hosts = (Host("spark-1", "10.0.0.1", role="head"), Host("spark-2", "10.0.0.2", role="worker"))
+    nodes = {h.name: BuildingNode() for h in hosts}
+    session = Session(Inventory(Path("inv.yml"), "t", hosts, {}), transports=nodes)  # type: ignore[arg-type]
+    measured: list[Candidate] = []
+
+    def double(candidate: Candidate) -> str:
+        measured.append(candidate)
+        if candidate.name == "Ring + LL":
+            return probe_double(Candidate("LL protocol"))  # the fastest pair at both decode sizes
+        if candidate.name == PER_SIZE_NAME:
+            return probe_double(Candidate("4 channels")).replace('"busbw_gbps": 13.0', '"busbw_gbps": 20.0')
+        return probe_double(candidate)
+
+    with session:
+        found = run_tune(session, hidden_size=4096, concurrencies=[1, 8], backend="nccl", measure=double)
+    assert found.choice is not None and found.choice.chosen.name == PER_SIZE_NAME, found.choice
+    assert measured[-2].name == PER_SIZE_NAME and measured[-1].name == "default"  # then the default again, last
+    assert measured[-2].settings == {"NCCL_TUNER_PLUGIN": PLUGIN, "NCCL_TUNER_CONFIG_FILE": TABLE}
+    assert found.table == "Ring + LL up to 128 KiB, NCCL's own choice above"
+    for node in nodes.values():
+        assert node.files[SOURCE.removeprefix("~/")] == source()
+        assert node.files[TABLE.removeprefix("~/")].decode().splitlines()[-1] == "allreduce,0,131072,ring,ll,-1,-1,-1"
+        assert tuned_settings(node.files[COMM].decode()) == {
+            "NCCL_TUNER_CONFIG_FILE": "/home/nvidia/.config/sparkcluster/nccl-tuner/sizes.csv",
+            "NCCL_TUNER_PLUGIN": "/home/nvidia/.config/sparkcluster/nccl-tuner/libnccl-tuner-sparkcluster.so"}
+    assert "per size, through NCCL's tuner plugin: Ring + LL up to 128 KiB, NCCL's own choice above; measured as " \
+           "'per size (tuner plugin)' above" in render(found)
+
+
+def test_a_node_without_a_compiler_leaves_the_table_unmeasured_and_says_the_fix():
+    hosts = (Host("spark-1", "10.0.0.1", role="head"), Host("spark-2", "10.0.0.2", role="worker"))
+    nodes = {"spark-1": BuildingNode(), "spark-2": BuildingNode(cc=False)}
+    session = Session(Inventory(Path("inv.yml"), "t", hosts, {}), transports=nodes)  # type: ignore[arg-type]
+    with session:
+        found = run_tune(session, hidden_size=4096, concurrencies=[1, 8], backend="nccl", measure=probe_double)
+    assert found.table_refused == {"spark-2": "no C compiler (cc)"}
+    assert found.choice is not None and found.choice.chosen.name == "LL protocol"
+    assert "not measured, since a node cannot build the plugin (spark-2: no C compiler (cc): install a C compiler, " \
+           "e.g. `apt install gcc`)" in " ".join(render(found).split())
