@@ -14,7 +14,8 @@ APT_PACKAGES=(openssh-server openssh-client sudo docker.io iproute2 iputils-ping
               bash-completion  # tests/unit/test_readme_completion.py: the README's lines loaded as Ubuntu does
               python3-paramiko python3-yaml python3-jinja2 python3-rich  # the supervisor on a simulated head (its python3)
               prometheus prometheus-node-exporter  # promtool for the monitor wing's rules; benchmarks/monitor_exporter.py
-              prometheus-alertmanager)  # amtool and Alertmanager: monitor up --notify's tests
+              prometheus-alertmanager  # amtool and Alertmanager: monitor up --notify's tests
+              gcc libc6-dev)  # verify --tune builds NCCL's tuner plugin with each node's cc (the simulated ones too)
 missing=()
 for pkg in "${APT_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
