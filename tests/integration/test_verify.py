@@ -119,15 +119,25 @@ def test_tune_measures_every_candidate_under_gloo_keeps_the_default_and_says_why
 
 # verify --tune's probe double (tunerun.PROBE_DOUBLE_ENV): it runs on every node in the probe's place, with the
 # probe's arguments, in the env each candidate's probe gets, and rank 0 prints the probe's result line with timings
-# chosen by that env: NCCL_PROTO=LL makes decode 24% faster at the same busbw, so it wins; anything else is the
-# default's, 2% slower. What the candidate's env really was on the node decides the timings.
+# chosen by that env: NCCL_PROTO=LL makes decode 24% faster at the same busbw; the tuner plugin 40%, where the env
+# names a plugin the node really built (an ELF file at that path) and a table that really says Ring + LL, so the
+# choice per size wins; anything else is the default's, 2% slower. What the candidate's env and files really were
+# on the node decide the timings.
 PROBE_DOUBLE = """
 import json, os, sys
 args = sys.argv[1:]
+def read(path, n=-1):
+    try:
+        with open(path, "rb") as f:
+            return f.read(n)
+    except (OSError, TypeError):
+        return b""
 if args[args.index("--rank") + 1] == "0":
     lat = [int(s) for s in args[args.index("--latency-sizes") + 1].split(",")]
     proto, tuned = os.environ.get("NCCL_PROTO"), any(k in os.environ for k in ("NCCL_ALGO", "NCCL_MAX_NCHANNELS"))
-    us = 38.0 if proto == "LL" else 51.0 if proto or tuned else 50.0
+    steered = read(os.environ.get("NCCL_TUNER_PLUGIN"), 4) == b"\\x7fELF" and \\
+        b",ring,ll," in read(os.environ.get("NCCL_TUNER_CONFIG_FILE"))
+    us = 30.0 if steered else 38.0 if proto == "LL" else 51.0 if proto or tuned else 50.0
     latency = [{"op": "all_reduce", "size_bytes": s, "median_us": us * (i + 1), "p99_us": us * 1.3 * (i + 1),
                 "iters": 100, "per_sample": 10, "timing": "graph", "sum_ok": True} for i, s in enumerate(lat)]
     rows = [{"op": "all_reduce", "size_bytes": 64 << 20, "time_us": 6000.0, "algbw_gbps": 20.0, "busbw_gbps": 20.0}]
@@ -147,37 +157,51 @@ def serving_env(c: SimCluster, node: str) -> dict[str, str]:
 
 
 def test_tune_with_a_winning_candidate_sets_it_everywhere_and_reset_removes_it(cluster4, tmp_path):
-    """verify --tune on the simulator with a candidate that wins (issue 50): the probe's double times NCCL_PROTO=LL
-    faster, so every node's comm env carries it, the next serve's vLLM gets it, bench's receipt records it, a re-run
+    """verify --tune on the simulator with a candidate that wins (issue 50): the probe's double times the tuner
+    plugin's table fastest where the node really built the plugin and wrote the table, so every node's comm env
+    carries its own paths to them, the next serve's vLLM gets it, bench's receipt records it, a re-run
     of bootstrap keeps it, and --reset takes it away again."""
     double = tmp_path / "probe_double.py"
     double.write_text(f"MARKER = {PROBE_RESULT!r}\n{PROBE_DOUBLE}")
     inventory, nodes = str(cluster4.inventory_path), [h.name for h in cluster4.topology.hosts]
     read = "cat ~/.config/sparkcluster/comm.env"
     before = {n: ssh(cluster4, n, read).stdout for n in nodes}
-    out = run_cli("verify", inventory, "--json", "--tune", "--backend", "nccl", "--hidden-size", "64",
+    # The model tuned for, as staged on the head: its config.json gives the decode sizes (hidden 64, bf16).
+    config = json.dumps({"hidden_size": 64, "num_hidden_layers": 2, "torch_dtype": "bfloat16"})
+    ssh(cluster4, nodes[0], 'repo="${HF_HOME:-$HOME/.cache/huggingface}/hub/models--sim--tiny" && mkdir -p '
+                            '"$repo/refs" "$repo/snapshots/abc" && echo abc > "$repo/refs/main" && '
+                            f"echo '{config}' > \"$repo/snapshots/abc/config.json\"")
+    out = run_cli("verify", inventory, "--json", "--tune", "--backend", "nccl", "--model", "sim/tiny",
                   env={PROBE_DOUBLE_ENV: str(double)})
     try:
         assert out.returncode == 0 and "Traceback" not in out.stderr, out.stderr
         doc = json.loads(out.stdout)
-        assert doc["written"] and doc["chosen"]["name"] == "LL protocol", doc
-        assert doc["chosen"]["settings"] == {"NCCL_PROTO": "LL"} and "24% faster" in doc["chosen"]["reason"]
-        assert {c["name"]: c["verdict"] for c in doc["candidates"]}["Simple protocol"] == "no faster beyond noise"
+        assert doc["written"] and doc["chosen"]["name"] == "per size (tuner plugin)", doc
+        assert doc["model"] == "sim/tiny" and doc["decode_bytes"] == {"1": 128, "8": 1024}
+        assert doc["per_size_table"] == "Ring + LL up to 2 KiB, NCCL's own choice above" and not doc["per_size_refused"]
+        assert "40% faster" in doc["chosen"]["reason"]
+        verdicts = {c["name"]: c["verdict"] for c in doc["candidates"]}
+        assert verdicts["LL protocol"] == "faster" and verdicts["Simple protocol"] == "no faster beyond noise"
+        folder = "/.config/sparkcluster/nccl-tuner/"
         for node in nodes:
-            env = ssh(cluster4, node, read).stdout
-            assert env.startswith(before[node]) and tuned_settings(env) == {"NCCL_PROTO": "LL"}, node
-            assert serving_env(cluster4, node)["NCCL_PROTO"] == "LL", node
+            env, home = ssh(cluster4, node, read).stdout, ssh(cluster4, node, "printf %s \"$HOME\"").stdout
+            plugin = f"{home}{folder}libnccl-tuner-sparkcluster.so"  # built on the node, at its own home's path
+            assert env.startswith(before[node]) and tuned_settings(env) == {
+                "NCCL_TUNER_CONFIG_FILE": f"{home}{folder}sizes.csv", "NCCL_TUNER_PLUGIN": plugin}, node
+            assert ssh(cluster4, node, f"nm -D {plugin}").stdout.split()[-1] == "ncclTunerPlugin_v4", node
+            assert serving_env(cluster4, node)["NCCL_TUNER_PLUGIN"] == plugin, node
             record = json.loads(ssh(cluster4, node, "cat ~/.config/sparkcluster/last-verify.json").stdout)
-            assert record["comm_tuned"]["settings"] == {"NCCL_PROTO": "LL"}, node
+            assert record["comm_tuned"]["settings"]["NCCL_TUNER_PLUGIN"] == f"~{folder}libnccl-tuner-sparkcluster.so"
         with connect(load_inventory(cluster4.inventory_path)) as session:
             receipts = {h.name: comm_env(session, h) for h in session.hosts}  # what bench's receipt records
-        assert all(env["NCCL_PROTO"] == "LL" for env in receipts.values()) and len(receipts) == len(nodes)
+        assert all(env["NCCL_TUNER_PLUGIN"].endswith(".so") for env in receipts.values()) and len(receipts) == len(nodes)
         tuned = {n: ssh(cluster4, n, read).stdout for n in nodes}
         bootstrapped(cluster4, tmp_path / "cfg")  # a re-run rewrites the comm env: the tuned block stays
         assert {n: ssh(cluster4, n, read).stdout for n in nodes} == tuned
     finally:
         reset = run_cli("verify", inventory, "--json", "--reset")
-    assert reset.returncode == 0 and json.loads(reset.stdout)["before"] == {"NCCL_PROTO": "LL"}, reset.stderr
+    assert reset.returncode == 0, reset.stderr
+    assert set(json.loads(reset.stdout)["before"]) == {"NCCL_TUNER_CONFIG_FILE", "NCCL_TUNER_PLUGIN"}
     for node in nodes:
         assert ssh(cluster4, node, read).stdout == before[node], node
-        assert "NCCL_PROTO" not in serving_env(cluster4, node), node
+        assert "NCCL_TUNER_PLUGIN" not in serving_env(cluster4, node), node
