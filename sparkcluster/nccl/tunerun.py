@@ -273,6 +273,9 @@ def render(result: TuneResult) -> str:
     elif result.written:
         lines.append(f"chosen: {c.reason}\nset in every node's comm env: {settings} (the next serve's vLLM gets it; "
                      "`sparkcluster verify --tune --reset` goes back)")
+    if c.chosen.name == PER_SIZE_NAME:
+        lines.append("the tuner plugin is in each node's home: vLLM on the host runtime loads it; a container does not "
+                     "see that folder, so there NCCL keeps its own choice (docs/verify.md)")
     else:
         lines.append(f"chosen: {c.reason}\nwould set in every node's comm env (--check): {settings}")
     return "\n".join(lines)
