@@ -156,3 +156,25 @@ def test_on_the_device_the_plugin_steered_nccl_and_the_table_did_not_beat_the_be
     assert found.chosen.name == "Ring algorithm"  # 207.2 us against the default's 221.6 (6%)
     assert verdicts[PER_SIZE_NAME] == "no faster than Ring algorithm beyond noise"  # 204.4 us: 1% under it
     assert verdicts["Ring + LL"].startswith("loses 75% busbw")  # the same pair at every size: refused
+
+
+def test_on_the_device_at_a_70b_models_decode_sizes_a_pair_won_beyond_the_defaults_own_spread():
+    """The same at hidden 8192 (Llama-3-70B) and concurrency 1, 8 and 32 (16, 128 and 512 KiB): the default moved
+    17% between its two runs, and Ring + Simple was 29% faster within its busbw; the table (Ring + Simple to 1 MiB)
+    no faster than that pair alone, so the pair is kept, not the plugin."""
+    from sparkcluster.nccl.tune import noise_of
+
+    log = REAL.with_name("h200-one-gpu-tuner-plugin-hidden8192.log")
+    docs = [json.loads(l.removeprefix("TUNE_TRIAL ")) for l in log.read_text().splitlines()
+            if l.startswith("TUNE_TRIAL ")]
+    trials = [Trial(DEFAULT if d["name"].startswith("default") else
+                    Candidate(d["name"], tuple(sorted(d["env"].items()))),
+                    {int(k): v for k, v in d["latency_us"].items()}, {int(k): v for k, v in d["busbw_gbps"].items()},
+                    d["sum_ok"]) for d in docs if not d["name"].startswith("forced")]
+    decode = decode_sizes(8192, [1, 8, 32])
+    again = trials.pop()  # the default, last
+    noise = noise_of(trials[0], again, decode)
+    assert noise == pytest.approx(0.17, abs=0.01)
+    found = choose(trials, decode, noise=noise)
+    assert found.chosen == RING_SIMPLE and found.reason.startswith("Ring + Simple: decode all-reduces 749.6 -> 534.0")
+    assert {l.name: l.verdict for l in found.lines}[PER_SIZE_NAME] == "no faster than Ring + Simple beyond noise"
