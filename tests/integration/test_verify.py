@@ -188,7 +188,7 @@ def test_tune_with_a_winning_candidate_sets_it_everywhere_and_reset_removes_it(c
             plugin = f"{home}{folder}libnccl-tuner-sparkcluster.so"  # built on the node, at its own home's path
             assert env.startswith(before[node]) and tuned_settings(env) == {
                 "NCCL_TUNER_CONFIG_FILE": f"{home}{folder}sizes.csv", "NCCL_TUNER_PLUGIN": plugin}, node
-            assert ssh(cluster4, node, f"nm -D {plugin}").stdout.split()[-1] == "ncclTunerPlugin_v4", node
+            assert "ncclTunerPlugin_v4" in ssh(cluster4, node, f"nm -D --defined-only {plugin}").stdout.split(), node
             assert serving_env(cluster4, node)["NCCL_TUNER_PLUGIN"] == plugin, node
             record = json.loads(ssh(cluster4, node, "cat ~/.config/sparkcluster/last-verify.json").stdout)
             assert record["comm_tuned"]["settings"]["NCCL_TUNER_PLUGIN"] == f"~{folder}libnccl-tuner-sparkcluster.so"
