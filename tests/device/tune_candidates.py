@@ -36,14 +36,19 @@ def run_probe(env: dict[str, str], latency_sizes: str, same_gpu: bool) -> str:
     return done.stdout + done.stderr
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def arguments(doc: str) -> tuple[argparse.Namespace, dict[int, int], str]:
+    """The flags this check and tuner_plugin.py share; the decode sizes; every size the probe times."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
     parser.add_argument("--same-gpu", action="store_true")
     parser.add_argument("--hidden-size", type=int, default=4096)
     parser.add_argument("--concurrency", default="1,8")
     args = parser.parse_args()
     decode = decode_sizes(args.hidden_size, [int(c) for c in args.concurrency.split(",")])
-    sizes = ",".join(str(s) for s in sorted({*decode.values(), *EXTRA_SIZES}))
+    return args, decode, ",".join(str(s) for s in sorted({*decode.values(), *EXTRA_SIZES}))
+
+
+def main() -> int:
+    args, decode, sizes = arguments(__doc__)
     tried = candidates("socket", {})
     trials = []
     for candidate in [*tried, DEFAULT]:

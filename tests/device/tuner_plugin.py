@@ -14,7 +14,6 @@ Lines `TUNE_TRIAL {json}` keep each run.
 
 from __future__ import annotations
 
-import argparse
 import json
 import subprocess
 import sys
@@ -29,11 +28,10 @@ from sparkcluster.nccl.tune import (
     Candidate,
     candidates,
     choose,
-    decode_sizes,
     size_table,
     trial_of,
 )
-from tests.device.tune_candidates import EXTRA_SIZES, run_probe
+from tests.device.tune_candidates import arguments, run_probe
 
 SOURCE = Path("sparkcluster/nccl/tuner/sizes_tuner.c")
 
@@ -55,13 +53,7 @@ def trial_line(name: str, env: dict[str, str], output: str):
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--same-gpu", action="store_true")
-    parser.add_argument("--hidden-size", type=int, default=4096)
-    parser.add_argument("--concurrency", default="1,8")
-    args = parser.parse_args()
-    decode = decode_sizes(args.hidden_size, [int(c) for c in args.concurrency.split(",")])
-    sizes = ",".join(str(s) for s in sorted({*decode.values(), *EXTRA_SIZES}))
+    args, decode, sizes = arguments(__doc__)
     folder = Path(tempfile.mkdtemp(prefix="sc-tuner-"))
     plugin = build(folder)
     cc = subprocess.run(["cc", "--version"], capture_output=True, text=True).stdout.splitlines()[0]
