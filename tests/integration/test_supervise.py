@@ -14,6 +14,7 @@ from contextlib import contextmanager
 import pytest
 import yaml
 
+from sparkcluster.serving.incidents import EVENTS_FILE, STATE_FILE, parse_events, parse_state
 from sparkcluster.serving.readiness import http
 from sparkcluster.sim import SimCluster
 from tests.support.helpers import run_cli, ssh
@@ -66,14 +67,30 @@ def incidents(c: SimCluster) -> list[dict]:
     return json.loads(said.stdout)["events"]
 
 
+# The waits below poll the head's files over one SSH command each (a few hundredths of a second of CPU), and what
+# they then assert is read with the CLI (`events`, `supervise status`) once: a CLI run every 2 s took ~1 s of CPU
+# each, from the vLLM being restarted on a 2-core machine.
+def recorded(c: SimCluster) -> list[dict]:
+    """The incidents in the head's events file, as `events --json` lists them."""
+    return [i.to_json() for i in parse_events(ssh(c, "spark-1", f"cat ~/{EVENTS_FILE} 2>/dev/null; true").stdout)]
+
+
+def recorded_state(c: SimCluster) -> str | None:
+    """The state in the head's state file, as `supervise status` tells it."""
+    state = parse_state(ssh(c, "spark-1", f"cat ~/{STATE_FILE} 2>/dev/null; true").stdout)
+    return None if state is None else str(state.state)
+
+
 def wait_for_incident(c: SimCluster, count: int, base: int, timeout_s: float = 400) -> list[dict]:
-    """The incidents after the first `base`, once `count` of them are actions (not reports)."""
+    """The incidents after the first `base` (as `events --json` lists them), once `count` of them are actions
+    (not reports)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        events = incidents(c)[base:]
-        if len([e for e in events if e["outcome"] != "reported"]) >= count:
+        if len([e for e in recorded(c)[base:] if e["outcome"] != "reported"]) >= count:
+            events = incidents(c)[base:]
+            assert len([e for e in events if e["outcome"] != "reported"]) >= count, events
             return events
-        time.sleep(2)
+        time.sleep(1)
     raise AssertionError(f"no incident #{count} within {timeout_s} s: {sc(c, 'events').stdout}\n"
                          + ssh(c, "spark-1", "tail -n 40 ~/.config/sparkcluster/supervisor/supervisor.log").stdout)
 
@@ -138,7 +155,7 @@ def test_the_supervisor_serves_again_a_tp2_whose_worker_died_or_whose_engine_wed
             restart_unit = "sudo systemctl restart sparkcluster-supervisor.service"
             ssh(cluster, "spark-1", f"cp {secrets} {secrets}.good && echo VLLM_API_KEY=wrong > {secrets} && {restart_unit}")
             wait_until("the refused key reported", lambda: any(e["seen"] == "unauthorized"
-                                                               for e in incidents(cluster)[base:]))
+                                                               for e in recorded(cluster)[base:]))
             time.sleep(8)  # four rounds and two probes more: still nothing restarted
             events = incidents(cluster)[base:]
             assert [(e["seen"], e["action"], e["outcome"]) for e in events[2:]] == [
@@ -153,7 +170,8 @@ def test_the_supervisor_serves_again_a_tp2_whose_worker_died_or_whose_engine_wed
             ssh(cluster, "spark-1", f"mv {secrets}.good {secrets} && python3 -c {shlex.quote(edit)} {spec} && "
                                     f"rm -f ~/.config/sparkcluster/supervisor/breaker.json && {restart_unit}")
             ssh(cluster, "spark-2", 'kill -KILL -- -"$(cat ~/.cache/sparkcluster/serve/main.pid)"')
-            wait_until("gave up", lambda: supervisor_state(cluster) == "gave-up", timeout_s=600)
+            wait_until("gave up", lambda: recorded_state(cluster) == "gave-up", timeout_s=600)
+            assert supervisor_state(cluster) == "gave-up"
             events = incidents(cluster)[base:]
             assert [(e["action"], e["outcome"]) for e in events[3:]] == [
                 ("restart", "failed"), ("restart", "failed"), ("gave-up", "gave-up")], events
@@ -231,7 +249,8 @@ def test_two_supervised_replicas_answer_every_request_while_a_node_is_off_and_co
                 time.sleep(3)
                 print(f"power-off spark-2 at {time.monotonic():.1f}")
                 cluster.power_off("spark-2")
-                wait_until("the supervisor says degraded", lambda: supervisor_state(cluster) == "degraded")
+                wait_until("the supervisor says degraded", lambda: recorded_state(cluster) == "degraded")
+                assert supervisor_state(cluster) == "degraded"
                 events = incidents(cluster)[base:]
                 assert [(e["target"], e["seen"], e["action"]) for e in events] == [
                     ("replica 1", "node-down", "none")], events
