@@ -36,6 +36,11 @@ def tune_flags(args: argparse.Namespace) -> list[int] | None:
     if not (getattr(args, "tune", False) or getattr(args, "reset", False)):  # callers that build args bare
         if getattr(args, "check", False):
             raise UsageError("--check goes with --tune or --reset", "add --tune (or --reset) to see what it would set")
+        for flag in ("model", "hidden_size", "dtype_bytes"):
+            if getattr(args, flag, None) is not None:
+                name = "--" + flag.replace("_", "-")
+                raise UsageError(f"{name} goes with --tune", f"add --tune to time NCCL's settings at its decode sizes, "
+                                                             f"or leave {name} out")
         return None
     if args.tune and args.reset:
         raise UsageError("--tune and --reset together", "run one: --tune measures and sets, --reset goes back")
@@ -141,8 +146,8 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser], app:
                           "--concurrency x dtype bytes) and 64 MiB+, each all-reduce's sum checked, never LL128; keep the fastest "
                           "beyond noise within 10%% busbw in every node's comm env and last-verify record")
     ver.add_argument("--reset", action="store_true", help="remove verify --tune's settings from every comm env")
-    ver.add_argument("--check", action="store_true", help="with --tune or --reset: show what it would set, change "
-                                                          "nothing")
+    ver.add_argument("--check", action="store_true", help="with --tune or --reset: show what it would set; no comm "
+                                                          "env or record changes")
     ver.add_argument("--concurrency", default="1,8", help="--tune: the concurrencies decode runs at (default 1,8)")
     ver.add_argument("--model", metavar="ORG/NAME", help="--tune: the model served, as staged: its config.json on the "
                                                          "head gives the hidden size and dtype")

@@ -15,6 +15,7 @@ Here the values (candidates, trials, the choice) and the comm env's tuned block 
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -144,38 +145,53 @@ class SizeTable:
         return "\n".join(rows) + "\n"
 
     def describe(self) -> str:
-        return ", ".join(f"{pair.name} up to {(hi + 1) / 1024:,.0f} KiB" for _, hi, pair in self.lines) + \
-            ", NCCL's own choice above"
+        words, reached = [], 0
+        for lo, hi, pair in self.lines:
+            if lo > reached:  # a gap: NCCL's own choice was fastest there
+                words.append(f"NCCL's own choice up to {lo / 1024:,.0f} KiB")
+            words.append(f"{pair.name} up to {(hi + 1) / 1024:,.0f} KiB")
+            reached = hi + 1
+        return ", ".join(words) + ", NCCL's own choice above"
 
-    def candidate(self, plugin: str, table: str) -> Candidate:
+    @property
+    def digest(self) -> str:
+        """The table's content, short: its file's name on the nodes, so a record or a receipt naming the file names
+        the table, and writing another (--check) never changes the one a comm env already points at."""
+        return hashlib.sha256(self.csv().encode()).hexdigest()[:12]
+
+    def candidate(self, plugin: str, folder: str) -> Candidate:
         """The table as a candidate: the plugin and the table's path on the nodes, measured like any other."""
-        return Candidate(PER_SIZE_NAME, (("NCCL_TUNER_CONFIG_FILE", table), ("NCCL_TUNER_PLUGIN", plugin)))
+        return Candidate(PER_SIZE_NAME, (("NCCL_TUNER_CONFIG_FILE", f"{folder}/sizes-{self.digest}.csv"),
+                                         ("NCCL_TUNER_PLUGIN", plugin)))
 
 
 def size_table(trials: Sequence[Trial], decode: Mapping[int, int]) -> SizeTable | None:
-    """Each decode size's fastest algorithm-and-protocol pair (its sum right), as a table; None where no pair ran.
+    """Each decode size's fastest algorithm-and-protocol pair (its sum right), as a table; no line where NCCL's own
+    choice (the default's run) was faster than every pair, and None where that leaves none or no pair ran.
     A line reaches from the geometric middle between two decode sizes to the next, the largest's to twice its size
     (a batch a little larger than asked), and above it NCCL's own choice stands: the bandwidth sizes keep theirs.
     So a table pays even where one pair wins every decode size: on one H200 with a host per rank, Ring + LL was 24%
     faster at the decode sizes and lost 74% busbw at 64 MiB as a single setting, refused; below 128 KiB alone it
     costs the large messages nothing."""
-    pairs = [t for t in trials if t.candidate in PAIRS and t.sum_ok]
+    pairs = [t for t in trials if (t.candidate in PAIRS or t.candidate == DEFAULT) and t.sum_ok]
     sizes = sorted(set(decode.values()))
-    best = []
+    best: list[Candidate] = []
     for size in sizes:
         timed = [(us, t.candidate) for t in pairs if (us := at_size(t.latency_us, size)) is not None]
-        if not timed:
+        if not any(c != DEFAULT for _, c in timed):
             return None
         best.append(min(timed, key=lambda e: e[0])[1])
     starts = [0, *(math.isqrt(a * b) + 1 for a, b in zip(sizes, sizes[1:], strict=False))]
     ends = [*(start - 1 for start in starts[1:]), 2 * sizes[-1]]
     lines: list[tuple[int, int, Candidate]] = []
     for start, end, pair in zip(starts, ends, best, strict=True):
-        if lines and lines[-1][2] == pair:
+        if pair == DEFAULT:
+            continue  # NCCL's own choice was fastest here: no line, so it stays
+        if lines and lines[-1][2] == pair and lines[-1][1] == start - 1:
             lines[-1] = (lines[-1][0], end, pair)
         else:
             lines.append((start, end, pair))
-    return SizeTable(tuple(lines))
+    return SizeTable(tuple(lines)) if lines else None
 
 
 @dataclass(frozen=True)
@@ -212,7 +228,6 @@ class Choice:
     lines: tuple[Line, ...]
     default_us: float | None
     chosen_us: float | None
-    per_size_note: str | None = None
 
     @property
     def changes_anything(self) -> bool:
@@ -263,13 +278,12 @@ def choose(trials: Sequence[Trial], decode: Mapping[int, int], *, backend: str =
             verdict = "faster"
             eligible.append((mine, trial))
         lines.append(Line(trial.candidate.name, mine, change, lost, verdict))
-    note = _per_size_note(trials, decode, eligible, base)
     if backend == "gloo":
         return Choice(DEFAULT, "gloo carries this cluster's collectives (CPU), where NCCL's settings change nothing: "
-                      "the default stays, and the candidates' spread is noise", tuple(lines), base, base, note)
+                      "the default stays, and the candidates' spread is noise", tuple(lines), base, base)
     if not eligible:
         return Choice(DEFAULT, f"no candidate beats the default's decode all-reduce time by more than {noise:.0%} "
-                      f"within {busbw_loss:.0%} of its busbw: the default stays", tuple(lines), base, base, note)
+                      f"within {busbw_loss:.0%} of its busbw: the default stays", tuple(lines), base, base)
     best_us, best = min(eligible, key=lambda e: e[0])
     singles = [(us, t) for us, t in eligible if t.candidate.name != PER_SIZE_NAME]
     if best.candidate.name == PER_SIZE_NAME and singles:
@@ -284,7 +298,7 @@ def choose(trials: Sequence[Trial], decode: Mapping[int, int], *, backend: str =
                        else l.verdict) for l in lines)
     return Choice(best.candidate, f"{best.candidate.name}: decode all-reduces {base:.1f} -> {best_us:.1f} us "
                   f"({(base - best_us) / base:.0%} faster) within {busbw_loss:.0%} of the default's busbw", final,
-                  base, best_us, note)
+                  base, best_us)
 
 
 def _unsafe(candidate: Candidate) -> bool:
@@ -301,29 +315,6 @@ def _busbw_lost(trial: Trial, default: Trial) -> float | None:
     losses = [(d - trial.busbw_gbps[s]) / d for s, d in default.busbw_gbps.items()
               if s >= BANDWIDTH_FLOOR_BYTES and s in trial.busbw_gbps and d > 0]
     return max(losses) if losses else None
-
-
-def _per_size_note(trials: Sequence[Trial], decode: Mapping[int, int], eligible: Sequence[tuple[float, Trial]],
-                   base: float) -> str | None:
-    """Where the best candidate differs by decode size, what taking each size's best would save beyond the best
-    single setting, estimated from the candidates' runs. An estimate only: what counts is the tuner plugin's own
-    run with the table (size_table, measured as one more candidate)."""
-    safe = [t for t in trials if t.sum_ok and not _unsafe(t.candidate)]
-    per_size = []
-    for size in decode.values():
-        timed = [(at_size(t.latency_us, size), t) for t in safe]
-        best = min(((us, t) for us, t in timed if us is not None), key=lambda e: e[0], default=None)
-        if best is None:
-            return None
-        per_size.append(best)
-    composite = sum(us for us, _ in per_size)
-    single = min((us for us, _ in eligible), default=base)
-    winners = {t.candidate.name for _, t in per_size}
-    if len(winners) < 2 or math.isclose(composite, single) or composite >= single * (1 - NOISE):
-        return None
-    return (f"per size ({', '.join(f'{size_words(s)}: {t.candidate.name}' for s, (_, t) in zip(decode.values(), per_size, strict=True))}) "
-            f"the decode all-reduces would take {composite:.1f} us, {(single - composite) / single:.0%} under the best "
-            "single setting, as estimated from the candidates' own runs (the tuner plugin's table is measured itself)")
 
 
 # ---- the comm env's tuned block (text in, text out) ----------------------------------------------------------------

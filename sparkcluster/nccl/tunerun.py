@@ -31,6 +31,7 @@ from .tune import (
     BANDWIDTH_SIZES,
     GLOO_BANDWIDTH_SIZES,
     PER_SIZE_NAME,
+    TUNER_PLUGIN_ENV,
     Candidate,
     Choice,
     Trial,
@@ -79,7 +80,7 @@ class TuneResult:
                 "per_size_table": self.table, "per_size_refused": dict(self.table_refused),
                 "chosen": None if c is None else {"name": c.chosen.name, "settings": c.chosen.settings,
                                                   "reason": c.reason, "default_us": c.default_us,
-                                                  "chosen_us": c.chosen_us, "per_size": c.per_size_note},
+                                                  "chosen_us": c.chosen_us},
                 "candidates": [] if c is None else [
                     {"name": l.name, "decode_us": l.decode_us, "change": l.change, "busbw_lost": l.busbw_change,
                      "verdict": l.verdict} for l in c.lines]}
@@ -117,13 +118,15 @@ def run_tune(session: Session, *, hidden_size: int, concurrencies: Sequence[int]
             continue
         trials.append(found)
     # A choice per size, through the tuner plugin: put together from the pairs' runs, then measured itself.
-    table = size_table(trials, decode) if backend == "nccl" else None
+    # Not where the comm env sets a tuner plugin of its own (the user's): the tuned block never overrides it.
+    own_plugin = any(key in untuned[head.name] for key in TUNER_PLUGIN_ENV)
+    table = size_table(trials, decode) if backend == "nccl" and not own_plugin else None
     refused: dict[str, str] = {}
     if table is not None:
-        installed = tunerplugin.install(session, table.csv())
+        per_size = table.candidate(tunerplugin.PLUGIN, tunerplugin.TUNER_DIR)
+        installed = tunerplugin.install(session, per_size.settings["NCCL_TUNER_CONFIG_FILE"], table.csv())
         homes.update(installed.homes)
         refused.update(installed.refused)
-        per_size = table.candidate(tunerplugin.PLUGIN, tunerplugin.TABLE)
         found = trial_of(per_size, measure(per_size)) if installed.ok else None
         if found is not None:
             trials.append(found)
@@ -136,9 +139,11 @@ def run_tune(session: Session, *, hidden_size: int, concurrencies: Sequence[int]
     if not check:
         _write_envs(session, {name: with_tuning(text, _on_node(choice, homes.get(name)), at)
                               for name, text in texts.items()})
+        per_size_table = table.describe() if table is not None and choice.chosen.name == PER_SIZE_NAME else None
         _record(session, {"settings": choice.chosen.settings, "name": choice.chosen.name, "reason": choice.reason,
                           "default_us": choice.default_us, "chosen_us": choice.chosen_us,
-                          "decode_bytes": {str(k): v for k, v in decode.items()}, "model": model, "at": at})
+                          "decode_bytes": {str(k): v for k, v in decode.items()}, "model": model,
+                          "per_size_table": per_size_table, "at": at})
     return TuneResult(backend, transport, decode, choice, before, not check, tuple(unmeasured), model,
                       None if table is None else table.describe(), refused)
 
@@ -158,6 +163,7 @@ def run_reset(session: Session, *, check: bool = False) -> TuneResult:
     if not check:
         _write_envs(session, {name: without_tuning(text) for name, text in texts.items()})
         _record(session, None)
+        session.each(lambda host: session.run(host, Command(tunerplugin.remove_line(), timeout=30)))
     return TuneResult("", "", {}, None, before, not check)
 
 
@@ -257,13 +263,10 @@ def render(result: TuneResult) -> str:
         lines.append(f"  {line.name:<28}{decode:>11}{change:>12}{lost:>12}  {line.verdict}")
     lines += [f"  {name:<28}{'-':>11}{'-':>12}{'-':>12}  no result (the probe failed with it)"
               for name in result.unmeasured]
-    if c.per_size_note:
-        lines.append(f"per size: {c.per_size_note}")
     if result.table:
         why = "; ".join(f"{node}: {reason}" for node, reason in result.table_refused.items())
-        lines.append(f"per size, through NCCL's tuner plugin: {result.table}" + (
-            f"; not measured, since a node cannot build the plugin ({why}: install a C compiler, e.g. "
-            "`apt install gcc`)" if why else f"; measured as '{PER_SIZE_NAME}' above"))
+        lines.append(f"per size, through NCCL's tuner plugin: {result.table}"
+                     + (f"; not measured ({why})" if why else f"; measured as '{PER_SIZE_NAME}' above"))
     settings = " ".join(f"{k}={v}" for k, v in c.chosen.env)
     if not c.changes_anything:
         lines.append(f"kept the default: {c.reason}")
@@ -273,9 +276,6 @@ def render(result: TuneResult) -> str:
     elif result.written:
         lines.append(f"chosen: {c.reason}\nset in every node's comm env: {settings} (the next serve's vLLM gets it; "
                      "`sparkcluster verify --tune --reset` goes back)")
-    if c.chosen.name == PER_SIZE_NAME:
-        lines.append("the tuner plugin is in each node's home: vLLM on the host runtime loads it; a container does not "
-                     "see that folder, so there NCCL keeps its own choice (docs/verify.md)")
     else:
         lines.append(f"chosen: {c.reason}\nwould set in every node's comm env (--check): {settings}")
     return "\n".join(lines)

@@ -23,7 +23,8 @@ INDEX_SEPARATOR = "@@index@@"
 # Megatron-LM's tensor parallelism as vLLM lays it out (bench/decode_budget.py says where): one all-reduce after
 # attention and one after the MLP (or the MoE experts) per layer, plus the vocabulary-parallel embedding's.
 ALL_REDUCES_PER_LAYER = 2
-ACTIVATION_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}  # quantised weights still all-reduce 16-bit values
+# Quantised weights still all-reduce 16-bit values, and vLLM's dtype "auto" serves a float32 checkpoint in 16 bits.
+ACTIVATION_BYTES = {"float32": 2, "float16": 2, "bfloat16": 2}
 
 
 def snapshot_line(model: str) -> str:

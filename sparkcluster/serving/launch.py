@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Literal, get_args
 
 from ..engine.remote import HF_HOME
+from ..nccl.tunerplugin import container_mount
 from .caches import docker_cache_args, make_dir_line
 
 # How the serving processes run on a node: in eugr's vllm_node container, or from the inventory's python_env.
@@ -122,7 +123,9 @@ def docker_run_line(image: str, env_file: str, argv: Sequence[str], *, entrypoin
     rather than the head's values passed to every node. A shell line: the env file and the HF cache are
     paths the node's shell resolves. `detached=False`: a short-lived twin with the same flags, in the
     foreground (the probe, before the native launcher's containers exist). `caches`: the node's compile and JIT
-    cache directory mounted and every library pointed into it (before the recipe's env, which may override)."""
+    cache directory mounted and every library pointed into it (before the recipe's env, which may override). Where
+    verify --tune kept a choice per size, the tuner plugin's folder is mounted too, at the node's own path (its
+    comm env names it there); on any other node that word expands to nothing, and the line runs as eugr's."""
     options, command = container_command(argv, entrypoint)
     mode = ["-d", "--privileged", "--gpus", "all", "--rm"] if detached else ["--rm", "-i", "--privileged", "--gpus", "all"]
     fixed = ["docker", "run", *mode, "--ipc=host", "--network", "host"] + (["--name", CONTAINER] if detached else [])
@@ -130,5 +133,6 @@ def docker_run_line(image: str, env_file: str, argv: Sequence[str], *, entrypoin
     extra_env += [a for name in sorted(pass_env) for a in ("-e", name)]  # values from the client's environment
     cache = f"{docker_cache_args()} " if caches else ""
     line = (f"{shlex.join(fixed)} --env-file {env_file} {cache}{shlex.join(extra_env)} "
-            f"-v {NODE_HF_HOME}:{CONTAINER_HF_HOME} {shlex.join([*docker_args, *options, image, *command])}")
+            f"-v {NODE_HF_HOME}:{CONTAINER_HF_HOME}{container_mount(env_file)} "
+            f"{shlex.join([*docker_args, *options, image, *command])}")
     return f"{make_dir_line()} && {line}" if caches else line

@@ -4,6 +4,7 @@ node's comm env), and the connections it held show which network carried the dat
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -186,8 +187,11 @@ def test_tune_with_a_winning_candidate_sets_it_everywhere_and_reset_removes_it(c
         for node in nodes:
             env, home = ssh(cluster4, node, read).stdout, ssh(cluster4, node, "printf %s \"$HOME\"").stdout
             plugin = f"{home}{folder}libnccl-tuner-sparkcluster.so"  # built on the node, at its own home's path
-            assert env.startswith(before[node]) and tuned_settings(env) == {
-                "NCCL_TUNER_CONFIG_FILE": f"{home}{folder}sizes.csv", "NCCL_TUNER_PLUGIN": plugin}, node
+            tuned = tuned_settings(env)
+            assert env.startswith(before[node]) and tuned["NCCL_TUNER_PLUGIN"] == plugin, node
+            assert re.fullmatch(f"{home}{folder}sizes-[0-9a-f]{{12}}\\.csv", tuned["NCCL_TUNER_CONFIG_FILE"]), node
+            assert ssh(cluster4, node, f"cat {tuned['NCCL_TUNER_CONFIG_FILE']}").stdout.endswith(
+                "allreduce,0,2048,ring,ll,-1,-1,-1\n"), node
             assert "ncclTunerPlugin_v4" in ssh(cluster4, node, f"nm -D --defined-only {plugin}").stdout.split(), node
             assert serving_env(cluster4, node)["NCCL_TUNER_PLUGIN"] == plugin, node
             record = json.loads(ssh(cluster4, node, "cat ~/.config/sparkcluster/last-verify.json").stdout)
@@ -205,3 +209,5 @@ def test_tune_with_a_winning_candidate_sets_it_everywhere_and_reset_removes_it(c
     for node in nodes:
         assert ssh(cluster4, node, read).stdout == before[node], node
         assert "NCCL_TUNER_PLUGIN" not in serving_env(cluster4, node), node
+        assert ssh(cluster4, node, "test -e ~/.config/sparkcluster/nccl-tuner && echo kept || echo gone").stdout \
+            .strip() == "gone", node  # the plugin and its tables went with the block

@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from ...engine.errors import UsageError
-from ...nccl.tune import TUNED_VARIABLES
+from ...nccl.tune import TUNED_VARIABLES, TUNER_PLUGIN_ENV
 from ...recipes.command import FlagValue, canonical, flag_words
 from ..receipt import Receipt
 from ..receipt_shape import figure
@@ -233,15 +233,17 @@ def _tuned_facts(receipt: Receipt) -> list[Fact]:
     envs = {node: env or {} for node, env in (receipt.comm_env or {}).items()}
     out = []
     for var in sorted({v for env in envs.values() for v in env if v in TUNED_VARIABLES}):
-        values = {node: env.get(var, NOT_SET) for node, env in envs.items()}
+        # the tuner plugin's paths are each node's home's: its file names say which plugin and which table
+        values = {node: env.get(var, NOT_SET).rsplit("/", 1)[-1] if var in TUNER_PLUGIN_ENV else env.get(var, NOT_SET)
+                  for node, env in envs.items()}
         value = next(iter(values.values())) if len(set(values.values())) == 1 else \
             "differs by node: " + ", ".join(f"{node} {v}" for node, v in sorted(values.items()))
         out.append(Fact(var, Cause.FLAGS, value, "comm_env", TUNED_WHY, int(Effect.COLLECTIVES)))
     return out
 
 
-TUNED_WHY = ("an NCCL setting (verify --tune chooses it by measurement): the time of each decode step's all-reduces, "
-             "2 per layer (bench's decode budget says their share)")
+TUNED_WHY = ("an NCCL setting (of those verify --tune chooses by measurement): the time of each decode step's "
+             "all-reduces, 2 per layer (bench's decode budget says their share)")
 PLATFORM_WHY = {"kernel": "the kernel (known-bad kernels: doctor)", "driver": "the GPU driver",
                 "BIOS": "the firmware's memory and power settings", "NCCL": "the collectives' library",
                 "CUDA": "the CUDA runtime"}

@@ -17,6 +17,7 @@
  * NCCL's headers, which a Spark's system does not ship: `cc -O2 -shared -fPIC sizes_tuner.c -o libnccl-tuner-
  * sparkcluster.so` on the node builds it (nccl/tunerplugin.py does).
  */
+#define _DEFAULT_SOURCE /* strsep */
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -77,22 +78,22 @@ static char* trim(char* s) {
 static int parseLine(char* text, Line* line) {
   char* fields[10];
   int n = 0;
-  for (char* save = NULL, *f = strtok_r(text, ",", &save); f && n < 10; f = strtok_r(NULL, ",", &save))
-    fields[n++] = trim(f);
+  char* f;
+  while (n < 10 && (f = strsep(&text, ",")) != NULL) fields[n++] = trim(f); /* an empty field stays a field */
   if (n < 8) return 0;
   char* end;
   line->coll = indexOf(fields[0], COLLS, 5);
   line->minBytes = strtoull(fields[1], &end, 10);
-  if (*end) return 0;
+  if (*end || end == fields[1]) return 0;
   line->maxBytes = strtoull(fields[2], &end, 10);
-  if (*end) return 0;
+  if (*end || end == fields[2]) return 0;
   line->algo = indexOf(fields[3], ALGOS, 7);
   line->proto = indexOf(fields[4], PROTOS, 3);
   int* ints[] = {&line->channels, &line->nNodes, &line->nRanks, &line->numPipeOps, &line->regBuff};
   line->numPipeOps = line->regBuff = -1;
   for (int i = 5; i < n; i++) {
     *ints[i - 5] = (int)strtol(fields[i], &end, 10);
-    if (*end) return 0;
+    if (*end || end == fields[i]) return 0; /* a number, never an empty field read as 0 */
   }
   return line->coll >= 0 && line->algo >= 0 && line->proto >= 0 && line->minBytes <= line->maxBytes;
 }

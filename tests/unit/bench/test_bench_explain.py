@@ -157,7 +157,7 @@ def test_a_tuned_nccl_setting_is_one_cluster_fact_ranked_with_the_flags_by_the_d
                                                   "spark-2 kernel"]
     line = next(l for l in render(found).splitlines() if "NCCL_PROTO" in l)
     assert line.startswith("  2. NCCL_PROTO: A not set, B LL  [NCCL setting: the decode all-reduces] an NCCL "
-                           "setting (verify --tune chooses it by measurement)"), line
+                           "setting (of those verify --tune chooses by measurement)"), line
     doc = next(d for d in found.to_json()["differences"] if d["field"] == "NCCL_PROTO")
     assert (doc["cause"], doc["kind"]) == ("flags", "NCCL setting: the decode all-reduces")
 
@@ -166,3 +166,10 @@ def test_a_tuned_nccl_setting_is_one_cluster_fact_ranked_with_the_flags_by_the_d
     assert next(d.b for d in mixed.differences if d.key == "NCCL_PROTO") == \
         "differs by node: spark-1 LL, spark-2 not set"
     assert not any(d.key.endswith(" NCCL_PROTO") for d in mixed.differences)  # never per node as well
+
+    # the tuner plugin's table in each node's own home: one table, named by its file
+    table = {"NCCL_TUNER_CONFIG_FILE": "{}/.config/sparkcluster/nccl-tuner/sizes-0123456789ab.csv"}
+    homes = result(tmp_path, "d.json", tuned({"spark-1": {k: v.format("/home/a") for k, v in table.items()},
+                                              "spark-2": {k: v.format("/home/b") for k, v in table.items()}}))
+    tuner = next(d for d in explain(*sides([a, homes], None)).differences if d.key == "NCCL_TUNER_CONFIG_FILE")
+    assert (tuner.a, tuner.b) == ("not set", "sizes-0123456789ab.csv")

@@ -37,6 +37,8 @@ allreduce,0,16384,ring,ll,-1,-1,-1
 allreduce,16385,131072,tree,simple,4,2,-1
 allreduce,0,99999999,ring,ll128,-1,-1,-1
 allreduce,not-a-number,5,ring,ll,-1,-1,-1
+allreduce,0,,ring,ll,-1,-1,-1
+allreduce,200000,300000,ring,simple,,-1,-1
 allgather,0,4096,ring,simple,2,-1,-1,1
 """
 
@@ -84,6 +86,7 @@ def test_the_tables_first_matching_line_sets_its_pair_and_channels_and_nothing_e
     assert pair.choose(ALLREDUCE, 65536) == ([(TREE, SIMPLE)], 4)
     assert pair.choose(ALLREDUCE, 65536, ignored=((TREE, SIMPLE),)) == ([], -1)  # NCCL's choice stands
     assert pair.choose(ALLREDUCE, 1 << 20) == ([], -1)  # the LL128 line was skipped: NCCL's own choice
+    assert pair.choose(ALLREDUCE, 250000) == ([], -1)  # an empty field is no 0: that line was skipped
     assert pair.choose(ALLGATHER, 1024) == ([(RING, SIMPLE)], 2)
     assert pair.choose(ALLGATHER, 1024, pipe_ops=2) == ([], -1)  # that line asks for one pipelined op
     pair.close()
@@ -113,11 +116,21 @@ def test_the_table_is_each_decode_sizes_fastest_pair_and_leaves_the_large_sizes_
     assert table is not None and table.csv().splitlines()[2:] == ["allreduce,0,23170,ring,ll,-1,-1,-1",
                                                                   "allreduce,23171,131072,ring,simple,-1,-1,-1"]
     assert table.describe() == "Ring + LL up to 23 KiB, Ring + Simple up to 128 KiB, NCCL's own choice above"
-    one = size_table(trials[:2], DECODE)  # one pair wins both: still a table (large sizes keep NCCL's choice)
-    assert one is not None and one.csv().splitlines()[2:] == ["allreduce,0,131072,ring,ll,-1,-1,-1"]
-    assert size_table(trials[:1], DECODE) is None
-    per_size = table.candidate("~/t/lib.so", "~/t/sizes.csv")
+    # NCCL's own choice fastest at 64 KiB: no line there, so it stays
+    gap = size_table(trials[:2], DECODE)
+    assert gap is not None and gap.csv().splitlines()[2:] == ["allreduce,0,23170,ring,ll,-1,-1,-1"]
+    assert gap.describe() == "Ring + LL up to 23 KiB, NCCL's own choice above"
+    late = size_table([trials[0], Trial(RING_SIMPLE, {8192: 60.0, 65536: 60.0}, BIG, True)], DECODE)
+    assert late is not None and late.describe() == \
+        "NCCL's own choice up to 23 KiB, Ring + Simple up to 128 KiB, NCCL's own choice above"
+    one = size_table([trials[0], Trial(RING_LL, {8192: 30.0, 65536: 80.0}, BIG, True)], DECODE)
+    assert one is not None and one.csv().splitlines()[2:] == ["allreduce,0,131072,ring,ll,-1,-1,-1"]  # one line
+    assert size_table(trials[:1], DECODE) is None  # no pair ran
+    assert size_table([trials[0], Trial(RING_LL, {8192: 90.0, 65536: 180.0}, BIG, True)], DECODE) is None
+    per_size = table.candidate("~/t/lib.so", "~/t")
     assert per_size.name == PER_SIZE_NAME and per_size.settings["NCCL_TUNER_PLUGIN"] == "~/t/lib.so"
+    assert per_size.settings["NCCL_TUNER_CONFIG_FILE"] == f"~/t/sizes-{table.digest}.csv" and len(table.digest) == 12
+    assert gap.digest != table.digest  # another table, another file: one a comm env points at is never rewritten
 
 
 def test_the_table_is_kept_only_where_it_beats_the_best_single_setting_beyond_noise():
@@ -149,8 +162,12 @@ def test_on_the_device_the_plugin_steered_nccl_and_the_table_did_not_beat_the_be
         return Trial(candidate, {int(k): v for k, v in d["latency_us"].items()},
                      {int(k): v for k, v in d["busbw_gbps"].items()}, d["sum_ok"])
     trials = [trial(d) for name, d in docs.items() if not name.startswith(("forced", "default (again"))]
+    # The table measured there was Ring + LL up to 128 KiB (the capture's "# table" line); taking NCCL's own choice
+    # where the default's run was faster (8 KiB), the table is now this one:
+    assert "# table: Ring + LL up to 128 KiB, NCCL's own choice above" in text
     table = size_table(trials, DECODE)
-    assert table is not None and table.describe() == "Ring + LL up to 128 KiB, NCCL's own choice above"
+    assert table is not None and table.describe() == \
+        "NCCL's own choice up to 23 KiB, Ring + LL up to 128 KiB, NCCL's own choice above"
     found = choose(trials, DECODE)
     verdicts = {l.name: l.verdict for l in found.lines}
     assert found.chosen.name == "Ring algorithm"  # 207.2 us against the default's 221.6 (6%)

@@ -4,6 +4,7 @@ says why, --reset goes back; the default is measured with an earlier tuning unse
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from pathlib import Path
@@ -223,7 +224,7 @@ def test_the_decode_sizes_come_from_the_staged_models_config_unless_the_flags_gi
             "torch_dtype": "bfloat16"}
     vision = {"text_config": {"hidden_size": 3072, "num_hidden_layers": 28, "torch_dtype": "float32"}}
     for config, flags, expected in ((qwen, ["--model", "Qwen/Qwen3-32B"], (5120, 2)),
-                                    (vision, ["--model", "org/vl"], (3072, 4)),
+                                    (vision, ["--model", "org/vl"], (3072, 2)),  # float32 is served in 16 bits
                                     (qwen, ["--model", "Qwen/Qwen3-32B", "--dtype-bytes", "1"], (5120, 1)),
                                     (None, ["--hidden-size", "4096"], (4096, 2))):
         nodes = {h.name: StagedNode(config) for h in hosts}
@@ -264,14 +265,26 @@ class BuildingNode(Node):
     def run(self, command: Command) -> Result:
         if "command -v cc" in command.script:
             if not self.cc:
-                return Result(command, 3, "no C compiler (cc)\n", "", 0.0)
-            return Result(command, 0, "/home/nvidia", "", 0.0)
+                return Result(command, 3, "", "no C compiler (cc)\n", 0.0)
+            return Result(command, 0, "SPARKCLUSTER_HOME=/home/nvidia\n", "", 0.0)
         return super().run(command)
+
+
+def pairs_double(candidate: Candidate) -> str:
+    """probe_double, with Ring + LL as fast as LL at both decode sizes (so the table is Ring + LL), and the table
+    through the plugin as fast as 4 channels at the decode sizes without its busbw loss."""
+    from sparkcluster.nccl.tune import PER_SIZE_NAME
+
+    if candidate.name == "Ring + LL":
+        return probe_double(Candidate("LL protocol"))
+    if candidate.name == PER_SIZE_NAME:
+        return probe_double(Candidate("4 channels")).replace('"busbw_gbps": 13.0', '"busbw_gbps": 20.0')
+    return probe_double(candidate)
 
 
 def test_a_choice_per_size_is_built_on_every_node_measured_and_kept_with_each_nodes_own_paths():
     from sparkcluster.nccl.tune import PER_SIZE_NAME
-    from sparkcluster.nccl.tunerplugin import PLUGIN, SOURCE, TABLE, source
+    from sparkcluster.nccl.tunerplugin import PLUGIN, SOURCE, source
 
     hosts = (Host("spark-1", "10.0.0.1", role="head"), Host("spark-2", "10.0.0.2", role="worker"))
     nodes = {h.name: BuildingNode() for h in hosts}
@@ -280,26 +293,32 @@ def test_a_choice_per_size_is_built_on_every_node_measured_and_kept_with_each_no
 
     def double(candidate: Candidate) -> str:
         measured.append(candidate)
-        if candidate.name == "Ring + LL":
-            return probe_double(Candidate("LL protocol"))  # the fastest pair at both decode sizes
-        if candidate.name == PER_SIZE_NAME:
-            return probe_double(Candidate("4 channels")).replace('"busbw_gbps": 13.0', '"busbw_gbps": 20.0')
-        return probe_double(candidate)
+        return pairs_double(candidate)
 
     with session:
         found = run_tune(session, hidden_size=4096, concurrencies=[1, 8], backend="nccl", measure=double)
     assert found.choice is not None and found.choice.chosen.name == PER_SIZE_NAME, found.choice
     assert measured[-2].name == PER_SIZE_NAME and measured[-1].name == "default"  # then the default again, last
-    assert measured[-2].settings == {"NCCL_TUNER_PLUGIN": PLUGIN, "NCCL_TUNER_CONFIG_FILE": TABLE}
+    table = measured[-2].settings["NCCL_TUNER_CONFIG_FILE"]
+    assert measured[-2].settings["NCCL_TUNER_PLUGIN"] == PLUGIN and re.fullmatch(
+        r"~/\.config/sparkcluster/nccl-tuner/sizes-[0-9a-f]{12}\.csv", table)
     assert found.table == "Ring + LL up to 128 KiB, NCCL's own choice above"
     for node in nodes.values():
         assert node.files[SOURCE.removeprefix("~/")] == source()
-        assert node.files[TABLE.removeprefix("~/")].decode().splitlines()[-1] == "allreduce,0,131072,ring,ll,-1,-1,-1"
+        assert node.files[table.removeprefix("~/")].decode().splitlines()[-1] == "allreduce,0,131072,ring,ll,-1,-1,-1"
         assert tuned_settings(node.files[COMM].decode()) == {
-            "NCCL_TUNER_CONFIG_FILE": "/home/nvidia/.config/sparkcluster/nccl-tuner/sizes.csv",
+            "NCCL_TUNER_CONFIG_FILE": "/home/nvidia/" + table.removeprefix("~/"),
             "NCCL_TUNER_PLUGIN": "/home/nvidia/.config/sparkcluster/nccl-tuner/libnccl-tuner-sparkcluster.so"}
+        record = json.loads(node.files[RECORD])
+        assert record["comm_tuned"]["per_size_table"] == "Ring + LL up to 128 KiB, NCCL's own choice above"
+    text = render(found)
     assert "per size, through NCCL's tuner plugin: Ring + LL up to 128 KiB, NCCL's own choice above; measured as " \
-           "'per size (tuner plugin)' above" in render(found)
+           "'per size (tuner plugin)' above" in text
+    assert "set in every node's comm env: NCCL_TUNER_CONFIG_FILE=~/" in text and "would set" not in text
+    with session:
+        assert run_tune(session, hidden_size=4096, concurrencies=[1, 8], backend="nccl", measure=double,
+                        check=True).choice is not None
+    assert "would set in every node's comm env (--check)" in render(dataclasses.replace(found, written=False))
 
 
 def test_a_node_without_a_compiler_leaves_the_table_unmeasured_and_says_the_fix():
@@ -307,8 +326,7 @@ def test_a_node_without_a_compiler_leaves_the_table_unmeasured_and_says_the_fix(
     nodes = {"spark-1": BuildingNode(), "spark-2": BuildingNode(cc=False)}
     session = Session(Inventory(Path("inv.yml"), "t", hosts, {}), transports=nodes)  # type: ignore[arg-type]
     with session:
-        found = run_tune(session, hidden_size=4096, concurrencies=[1, 8], backend="nccl", measure=probe_double)
-    assert found.table_refused == {"spark-2": "no C compiler (cc)"}
+        found = run_tune(session, hidden_size=4096, concurrencies=[1, 8], backend="nccl", measure=pairs_double)
+    assert found.table_refused == {"spark-2": "no C compiler (cc): install one, e.g. `apt install gcc`"}
     assert found.choice is not None and found.choice.chosen.name == "LL protocol"
-    assert "not measured, since a node cannot build the plugin (spark-2: no C compiler (cc): install a C compiler, " \
-           "e.g. `apt install gcc`)" in " ".join(render(found).split())
+    assert "not measured (spark-2: no C compiler (cc): install one, e.g. `apt install gcc`)" in render(found)

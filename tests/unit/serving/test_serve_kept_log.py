@@ -23,6 +23,7 @@ from sparkcluster.serving.keptlog import (
     output_fifo,
     stop_keeper,
 )
+from sparkcluster.nccl.tunerplugin import container_mount
 from sparkcluster.serving.launch import docker_run_line
 from sparkcluster.serving.lifecycle import diagnosis
 from sparkcluster.serving.record import ServeRecord, write_record
@@ -45,9 +46,26 @@ exit 3
 """
 
 
-def test_the_container_starts_with_eugrs_exact_line_then_its_keeper():
+def expanded(word: str, home: Path) -> str:
+    """What the node's shell makes of one word of a command line, under HOME=home."""
+    return subprocess.run(["sh", "-c", f'printf "%s" "{word}"'], env={"HOME": str(home), "PATH": os.environ["PATH"]},
+                          capture_output=True, text=True, check=True).stdout
+
+
+def test_the_container_starts_with_eugrs_exact_line_then_its_keeper(tmp_path):
     start = DockerRuntime("vllm-node").start_main(["ray", "start", "--block"], ENV).script
-    assert start == f"{EUGR} && {keep_output(container_output('vllm_node'), 'main')}"
+    mount = container_mount('"$HOME"/.config/sparkcluster/comm.env')
+    hf = ":/root/.cache/huggingface"
+    assert start == f"{EUGR.replace(hf, hf + mount)} && {keep_output(container_output('vllm_node'), 'main')}"
+    # On a node whose comm env names no tuner plugin (verify --tune's choice per size), that word is empty: the
+    # line the node runs is eugr's exactly. Where it names one, the plugin's folder is mounted at its own path.
+    env = tmp_path / ".config" / "sparkcluster" / "comm.env"
+    env.parent.mkdir(parents=True)
+    env.write_text("NCCL_SOCKET_IFNAME=enp1s0f0np0\n")
+    assert expanded(mount, tmp_path) == ""
+    env.write_text(f"NCCL_SOCKET_IFNAME=enp1s0f0np0\nNCCL_TUNER_PLUGIN={tmp_path}/x.so\n")
+    folder = f"{tmp_path}/.config/sparkcluster/nccl-tuner"
+    assert expanded(mount, tmp_path) == f" -v {folder}:{folder}:ro"
     assert start.startswith(docker_run_line("vllm-node", '"$HOME"/.config/sparkcluster/comm.env',
                                             ["ray", "start", "--block"], env={"HF_HUB_OFFLINE": "1"}) + " && ")
     router = DockerRuntime("vllm-node").start_router(["vllm-router", "--port", "8000"], ENV).script

@@ -59,7 +59,8 @@ def test_docker_run_line_has_eugrs_flags_and_the_nodes_own_env_file():
                            env={"HF_HUB_OFFLINE": "1"})
     assert line.startswith("docker run -d --privileged --gpus all --rm --ipc=host --network host --name vllm_node "
                            "--env-file \"$HOME\"/.config/sparkcluster/comm.env -e HF_HUB_OFFLINE=1 ")
-    assert '-v "${HF_HOME:-$HOME/.cache/huggingface}":/root/.cache/huggingface vllm-node ray start --block' in line
+    assert '-v "${HF_HOME:-$HOME/.cache/huggingface}":/root/.cache/huggingface' in line
+    assert ") vllm-node ray start --block --address=" in line
     twin = docker_run_line("vllm-node", "f", ["python3", "-"], detached=False)
     assert twin.startswith("docker run --rm -i --privileged --gpus all --ipc=host --network host --env-file f ")
     assert "--name" not in twin and " -d " not in twin

@@ -21,6 +21,7 @@ from sparkcluster.nccl.verdict import Verdict, VerdictStatus
 from sparkcluster.nccl.verifyresult import VerifyResult
 from sparkcluster.serving import phases
 from sparkcluster.serving.keptlog import container_output, file_output, keep_host_output, keep_output, logs_or_kept
+from sparkcluster.nccl.tunerplugin import container_mount
 from sparkcluster.serving.launch import Node, ServeArgs
 from sparkcluster.serving.lifecycle import ray_commands, running_current, vllm_commands
 from sparkcluster.serving.nodes import node_env
@@ -61,7 +62,8 @@ def test_docker_runtime_commands():
     assert start == Command(  # eugr's line, then the keeper of its output (test_serve_kept_log.py)
         "docker run -d --privileged --gpus all --rm --ipc=host --network host --name vllm_node "
         '--env-file "$HOME"/.config/sparkcluster/comm.env -e HF_HUB_OFFLINE=1 '
-        '-v "${HF_HOME:-$HOME/.cache/huggingface}":/root/.cache/huggingface vllm-node ray start --block && '
+        '-v "${HF_HOME:-$HOME/.cache/huggingface}":/root/.cache/huggingface'
+        + container_mount('"$HOME"/.config/sparkcluster/comm.env') + " vllm-node ray start --block && "
         + keep_output(container_output("vllm_node"), "main"))
     assert docker.start_vllm_on_main(["vllm", "serve", "m"], ENV) == Command(
         "docker exec -d vllm_node sh -c 'echo $$ > /tmp/sparkcluster-vllm.pid; "
