@@ -81,8 +81,6 @@ def main() -> int:
         decode_us = "-" if line.decode_us is None else f"{line.decode_us:.1f}"
         print(f"  {line.name:<28}{decode_us:>10}{change:>11}{lost:>11}  {line.verdict}  | {sizes_us}")
     print(f"# chosen: {choice.chosen.name} ({choice.reason})")
-    if choice.per_size_note:
-        print(f"# per size: {choice.per_size_note}")
     return 0
 
 
