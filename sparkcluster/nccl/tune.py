@@ -5,12 +5,15 @@ default by 19-51% and no single one won every size (NCCL_PROTO=LL 19% faster at 
 switchless Spark rings owners found channel and protocol tuning neutral. So each candidate is measured with the
 probe at the decode sizes of the model served (hidden size x concurrency x dtype) and at the bandwidth sizes, and
 the one that minimises the decode all-reduce time is kept only where it beats the default beyond noise and loses no
-more than BUSBW_LOSS of busbw at 64 MiB and above.
+more than BUSBW_LOSS of busbw at 64 MiB and above. A choice per size (SizeTable: each decode size's fastest
+algorithm-and-protocol pair, for NCCL's tuner plugin) is measured as one more candidate, and kept only where it
+also beats the best single setting beyond noise.
 
 Safety first: a candidate's all-reduce must give the right sum (the probe's `sum_ok`) before its time counts, and
 NCCL_PROTO=LL128 is never forced (NCCL's maintainers: forcing it can corrupt data silently, NVIDIA/nccl#281, #831).
 
-Here the values (candidates, trials, the choice) and the comm env's tuned block as text; cli.py runs it.
+Here the values (candidates, trials, the table, the choice) and the comm env's tuned block as text; tunerun.py runs
+it, tunerplugin.py puts the plugin and the table on the nodes.
 """
 
 from __future__ import annotations
