@@ -143,8 +143,8 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser], app:
                      help="exit 1 on a WARN too (e.g. a link much slower than its peers for small messages)")
     ver.add_argument("--tune", action="store_true",
                      help="measure candidate NCCL settings at the decode sizes of --model (hidden size x "
-                          "--concurrency x dtype bytes) and 64 MiB+, each all-reduce's sum checked, never LL128; keep the fastest "
-                          "beyond noise within 10%% busbw in every node's comm env and last-verify record")
+                          "--concurrency x dtype bytes) and 64 MiB+, each all-reduce's sum checked, never LL128; keep "
+                          "the fastest beyond noise within 10%% busbw in every node's comm env and last-verify record")
     ver.add_argument("--reset", action="store_true", help="remove verify --tune's settings from every comm env")
     ver.add_argument("--check", action="store_true", help="with --tune or --reset: show what it would set; no comm "
                                                           "env or record changes")

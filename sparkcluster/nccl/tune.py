@@ -74,8 +74,8 @@ _BY_TRANSPORT = {
     "ib": (Candidate("2 QPs per connection", (("NCCL_IB_QPS_PER_CONNECTION", "2"),)),),
 }
 
-# Every variable a candidate may set: what a comm env difference between two bench runs can owe to verify --tune.
 TUNER_PLUGIN_ENV = ("NCCL_TUNER_PLUGIN", "NCCL_TUNER_CONFIG_FILE")  # a choice per size: the plugin and its table
+# Every variable a candidate may set: what a comm env difference between two bench runs can owe to verify --tune.
 TUNED_VARIABLES = frozenset([*(key for c in (*_COMMON, *PAIRS, *(c for cs in _BY_TRANSPORT.values() for c in cs))
                                for key, _ in c.env), *TUNER_PLUGIN_ENV])
 
